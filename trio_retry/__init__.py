@@ -1,0 +1,82 @@
+"""trio_retry: a Trio-native HTTP client that knows whether the server did it.
+
+Public names only; see SPEC and docs/reference.md.
+"""
+
+from ._core.backoff import Backoff as Backoff
+from ._core.backoff import parse_retry_after as parse_retry_after
+from ._core.budget import RetryBudget as RetryBudget
+from ._core.engine import AmbiguousFailure as AmbiguousFailure
+from ._core.engine import Decision as Decision
+from ._core.engine import DefaultRetryEligibilityEngine as DefaultRetryEligibilityEngine
+from ._core.engine import DenyReason as DenyReason
+from ._core.engine import RetryAllowed as RetryAllowed
+from ._core.engine import RetryContext as RetryContext
+from ._core.engine import RetryDenied as RetryDenied
+from ._core.engine import RetryEligibilityEngine as RetryEligibilityEngine
+from ._core.evidence import Attempt as Attempt
+from ._core.evidence import Evidence as Evidence
+from ._core.evidence import FailureCategory as FailureCategory
+from ._core.evidence import Stage as Stage
+from ._core.idempotency import Idempotency as Idempotency
+from ._core.policy import RetryPolicy as RetryPolicy
+from ._core.policy import Upstream as Upstream
+from ._core.replay import Multipart as Multipart
+from ._core.replay import Reopenable as Reopenable
+from ._core.replay import Replayability as Replayability
+from ._core.replay import StreamFactory as StreamFactory
+from ._errors import AdmissionRejected as AdmissionRejected
+from ._errors import ClientStateError as ClientStateError
+from ._errors import ConnectFailed as ConnectFailed
+from ._errors import ConnectionBroken as ConnectionBroken
+from ._errors import DeadlineExceeded as DeadlineExceeded
+from ._errors import HttpAmbiguousExecutionError as HttpAmbiguousExecutionError
+from ._errors import HTTPStatusError as HTTPStatusError
+from ._errors import InvalidRequest as InvalidRequest
+from ._errors import PoolTimeout as PoolTimeout
+from ._errors import ProtocolFailed as ProtocolFailed
+from ._errors import RequestFailed as RequestFailed
+from ._errors import TLSFailed as TLSFailed
+from ._errors import TooManyRedirects as TooManyRedirects
+from ._errors import TrioRetryError as TrioRetryError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdmissionRejected",
+    "AmbiguousFailure",
+    "Attempt",
+    "Backoff",
+    "ClientStateError",
+    "ConnectFailed",
+    "ConnectionBroken",
+    "DeadlineExceeded",
+    "Decision",
+    "DefaultRetryEligibilityEngine",
+    "DenyReason",
+    "Evidence",
+    "FailureCategory",
+    "HTTPStatusError",
+    "HttpAmbiguousExecutionError",
+    "Idempotency",
+    "InvalidRequest",
+    "Multipart",
+    "PoolTimeout",
+    "ProtocolFailed",
+    "Reopenable",
+    "Replayability",
+    "RequestFailed",
+    "RetryAllowed",
+    "RetryBudget",
+    "RetryContext",
+    "RetryDenied",
+    "RetryEligibilityEngine",
+    "RetryPolicy",
+    "Stage",
+    "StreamFactory",
+    "TLSFailed",
+    "TooManyRedirects",
+    "TrioRetryError",
+    "Upstream",
+    "parse_retry_after",
+]

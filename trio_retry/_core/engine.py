@@ -1,0 +1,360 @@
+"""Retry eligibility: may the client try again, must it wait, or must it say "ambiguous"?
+
+The engine is a pure function of a :class:`RetryContext`: no I/O, no clock, no randomness. The
+client builds the context after every finished attempt (and only consults the engine for
+failures and statuses >= 400).
+
+The order of the rules is the whole design. Each rule either returns a decision or passes; the
+first decision wins, so a later rule can never re-enable what an earlier one forbade:
+
+1. attempts exhausted                       -> RetryDenied.max_attempts()
+2. retry budget empty                       -> RetryDenied.budget_exhausted()
+3. body not replayable (ONE_SHOT)           -> RetryDenied.body_not_replayable()
+4. response already delivered to the caller -> RetryDenied.response_already_delivered()
+5. client draining                          -> RetryDenied.runtime_draining()
+6. remaining deadline after the delay below the minimum attempt budget -> RetryDenied.deadline()
+7. permanent failure category               -> RetryDenied.permanent_failure(category)
+8. SENT_NO_RESPONSE on an operation that is not safely idempotent -> AmbiguousFailure
+9. the status table and the transport-failure rules (see :func:`_rule_status` and
+   :func:`_rule_transport`); anything they do not retry -> RetryDenied.not_retryable()
+
+Why ambiguity (8) outranks the status/transport table (9) but not the limits (1-7): a denial for
+budget or deadline is still reported as ambiguous by the client when the evidence says the
+request may have run (SPEC §7) — the engine's job is only to say whether to try again, and rules
+1-7 each make "no" certain regardless of what happened on the wire.
+
+The order lives in :data:`RULES`, a tuple; ``DefaultRetryEligibilityEngine`` just walks it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
+
+from .evidence import Evidence, FailureCategory
+from .idempotency import Idempotency
+from .replay import Replayability
+
+__all__ = [
+    "RULES",
+    "AmbiguousFailure",
+    "Decision",
+    "DefaultRetryEligibilityEngine",
+    "DenyReason",
+    "RetryAllowed",
+    "RetryContext",
+    "RetryDenied",
+    "RetryEligibilityEngine",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryContext:
+    """Everything the engine may look at, frozen. Built by the client after each attempt.
+
+    ``attempt`` is the number of the attempt just finished (1-based). ``proposed_delay`` is the
+    delay the client would wait (its backoff, raised to ``retry_after`` when present).
+    ``auth_refreshable`` says whether a 401 can be answered by a refresh (False when the client
+    has no ``auth``).
+    """
+
+    attempt: int
+    max_attempts: int
+    budget_available: bool = True
+    replayability: Replayability = Replayability.REPLAYABLE
+    response_delivered: bool = False
+    draining: bool = False
+    remaining_deadline: float | None = None
+    min_attempt_budget: float = 0.05
+    failure: FailureCategory | None = None
+    evidence: Evidence = Evidence.RESPONSE_RECEIVED
+    idempotency: Idempotency = Idempotency.SAFE
+    status: int | None = None
+    retry_after: float | None = None
+    transient_500: bool = False
+    proposed_delay: float = 0.0
+    max_backoff: float = math.inf
+    auth_refreshed: bool = False
+    retried_425: bool = False
+    auth_refreshable: bool = True
+
+    @property
+    def delay(self) -> float:
+        """The wait before the next attempt: never earlier than the server's Retry-After."""
+        if self.retry_after is None:
+            return self.proposed_delay
+        return max(self.proposed_delay, self.retry_after)
+
+
+class DenyReason(enum.Enum):
+    """Why a retry was denied; one member per denying rule."""
+
+    MAX_ATTEMPTS = "max_attempts"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    BODY_NOT_REPLAYABLE = "body_not_replayable"
+    RESPONSE_ALREADY_DELIVERED = "response_already_delivered"
+    RUNTIME_DRAINING = "runtime_draining"
+    DEADLINE = "deadline"
+    PERMANENT_FAILURE = "permanent_failure"
+    RETRY_AFTER_TOO_LONG = "retry_after_too_long"
+    NOT_RETRYABLE = "not_retryable"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAllowed:
+    """Try again after ``delay`` seconds."""
+
+    delay: float
+
+    def __str__(self) -> str:
+        return f"retry allowed after {self.delay:.3f}s"
+
+
+_DENY_TEXT = {
+    DenyReason.MAX_ATTEMPTS: "attempts exhausted",
+    DenyReason.BUDGET_EXHAUSTED: "the upstream's retry budget is empty",
+    DenyReason.BODY_NOT_REPLAYABLE: "the request body cannot be sent again (one-shot)",
+    DenyReason.RESPONSE_ALREADY_DELIVERED: "part of the response already reached the caller",
+    DenyReason.RUNTIME_DRAINING: "the client is draining",
+    DenyReason.DEADLINE: "the remaining deadline is too short for another attempt",
+    DenyReason.PERMANENT_FAILURE: "the failure is permanent",
+    DenyReason.RETRY_AFTER_TOO_LONG: "the server's Retry-After exceeds the backoff maximum",
+    DenyReason.NOT_RETRYABLE: "this status or failure is not retried",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDenied:
+    """Do not try again, because of ``reason``.
+
+    ``category`` is set for permanent failures; ``retry_after`` carries the delay the server
+    asked for, when it asked (informational: it does not take part in equality).
+    """
+
+    reason: DenyReason
+    category: FailureCategory | None = None
+    retry_after: float | None = field(default=None, compare=False)
+
+    @classmethod
+    def max_attempts(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.MAX_ATTEMPTS, retry_after=retry_after)
+
+    @classmethod
+    def budget_exhausted(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.BUDGET_EXHAUSTED, retry_after=retry_after)
+
+    @classmethod
+    def body_not_replayable(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.BODY_NOT_REPLAYABLE, retry_after=retry_after)
+
+    @classmethod
+    def response_already_delivered(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.RESPONSE_ALREADY_DELIVERED, retry_after=retry_after)
+
+    @classmethod
+    def runtime_draining(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.RUNTIME_DRAINING, retry_after=retry_after)
+
+    @classmethod
+    def deadline(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.DEADLINE, retry_after=retry_after)
+
+    @classmethod
+    def permanent_failure(
+        cls, category: FailureCategory, *, retry_after: float | None = None
+    ) -> RetryDenied:
+        return cls(DenyReason.PERMANENT_FAILURE, category=category, retry_after=retry_after)
+
+    @classmethod
+    def retry_after_too_long(cls, retry_after: float) -> RetryDenied:
+        return cls(DenyReason.RETRY_AFTER_TOO_LONG, retry_after=retry_after)
+
+    @classmethod
+    def not_retryable(cls, *, retry_after: float | None = None) -> RetryDenied:
+        return cls(DenyReason.NOT_RETRYABLE, retry_after=retry_after)
+
+    def __str__(self) -> str:
+        text = f"retry denied ({self.reason}): {_DENY_TEXT[self.reason]}"
+        if self.category is not None:
+            text += f" [{self.category}]"
+        if self.retry_after is not None:
+            text += f"; server asked to retry after {self.retry_after:g}s"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class AmbiguousFailure:
+    """The request may have been executed and cannot safely be sent again.
+
+    ``evidence`` is what the wire proved (``SENT_NO_RESPONSE``, or ``RESPONSE_RECEIVED`` for a
+    502/503/504 on an operation that is not safely idempotent: a gateway may have forwarded it).
+    """
+
+    evidence: Evidence
+    status: int | None = None
+
+    def __str__(self) -> str:
+        seen = f"status {self.status}" if self.status is not None else str(self.evidence)
+        return (
+            f"ambiguous ({seen}): the server may have executed this non-idempotent request; "
+            "reconcile with the upstream or replay with the same Idempotency-Key"
+        )
+
+
+Decision: TypeAlias = RetryAllowed | RetryDenied | AmbiguousFailure
+Rule: TypeAlias = Callable[[RetryContext], Decision | None]
+
+
+class RetryEligibilityEngine(Protocol):
+    """Anything with a pure ``decide(ctx)``; the client consults it after every failed attempt."""
+
+    def decide(self, ctx: RetryContext) -> Decision: ...
+
+
+# --- the rules, in order ---------------------------------------------------------------------
+
+
+def _rule_max_attempts(ctx: RetryContext) -> Decision | None:
+    if ctx.attempt >= ctx.max_attempts:
+        return RetryDenied.max_attempts(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_budget(ctx: RetryContext) -> Decision | None:
+    if not ctx.budget_available:
+        return RetryDenied.budget_exhausted(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_body(ctx: RetryContext) -> Decision | None:
+    if not ctx.replayability.replayable:
+        return RetryDenied.body_not_replayable(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_delivered(ctx: RetryContext) -> Decision | None:
+    if ctx.response_delivered:
+        return RetryDenied.response_already_delivered(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_draining(ctx: RetryContext) -> Decision | None:
+    if ctx.draining:
+        return RetryDenied.runtime_draining(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_deadline(ctx: RetryContext) -> Decision | None:
+    if ctx.remaining_deadline is not None:
+        if ctx.remaining_deadline - ctx.delay < ctx.min_attempt_budget:
+            return RetryDenied.deadline(retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_permanent(ctx: RetryContext) -> Decision | None:
+    if ctx.failure is not None and ctx.failure.permanent:
+        return RetryDenied.permanent_failure(ctx.failure, retry_after=ctx.retry_after)
+    return None
+
+
+def _rule_ambiguous(ctx: RetryContext) -> Decision | None:
+    if ctx.evidence is Evidence.SENT_NO_RESPONSE and not ctx.idempotency.safely_idempotent:
+        return AmbiguousFailure(ctx.evidence, ctx.status)
+    return None
+
+
+def _allow(ctx: RetryContext) -> Decision:
+    """Allow after ``ctx.delay`` unless the server's Retry-After exceeds the backoff maximum."""
+    if ctx.retry_after is not None and ctx.retry_after > ctx.max_backoff:
+        return RetryDenied.retry_after_too_long(ctx.retry_after)
+    return RetryAllowed(ctx.delay)
+
+
+def _rule_status(ctx: RetryContext) -> Decision | None:
+    """Rule 9 for responses (``failure is None``).
+
+    408/425/429 mean the server did not process the request, so idempotency does not matter.
+    """
+    status = ctx.status
+    if status is None or ctx.failure is not None:
+        return None
+    safe = ctx.idempotency.safely_idempotent
+    if status in (408, 429):
+        return _allow(ctx)
+    if status == 425:
+        return _allow(ctx) if ctx.attempt == 1 and not ctx.retried_425 else _deny(ctx)
+    if status == 401:
+        ok = (
+            ctx.idempotency is Idempotency.SAFE
+            and ctx.replayability.replayable
+            and ctx.auth_refreshable
+            and not ctx.auth_refreshed
+        )
+        return _allow(ctx) if ok else _deny(ctx)
+    if status == 500:
+        return _allow(ctx) if ctx.transient_500 and safe else _deny(ctx)
+    if status in (502, 503, 504):
+        return _allow(ctx) if safe else AmbiguousFailure(ctx.evidence, status)
+    return _deny(ctx)
+
+
+def _rule_transport(ctx: RetryContext) -> Decision | None:
+    """Rule 9 for transport failures (``status is None``).
+
+    NOT_SENT is retried whatever the idempotency: the server never saw it. A safely idempotent
+    operation is retried after SENT_NO_RESPONSE or PARTIAL_RESPONSE; a non-idempotent one after
+    PARTIAL_RESPONSE is denied (the side effect happened and its outcome is known to be lost).
+    """
+    if ctx.status is not None or ctx.failure is None:
+        return None
+    if ctx.evidence is Evidence.NOT_SENT:
+        return _allow(ctx)
+    if ctx.evidence in (Evidence.SENT_NO_RESPONSE, Evidence.PARTIAL_RESPONSE):
+        return _allow(ctx) if ctx.idempotency.safely_idempotent else _deny(ctx)
+    return _deny(ctx)
+
+
+def _deny(ctx: RetryContext) -> Decision:
+    return RetryDenied.not_retryable(retry_after=ctx.retry_after)
+
+
+#: The rule order, as data. The first rule that returns a decision wins.
+RULES: tuple[Rule, ...] = (
+    _rule_max_attempts,
+    _rule_budget,
+    _rule_body,
+    _rule_delivered,
+    _rule_draining,
+    _rule_deadline,
+    _rule_permanent,
+    _rule_ambiguous,
+    _rule_status,
+    _rule_transport,
+    _deny,
+)
+
+
+class DefaultRetryEligibilityEngine:
+    """The engine of SPEC §6: walks :data:`RULES` in order; the first decision wins."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self, rules: tuple[Rule, ...] = RULES) -> None:
+        self.rules = rules
+
+    def decide(self, ctx: RetryContext) -> Decision:
+        """Pure: the same context always yields the same decision."""
+        for rule in self.rules:
+            decision = rule(ctx)
+            if decision is not None:
+                return decision
+        raise AssertionError("the last rule always decides")  # pragma: no cover
+
+    def __repr__(self) -> str:
+        return f"DefaultRetryEligibilityEngine({len(self.rules)} rules)"

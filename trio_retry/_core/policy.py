@@ -1,0 +1,53 @@
+"""Retry policy and per-upstream settings: plain configuration values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .backoff import Backoff
+from .budget import RetryBudget
+
+__all__ = ["RetryPolicy", "Upstream"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many attempts a call may make, how long to wait between them, and the least time an
+    attempt needs to be worth starting (``min_attempt_budget``, seconds)."""
+
+    max_attempts: int = 3
+    backoff: Backoff = field(default_factory=Backoff)
+    min_attempt_budget: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.min_attempt_budget < 0:
+            raise ValueError(
+                f"RetryPolicy.min_attempt_budget must be >= 0, got {self.min_attempt_budget}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Per-origin settings.
+
+    ``transient_500``: the upstream's 500s are known to be transient (retried for safely
+    idempotent operations). ``budget``: the origin's retry budget (the client gives each origin
+    that falls back to ``default_upstream`` a fresh copy). ``max_concurrency``: a bulkhead — at
+    most this many calls to the origin hold a permit at once (``None``: unlimited).
+    """
+
+    transient_500: bool = False
+    budget: RetryBudget = field(default_factory=RetryBudget)
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(
+                f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"
+            )
+
+    def fresh(self) -> Upstream:
+        """The same settings with a budget of its own."""
+        return Upstream(self.transient_500, self.budget.fresh(), self.max_concurrency)
