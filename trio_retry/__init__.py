@@ -3,6 +3,8 @@
 Public names only; see SPEC and docs/reference.md.
 """
 
+from ._client import Client as Client
+from ._client import RefreshableAuth as RefreshableAuth
 from ._core.backoff import Backoff as Backoff
 from ._core.backoff import parse_retry_after as parse_retry_after
 from ._core.budget import RetryBudget as RetryBudget
@@ -39,6 +41,10 @@ from ._errors import RequestFailed as RequestFailed
 from ._errors import TLSFailed as TLSFailed
 from ._errors import TooManyRedirects as TooManyRedirects
 from ._errors import TrioRetryError as TrioRetryError
+from ._models import URL as URL
+from ._models import Headers as Headers
+from ._models import Response as Response
+from ._models import StageTimeouts as StageTimeouts
 
 __version__ = "0.1.0"
 
@@ -47,6 +53,7 @@ __all__ = [
     "AmbiguousFailure",
     "Attempt",
     "Backoff",
+    "Client",
     "ClientStateError",
     "ConnectFailed",
     "ConnectionBroken",
@@ -56,6 +63,7 @@ __all__ = [
     "DenyReason",
     "Evidence",
     "FailureCategory",
+    "Headers",
     "HTTPStatusError",
     "HttpAmbiguousExecutionError",
     "Idempotency",
@@ -63,9 +71,11 @@ __all__ = [
     "Multipart",
     "PoolTimeout",
     "ProtocolFailed",
+    "RefreshableAuth",
     "Reopenable",
     "Replayability",
     "RequestFailed",
+    "Response",
     "RetryAllowed",
     "RetryBudget",
     "RetryContext",
@@ -73,10 +83,12 @@ __all__ = [
     "RetryEligibilityEngine",
     "RetryPolicy",
     "Stage",
+    "StageTimeouts",
     "StreamFactory",
     "TLSFailed",
     "TooManyRedirects",
     "TrioRetryError",
+    "URL",
     "Upstream",
     "parse_retry_after",
 ]

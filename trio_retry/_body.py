@@ -1,0 +1,216 @@
+"""Producing request bytes from a body, once per attempt.
+
+:func:`prepare_body` classifies the body once (``_core.replay``) and returns a
+:class:`PreparedBody`, whose :meth:`PreparedBody.open` gives the bytes for one attempt: the same
+``bytes`` object for replayable bodies, a fresh stream from the factory for reopenable ones, and
+the caller's iterator for a one-shot body — exactly once (a second ``open`` is a bug the engine
+prevents, and raises rather than silently sending an empty body).
+"""
+
+from __future__ import annotations
+
+import json as _json
+import os
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Any
+
+import trio
+
+from ._core.replay import Multipart, Reopenable, Replayability, StreamFactory, classify_body
+
+__all__ = ["PreparedBody", "prepare_body"]
+
+CHUNK = 65536
+
+BodyBytes = bytes | AsyncIterable[bytes]
+
+
+class PreparedBody:
+    """A request body ready to be opened once per attempt."""
+
+    __slots__ = ("_opened", "_source", "content_type", "replayability")
+
+    def __init__(
+        self, source: object, replayability: Replayability, content_type: str | None
+    ) -> None:
+        self._source = source
+        self.replayability = replayability
+        self.content_type = content_type
+        self._opened = False
+
+    async def open(self) -> tuple[BodyBytes, int | None]:
+        """The bytes of this attempt and their length (``None``: unknown, send chunked)."""
+        if self._opened and self.replayability is Replayability.ONE_SHOT:
+            raise RuntimeError("a one-shot request body cannot be sent twice")
+        self._opened = True
+        return await _open(self._source)
+
+
+def prepare_body(
+    content: object = None,
+    json: Any = None,
+    *,
+    json_dumps: Callable[[Any], str | bytes] | None = None,
+) -> PreparedBody:
+    """Classify and normalise ``content`` or ``json`` (not both). ``TypeError`` names the
+    accepted body kinds for anything unsupported."""
+    if json is not None:
+        if content is not None:
+            raise TypeError("pass either content= or json=, not both")
+        dumps = json_dumps or _compact_json
+        encoded = dumps(json)
+        data = encoded.encode("utf-8") if isinstance(encoded, str) else encoded
+        return PreparedBody(data, Replayability.REPLAYABLE, "application/json")
+    replayability = classify_body(content)
+    if content is None:
+        return PreparedBody(b"", replayability, None)
+    if isinstance(content, str):
+        return PreparedBody(content.encode("utf-8"), replayability, None)
+    if isinstance(content, (bytearray, memoryview)):
+        return PreparedBody(bytes(content), replayability, None)
+    if isinstance(content, Multipart):
+        boundary = content.boundary or uuid.uuid4().hex
+        return PreparedBody(
+            _MultipartSource(content, boundary),
+            replayability,
+            f"multipart/form-data; boundary={boundary}",
+        )
+    return PreparedBody(content, replayability, None)
+
+
+def _compact_json(value: Any) -> str:
+    return _json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def _open(source: object) -> tuple[BodyBytes, int | None]:
+    if isinstance(source, bytes):
+        return source, len(source)
+    if isinstance(source, (Reopenable, StreamFactory)):
+        stream, length = await _open(source.factory())
+        return stream, source.length if source.length is not None else length
+    if isinstance(source, _MultipartSource):
+        return await source.open()
+    if isinstance(source, os.PathLike):
+        path = trio.Path(os.fspath(source))
+        size = (await path.stat()).st_size
+        return _read_path(path), size
+    if isinstance(source, str):
+        data = source.encode("utf-8")
+        return data, len(data)
+    if isinstance(source, (bytearray, memoryview)):
+        return bytes(source), len(source)
+    if isinstance(source, AsyncIterable):
+        return _aiter_bytes(source), None
+    if callable(getattr(source, "read", None)):
+        return _read_file(source), None
+    if isinstance(source, Iterable):
+        return _iter_bytes(source), None
+    raise TypeError(f"a body factory returned an unsupported object: {type(source).__name__}")
+
+
+def _as_bytes(chunk: object) -> bytes:
+    if isinstance(chunk, bytes):
+        return chunk
+    if isinstance(chunk, (bytearray, memoryview)):
+        return bytes(chunk)
+    if isinstance(chunk, str):
+        return chunk.encode("utf-8")
+    raise TypeError(f"request body chunks must be bytes, got {type(chunk).__name__}")
+
+
+async def _aiter_bytes(source: AsyncIterable[Any]) -> AsyncIterator[bytes]:
+    async for chunk in source:
+        yield _as_bytes(chunk)
+
+
+async def _iter_bytes(source: Iterable[Any]) -> AsyncIterator[bytes]:
+    for chunk in source:
+        yield _as_bytes(chunk)
+
+
+async def _read_file(file: Any) -> AsyncIterator[bytes]:
+    try:
+        while True:
+            chunk = file.read(CHUNK)
+            if hasattr(chunk, "__await__"):
+                chunk = await chunk
+            if not chunk:
+                return
+            yield _as_bytes(chunk)
+    finally:
+        close = getattr(file, "aclose", None) or getattr(file, "close", None)
+        if close is not None:
+            result = close()
+            if hasattr(result, "__await__"):
+                await result
+
+
+async def _read_path(path: trio.Path) -> AsyncIterator[bytes]:
+    async with await path.open("rb") as file:
+        while chunk := await file.read(CHUNK):
+            yield chunk
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
+
+
+class _MultipartSource:
+    """Streams ``multipart/form-data`` (RFC 7578); the length is known when every part's is."""
+
+    __slots__ = ("boundary", "form")
+
+    def __init__(self, form: Multipart, boundary: str) -> None:
+        self.form = form
+        self.boundary = boundary
+
+    async def open(self) -> tuple[BodyBytes, int | None]:
+        pieces: list[tuple[bytes, BodyBytes, int | None]] = []
+        for name, value in self.form.parts:
+            if isinstance(value, tuple):
+                filename, body, content_type = value
+                disposition = f'form-data; name="{_quote(name)}"; filename="{_quote(filename)}"'
+                head = f"Content-Disposition: {disposition}\r\nContent-Type: {content_type}\r\n"
+            else:
+                body = value
+                head = f'Content-Disposition: form-data; name="{_quote(name)}"\r\n'
+                if isinstance(body, os.PathLike):
+                    filename = os.path.basename(os.fspath(body))
+                    head = (
+                        f'Content-Disposition: form-data; name="{_quote(name)}"; '
+                        f'filename="{_quote(filename)}"\r\n'
+                        "Content-Type: application/octet-stream\r\n"
+                    )
+            part_head = f"--{self.boundary}\r\n{head}\r\n".encode()
+            data, length = await _open(body if body is not None else b"")
+            pieces.append((part_head, data, length))
+        tail = f"--{self.boundary}--\r\n".encode()
+        if all(isinstance(data, bytes) for _, data, _ in pieces):
+            joined = b"".join(
+                part_head + data + b"\r\n"
+                for part_head, data, _ in pieces
+                if isinstance(data, bytes)
+            )
+            return joined + tail, len(joined) + len(tail)
+        total: int | None = len(tail)
+        for part_head, _, length in pieces:
+            if total is not None and length is not None:
+                total += len(part_head) + length + 2
+            else:
+                total = None
+        return _stream_parts(pieces, tail), total
+
+
+async def _stream_parts(
+    pieces: list[tuple[bytes, BodyBytes, int | None]], tail: bytes
+) -> AsyncIterator[bytes]:
+    for head, data, _ in pieces:
+        yield head
+        if isinstance(data, bytes):
+            yield data
+        else:
+            async for chunk in data:
+                yield chunk
+        yield b"\r\n"
+    yield tail

@@ -1,0 +1,829 @@
+"""The client: attempt -> Attempt record -> engine -> budget -> backoff -> attempt.
+
+One call runs this loop:
+
+1. admission: the client must be open and not draining; the request is validated before any
+   I/O (bad URL, header bytes, body type -> ``InvalidRequest``, ``NOT_SENT``);
+2. an attempt: bulkhead permit, pooled connection, request, response head (and, for buffered
+   calls, the body) — inside a cancel scope carrying the call's deadline. The wire layer keeps
+   an :class:`AttemptProgress` current, so however the attempt ends we know the stage reached;
+3. the :class:`Attempt` record; a response below 400 ends the loop without asking the engine;
+4. otherwise the engine decides on a :class:`RetryContext`. On ``RetryAllowed`` the attempt has
+   *already* given back its connection and its bulkhead permit; the budget is debited and the
+   backoff sleeps — never past the call deadline, and cut short by ``drain()``;
+5. the end: a response, ``HttpAmbiguousExecutionError`` (the engine said ambiguous, or the last
+   failure left a non-idempotent request ``SENT_NO_RESPONSE``), or a ``RequestFailed`` subclass.
+
+Outer cancellation is never caught: only the client's own scopes (the call deadline, the client
+closing) are turned into errors, and each of those carries the evidence of the stage reached.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+import trio
+
+from ._body import PreparedBody, prepare_body
+from ._core.backoff import parse_retry_after
+from ._core.engine import (
+    AmbiguousFailure,
+    Decision,
+    DefaultRetryEligibilityEngine,
+    RetryAllowed,
+    RetryContext,
+    RetryDenied,
+    RetryEligibilityEngine,
+)
+from ._core.evidence import Attempt, Evidence, FailureCategory, Stage
+from ._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
+from ._core.policy import RetryPolicy, Upstream
+from ._errors import (
+    AdmissionRejected,
+    ClientStateError,
+    ConnectFailed,
+    ConnectionBroken,
+    DeadlineExceeded,
+    HttpAmbiguousExecutionError,
+    InvalidRequest,
+    PoolTimeout,
+    ProtocolFailed,
+    RequestFailed,
+    TLSFailed,
+)
+from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._wire.http11 import HTTP11Connection, WireRequest, WireResponse
+from ._wire.pool import ConnectionPool, PooledConnection
+from ._wire.progress import AttemptProgress, WireError
+from ._wire.transport import open_transport
+
+__all__ = ["AttemptCallback", "Client", "RefreshableAuth"]
+
+USER_AGENT = "trio_retry/0.1"
+
+
+@runtime_checkable
+class RefreshableAuth(Protocol):
+    """Credentials applied to every attempt, refreshed once after a 401.
+
+    ``headers()`` is awaited before each attempt; ``refresh()`` is awaited once when a 401 on a
+    safe, replayable request is to be replayed (SPEC §6).
+    """
+
+    async def headers(self) -> Mapping[str, str]: ...
+
+    async def refresh(self) -> None: ...
+
+
+AttemptCallback = Callable[[Attempt], Awaitable[None] | None]
+
+_FAILURE_TYPES: dict[FailureCategory, type[RequestFailed]] = {
+    FailureCategory.INVALID_REQUEST: InvalidRequest,
+    FailureCategory.DNS: ConnectFailed,
+    FailureCategory.CONNECT: ConnectFailed,
+    FailureCategory.TLS_HANDSHAKE: TLSFailed,
+    FailureCategory.TLS_CERTIFICATE: TLSFailed,
+    FailureCategory.POOL_TIMEOUT: PoolTimeout,
+    FailureCategory.ADMISSION: AdmissionRejected,
+    FailureCategory.REFUSED_STREAM: ConnectionBroken,
+    FailureCategory.GOAWAY: ConnectionBroken,
+    FailureCategory.CONNECTION_BROKEN: ConnectionBroken,
+    FailureCategory.TIMEOUT: DeadlineExceeded,
+    FailureCategory.REMOTE_PROTOCOL: ProtocolFailed,
+    FailureCategory.LOCAL_PROTOCOL: ProtocolFailed,
+}
+
+
+class _Origin:
+    """Per-origin runtime state: the upstream's settings, its own budget, its bulkhead."""
+
+    __slots__ = ("budget", "limiter", "upstream")
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        self.budget = upstream.budget
+        self.limiter = (
+            trio.CapacityLimiter(upstream.max_concurrency)
+            if upstream.max_concurrency is not None
+            else None
+        )
+
+
+@dataclass(slots=True)
+class _Request:
+    method: str
+    url: URL
+    headers: Headers
+    body: PreparedBody
+    idempotency: Idempotency
+    idempotency_key: str | None
+    retry: RetryPolicy
+    deadline: float  # absolute trio time; inf for none
+
+
+class _Outcome:
+    """How one attempt ended: a response (maybe with its body), or a classified failure."""
+
+    __slots__ = ("body", "conn", "error", "permit", "response")
+
+    def __init__(self) -> None:
+        self.response: WireResponse | None = None
+        self.body: bytes | None = None
+        self.error: BaseException | None = None
+        self.conn: PooledConnection | None = None
+        self.permit: object | None = None
+
+
+class Client:
+    """A Trio HTTP client whose retries are decided on execution evidence.
+
+    Use it only inside ``async with Client(...) as client:``. Leaving the block closes every
+    connection and stops every task the client started; a call still in flight ends promptly
+    with an error carrying the evidence of the stage it reached. Options are described in
+    docs/guide.md and SPEC §2/§10.
+    """
+
+    def __init__(
+        self,
+        *,
+        retry: RetryPolicy | None = None,
+        upstreams: Mapping[str, Upstream] | None = None,
+        default_upstream: Upstream | None = None,
+        max_connections: int = 100,
+        max_connections_per_origin: int | None = None,
+        pool_timeout: float | None = None,
+        keepalive_expiry: float | None = 5.0,
+        http2: bool = True,
+        http2_prior_knowledge: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        deadline: float | None = None,
+        auth: RefreshableAuth | None = None,
+        engine: RetryEligibilityEngine | None = None,
+        clock: Callable[[], float] | None = None,
+        on_attempt: AttemptCallback | None = None,
+        rng: random.Random | None = None,
+        base_url: str | None = None,
+        headers: HeaderTypes = None,
+        max_header_bytes: int = 65536,
+        max_body_bytes: int | None = None,
+        stage_timeouts: StageTimeouts | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self.default_upstream = default_upstream or Upstream()
+        self._upstream_config: dict[Origin, Upstream] = {
+            Origin.parse(key): value for key, value in (upstreams or {}).items()
+        }
+        self._origins: dict[Origin, _Origin] = {}
+        self.deadline = deadline
+        self.auth = auth
+        self.engine: RetryEligibilityEngine = engine or DefaultRetryEligibilityEngine()
+        self._wall_clock = clock or time.time
+        self.on_attempt = on_attempt
+        self._rng = rng or random.Random()
+        self.base_url = URL(base_url) if base_url is not None else None
+        self.headers = Headers(headers)
+        if max_header_bytes < 1:
+            raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
+        self.max_header_bytes = max_header_bytes
+        self.max_body_bytes = max_body_bytes
+        self.stage_timeouts = stage_timeouts or StageTimeouts()
+        self.http2 = http2
+        self.http2_prior_knowledge = http2_prior_knowledge
+        self._alpn = ["http/1.1"]
+        if ssl_context is None:
+            ssl_context = ssl.create_default_context()
+        ssl_context.set_alpn_protocols(self._alpn)
+        self._ssl_context = ssl_context
+        self._pool = ConnectionPool(
+            max_connections=max_connections,
+            max_connections_per_origin=max_connections_per_origin,
+            keepalive_expiry=keepalive_expiry,
+            pool_timeout=pool_timeout,
+        )
+        self._state = "new"  # new -> open -> closed
+        self._draining = False
+        self._drain_event = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._scopes: set[trio.CancelScope] = set()
+        self._calls = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        if self._state != "new":
+            raise ClientStateError("a Client can be entered only once; create a new one")
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        self._state = "open"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client: stop admitting calls, end in-flight ones, close every connection.
+
+        Calls still in flight end with an error carrying the evidence of their stage. Safe to
+        call twice. Cancellation while closing still closes everything (forcefully).
+        """
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self.drain()
+        for scope in list(self._scopes):
+            scope.cancel()
+        self._pool.close()
+        if self._nursery_cm is not None and self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+            # The caller's own exception (if any) is not passed in: the nursery must never wrap
+            # it in an ExceptionGroup. Our background tasks never raise.
+            await self._nursery_cm.__aexit__(None, None, None)
+
+    def drain(self) -> None:
+        """Stop admitting calls; calls waiting in backoff end now; in-flight attempts finish.
+
+        A call in backoff ends with its last outcome and ``RetryDenied.runtime_draining()``.
+        """
+        self._draining = True
+        self._drain_event.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def __repr__(self) -> str:
+        state = f"{self._state}, draining" if self._draining and self._state == "open" else ""
+        return (
+            f"<Client {state or self._state}; {self._calls} calls; pool: "
+            f"{self._pool.active_count} active, {self._pool.idle_count} idle, "
+            f"{self._pool.waiting} waiting>"
+        )
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool (for inspection: its repr summarises its state)."""
+        return self._pool
+
+    # --- public calls ----------------------------------------------------------------------
+
+    async def request(self, method: str, url: str | URL, **options: Any) -> Response:
+        """Send a request, retrying as the engine allows; return the final response.
+
+        Options: ``headers``, ``params``, ``content``, ``json``, ``deadline``, ``idempotency``,
+        ``idempotency_key``, ``retry``. Raises ``HttpAmbiguousExecutionError`` when a
+        non-idempotent request may have run, a ``RequestFailed`` subclass for other failures.
+        On outer cancellation ``trio.Cancelled`` propagates unchanged, the interrupted
+        connection is closed (never reused), and the pool stays consistent.
+        """
+        request = self._build(method, url, **options)
+        response, _ = await self._send(request, streaming=False)
+        return response
+
+    async def get(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("GET", url, **options)
+
+    async def head(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("HEAD", url, **options)
+
+    async def options(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("OPTIONS", url, **options)
+
+    async def post(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("POST", url, **options)
+
+    async def put(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("PUT", url, **options)
+
+    async def patch(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("PATCH", url, **options)
+
+    async def delete(self, url: str | URL, **options: Any) -> Response:
+        return await self.request("DELETE", url, **options)
+
+    def stream(
+        self, method: str, url: str | URL, **options: Any
+    ) -> AbstractAsyncContextManager[Response]:
+        """``async with client.stream("GET", url) as r: async for chunk in r.aiter_bytes()``.
+
+        Retries happen only before the response is handed over; once the caller has the
+        response, a broken body raises (``PARTIAL_RESPONSE``) and is never retried. Leaving the
+        block returns the connection (if the body was read to the end) or closes it.
+        """
+        return self._stream(method, url, options)
+
+    @asynccontextmanager
+    async def _stream(
+        self, method: str, url: str | URL, options: dict[str, Any]
+    ) -> AsyncIterator[Response]:
+        request = self._build(method, url, **options)
+        response, closer = await self._send(request, streaming=True)
+        try:
+            yield response
+        finally:
+            if closer is not None:
+                closer()
+
+    # --- building a request (pure validation, before any I/O) ------------------------------
+
+    def _check_open(self) -> None:
+        if self._state == "new":
+            raise ClientStateError(
+                "the Client is not open: use it inside `async with trio_retry.Client() as "
+                "client:` (it owns a nursery and connections that must be closed)"
+            )
+        if self._state == "closed":
+            raise ClientStateError("the Client is closed: create a new one inside `async with`")
+
+    def _build(
+        self,
+        method: str,
+        url: str | URL,
+        *,
+        headers: HeaderTypes = None,
+        params: Any = None,
+        content: object = None,
+        json: Any = None,
+        deadline: float | None = None,
+        idempotency: Idempotency | None = None,
+        idempotency_key: str | bool | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> _Request:
+        self._check_open()
+        if not isinstance(method, str) or not method.isascii() or not method.isalpha():
+            raise InvalidRequest(
+                f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'",
+                evidence=Evidence.NOT_SENT,
+                category=FailureCategory.INVALID_REQUEST,
+            )
+        method = method.upper()
+        if isinstance(url, str) and self.base_url is not None and "://" not in url:
+            full = self.base_url.join(url)
+        else:
+            full = URL(url)
+        full = full.with_params(params)
+        merged = self.headers.copy()
+        given = Headers(headers)
+        for name in given:
+            merged.remove(name)
+        for name, value in given.multi_items():
+            merged.add(name, value)
+        key: str | None = None
+        if idempotency_key is True:
+            key = str(uuid.uuid4())
+        elif isinstance(idempotency_key, str):
+            key = idempotency_key
+        if key is not None:
+            merged.set("Idempotency-Key", key)
+        elif IDEMPOTENCY_KEY_HEADER in merged:
+            key = merged[IDEMPOTENCY_KEY_HEADER]
+        try:
+            body = prepare_body(content, json)
+        except TypeError as exc:
+            raise InvalidRequest(
+                str(exc), evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
+            ) from exc
+        if body.content_type and "content-type" not in merged:
+            merged.set("Content-Type", body.content_type)
+        seconds = deadline if deadline is not None else self.deadline
+        return _Request(
+            method=method,
+            url=full,
+            headers=merged,
+            body=body,
+            idempotency=classify_idempotency(method, merged.keys(), idempotency),
+            idempotency_key=key,
+            retry=retry or self.retry,
+            deadline=trio.current_time() + seconds if seconds is not None else math.inf,
+        )
+
+    def _origin_state(self, origin: Origin) -> _Origin:
+        state = self._origins.get(origin)
+        if state is None:
+            config = self._upstream_config.get(origin)
+            state = _Origin(config if config is not None else self.default_upstream.fresh())
+            self._origins[origin] = state
+        return state
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def _send(
+        self, request: _Request, *, streaming: bool
+    ) -> tuple[Response, Callable[[], None] | None]:
+        if self._draining:
+            raise AdmissionRejected(
+                f"{request.method} {request.url} not admitted: the client is draining",
+                evidence=Evidence.NOT_SENT,
+                category=FailureCategory.ADMISSION,
+            )
+        self._calls += 1
+        origin = request.url.origin
+        state = self._origin_state(origin)
+        policy = request.retry
+        state.budget.deposit(trio.current_time())
+        attempts: list[Attempt] = []
+        previous_delay: float | None = None
+        auth_refreshed = retried_425 = False
+        deadline = min(request.deadline, trio.current_effective_deadline())
+
+        while True:
+            number = len(attempts) + 1
+            progress = AttemptProgress(trio.current_time())
+            outcome = await self._attempt(request, state, progress, streaming, deadline)
+            attempt, retry_after = self._record(number, progress, outcome)
+            wire = outcome.response
+            if wire is not None and wire.status < 400:
+                attempts.append(attempt)
+                await self._notify(attempt)
+                return self._deliver(request, state, outcome, attempts, None, streaming, deadline)
+            if isinstance(outcome.error, WireError) and not outcome.error.retryable:
+                attempts.append(attempt)
+                await self._notify(attempt)
+                raise self._failure(request, attempts, outcome.error, None)
+
+            now = trio.current_time()
+            backoff = policy.backoff
+            proposed = backoff.delay(number, self._rng, previous_delay)
+            if retry_after is not None:
+                proposed = max(proposed, retry_after)
+            remaining = deadline - now
+            context = RetryContext(
+                attempt=number,
+                max_attempts=policy.max_attempts,
+                budget_available=state.budget.available(now),
+                replayability=request.body.replayability,
+                response_delivered=False,
+                draining=self._draining,
+                remaining_deadline=remaining if math.isfinite(remaining) else None,
+                min_attempt_budget=policy.min_attempt_budget,
+                failure=attempt.category,
+                evidence=attempt.evidence,
+                idempotency=request.idempotency,
+                status=attempt.status,
+                retry_after=retry_after,
+                transient_500=state.upstream.transient_500,
+                proposed_delay=proposed,
+                max_backoff=backoff.max,
+                auth_refreshed=auth_refreshed,
+                retried_425=retried_425,
+                auth_refreshable=self.auth is not None,
+            )
+            decision = self.engine.decide(context)
+            attempt = replace(attempt, decision=decision)
+            attempts.append(attempt)
+            await self._notify(attempt)
+
+            if isinstance(decision, RetryAllowed):
+                # The attempt has already returned its connection and its permit.
+                state.budget.try_withdraw(now)
+                if not await self._backoff(decision.delay, deadline):
+                    decision = RetryDenied.runtime_draining(retry_after=retry_after)
+                    return self._finish(request, state, outcome, attempts, decision, streaming)
+                previous_delay = decision.delay
+                if attempt.status == 401 and self.auth is not None:
+                    await self.auth.refresh()
+                    auth_refreshed = True
+                if attempt.status == 425:
+                    retried_425 = True
+                continue
+            return self._finish(request, state, outcome, attempts, decision, streaming)
+
+    async def _backoff(self, delay: float, deadline: float) -> bool:
+        """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
+        if self._draining:
+            return False
+        with trio.move_on_at(min(trio.current_time() + delay, deadline)):
+            await self._drain_event.wait()
+        return not self._draining
+
+    async def _notify(self, attempt: Attempt) -> None:
+        if self.on_attempt is not None:
+            result = self.on_attempt(attempt)
+            if inspect.isawaitable(result):
+                await result
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    async def _attempt(
+        self,
+        request: _Request,
+        state: _Origin,
+        progress: AttemptProgress,
+        streaming: bool,
+        deadline: float,
+    ) -> _Outcome:
+        """One wire attempt inside the call deadline. Never raises except outer cancellation
+        (and errors from the caller's own body iterators or auth object)."""
+        outcome = _Outcome()
+        scope = trio.CancelScope(deadline=deadline)
+        self._scopes.add(scope)
+        finished = False
+        try:
+            with scope:
+                try:
+                    await self._attempt_inner(request, state, progress, streaming, outcome)
+                    finished = True
+                except WireError as exc:
+                    outcome.error = exc
+        finally:
+            self._scopes.discard(scope)
+            # A streamed response keeps its connection and permit until the body is consumed;
+            # anything else (including an interrupted attempt) gives them back now.
+            if not (finished and streaming and outcome.body is None):
+                self._give_back(state, outcome)
+        if scope.cancelled_caught:
+            closing = self._state == "closed"
+            category = FailureCategory.CONNECTION_BROKEN if closing else FailureCategory.TIMEOUT
+            message = (
+                "the client was closed while the request was in flight"
+                if closing
+                else f"the call deadline expired during {progress.stage}"
+            )
+            outcome.response = None
+            outcome.error = WireError.at(progress, category, message, retryable=not closing)
+        return outcome
+
+    async def _attempt_inner(
+        self,
+        request: _Request,
+        state: _Origin,
+        progress: AttemptProgress,
+        streaming: bool,
+        outcome: _Outcome,
+    ) -> None:
+        if state.limiter is not None:
+            token = object()
+            await state.limiter.acquire_on_behalf_of(token)
+            outcome.permit = token
+        origin = request.url.origin
+        headers = [] if "host" in request.headers else [(b"host", request.url.host_header.encode())]
+        headers += self._default_headers
+        headers += request.headers.raw()
+        if self.auth is not None:
+            headers += Headers(await self.auth.headers()).raw()
+        body, length = await request.body.open()
+        wire_request = WireRequest(request.method, request.url.target, headers, body, length)
+
+        async def opener(progress: AttemptProgress) -> PooledConnection:
+            transport = await open_transport(
+                origin.host,
+                origin.port,
+                progress=progress,
+                ssl_context=self._ssl_context if origin.tls else None,
+                connect_timeout=self.stage_timeouts.connect,
+                tls_timeout=self.stage_timeouts.tls,
+            )
+            return HTTP11Connection(transport, origin, self.max_header_bytes)
+
+        conn = await self._pool.acquire(origin, progress, opener)
+        outcome.conn = conn
+        timeouts = self.stage_timeouts
+        response = await conn.send_request(
+            wire_request,
+            progress,
+            write_timeout=timeouts.write,
+            first_byte_timeout=timeouts.first_byte,
+        )
+        outcome.response = response
+        if streaming and response.status < 400:
+            return
+        outcome.body = await self._read_body(response, progress)
+
+    async def _read_body(self, response: WireResponse, progress: AttemptProgress) -> bytes:
+        limit = self.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        source = response.source
+        read_timeout = self.stage_timeouts.read
+        while chunk := await source.receive_body(progress, read_timeout):
+            size += len(chunk)
+            if limit is not None and size > limit:
+                source.abandon()
+                raise WireError.at(
+                    progress,
+                    FailureCategory.REMOTE_PROTOCOL,
+                    f"the response body exceeds max_body_bytes ({limit} bytes); raise the "
+                    "limit or use client.stream() to read it in chunks",
+                    retryable=False,
+                )
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _give_back(self, state: _Origin, outcome: _Outcome) -> None:
+        """Return the connection (reusable only after a complete exchange) and the permit."""
+        conn, outcome.conn = outcome.conn, None
+        if conn is not None:
+            if outcome.error is None and outcome.body is not None:
+                self._pool.release(conn)
+            else:
+                self._pool.discard(conn)
+        permit, outcome.permit = outcome.permit, None
+        if permit is not None and state.limiter is not None:
+            state.limiter.release_on_behalf_of(permit)
+
+    @property
+    def _default_headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"user-agent", USER_AGENT.encode()), (b"accept", b"*/*")]
+
+    def _record(
+        self, number: int, progress: AttemptProgress, outcome: _Outcome
+    ) -> tuple[Attempt, float | None]:
+        timings = dict(progress.timings)
+        timings["total"] = trio.current_time() - progress.started
+        error = outcome.error
+        wire = outcome.response
+        retry_after = None
+        if wire is not None and error is None:
+            for name, value in wire.headers:
+                if name.lower() == b"retry-after":
+                    retry_after = parse_retry_after(value, self._wall_clock())
+            evidence = Evidence.RESPONSE_RECEIVED
+            category = None
+        else:
+            assert isinstance(error, WireError)
+            evidence, category = error.evidence, error.category
+        return (
+            Attempt(
+                number=number,
+                stage=progress.stage,
+                evidence=evidence,
+                error=error,
+                status=wire.status if wire is not None and error is None else None,
+                http_version=progress.http_version,
+                connection_reused=progress.connection_reused,
+                bytes_sent=progress.bytes_sent,
+                bytes_received=progress.bytes_received,
+                category=category,
+                timings=timings,
+            ),
+            retry_after,
+        )
+
+    # --- the end of the loop ------------------------------------------------------------------
+
+    def _response(
+        self,
+        request: _Request,
+        outcome: _Outcome,
+        attempts: Sequence[Attempt],
+        decision: Decision | None,
+        stream: AsyncIterator[bytes] | None = None,
+    ) -> Response:
+        wire = outcome.response
+        assert wire is not None
+        return Response(
+            status=wire.status,
+            reason=wire.reason,
+            headers=Headers(_decode_headers(wire.headers), validate=False),
+            http_version=wire.http_version,
+            url=request.url,
+            request_method=request.method,
+            content=outcome.body,
+            attempts=attempts,
+            retry_decision=decision,
+            stream=stream,
+        )
+
+    def _deliver(
+        self,
+        request: _Request,
+        state: _Origin,
+        outcome: _Outcome,
+        attempts: list[Attempt],
+        decision: Decision | None,
+        streaming: bool,
+        deadline: float,
+    ) -> tuple[Response, Callable[[], None] | None]:
+        if not streaming or outcome.body is not None:
+            return self._response(request, outcome, attempts, decision), None
+        wire = outcome.response
+        assert wire is not None
+        progress = AttemptProgress(trio.current_time())
+        progress.stage = Stage.RESPONSE_BODY
+        done = False
+
+        def close() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                if outcome.body is None and outcome.conn is not None:
+                    wire.source.abandon()
+                self._give_back(state, outcome)
+
+        async def body() -> AsyncIterator[bytes]:
+            nonlocal done
+            try:
+                while True:
+                    with trio.CancelScope(deadline=deadline) as scope:
+                        chunk = await wire.source.receive_body(progress, self.stage_timeouts.read)
+                    if scope.cancelled_caught:
+                        raise WireError.at(
+                            progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
+                        )
+                    if not chunk:
+                        outcome.body = b""
+                        close()
+                        return
+                    yield chunk
+            except WireError as exc:
+                close()
+                failed = replace(
+                    attempts[-1],
+                    stage=progress.stage,
+                    evidence=Evidence.PARTIAL_RESPONSE,
+                    error=exc,
+                    category=exc.category,
+                    decision=RetryDenied.response_already_delivered(),
+                )
+                raise self._failure(
+                    request, [*attempts[:-1], failed], exc, failed.decision
+                ) from exc
+
+        return self._response(request, outcome, attempts, decision, body()), close
+
+    def _finish(
+        self,
+        request: _Request,
+        state: _Origin,
+        outcome: _Outcome,
+        attempts: list[Attempt],
+        decision: Decision,
+        streaming: bool,
+    ) -> tuple[Response, Callable[[], None] | None]:
+        last = attempts[-1]
+        if outcome.response is not None and outcome.error is None:
+            response = self._response(request, outcome, attempts, decision)
+            if isinstance(decision, AmbiguousFailure):
+                raise HttpAmbiguousExecutionError(
+                    f"{request.method} {request.url}: status {last.status} from a gateway; the "
+                    f"upstream may have executed this {request.idempotency} request. "
+                    + _AMBIGUOUS_ADVICE,
+                    evidence=last.evidence,
+                    attempts=attempts,
+                    response=response,
+                    idempotency_key=request.idempotency_key,
+                    decision=decision,
+                )
+            return response, None
+        assert outcome.error is not None
+        raise self._failure(request, attempts, outcome.error, decision)
+
+    def _failure(
+        self,
+        request: _Request,
+        attempts: list[Attempt],
+        error: BaseException,
+        decision: Decision | None,
+    ) -> Exception:
+        last = attempts[-1]
+        evidence = last.evidence
+        if isinstance(decision, AmbiguousFailure) or (
+            evidence is Evidence.SENT_NO_RESPONSE and not request.idempotency.safely_idempotent
+        ):
+            exc: Exception = HttpAmbiguousExecutionError(
+                f"{request.method} {request.url}: the server may have executed this request "
+                f"({evidence} at {last.stage}: {error}). " + _AMBIGUOUS_ADVICE,
+                evidence=evidence,
+                attempts=attempts,
+                idempotency_key=request.idempotency_key,
+                decision=decision,
+            )
+        else:
+            category = last.category or FailureCategory.CONNECTION_BROKEN
+            kind = _FAILURE_TYPES[category]
+            count = len(attempts)
+            exc = kind(
+                f"{request.method} {request.url} failed after {count} attempt"
+                f"{'s' if count != 1 else ''}: {error}",
+                evidence=evidence,
+                attempts=attempts,
+                decision=decision,
+                category=category,
+            )
+        exc.__cause__ = error
+        return exc
+
+
+def _decode_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+
+
+_AMBIGUOUS_ADVICE = (
+    "It was not retried: reconcile with the upstream (look the operation up), or replay it "
+    "with the same Idempotency-Key if the server deduplicates on it."
+)

@@ -1,0 +1,405 @@
+"""URLs, headers, requests and responses: plain values with validation at construction.
+
+Everything a caller passes in is checked here, before any I/O: a malformed URL, an unsupported
+scheme, or CR/LF/NUL in a header raises :class:`InvalidRequest` (evidence ``NOT_SENT``), so a bad
+input can never put a byte on the wire.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from urllib.parse import SplitResult, urlencode, urljoin, urlsplit
+
+from ._core.evidence import Attempt, Evidence, FailureCategory
+from ._errors import HTTPStatusError, InvalidRequest
+
+if TYPE_CHECKING:
+    from ._core.engine import Decision
+
+__all__ = [
+    "URL",
+    "HeaderTypes",
+    "Headers",
+    "Origin",
+    "Response",
+    "StageTimeouts",
+    "redact_headers",
+]
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+#: Headers whose values never appear in a repr, a log line or --explain output.
+SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FORBIDDEN_VALUE_CHARS = re.compile(r"[\r\n\x00]")
+
+
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(
+        message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """``scheme://host:port``, the unit of pooling, budgets and bulkheads."""
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+    @classmethod
+    def parse(cls, text: str) -> Origin:
+        """``"https://api.example"`` or ``"https://api.example:443"`` (the upstreams keys)."""
+        return URL(text).origin
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimeouts:
+    """Per-stage limits (seconds, each optional), on top of the call deadline.
+
+    ``connect`` covers DNS and TCP connect, ``tls`` the handshake (both ``NOT_SENT`` when they
+    fire), ``write`` the request, ``first_byte`` the wait for the response head, ``read`` each
+    wait between body chunks. A stage timeout is a failure of category ``TIMEOUT`` with the
+    evidence of its stage.
+    """
+
+    connect: float | None = None
+    tls: float | None = None
+    write: float | None = None
+    first_byte: float | None = None
+    read: float | None = None
+
+
+class URL:
+    """An absolute ``http``/``https`` URL, validated and split once."""
+
+    __slots__ = ("_parts", "host", "origin", "port", "scheme", "target")
+
+    _parts: SplitResult
+    scheme: str
+    host: str
+    port: int
+    origin: Origin
+    target: str
+
+    def __init__(self, url: str | URL) -> None:
+        if isinstance(url, URL):
+            self._parts = url._parts
+            self.scheme, self.host, self.port = url.scheme, url.host, url.port
+            self.origin, self.target = url.origin, url.target
+            return
+        if not isinstance(url, str):
+            raise _invalid(f"URL must be a str, got {type(url).__name__}")
+        if _FORBIDDEN_VALUE_CHARS.search(url) or any(c in url for c in " \t"):
+            raise _invalid(f"URL contains whitespace, CR, LF or NUL: {url!r}")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise _invalid(f"malformed URL {url!r}: {exc}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in DEFAULT_PORTS:
+            accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
+            shown = f"{scheme!r}" if scheme else "none"
+            raise _invalid(f"unsupported URL scheme {shown} in {url!r}; accepted: {accepted}")
+        host = parts.hostname
+        if not host:
+            raise _invalid(f"URL has no host: {url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise _invalid("credentials in the URL are not supported; use auth=BasicAuth(...)")
+        self._parts = parts
+        self.scheme = scheme
+        self.host = host
+        self.port = port if port is not None else DEFAULT_PORTS[scheme]
+        self.origin = Origin(scheme, host, self.port)
+        path = parts.path or "/"
+        self.target = f"{path}?{parts.query}" if parts.query else path
+
+    def with_params(self, params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None) -> URL:
+        """A copy with ``params`` appended to the query string (``None`` values dropped)."""
+        if not params:
+            return self
+        items = params.items() if isinstance(params, Mapping) else params
+        pairs: list[tuple[str, str]] = []
+        for key, value in items:
+            if value is None:
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            pairs.extend((str(key), _param_str(v)) for v in values)
+        extra = urlencode(pairs)
+        query = f"{self._parts.query}&{extra}" if self._parts.query else extra
+        return URL(self._parts._replace(query=query).geturl())
+
+    def join(self, url: str) -> URL:
+        """Resolve ``url`` against this one (RFC 3986)."""
+        return URL(urljoin(str(self), url))
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.port == DEFAULT_PORTS[self.scheme]:
+            return host
+        return f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self._parts.geturl()
+
+    def __repr__(self) -> str:
+        return f"URL({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, URL) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def _param_str(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
+HeaderTypes: TypeAlias = Union[
+    "Headers", Mapping[str, str], Sequence[tuple[str, str]], Mapping[bytes, bytes], None
+]
+
+
+def _check_header(name: str, value: str) -> None:
+    if not _TOKEN.fullmatch(name):
+        raise _invalid(
+            f"invalid header name {name!r}: names are tokens (letters, digits and "
+            "!#$%&'*+-.^_`|~), without spaces, colons, CR, LF or NUL"
+        )
+    if _FORBIDDEN_VALUE_CHARS.search(value):
+        raise _invalid(
+            f"invalid value for header {name!r}: CR, LF and NUL are not allowed in header "
+            "values (they would let one header smuggle another)"
+        )
+
+
+def _to_str(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+class Headers(Mapping[str, str]):
+    """A case-insensitive multi-dict of headers, in order.
+
+    ``headers["a"]`` joins repeated values with ``", "``; ``get_list("a")`` returns them all.
+    Values of Authorization, Proxy-Authorization, Cookie and Set-Cookie are hidden in ``repr``.
+    """
+
+    __slots__ = ("_items",)
+
+    _items: list[tuple[str, str]]
+
+    def __init__(self, headers: HeaderTypes = None, *, validate: bool = True) -> None:
+        items: list[tuple[str, str]] = []
+        if isinstance(headers, Headers):
+            items = list(headers._items)
+        elif headers is not None:
+            pairs: Iterable[tuple[Any, Any]] = (
+                headers.items() if isinstance(headers, Mapping) else headers
+            )
+            for name, value in pairs:
+                name_s, value_s = _to_str(name), _to_str(value)
+                if validate:
+                    _check_header(name_s, value_s)
+                items.append((name_s, value_s))
+        self._items = items
+
+    def get_list(self, name: str) -> list[str]:
+        """Every value of ``name``, in order (empty when absent)."""
+        lname = name.lower()
+        return [v for k, v in self._items if k.lower() == lname]
+
+    def __getitem__(self, name: str) -> str:
+        values = self.get_list(name)
+        if not values:
+            raise KeyError(name)
+        return ", ".join(values)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        lname = name.lower()
+        return any(k.lower() == lname for k, _ in self._items)
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for k, _ in self._items:
+            if k.lower() not in seen:
+                seen.add(k.lower())
+                yield k
+
+    def __len__(self) -> int:
+        return len({k.lower() for k, _ in self._items})
+
+    def multi_items(self) -> list[tuple[str, str]]:
+        """All ``(name, value)`` pairs, repeated names included."""
+        return list(self._items)
+
+    def set(self, name: str, value: str) -> None:
+        """Replace every value of ``name`` by ``value`` (validated)."""
+        _check_header(name, value)
+        self.remove(name)
+        self._items.append((name, value))
+
+    def add(self, name: str, value: str) -> None:
+        """Append a value of ``name`` (validated)."""
+        _check_header(name, value)
+        self._items.append((name, value))
+
+    def setdefault_value(self, name: str, value: str) -> None:
+        if name not in self:
+            self.add(name, value)
+
+    def remove(self, name: str) -> None:
+        lname = name.lower()
+        self._items = [(k, v) for k, v in self._items if k.lower() != lname]
+
+    def copy(self) -> Headers:
+        return Headers(self, validate=False)
+
+    def raw(self) -> list[tuple[bytes, bytes]]:
+        """The pairs encoded for the wire (latin-1)."""
+        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._items]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return sorted((k.lower(), v) for k, v in self._items) == sorted(
+                (k.lower(), v) for k, v in other._items
+            )
+        if isinstance(other, Mapping):
+            return self == Headers(other, validate=False)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Headers({redact_headers(self._items)!r})"
+
+
+def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
+    return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
+
+
+class Response:
+    """An HTTP response.
+
+    For buffered calls ``content`` is the whole body. For ``client.stream(...)`` read it with
+    ``aiter_bytes()`` (or ``aread()``); the connection returns to the pool once the body has
+    been read to the end or the ``async with`` block exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        reason: str,
+        headers: Headers,
+        http_version: str,
+        url: URL,
+        request_method: str,
+        content: bytes | None = None,
+        attempts: Sequence[Attempt] = (),
+        retry_decision: Decision | None = None,
+        stream: AsyncIterator[bytes] | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.http_version = http_version
+        self.url = url
+        self.request_method = request_method
+        self._content = content
+        self.attempts: list[Attempt] = list(attempts)
+        self.retry_decision = retry_decision
+        self.history: list[Response] = []
+        self._stream = stream
+        self._consumed = content is not None
+
+    @property
+    def status_code(self) -> int:
+        """Alias of ``status`` (as in httpx)."""
+        return self.status
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def content(self) -> bytes:
+        """The whole body. For a streamed response, only after ``await response.aread()``."""
+        if self._content is None:
+            raise RuntimeError(
+                "the body of a streamed response has not been read; call "
+                "`await response.aread()` or iterate `response.aiter_bytes()`"
+            )
+        return self._content
+
+    @property
+    def encoding(self) -> str:
+        content_type = self.headers.get("content-type", "")
+        match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
+        return match.group(1) if match else "utf-8"
+
+    @property
+    def text(self) -> str:
+        try:
+            return self.content.decode(self.encoding, errors="replace")
+        except LookupError:
+            return self.content.decode("utf-8", errors="replace")
+
+    def json(self, **kwargs: Any) -> Any:
+        return _json.loads(self.content, **kwargs)
+
+    def raise_for_status(self) -> Response:
+        """Raise :class:`HTTPStatusError` when ``status >= 400``; otherwise return ``self``."""
+        if self.status >= 400:
+            kind = "client error" if self.status < 500 else "server error"
+            raise HTTPStatusError(
+                f"{kind} {self.status} {self.reason} for {self.request_method} {self.url}",
+                response=self,
+            )
+        return self
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body in chunks as they arrive (streamed calls), or in one chunk (buffered)."""
+        if self._content is not None:
+            if self._content:
+                yield self._content
+            return
+        if self._stream is None or self._consumed:
+            raise RuntimeError("the response body has already been consumed")
+        self._consumed = True
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aread(self) -> bytes:
+        """Read the rest of a streamed body and keep it as ``content``."""
+        if self._content is None:
+            self._content = b"".join([chunk async for chunk in self.aiter_bytes()])
+        return self._content
+
+    def __repr__(self) -> str:
+        return (
+            f"<Response [{self.status} {self.reason}] {self.http_version} "
+            f"{self.request_method} {self.url} attempts={len(self.attempts)}>"
+        )

@@ -1,0 +1,368 @@
+"""HTTP/1.1 over h11: one connection, one request at a time, every stage observed.
+
+The proof each stage gives (what the client may claim if the attempt breaks there):
+
+- before ``send_all`` of the head: nothing of this request left -> ``NOT_SENT`` is *not* claimed
+  here for a reused connection unless :meth:`HTTP11Connection.peer_closed` proved the peer gone
+  before writing (the pool checks that; see ``pool.py``);
+- from the first ``send_all`` on: a cancelled or failed ``send_all`` may have sent some, all or
+  none of its bytes (trio's ``SendStream.send_all`` contract), so ``SENT_NO_RESPONSE``;
+- the first response byte moves the stage to ``RESPONSE_HEAD`` (still no response: it may be a
+  1xx or garbage); final headers parsed -> ``RESPONSE_BODY`` (a break now is
+  ``PARTIAL_RESPONSE``); ``EndOfMessage`` -> ``COMPLETE``.
+
+Any exception while a request is on the connection (``trio.Cancelled`` included) leaves the
+connection unusable: h11's state would no longer match the bytes on the wire. It is closed, not
+returned to the pool.
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import AsyncIterable
+from typing import Protocol
+
+import h11
+import trio
+
+from .._core.evidence import FailureCategory, Stage
+from .progress import AttemptProgress, WireError
+from .transport import Transport
+
+__all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse"]
+
+RECEIVE_SIZE = 65536
+#: Request bodies up to this size are written in the same ``send_all`` as the head.
+COALESCE_LIMIT = 16384
+#: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class WireRequest:
+    """A request ready for the wire: validated, headers encoded, body as bytes or a stream."""
+
+    __slots__ = ("body", "content_length", "headers", "method", "target")
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | AsyncIterable[bytes],
+        content_length: int | None,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.content_length = content_length
+
+
+class BodySource(Protocol):
+    """What a response body is read from: a connection (HTTP/1.1) or a stream (HTTP/2)."""
+
+    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
+        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``)."""
+        ...
+
+    def abandon(self) -> None:
+        """Stop reading: the rest of the body is not wanted (closes or resets as needed)."""
+        ...
+
+
+class WireResponse:
+    """Response head plus the source its body is read from."""
+
+    __slots__ = ("headers", "http_version", "reason", "source", "status")
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        headers: list[tuple[bytes, bytes]],
+        http_version: str,
+        source: BodySource,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.http_version = http_version
+        self.source = source
+
+
+class HTTP11Connection:
+    """One HTTP/1.1 connection. Not safe for concurrent requests (the pool guarantees that)."""
+
+    http_version = "HTTP/1.1"
+    multiplexed = False
+
+    __slots__ = (
+        "_h11",
+        "_socket",
+        "_stream",
+        "busy",
+        "closed",
+        "expires_at",
+        "origin_key",
+        "requests",
+    )
+
+    def __init__(self, transport: Transport, origin_key: object, max_header_bytes: int) -> None:
+        self._stream = transport.stream
+        self._socket = transport.socket
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
+        self.origin_key = origin_key
+        self.busy = False
+        self.closed = False
+        self.expires_at = float("inf")
+        self.requests = 0
+
+    # --- pool hooks ------------------------------------------------------------------------
+
+    def is_available(self) -> bool:
+        return not self.busy and not self.closed
+
+    def is_reusable(self) -> bool:
+        """True after a complete request/response cycle that allows keep-alive."""
+        return not self.closed and self._h11.our_state is h11.IDLE
+
+    def peer_closed(self) -> bool:
+        """One non-blocking ``poll()``: is anything readable on this idle connection?
+
+        An idle HTTP/1.1 connection must have nothing to read. EOF means the peer closed it; a
+        TLS close_notify or stray bytes mean it is about to be, or is confused. Either way the
+        connection is not used, and since not one byte of the next request was written, that
+        is proof for ``NOT_SENT``.
+        """
+        if self.closed:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(self._socket.fileno(), select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    def close(self) -> None:
+        """Close at once, without a TLS close_notify (safe to call twice)."""
+        if not self.closed:
+            self.closed = True
+            self._socket.close()
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await trio.aclose_forcefully(self._stream)
+
+    # --- the request ---------------------------------------------------------------------------
+
+    async def _send(self, data: bytes, progress: AttemptProgress, stage: Stage) -> None:
+        """The one path for request bytes: advance the stage, then await ``send_all``."""
+        progress.advance(stage)
+        try:
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                f"connection broke while sending: {exc.__cause__ or exc}",
+            ) from exc
+        progress.bytes_sent += len(data)
+
+    def _encode(self, event: h11.Event, progress: AttemptProgress) -> bytes:
+        try:
+            return self._h11.send(event) or b""
+        except h11.LocalProtocolError as exc:
+            raise WireError.at(
+                progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
+            ) from exc
+
+    async def send_request(
+        self,
+        request: WireRequest,
+        progress: AttemptProgress,
+        *,
+        write_timeout: float | None = None,
+        first_byte_timeout: float | None = None,
+    ) -> WireResponse:
+        """Write the request and read up to the final response head.
+
+        Raises :class:`WireError` classified by the stage reached. On cancellation the
+        connection is closed (never reused) and ``progress`` says what may have been sent.
+        """
+        self.busy = True
+        self.requests += 1
+        progress.http_version = self.http_version
+        try:
+            with _stage_timeout(write_timeout) as scope:
+                await self._write(request, progress)
+            if scope.cancelled_caught:
+                raise WireError.at(
+                    progress,
+                    FailureCategory.TIMEOUT,
+                    f"writing the request took longer than the write timeout ({write_timeout}s)",
+                )
+            return await self._read_head(progress, first_byte_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
+        body = request.body
+        headers = request.headers
+        if isinstance(body, bytes):
+            if body or request.method in _BODY_METHODS:
+                headers = [*headers, (b"content-length", str(len(body)).encode())]
+        elif request.content_length is not None:
+            headers = [*headers, (b"content-length", str(request.content_length).encode())]
+        else:
+            headers = [*headers, (b"transfer-encoding", b"chunked")]
+        head = self._encode(
+            h11.Request(method=request.method, target=request.target, headers=headers), progress
+        )
+        if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
+            # One syscall for small requests; the body leaves with the head.
+            data = head + (self._encode(h11.Data(data=body), progress) if body else b"")
+            data += self._encode(h11.EndOfMessage(), progress)
+            await self._send(data, progress, Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD)
+        else:
+            await self._send(head, progress, Stage.REQUEST_HEAD)
+            chunks = (body,) if isinstance(body, bytes) else body
+            if isinstance(chunks, tuple):
+                for chunk in chunks:
+                    await self._send(
+                        self._encode(h11.Data(data=chunk), progress), progress, Stage.REQUEST_BODY
+                    )
+            else:
+                async for chunk in chunks:
+                    if chunk:
+                        data = self._encode(h11.Data(data=chunk), progress)
+                        await self._send(data, progress, Stage.REQUEST_BODY)
+            end = self._encode(h11.EndOfMessage(), progress)
+            if end:
+                await self._send(end, progress, Stage.REQUEST_BODY)
+        progress.advance(Stage.AWAITING_RESPONSE)
+
+    async def _next_event(self, progress: AttemptProgress) -> object:
+        """The next h11 event, reading from the socket as needed; errors classified."""
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                if self._h11.their_state is h11.ERROR and _eof_error(exc):
+                    raise WireError.at(
+                        progress,
+                        FailureCategory.CONNECTION_BROKEN,
+                        "the server closed the connection before the response was complete",
+                    ) from exc
+                raise WireError.at(
+                    progress, FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc)
+                ) from exc
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise WireError.at(
+                    progress,
+                    FailureCategory.CONNECTION_BROKEN,
+                    f"connection broke while waiting for the response: {exc.__cause__ or exc}",
+                ) from exc
+            if data:
+                if progress.stage == Stage.AWAITING_RESPONSE:
+                    progress.advance(Stage.RESPONSE_HEAD)
+                    progress.timings["first_byte"] = trio.current_time() - progress.started
+                progress.bytes_received += len(data)
+            elif progress.stage < Stage.RESPONSE_BODY:
+                raise WireError.at(
+                    progress,
+                    FailureCategory.CONNECTION_BROKEN,
+                    "the server closed the connection without sending a response",
+                )
+            self._h11.receive_data(bytes(data))
+
+    async def _read_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
+        with _stage_timeout(limit) as scope:
+            while True:
+                event = await self._next_event(progress)
+                if isinstance(event, h11.InformationalResponse):
+                    continue
+                if isinstance(event, h11.Response):
+                    progress.advance(Stage.RESPONSE_BODY)
+                    return WireResponse(
+                        event.status_code,
+                        event.reason.decode("latin-1"),
+                        list(event.headers),
+                        self.http_version,
+                        self,
+                    )
+                raise WireError.at(  # pragma: no cover - h11 only yields the above here
+                    progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
+                )
+        assert scope.cancelled_caught
+        raise WireError.at(
+            progress,
+            FailureCategory.TIMEOUT,
+            f"no response head within the first-byte timeout ({limit}s)",
+        )
+
+    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
+        """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
+        try:
+            with _stage_timeout(read_limit) as scope:
+                while True:
+                    event = await self._next_event(progress)
+                    if isinstance(event, h11.Data):
+                        if event.data:
+                            return bytes(event.data)
+                        continue
+                    if isinstance(event, h11.EndOfMessage):
+                        progress.advance(Stage.COMPLETE)
+                        self._finish_cycle()
+                        return b""
+                    raise WireError.at(
+                        progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
+                    )
+            assert scope.cancelled_caught
+            raise WireError.at(
+                progress,
+                FailureCategory.TIMEOUT,
+                f"no body data within the read timeout ({read_limit}s)",
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def abandon(self) -> None:
+        """The caller stopped reading mid-body: the connection cannot be reused."""
+        self.close()
+
+    def _finish_cycle(self) -> None:
+        self.busy = False
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+        else:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("busy" if self.busy else "idle")
+        return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
+
+
+def _stage_timeout(timeout: float | None) -> trio.CancelScope:
+    if timeout is None:
+        return trio.CancelScope()
+    return trio.move_on_after(timeout)
+
+
+def _eof_error(exc: h11.RemoteProtocolError) -> bool:
+    return "peer closed connection" in str(exc) or "incomplete" in str(exc)
+
+
+def _protocol_message(exc: h11.RemoteProtocolError) -> str:
+    text = str(exc)
+    if "too long" in text.lower() or "exceeds" in text.lower():
+        return (
+            f"the response head is larger than max_header_bytes ({text}); raise "
+            "Client(max_header_bytes=...) if the server legitimately sends large headers"
+        )
+    return f"the server's response is not valid HTTP/1.1: {text}"

@@ -1,0 +1,100 @@
+"""What the wire layer tells the client about one attempt, while it happens.
+
+:class:`AttemptProgress` is written by the wire layer *before* each await that crosses a stage
+boundary (habit: "advance the stage, then await on exactly one thing"), so whatever interrupts
+the attempt — an error, the call deadline, the client closing — the client can read the
+furthest stage reached and turn it into evidence.
+
+:class:`WireError` is the wire layer's only exception type. It carries its classification
+(stage, evidence, category) from the place where the proof was, so nothing upstream has to
+guess, and nothing upstream may "upgrade" it (only the wire proves ``NOT_SENT``).
+"""
+
+from __future__ import annotations
+
+from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
+
+__all__ = ["AttemptProgress", "WireError"]
+
+
+class AttemptProgress:
+    """Mutable, per-attempt record of how far the request got.
+
+    ``proven_not_sent`` is set by the wire when it has positive proof that the server did not
+    process the request although request bytes may have left (HTTP/2 REFUSED_STREAM, or a
+    stream above a GOAWAY's last-stream-id).
+    """
+
+    __slots__ = (
+        "bytes_received",
+        "bytes_sent",
+        "connection_reused",
+        "http_version",
+        "proven_not_sent",
+        "stage",
+        "started",
+        "timings",
+    )
+
+    def __init__(self, started: float) -> None:
+        self.stage = Stage.ADMISSION
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.connection_reused = False
+        self.http_version: str | None = None
+        self.proven_not_sent = False
+        self.started = started
+        self.timings: dict[str, float] = {}
+
+    def advance(self, stage: Stage) -> None:
+        """Move forward to ``stage`` (never backwards)."""
+        if stage > self.stage:
+            self.stage = stage
+
+    @property
+    def evidence(self) -> Evidence:
+        """The evidence an interruption *now* would carry."""
+        if self.proven_not_sent:
+            return Evidence.NOT_SENT
+        return evidence_for_stage(self.stage)
+
+
+class WireError(Exception):
+    """A classified failure of one attempt on the wire.
+
+    ``retryable=False`` marks failures that must end the call without consulting the engine
+    (a response larger than ``max_body_bytes``: trying again would fetch the same body).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: Stage,
+        evidence: Evidence,
+        category: FailureCategory,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.evidence = evidence
+        self.category = category
+        self.retryable = retryable
+
+    @classmethod
+    def at(
+        cls,
+        progress: AttemptProgress,
+        category: FailureCategory,
+        message: str,
+        *,
+        retryable: bool = True,
+    ) -> WireError:
+        """A failure at the progress's current stage, with the evidence that stage proves."""
+        return cls(
+            message,
+            stage=progress.stage,
+            evidence=progress.evidence,
+            category=category,
+            retryable=retryable,
+        )
