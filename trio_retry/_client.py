@@ -447,7 +447,7 @@ class Client:
             outcome = await self._attempt(request, state, progress, streaming, deadline)
             attempt, retry_after = self._record(number, progress, outcome)
             wire = outcome.response
-            if wire is not None and wire.status < 400:
+            if wire is not None and outcome.error is None and wire.status < 400:
                 attempts.append(attempt)
                 await self._notify(attempt)
                 return self._deliver(request, state, outcome, attempts, None, streaming, deadline)
@@ -725,36 +725,45 @@ class Client:
                     wire.source.abandon()
                 self._give_back(state, outcome)
 
-        async def body() -> AsyncIterator[bytes]:
-            nonlocal done
-            try:
-                while True:
+        client = self
+        source = wire.source
+
+        class Body:
+            """The streamed body: each chunk read inside the call deadline; a break raises."""
+
+            def __aiter__(self) -> Body:
+                return self
+
+            async def __anext__(self) -> bytes:
+                if done:
+                    raise StopAsyncIteration
+                try:
                     with trio.CancelScope(deadline=deadline) as scope:
-                        chunk = await wire.source.receive_body(progress, self.stage_timeouts.read)
+                        chunk = await source.receive_body(progress, client.stage_timeouts.read)
                     if scope.cancelled_caught:
                         raise WireError.at(
                             progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
                         )
-                    if not chunk:
-                        outcome.body = b""
-                        close()
-                        return
-                    yield chunk
-            except WireError as exc:
-                close()
-                failed = replace(
-                    attempts[-1],
-                    stage=progress.stage,
-                    evidence=Evidence.PARTIAL_RESPONSE,
-                    error=exc,
-                    category=exc.category,
-                    decision=RetryDenied.response_already_delivered(),
-                )
-                raise self._failure(
-                    request, [*attempts[:-1], failed], exc, failed.decision
-                ) from exc
+                except WireError as exc:
+                    close()
+                    failed = replace(
+                        attempts[-1],
+                        stage=progress.stage,
+                        evidence=Evidence.PARTIAL_RESPONSE,
+                        error=exc,
+                        category=exc.category,
+                        decision=RetryDenied.response_already_delivered(),
+                    )
+                    raise client._failure(
+                        request, [*attempts[:-1], failed], exc, failed.decision
+                    ) from exc
+                if not chunk:
+                    outcome.body = b""
+                    close()
+                    raise StopAsyncIteration
+                return chunk
 
-        return self._response(request, outcome, attempts, decision, body()), close
+        return self._response(request, outcome, attempts, decision, Body()), close
 
     def _finish(
         self,

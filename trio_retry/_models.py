@@ -295,6 +295,23 @@ class Headers(Mapping[str, str]):
         return f"Headers({redact_headers(self._items)!r})"
 
 
+class _Chunks:
+    """An async iterator over chunks already in memory."""
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._chunks:
+            raise StopAsyncIteration
+        return self._chunks.pop(0)
+
+
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
     return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
@@ -380,22 +397,24 @@ class Response:
             )
         return self
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body in chunks as they arrive (streamed calls), or in one chunk (buffered)."""
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body in chunks as they arrive (streamed calls), or in one chunk (buffered).
+
+        A plain iterator, not an async generator: leaving an ``async for`` early leaves nothing
+        to be finalised later; the ``client.stream()`` block closes the connection.
+        """
         if self._content is not None:
-            if self._content:
-                yield self._content
-            return
+            return _Chunks([self._content] if self._content else [])
         if self._stream is None or self._consumed:
             raise RuntimeError("the response body has already been consumed")
         self._consumed = True
-        async for chunk in self._stream:
-            yield chunk
+        return self._stream
 
     async def aread(self) -> bytes:
         """Read the rest of a streamed body and keep it as ``content``."""
         if self._content is None:
-            self._content = b"".join([chunk async for chunk in self.aiter_bytes()])
+            chunks = [chunk async for chunk in self.aiter_bytes()]
+            self._content = b"".join(chunks)
         return self._content
 
     def __repr__(self) -> str:

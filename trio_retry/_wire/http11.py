@@ -98,6 +98,7 @@ class HTTP11Connection:
 
     __slots__ = (
         "_h11",
+        "_max_header_bytes",
         "_socket",
         "_stream",
         "busy",
@@ -111,6 +112,7 @@ class HTTP11Connection:
         self._stream = transport.stream
         self._socket = transport.socket
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
+        self._max_header_bytes = max_header_bytes
         self.origin_key = origin_key
         self.busy = False
         self.closed = False
@@ -287,6 +289,17 @@ class HTTP11Connection:
                 if isinstance(event, h11.InformationalResponse):
                     continue
                 if isinstance(event, h11.Response):
+                    # h11 bounds only *incomplete* heads; a large head that arrived in one read
+                    # is measured here, so the limit holds however the bytes were chunked.
+                    size = sum(len(name) + len(value) + 4 for name, value in event.headers)
+                    if size > self._max_header_bytes:
+                        raise WireError.at(
+                            progress,
+                            FailureCategory.REMOTE_PROTOCOL,
+                            f"the response head ({size} bytes) is larger than max_header_bytes "
+                            f"({self._max_header_bytes}); raise Client(max_header_bytes=...) if "
+                            "the server legitimately sends large headers",
+                        )
                     progress.advance(Stage.RESPONSE_BODY)
                     return WireResponse(
                         event.status_code,
