@@ -70,6 +70,7 @@ from ._wire.transport import open_transport
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth"]
 
 USER_AGENT = "trio_retry/0.1"
+_DEFAULT_HEADERS = [(b"user-agent", USER_AGENT.encode()), (b"accept", b"*/*")]
 
 
 @runtime_checkable
@@ -375,7 +376,7 @@ class Client:
         if isinstance(url, str) and self.base_url is not None and "://" not in url:
             full = self.base_url.join(url)
         else:
-            full = URL(url)
+            full = _parse_url(url)
         full = full.with_params(params)
         merged = self.headers.copy()
         given = Headers(headers)
@@ -572,7 +573,7 @@ class Client:
             outcome.permit = token
         origin = request.url.origin
         headers = [] if "host" in request.headers else [(b"host", request.url.host_header.encode())]
-        headers += self._default_headers
+        headers += _DEFAULT_HEADERS
         headers += request.headers.raw()
         if self.auth is not None:
             headers += Headers(await self.auth.headers()).raw()
@@ -636,10 +637,6 @@ class Client:
         if permit is not None and state.limiter is not None:
             state.limiter.release_on_behalf_of(permit)
 
-    @property
-    def _default_headers(self) -> list[tuple[bytes, bytes]]:
-        return [(b"user-agent", USER_AGENT.encode()), (b"accept", b"*/*")]
-
     def _record(
         self, number: int, progress: AttemptProgress, outcome: _Outcome
     ) -> tuple[Attempt, float | None]:
@@ -689,7 +686,7 @@ class Client:
         return Response(
             status=wire.status,
             reason=wire.reason,
-            headers=Headers(_decode_headers(wire.headers), validate=False),
+            headers=Headers.from_wire(wire.headers),
             http_version=wire.http_version,
             url=request.url,
             request_method=request.method,
@@ -828,8 +825,20 @@ class Client:
         return exc
 
 
-def _decode_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+_URL_CACHE: dict[str, URL] = {}
+
+
+def _parse_url(url: str | URL) -> URL:
+    """Parse (and validate) a URL once: services call the same few URLs over and over."""
+    if isinstance(url, URL):
+        return url
+    parsed = _URL_CACHE.get(url) if isinstance(url, str) else None
+    if parsed is None:
+        parsed = URL(url)
+        if len(_URL_CACHE) >= 1024:
+            _URL_CACHE.clear()
+        _URL_CACHE[url] = parsed
+    return parsed
 
 
 _AMBIGUOUS_ADVICE = (

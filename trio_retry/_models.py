@@ -211,8 +211,8 @@ class Headers(Mapping[str, str]):
     def __init__(self, headers: HeaderTypes = None, *, validate: bool = True) -> None:
         items: list[tuple[str, str]] = []
         if isinstance(headers, Headers):
-            items = list(headers._items)
-        elif headers is not None:
+            items = headers._items.copy()
+        elif headers:
             pairs: Iterable[tuple[Any, Any]] = (
                 headers.items() if isinstance(headers, Mapping) else headers
             )
@@ -222,6 +222,13 @@ class Headers(Mapping[str, str]):
                     _check_header(name_s, value_s)
                 items.append((name_s, value_s))
         self._items = items
+
+    @classmethod
+    def from_wire(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
+        """Headers received from a peer (already parsed by h11/h2): decoded, not re-validated."""
+        headers = cls.__new__(cls)
+        headers._items = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+        return headers
 
     def get_list(self, name: str) -> list[str]:
         """Every value of ``name``, in order (empty when absent)."""

@@ -291,7 +291,9 @@ class HTTP11Connection:
                 if isinstance(event, h11.Response):
                     # h11 bounds only *incomplete* heads; a large head that arrived in one read
                     # is measured here, so the limit holds however the bytes were chunked.
-                    size = sum(len(name) + len(value) + 4 for name, value in event.headers)
+                    size = progress.bytes_received  # cheap bound first: usually all we need
+                    if size > self._max_header_bytes:
+                        size = sum(len(name) + len(value) + 4 for name, value in event.headers)
                     if size > self._max_header_bytes:
                         raise WireError.at(
                             progress,
@@ -361,9 +363,26 @@ class HTTP11Connection:
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
 
 
-def _stage_timeout(timeout: float | None) -> trio.CancelScope:
+class _NoTimeout:
+    """Stands in for a cancel scope when a stage has no timeout: entering a real scope costs
+    more than the rest of a small request's bookkeeping, so the hot path avoids it."""
+
+    __slots__ = ()
+    cancelled_caught = False
+
+    def __enter__(self) -> _NoTimeout:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_TIMEOUT = _NoTimeout()
+
+
+def _stage_timeout(timeout: float | None) -> trio.CancelScope | _NoTimeout:
     if timeout is None:
-        return trio.CancelScope()
+        return _NO_TIMEOUT
     return trio.move_on_after(timeout)
 
 
