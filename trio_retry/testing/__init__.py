@@ -1,0 +1,40 @@
+"""A fault-injecting HTTP/1.1 and HTTP/2 server for testing HTTP clients.
+
+`FaultServer` answers each request with the next scripted action (`Respond`, `Stall`,
+`PartialBody`, `CloseBeforeRead`, `CloseAfterHead`, `CloseAfterBody`, `RefuseStream`,
+`GoAway`) and records every request it received in `FaultServer.requests`, with whether it was
+executed, so a test can count side effects. `refused_port` gives a port nobody listens on.
+See docs/testing.md.
+"""
+
+from ._script import Action as Action
+from ._script import AfterBody as AfterBody
+from ._script import CloseAfterBody as CloseAfterBody
+from ._script import CloseAfterHead as CloseAfterHead
+from ._script import CloseBeforeRead as CloseBeforeRead
+from ._script import GoAway as GoAway
+from ._script import PartialBody as PartialBody
+from ._script import RecordedRequest as RecordedRequest
+from ._script import RefuseStream as RefuseStream
+from ._script import Respond as Respond
+from ._script import ScriptError as ScriptError
+from ._script import Stall as Stall
+from ._server import FaultServer as FaultServer
+from ._server import refused_port as refused_port
+
+__all__ = [
+    "Action",
+    "AfterBody",
+    "CloseAfterBody",
+    "CloseAfterHead",
+    "CloseBeforeRead",
+    "FaultServer",
+    "GoAway",
+    "PartialBody",
+    "RecordedRequest",
+    "RefuseStream",
+    "Respond",
+    "ScriptError",
+    "Stall",
+    "refused_port",
+]

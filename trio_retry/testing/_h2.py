@@ -1,0 +1,472 @@
+"""Serve one HTTP/2 connection (h2), applying the script to each stream in its own task.
+
+Structure: one reader task feeds the h2 state machine and reacts to its events synchronously;
+one writer task owns the socket's send side; each request stream runs its action in a task of
+its own. Stream tasks only change h2 state and wake the writer, so cancelling one (the client
+reset it, or a GOAWAY abandoned it) can never cut a frame in half.
+
+h2 moves a whole connection to CLOSED as soon as it sends or receives a GOAWAY, and then
+refuses every later frame, including the responses of the streams that the GOAWAY promised to
+finish. So GOAWAY never goes through h2 here: the server builds its own (`goaway_frame`), and
+takes the client's out of the byte stream before h2 sees them (`_GoAwayFilter`).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+from h2.errors import ErrorCodes
+
+from ._common import DISCONNECTS, ConnContext, Ending, Slot, ending_for
+from ._script import (
+    Action,
+    AfterBody,
+    CloseAfterBody,
+    CloseAfterHead,
+    CloseBeforeRead,
+    GoAway,
+    PartialBody,
+    RefuseStream,
+    Respond,
+    Stall,
+    body_allowed,
+    h2_response_headers,
+    paced_chunks,
+)
+
+__all__ = ["PREFACE", "H2Handler", "goaway_frame"]
+
+#: The client connection preface that announces HTTP/2 with prior knowledge (RFC 9113 §3.4).
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_RECEIVE_SIZE = 65536
+
+
+def goaway_frame(last_stream_id: int, error_code: int) -> bytes:
+    """A serialized GOAWAY frame (RFC 9113 §6.8) without debug data."""
+    payload = struct.pack(">II", last_stream_id & 0x7FFFFFFF, error_code)
+    # 24-bit length, type 0x7, no flags, stream 0.
+    return struct.pack(">I", len(payload))[1:] + bytes((0x7, 0)) + struct.pack(">I", 0) + payload
+
+
+class _GoAwayFilter:
+    """Split incoming bytes into what h2 should see and the client's GOAWAY frames."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._preface_left = len(PREFACE)
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """Bytes for h2 (preface and complete non-GOAWAY frames), and whether a GOAWAY came.
+
+        Incomplete frames wait for more data; h2 itself validates everything it gets.
+        """
+        self._buffer += data
+        out = bytearray()
+        if self._preface_left:
+            taken = self._buffer[: self._preface_left]
+            del self._buffer[: self._preface_left]
+            self._preface_left -= len(taken)
+            out += taken
+        goaway = False
+        while not self._preface_left and len(self._buffer) >= 9:
+            end = 9 + int.from_bytes(self._buffer[:3], "big")
+            if len(self._buffer) < end:
+                break
+            if self._buffer[3] == 0x7:
+                goaway = True
+            else:
+                out += self._buffer[:end]
+            del self._buffer[:end]
+        return bytes(out), goaway
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+class _Stream:
+    """A request stream whose action runs in a task."""
+
+    def __init__(self, stream_id: int, slot: Slot, expect_100: bool) -> None:
+        self.stream_id = stream_id
+        self.slot = slot
+        self.expect_100 = expect_100
+        self.sent_100 = False
+        self.scope = trio.CancelScope()
+        self.body_done = trio.Event()
+        self.body_scope: trio.CancelScope | None = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """Stop serving the stream (reset by the client, or above a GOAWAY)."""
+        self.abandoned = True
+        self.scope.cancel()
+
+
+class H2Handler:
+    """One HTTP/2 connection. `run` returns how the connection should end."""
+
+    def __init__(
+        self, ctx: ConnContext, initial: bytes, max_concurrent_streams: int | None
+    ) -> None:
+        self._ctx = ctx
+        self._initial = initial
+        self._h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        if max_concurrent_streams is not None:
+            codes = h2.settings.SettingCodes
+            self._h2.local_settings = h2.settings.Settings(
+                client=False,
+                initial_values={
+                    codes.MAX_CONCURRENT_STREAMS: max_concurrent_streams,
+                    codes.MAX_HEADER_LIST_SIZE: self._h2.DEFAULT_MAX_HEADER_LIST_SIZE,
+                },
+            )
+        self._incoming = _GoAwayFilter()
+        self._pending = bytearray()  # bytes queued outside h2 (our GOAWAY frames), in order
+        self._want_write = trio.Event()
+        self._window_changed = trio.Event()
+        self._streams: dict[int, _Stream] = {}  # streams whose action task is running
+        self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
+        self._goaway_last: int | None = None
+        self._goaway_action: Action | None = None
+        self._draining = False  # close once no stream is being served
+        self._close_after_flush: Ending | None = None
+        self._ending: Ending | None = None
+        self._nursery: trio.Nursery | None = None
+        self._idle_scope: trio.CancelScope | None = None
+
+    async def run(self) -> Ending:
+        self._h2.initiate_connection()
+        # Our SETTINGS go out before anything else can happen, so even a connection that a
+        # script closes on its first HEADERS has shown its settings.
+        with trio.fail_after(self._ctx.timeouts.write):
+            await self._ctx.stream.send_all(self._h2.data_to_send())
+        try:
+            # The writer lives outside the nursery that `_finish` cancels: cancelling a write
+            # half-way would cut a frame (and break a TLS stream, losing its close_notify).
+            # It stops by itself, between writes, once the connection has an ending.
+            async with trio.open_nursery() as outer:
+                outer.start_soon(self._guard, self._writer)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
+                        nursery.start_soon(self._guard, self._reader)
+                finally:
+                    # Reader and streams are done: flush what is queued, then end.
+                    self._finish_after_flush(Ending.CLOSE)
+        finally:
+            for slot in self._slots.values():
+                self._ctx.recorder.commit(slot)
+        return self._ending or Ending.CLOSE
+
+    # -- connection plumbing ------------------------------------------------------------
+
+    def _finish(self, ending: Ending) -> None:
+        """End the connection now (the first ending asked for wins)."""
+        if self._ending is None:
+            self._ending = ending
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        self._kick()  # the writer sees the ending and stops
+
+    def _finish_after_flush(self, ending: Ending) -> None:
+        """End the connection once everything queued so far has been written."""
+        if self._close_after_flush is None:
+            self._close_after_flush = ending
+        self._kick()
+
+    def _kick(self) -> None:
+        self._want_write.set()
+
+    async def _guard(self, task: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await task()
+        except DISCONNECTS:
+            self._finish(Ending.ABORT)
+
+    async def _writer(self) -> None:
+        while True:
+            await self._want_write.wait()
+            self._want_write = trio.Event()
+            if self._ending is not None:
+                return
+            self._pending += self._h2.data_to_send()
+            if self._pending:
+                data = bytes(self._pending)
+                self._pending.clear()
+                with trio.fail_after(self._ctx.timeouts.write):
+                    await self._ctx.stream.send_all(data)
+            if self._close_after_flush is not None and not self._want_write.is_set():
+                self._finish(self._close_after_flush)
+                return
+
+    async def _reader(self) -> None:
+        if self._initial:
+            self._feed(self._initial)
+        while self._ending is None and self._close_after_flush is None:
+            with trio.CancelScope(deadline=self._idle_deadline()) as scope:
+                self._idle_scope = scope
+                data = await self._ctx.stream.receive_some(_RECEIVE_SIZE)
+            self._idle_scope = None
+            if scope.cancelled_caught:
+                # Idle: say goodbye politely, then close.
+                last = self._h2.highest_inbound_stream_id
+                self._send_goaway(last, 0, GoAway(last_stream_id=last))
+                return
+            if not data:
+                self._finish(Ending.ABORT)
+                return
+            self._feed(bytes(data))
+
+    def _idle_deadline(self) -> float:
+        return math.inf if self._streams else trio.current_time() + self._ctx.timeouts.idle
+
+    def _streams_changed(self) -> None:
+        if self._idle_scope is not None:
+            self._idle_scope.deadline = self._idle_deadline()
+        if self._draining and not self._streams:
+            self._finish_after_flush(Ending.CLOSE)
+
+    def _send_goaway(self, last_stream_id: int, error_code: int, cause: Action) -> None:
+        """Queue a GOAWAY, abandon the streams above `last_stream_id`, drain the rest.
+
+        `cause` becomes the recorded action of every stream above the last id that had not
+        executed yet, and of any stream that arrives later.
+        """
+        if self._goaway_last is not None:
+            last_stream_id = min(last_stream_id, self._goaway_last)  # it may only go down
+        self._goaway_last = last_stream_id
+        self._goaway_action = cause
+        self._pending += self._h2.data_to_send()
+        self._pending += goaway_frame(last_stream_id, error_code)
+        self._draining = True
+        for stream_id, stream in list(self._streams.items()):
+            if stream_id > last_stream_id:
+                stream.abandon()
+                if not stream.slot.executed:
+                    stream.slot.action = cause
+                del self._streams[stream_id]
+        self._kick()
+        self._streams_changed()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        data, client_goaway = self._incoming.feed(data)
+        try:
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            # h2 has queued a GOAWAY describing the error: send it, then close.
+            self._finish_after_flush(Ending.CLOSE)
+            return
+        for event in events:
+            if self._ending is not None:
+                return
+            self._on_event(event)
+        if client_goaway:
+            # The client is leaving: answer what is in progress, then close.
+            self._draining = True
+            self._streams_changed()
+        self._kick()
+
+    def _on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._on_request(event)
+        elif isinstance(event, h2.events.DataReceived):
+            if event.flow_controlled_length:
+                # Hand the window back at once: the body is buffered in memory, never applied
+                # as backpressure, so uploads of any size flow.
+                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            slot = self._slots.get(event.stream_id)
+            if slot is not None:
+                slot.body += event.data
+                self._ctx.recorder.commit(slot)
+            stream = self._streams.get(event.stream_id)
+            if stream is not None and stream.body_scope is not None:
+                stream.body_scope.deadline = trio.current_time() + self._ctx.timeouts.read
+        elif isinstance(event, h2.events.StreamEnded):
+            stream = self._streams.get(event.stream_id)
+            if stream is not None:
+                stream.body_done.set()
+        elif isinstance(event, h2.events.StreamReset):
+            stream = self._streams.pop(event.stream_id, None)
+            if stream is not None:
+                stream.abandon()
+                self._streams_changed()
+        elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+            self._window_changed.set()
+            self._window_changed = trio.Event()
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        headers = tuple((_text(n).lower(), _text(v)) for n, v in event.headers)
+        pseudo = {name: value for name, value in headers if name.startswith(":")}
+        method = pseudo.get(":method", "")
+        path = pseudo.get(":path", "")
+        recorder = self._ctx.recorder
+
+        def record(action: Action) -> Slot:
+            slot = recorder.open(
+                method=method,
+                path=path,
+                headers=headers,
+                connection_id=self._ctx.connection_id,
+                http_version="HTTP/2",
+                stream_id=stream_id,
+                action=action,
+            )
+            self._slots[stream_id] = slot
+            return slot
+
+        if self._goaway_last is not None and stream_id > self._goaway_last:
+            # Above the GOAWAY: never processed, never answered, no script entry used.
+            assert self._goaway_action is not None
+            record(self._goaway_action)
+            return
+        action = recorder.script.pop(method, path)
+        slot = record(action)
+        if isinstance(action, (CloseBeforeRead, CloseAfterHead)):
+            self._finish(ending_for(action.reset))
+            return
+        if isinstance(action, RefuseStream):
+            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        then = action.then if isinstance(action, GoAway) else action
+        expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
+        stream = _Stream(stream_id, slot, expect_100)
+        # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
+        # (when at or below the last stream id) or abandons it (when above).
+        self._streams[stream_id] = stream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve_stream, stream, then, method)
+        if isinstance(action, GoAway):
+            last = stream_id if action.last_stream_id is None else action.last_stream_id
+            self._send_goaway(last, action.error_code, action)
+        self._streams_changed()
+
+    # -- one stream -----------------------------------------------------------------------
+
+    async def _serve_stream(self, stream: _Stream, action: AfterBody, method: str) -> None:
+        try:
+            with stream.scope:
+                if stream.abandoned:  # above a GOAWAY sent in the same batch of events
+                    return
+                if not await self._wait_body(stream):
+                    # The client stopped sending its body: give up on this stream only.
+                    self._reset_quietly(stream.stream_id, ErrorCodes.CANCEL)
+                    return
+                if stream.abandoned:  # woken by the body and abandoned in the same batch
+                    return
+                stream.slot.executed = True
+                self._ctx.recorder.commit(stream.slot)
+                await self._after_body(stream, action, method)
+        except h2.exceptions.ProtocolError:
+            # The stream was closed under us (client reset, client GOAWAY): nothing to answer.
+            pass
+        except trio.TooSlowError:
+            # The client kept its flow-control window shut: give up on this stream only.
+            self._reset_quietly(stream.stream_id, ErrorCodes.CANCEL)
+        finally:
+            if self._streams.get(stream.stream_id) is stream:
+                del self._streams[stream.stream_id]
+            self._ctx.recorder.commit(stream.slot)
+            self._streams_changed()
+
+    def _reset_quietly(self, stream_id: int, error_code: ErrorCodes) -> None:
+        try:
+            self._h2.reset_stream(stream_id, error_code)
+        except h2.exceptions.ProtocolError:
+            return  # already closed
+        self._kick()
+
+    async def _wait_body(self, stream: _Stream) -> bool:
+        """Wait for the end of the request body; False if it stalled for the read timeout."""
+        if stream.expect_100 and not stream.body_done.is_set():
+            self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
+            stream.sent_100 = True
+        with trio.move_on_after(self._ctx.timeouts.read) as scope:
+            stream.body_scope = scope
+            await stream.body_done.wait()
+        stream.body_scope = None
+        return stream.body_done.is_set()
+
+    def _send_headers(
+        self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
+    ) -> None:
+        encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+        self._h2.send_headers(stream_id, encoded, end_stream=end_stream)
+        self._kick()
+
+    async def _send_body(
+        self, stream_id: int, body: bytes, rate: float | None, *, end_stream: bool
+    ) -> None:
+        """Send `body` within the peer's flow-control windows, paced at `rate` bytes/s."""
+        for chunk, pause in paced_chunks(body, rate):
+            view = chunk
+            while view:
+                changed = self._window_changed
+                window = min(
+                    self._h2.local_flow_control_window(stream_id),
+                    self._h2.max_outbound_frame_size,
+                )
+                if window <= 0:
+                    with trio.fail_after(self._ctx.timeouts.write):
+                        await changed.wait()
+                    continue
+                self._h2.send_data(stream_id, view[:window])
+                view = view[window:]
+                self._kick()
+            if pause:
+                await trio.sleep(pause)
+        if end_stream:
+            self._h2.end_stream(stream_id)
+            self._kick()
+
+    async def _after_body(self, stream: _Stream, action: AfterBody, method: str) -> None:
+        stream_id = stream.stream_id
+        if isinstance(action, Stall):
+            await trio.sleep(action.seconds)
+            await self._after_body(stream, action.then, method)
+        elif isinstance(action, CloseAfterBody):
+            self._finish(ending_for(action.reset))
+        elif isinstance(action, PartialBody):
+            headers = h2_response_headers(action.status, action.headers, action.declared_length)
+            self._send_headers(stream_id, headers, end_stream=False)
+            if body_allowed(action.status, method):
+                await self._send_body(stream_id, action.body, None, end_stream=False)
+            if action.reset:
+                # Let the head and the short body reach the wire first, then RST the socket.
+                self._finish_after_flush(Ending.RESET)
+            else:
+                self._h2.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+                self._kick()
+        else:
+            await self._respond(stream, action, method)
+
+    async def _respond(self, stream: _Stream, action: Respond, method: str) -> None:
+        stream_id = stream.stream_id
+        if action.delay:
+            await trio.sleep(action.delay)
+        skip_100 = stream.sent_100
+        for status in action.informational:
+            if status == 100 and skip_100:
+                skip_100 = False
+                continue
+            self._send_headers(stream_id, ((":status", str(status)),), end_stream=False)
+        has_body = bool(action.body) and body_allowed(action.status, method)
+        headers = h2_response_headers(action.status, action.headers, len(action.body))
+        self._send_headers(stream_id, headers, end_stream=not has_body)
+        if has_body:
+            await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
+        if action.close_after:
+            self._send_goaway(self._h2.highest_inbound_stream_id, 0, action)

@@ -1,0 +1,445 @@
+"""Fault scripts: what the test server should do with each request, as plain data.
+
+This module is pure: no sockets, no Trio, no clock. It holds
+
+* the actions (`Respond`, `CloseBeforeRead`, ...), frozen values a test queues on a
+  `FaultServer`;
+* `Script`, the queues those actions wait in (per-route first, then global, then the
+  default);
+* `RecordedRequest`, the server's record of one request;
+* small helpers the wire code uses to turn an action into response headers and body chunks.
+
+"Executed" is defined here, once, by `reads_body`: an action that reads the whole request
+body runs the request's side effect at the moment the last body byte arrives, whatever it does
+afterwards. Actions that act before the body is read never execute the request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+__all__ = [
+    "Action",
+    "AfterBody",
+    "CloseAfterBody",
+    "CloseAfterHead",
+    "CloseBeforeRead",
+    "GoAway",
+    "HeaderPairs",
+    "HeadersInput",
+    "PartialBody",
+    "RecordedRequest",
+    "RefuseStream",
+    "Respond",
+    "Script",
+    "ScriptError",
+    "Stall",
+    "body_allowed",
+    "h2_response_headers",
+    "normalize_headers",
+    "paced_chunks",
+    "reads_body",
+    "response_headers",
+]
+
+HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
+HeadersInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
+
+# Connection-specific header fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); the HTTP/2
+# side drops them from scripted responses instead of failing, so one script serves both
+# protocols.
+_H2_FORBIDDEN = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+)
+
+# How often a paced (body_rate) body is written: small enough that a client sees many chunks,
+# large enough that a 1 KiB/s body is not thousands of one-byte writes.
+_PACE_TICK = 0.05
+
+
+class ScriptError(Exception):
+    """A script asked for something the connection cannot do.
+
+    Raised out of `FaultServer.serve` (and so into the test's nursery) when, for example,
+    `RefuseStream` or `GoAway` is applied to an HTTP/1.1 request. It is a bug in the test,
+    not a fault of the client, so it is loud on purpose.
+    """
+
+
+def _check_token(name: str) -> None:
+    if not name or any(c in name for c in " \t\r\n:\0") or not name.isascii():
+        raise ValueError(f"invalid header name {name!r}")
+
+
+def normalize_headers(headers: HeadersInput) -> HeaderPairs:
+    """Return `headers` (a mapping or (name, value) pairs) as a tuple of str pairs.
+
+    Names keep their case (HTTP/1.1 sends them as given; HTTP/2 lowercases them). Raises
+    `ValueError` for names that are not tokens or values containing CR, LF or NUL, so a bad
+    script fails where it is written rather than on the wire.
+    """
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[tuple[str, str]] = []
+    for name, value in items:
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
+        _check_token(name)
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"invalid header value for {name!r}: {value!r}")
+        out.append((name, value))
+    return tuple(out)
+
+
+def _check_delay(name: str, value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Respond:
+    """Answer the request after reading all of it. Executed.
+
+    Order on the wire: wait `delay` seconds, send each status in `informational` (1xx, e.g.
+    ``(103,)``), send the final head, then `body` (paced at `body_rate` bytes per second when
+    given, in small chunks). `Content-Length` is added from `body` unless `headers` carry a
+    `Content-Length` or `Transfer-Encoding`.
+
+    `close_after=True` ends the connection right after the response. On HTTP/1.1 the response
+    carries no ``Connection: close``, so the client's pool keeps a connection that is already
+    closed (a stale keep-alive connection). On HTTP/2 the server sends ``GOAWAY(NO_ERROR)``
+    with the highest stream id it has seen and closes once the streams it still serves finish.
+    """
+
+    status: int
+    headers: HeaderPairs
+    body: bytes
+    delay: float
+    informational: tuple[int, ...]
+    body_rate: float | None
+    close_after: bool
+
+    def __init__(
+        self,
+        status: int = 200,
+        headers: HeadersInput = (),
+        body: bytes = b"",
+        delay: float = 0.0,
+        informational: Iterable[int] = (),
+        body_rate: float | None = None,
+        close_after: bool = False,
+    ) -> None:
+        if not 200 <= status <= 599:
+            raise ValueError(f"final status must be 200..599, got {status}")
+        infos = tuple(informational)
+        for info in infos:
+            # 101 switches protocols, which neither h11 nor h2 lets a server script.
+            if not 100 <= info <= 199 or info == 101:
+                raise ValueError(f"informational status must be 1xx other than 101, got {info}")
+        _check_delay("delay", delay)
+        if body_rate is not None and not (body_rate > 0 and math.isfinite(body_rate)):
+            raise ValueError(f"body_rate must be > 0 bytes/second, got {body_rate!r}")
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "headers", normalize_headers(headers))
+        object.__setattr__(self, "body", bytes(body))
+        object.__setattr__(self, "delay", float(delay))
+        object.__setattr__(self, "informational", infos)
+        object.__setattr__(self, "body_rate", body_rate)
+        object.__setattr__(self, "close_after", close_after)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseBeforeRead:
+    """Drop the connection before reading the request. Never executed.
+
+    HTTP/1.1: the server needs the request line and headers to pick a routed action, so it
+    parses the head out of the bytes that have already arrived, then closes without reading
+    further (the record's body is always ``b""``). HTTP/2: on the stream's HEADERS frame the
+    whole connection is closed, without GOAWAY. `reset=True` sends a TCP RST instead of a FIN
+    (no TLS close_notify).
+    """
+
+    reset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfterHead:
+    """Read the request head, then drop the connection without reading the body. Never executed.
+
+    The record's body holds whatever body bytes arrived together with the head (HTTP/1.1) or
+    ``b""`` (HTTP/2, where the connection closes on the HEADERS frame, without GOAWAY).
+    `reset=True` sends a TCP RST instead of a FIN.
+    """
+
+    reset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfterBody:
+    """Read the whole request (executing it), then drop the connection without answering.
+
+    The request **is** executed: this is the server that did the work and died before replying.
+    On HTTP/2 the whole connection is dropped, without GOAWAY. `reset=True` sends a TCP RST.
+    """
+
+    reset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartialBody:
+    """Read the whole request (executed), send a head promising `declared_length` body bytes,
+    send `body` (shorter), then break off.
+
+    HTTP/1.1: close the connection (FIN) after the short body, or reset it (RST) when `reset`.
+    HTTP/2: `reset=False` ends the stream with ``RST_STREAM(INTERNAL_ERROR)`` and keeps the
+    connection; `reset=True` resets the whole TCP connection instead.
+    """
+
+    status: int
+    headers: HeaderPairs
+    declared_length: int
+    body: bytes
+    reset: bool
+
+    def __init__(
+        self,
+        status: int = 200,
+        headers: HeadersInput = (),
+        declared_length: int = 1000,
+        body: bytes = b"x" * 100,
+        reset: bool = False,
+    ) -> None:
+        if not 200 <= status <= 599:
+            raise ValueError(f"final status must be 200..599, got {status}")
+        if not 0 <= len(body) < declared_length:
+            raise ValueError(
+                f"body ({len(body)} bytes) must be shorter than declared_length ({declared_length})"
+            )
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "headers", normalize_headers(headers))
+        object.__setattr__(self, "declared_length", declared_length)
+        object.__setattr__(self, "body", bytes(body))
+        object.__setattr__(self, "reset", reset)
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Read the whole request (executed), wait `seconds` before any response byte, then apply
+    `then` (by default a plain ``Respond(200)``)."""
+
+    seconds: float
+    then: AfterBody = field(default_factory=Respond)
+
+    def __post_init__(self) -> None:
+        _check_delay("seconds", self.seconds)
+        if not isinstance(self.then, (Respond, PartialBody, CloseAfterBody, Stall)):
+            raise TypeError(f"Stall.then must act after the body, got {self.then!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseStream:
+    """HTTP/2 only: answer the stream's HEADERS with ``RST_STREAM(REFUSED_STREAM)`` (code 7)
+    before reading its body. Never executed; the connection stays usable.
+
+    On an HTTP/1.1 request this is a `ScriptError`.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class GoAway:
+    """HTTP/2 only: when popped for stream S, send ``GOAWAY(last_stream_id, error_code)``.
+
+    `last_stream_id=None` means S itself. Streams with an id at or below it carry on and are
+    answered by their own actions (S by `then`, when S is at or below it). Streams above it
+    (those already open and any that arrive later) are recorded as not executed and get no
+    response at all, not even a RST_STREAM: the client must infer from the GOAWAY. The
+    connection closes once the remaining streams finish. A stream above the last id that had
+    already executed stays recorded as executed: the record is the truth, even when a script
+    makes the GOAWAY lie.
+
+    On an HTTP/1.1 request this is a `ScriptError`.
+    """
+
+    last_stream_id: int | None = None
+    error_code: int = 0
+    then: AfterBody = field(default_factory=Respond)
+
+    def __post_init__(self) -> None:
+        if self.last_stream_id is not None and not 0 <= self.last_stream_id < 2**31:
+            raise ValueError(f"last_stream_id must be 0..2**31-1, got {self.last_stream_id}")
+        if not 0 <= self.error_code < 2**32:
+            raise ValueError(f"error_code must be 0..2**32-1, got {self.error_code}")
+        if not isinstance(self.then, (Respond, PartialBody, CloseAfterBody, Stall)):
+            raise TypeError(f"GoAway.then must act after the body, got {self.then!r}")
+
+
+#: Anything a script may hold.
+Action: TypeAlias = (
+    Respond
+    | CloseBeforeRead
+    | CloseAfterHead
+    | CloseAfterBody
+    | Stall
+    | PartialBody
+    | RefuseStream
+    | GoAway
+)
+#: Actions that run once the whole request has been read (allowed as `Stall.then`).
+AfterBody: TypeAlias = Respond | PartialBody | CloseAfterBody | Stall
+
+_ACTION_TYPES = (
+    Respond,
+    CloseBeforeRead,
+    CloseAfterHead,
+    CloseAfterBody,
+    Stall,
+    PartialBody,
+    RefuseStream,
+    GoAway,
+)
+
+
+def reads_body(action: Action) -> bool:
+    """True when `action` reads the whole request body, and so executes the request.
+
+    Only `CloseBeforeRead`, `CloseAfterHead` and `RefuseStream` act before the body. `GoAway`
+    reads the body of its own stream (and hands it to `then`) when that stream is at or below
+    the last stream id.
+    """
+    return not isinstance(action, (CloseBeforeRead, CloseAfterHead, RefuseStream))
+
+
+def _check_action(action: object) -> Action:
+    if not isinstance(action, _ACTION_TYPES):
+        raise TypeError(f"not a fault-server action: {action!r}")
+    return action
+
+
+def _path_only(target: str) -> str:
+    return target.split("?", 1)[0]
+
+
+class Script:
+    """The action queues of one server.
+
+    `pop(method, target)` returns, in order of preference: the next action queued for that
+    route (exact target first, then the target without its query string), the next action of
+    the global queue, or `default`. Routes are matched on the upper-cased method.
+    """
+
+    def __init__(self, default: Action | None = None) -> None:
+        self._global: deque[Action] = deque()
+        self._routes: dict[tuple[str, str], deque[Action]] = {}
+        self.default: Action = Respond(200, body=b"ok") if default is None else default
+
+    def extend(self, actions: Iterable[Action]) -> None:
+        """Append `actions` to the global queue."""
+        self._global.extend(_check_action(a) for a in actions)
+
+    def extend_route(self, method: str, path: str, actions: Iterable[Action]) -> None:
+        """Append `actions` to the queue of (`method`, `path`)."""
+        key = (method.upper(), path)
+        self._routes.setdefault(key, deque()).extend(_check_action(a) for a in actions)
+
+    def pop(self, method: str, target: str) -> Action:
+        """Take the action for one request (see the class docstring for the order)."""
+        method = method.upper()
+        for key in ((method, target), (method, _path_only(target))):
+            queue = self._routes.get(key)
+            if queue:
+                return queue.popleft()
+        if self._global:
+            return self._global.popleft()
+        return self.default
+
+    def pending(self) -> int:
+        """How many queued actions (global and routed) have not been used yet."""
+        return len(self._global) + sum(len(q) for q in self._routes.values())
+
+    def queued(self) -> tuple[Action, ...]:
+        """Every queued action not used yet: the global queue, then each route's queue."""
+        out: list[Action] = list(self._global)
+        for queue in self._routes.values():
+            out.extend(queue)
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """What the server received for one request, and what it did with it.
+
+    `headers` are (lowercased name, value) pairs as received; for HTTP/2 the pseudo-headers
+    (``:method``, ``:path``, ``:scheme``, ``:authority``) come first. `body` is every body byte
+    received so far (complete when `executed`). `time` is ``trio.current_time()`` when the head
+    arrived. `executed` is True once the request's side effect happened, that is once an action
+    that reads the whole body has read it (see `reads_body`); a request whose body was not
+    fully received is never executed. `action` is the action applied (for an HTTP/2 stream
+    above a GOAWAY's last stream id, that `GoAway`).
+    """
+
+    method: str
+    path: str
+    headers: HeaderPairs
+    body: bytes
+    connection_id: int
+    http_version: str
+    stream_id: int | None
+    time: float
+    executed: bool
+    action: Action
+
+    def header(self, name: str) -> str | None:
+        """The first value of header `name` (case-insensitive), or None."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def matches(self, method: str | None = None, path: str | None = None) -> bool:
+        """True when the request has `method` (any case) and `path` (exact, or equal to the
+        path without its query string); None matches anything."""
+        if method is not None and self.method.upper() != method.upper():
+            return False
+        return path is None or path in (self.path, _path_only(self.path))
+
+
+def body_allowed(status: int, method: str) -> bool:
+    """Whether a response with `status` to `method` may carry a body (RFC 9110 §6.4.1)."""
+    return method.upper() != "HEAD" and status not in (204, 304) and status >= 200
+
+
+def response_headers(status: int, headers: HeaderPairs, content_length: int) -> HeaderPairs:
+    """HTTP/1.1 final response headers: `headers`, plus ``Content-Length: content_length``
+    unless `headers` give a length or a transfer coding, or the status forbids one (204)."""
+    names = {name.lower() for name, _ in headers}
+    if status == 204 or names & {"content-length", "transfer-encoding"}:
+        return headers
+    return (*headers, ("Content-Length", str(content_length)))
+
+
+def h2_response_headers(status: int, headers: HeaderPairs, content_length: int) -> HeaderPairs:
+    """HTTP/2 response header block: ``:status`` first, names lowercased, connection-specific
+    fields dropped, ``content-length`` added as for `response_headers`."""
+    kept = tuple((n.lower(), v) for n, v in headers if n.lower() not in _H2_FORBIDDEN)
+    names = {name for name, _ in kept}
+    if status != 204 and "content-length" not in names:
+        kept = (*kept, ("content-length", str(content_length)))
+    return ((":status", str(status)), *kept)
+
+
+def paced_chunks(body: bytes, rate: float | None) -> list[tuple[bytes, float]]:
+    """Split `body` into (chunk, pause after it) pairs sending about `rate` bytes/second.
+
+    With no rate the body is one chunk with no pause. With a rate, chunks hold what the rate
+    allows in one 50 ms tick (at least one byte); every chunk but the last is followed by a
+    pause of ``len(chunk) / rate``, so the whole body takes about ``len(body) / rate`` seconds.
+    """
+    if rate is None or not body:
+        return [(body, 0.0)] if body else []
+    size = max(1, int(rate * _PACE_TICK))
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
+    return [(c, len(c) / rate if i < len(chunks) - 1 else 0.0) for i, c in enumerate(chunks)]

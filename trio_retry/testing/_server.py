@@ -1,0 +1,342 @@
+"""`FaultServer`: accept connections, pick HTTP/1.1 or HTTP/2, and end each connection the way
+its handler asks (graceful close, TCP reset, or abort)."""
+
+from __future__ import annotations
+
+import errno
+import math
+import socket
+import ssl
+import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ._common import DISCONNECTS, ConnContext, Ending, Recorder, Timeouts
+from ._h1 import H1Handler
+from ._h2 import PREFACE, H2Handler
+from ._script import (
+    Action,
+    GoAway,
+    RecordedRequest,
+    RefuseStream,
+    Script,
+)
+
+if TYPE_CHECKING:
+    import trustme
+
+__all__ = ["FaultServer", "refused_port"]
+
+# Running out of file descriptors or buffers is transient: wait and accept again.
+_ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def refused_port(host: str = "127.0.0.1") -> int:
+    """A loopback port with no listener: connecting to it fails with ECONNREFUSED.
+
+    The port is bound and released without ever listening, so nothing answers on it unless
+    another program binds it in the meantime (the kernel hands out fresh ports in rotation,
+    so that is unlikely within a test).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class _Transport(trio.abc.HalfCloseableStream):
+    """The accepted socket, with the three ways a connection can end.
+
+    `aclose` is a lingering close: FIN first, then read and discard until the client closes
+    (or the linger time passes), then close. Closing a socket whose receive buffer still holds
+    unread bytes makes the kernel send a RST instead of a FIN; a script that says "close"
+    must look like a close on the client's side, so the server drains first.
+    """
+
+    def __init__(self, inner: trio.SocketStream, linger: float) -> None:
+        self._inner = inner
+        self._linger = linger
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return await self._inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        try:
+            with trio.move_on_after(self._linger):
+                await self._inner.send_eof()
+                while await self._inner.receive_some(65536):
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self.close_now()
+        await trio.lowlevel.checkpoint()
+
+    def reset(self) -> None:
+        """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
+        try:
+            self._inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass  # already closed by the peer's reset
+        self.close_now()
+
+    def close_now(self) -> None:
+        self._inner.socket.close()
+
+
+class FaultServer:
+    """A scripted HTTP/1.1 and HTTP/2 server on loopback that fails on purpose, and records.
+
+    Start it with ``url = await nursery.start(server.serve)``. Queue actions with `script`
+    (global queue) and `route` (per method and path); each request pops the next action: its
+    route's queue first, then the global queue, then `default`. Every request the server
+    received, executed or not, is in `requests` in arrival order.
+
+    Protocols: with ``tls=True`` ALPN picks HTTP/2 (``h2``, offered only when `http2`) or
+    HTTP/1.1; in cleartext a connection opening with the HTTP/2 preface speaks h2c (prior
+    knowledge) when `http2`, anything else speaks HTTP/1.1. `max_concurrent_streams` is
+    advertised in the server's HTTP/2 SETTINGS (None: h2's default, 100).
+
+    Every wait is bounded (`idle_timeout` with no request in progress, `read_timeout` for a
+    request head or between body reads, `write_timeout` for a write or a flow-control
+    window), and a misbehaving client only ever costs its own connection.
+    """
+
+    def __init__(
+        self,
+        *,
+        tls: bool = False,
+        http2: bool = True,
+        max_concurrent_streams: int | None = None,
+        host: str = "127.0.0.1",
+        idle_timeout: float = 30.0,
+        read_timeout: float = 10.0,
+        write_timeout: float = 10.0,
+    ) -> None:
+        if max_concurrent_streams is not None and not 0 <= max_concurrent_streams < 2**32:
+            raise ValueError(f"max_concurrent_streams out of range: {max_concurrent_streams}")
+        for name, value in (
+            ("idle_timeout", idle_timeout),
+            ("read_timeout", read_timeout),
+            ("write_timeout", write_timeout),
+        ):
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        self.tls = tls
+        self.http2 = http2
+        self.max_concurrent_streams = max_concurrent_streams
+        self.host = host
+        self._timeouts = Timeouts(idle=idle_timeout, read=read_timeout, write=write_timeout)
+        self._script = Script()
+        self._recorder = Recorder(self._script)
+        #: Every request received, in arrival order (see `RecordedRequest`). A record is
+        #: replaced by an updated one as its body arrives and when it is executed.
+        self.requests: list[RecordedRequest] = self._recorder.requests
+        #: TCP connections accepted so far.
+        self.connections_accepted = 0
+        self._port: int | None = None
+        self._started = False
+        self._server_context: ssl.SSLContext | None = None
+        self._ca: trustme.CA | None = None
+        if tls:
+            self._setup_tls()
+
+    def _setup_tls(self) -> None:
+        # trustme is a test dependency: imported only when TLS is asked for.
+        import trustme
+
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
+        self._ca = ca
+        self._server_context = context
+
+    # -- configuration ----------------------------------------------------------------------
+
+    @property
+    def default(self) -> Action:
+        """The action for requests that find their queues empty (``Respond(200, body=b"ok")``
+        unless set)."""
+        return self._script.default
+
+    @default.setter
+    def default(self, action: Action) -> None:
+        self._script.default = self._check([action])[0]
+
+    def script(self, *actions: Action) -> None:
+        """Append `actions` to the global queue: each request not served by its route's queue
+        takes the next one."""
+        self._script.extend(self._check(actions))
+
+    def route(self, method: str, path: str, *actions: Action) -> None:
+        """Append `actions` to the queue of requests with `method` (any case) and `path` (the
+        exact target, or the target without its query string). A request consults its route
+        queue first and falls back to the global queue, then to `default`, when it is empty."""
+        self._script.extend_route(method, path, self._check(actions))
+
+    @property
+    def queued(self) -> tuple[Action, ...]:
+        """The scripted actions no request has used yet (global queue first, then routes)."""
+        return self._script.queued()
+
+    def _check(self, actions: Iterable[Action]) -> list[Action]:
+        actions = list(actions)
+        if not self.http2:
+            for action in actions:
+                if isinstance(action, (RefuseStream, GoAway)):
+                    raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
+        return actions
+
+    # -- observation ----------------------------------------------------------------------
+
+    def executed_count(self, method: str | None = None, path: str | None = None) -> int:
+        """How many recorded requests were executed, optionally only those with `method` (any
+        case) and `path` (exact target, or target without its query string)."""
+        return sum(1 for r in self.requests if r.executed and r.matches(method, path))
+
+    @property
+    def port(self) -> int:
+        """The listening port (available once `serve` has started)."""
+        if self._port is None:
+            raise RuntimeError("FaultServer is not serving yet: await nursery.start(server.serve)")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The base URL, ``http://127.0.0.1:PORT`` or ``https://...`` (once started)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """A new client `ssl.SSLContext` that trusts this server's certificate authority.
+
+        The certificate is valid for ``127.0.0.1`` and ``localhost``. No ALPN protocols are
+        set: the client chooses its own. Raises `RuntimeError` for a ``tls=False`` server.
+        """
+        if self._ca is None:
+            raise RuntimeError("this FaultServer was created with tls=False")
+        context = ssl.create_default_context()
+        self._ca.configure_trust(context)
+        return context
+
+    def __repr__(self) -> str:
+        where = self.url if self._port is not None else "not serving"
+        protocols = "h2+http/1.1" if self.http2 else "http/1.1"
+        executed = sum(1 for r in self.requests if r.executed)
+        return (
+            f"<FaultServer {where} {protocols}: {len(self.requests)} requests ({executed}"
+            f" executed), {self.connections_accepted} connections,"
+            f" {self._script.pending()} actions queued>"
+        )
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on ``host``, port 0, and serve until cancelled; starts with `url`.
+
+        Each connection runs in its own task (and each HTTP/2 stream's action in its own
+        task). Cancelling serve closes the listener and every connection abruptly. It raises
+        only for a broken script (`ScriptError`) or a bug, never because a client misbehaved.
+        A server serves once.
+        """
+        if self._started:
+            raise RuntimeError("a FaultServer can serve only once")
+        self._started = True
+        listeners = await trio.open_tcp_listeners(0, host=self.host)
+        listener = listeners[0]
+        for extra in listeners[1:]:
+            await extra.aclose()
+        try:
+            self._port = listener.socket.getsockname()[1]
+            async with trio.open_nursery() as nursery:
+                task_status.started(self.url)
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:
+                        if exc.errno not in _ACCEPT_RETRY_ERRNOS:
+                            raise
+                        await trio.sleep(0.1)
+                        continue
+                    self.connections_accepted += 1
+                    nursery.start_soon(self._serve_connection, stream, self.connections_accepted)
+        finally:
+            await trio.aclose_forcefully(listener)
+
+    async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
+        transport = _Transport(sock, self._timeouts.linger)
+        stream: trio.abc.Stream = transport
+        ending = Ending.ABORT
+        try:
+            alpn: str | None = None
+            if self._server_context is not None:
+                ssl_stream = trio.SSLStream(transport, self._server_context, server_side=True)
+                stream = ssl_stream
+                with trio.fail_after(self._timeouts.read):
+                    await ssl_stream.do_handshake()
+                alpn = ssl_stream.selected_alpn_protocol()
+            ctx = ConnContext(stream, connection_id, self._recorder, self._timeouts)
+            handler: H1Handler | H2Handler
+            if alpn == "h2":
+                handler = H2Handler(ctx, b"", self.max_concurrent_streams)
+            elif alpn == "http/1.1":
+                handler = H1Handler(ctx, b"")
+            else:
+                initial = await self._sniff(stream)
+                if not initial:
+                    ending = Ending.CLOSE
+                    return
+                if self.http2 and initial.startswith(PREFACE):
+                    handler = H2Handler(ctx, initial, self.max_concurrent_streams)
+                else:
+                    handler = H1Handler(ctx, initial)
+            ending = await handler.run()
+        except DISCONNECTS:
+            ending = Ending.ABORT
+        finally:
+            await self._end(stream, transport, ending)
+
+    async def _sniff(self, stream: trio.abc.Stream) -> bytes:
+        """Read until the bytes prove or rule out the HTTP/2 preface (b"" if none came)."""
+        data = b""
+        with trio.move_on_after(self._timeouts.idle):
+            data = bytes(await stream.receive_some(65536))
+        if not data:
+            return b""
+        with trio.move_on_after(self._timeouts.read):
+            while len(data) < len(PREFACE) and PREFACE.startswith(data):
+                more = await stream.receive_some(65536)
+                if not more:
+                    break
+                data += more
+        return data
+
+    async def _end(self, stream: trio.abc.Stream, transport: _Transport, ending: Ending) -> None:
+        if ending is Ending.RESET:
+            transport.reset()
+        elif ending is Ending.ABORT:
+            transport.close_now()
+        else:
+            # stream.aclose: close_notify (TLS), then the transport's lingering close. Bounded
+            # in case the client never reads what is left to write.
+            try:
+                with trio.move_on_after(self._timeouts.linger + 1.0):
+                    await stream.aclose()
+            except DISCONNECTS:
+                pass
+            finally:
+                transport.close_now()
