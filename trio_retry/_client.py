@@ -62,6 +62,7 @@ from ._errors import (
     TLSFailed,
 )
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._wire.http2 import HTTP2Connection
 from ._wire.http11 import HTTP11Connection, WireRequest, WireResponse
 from ._wire.pool import ConnectionPool, PooledConnection
 from ._wire.progress import AttemptProgress, WireError
@@ -200,7 +201,7 @@ class Client:
         self.stage_timeouts = stage_timeouts or StageTimeouts()
         self.http2 = http2
         self.http2_prior_knowledge = http2_prior_knowledge
-        self._alpn = ["http/1.1"]
+        self._alpn = ["h2", "http/1.1"] if http2 else ["http/1.1"]
         if ssl_context is None:
             ssl_context = ssl.create_default_context()
         ssl_context.set_alpn_protocols(self._alpn)
@@ -589,9 +590,29 @@ class Client:
                 connect_timeout=self.stage_timeouts.connect,
                 tls_timeout=self.stage_timeouts.tls,
             )
+            if transport.alpn == "h2" or (not origin.tls and self.http2_prior_knowledge):
+                # The reader task lives in the client's nursery: no task outlives the client.
+                assert self._nursery is not None
+                return await HTTP2Connection.open(
+                    transport,
+                    origin,
+                    scheme=origin.scheme,
+                    authority=request.url.host_header,
+                    max_header_bytes=self.max_header_bytes,
+                    nursery=self._nursery,
+                    progress=progress,
+                    handshake_timeout=self.stage_timeouts.tls
+                    if origin.tls
+                    else self.stage_timeouts.connect,
+                )
             return HTTP11Connection(transport, origin, self.max_header_bytes)
 
-        conn = await self._pool.acquire(origin, progress, opener)
+        conn = await self._pool.acquire(
+            origin,
+            progress,
+            opener,
+            expect_multiplexed=self.http2 if origin.tls else self.http2_prior_knowledge,
+        )
         outcome.conn = conn
         timeouts = self.stage_timeouts
         response = await conn.send_request(

@@ -16,6 +16,18 @@ check before reusing an idle HTTP/1.1 connection is a single non-blocking ``recv
 dropped and the *same* attempt continues on a fresh one — it never turns into a request written
 into a dead socket, which would be ``SENT_NO_RESPONSE`` instead of the ``NOT_SENT`` it really is.
 
+Multiplexed (HTTP/2) connections stay in ``shared`` while they live: a stream that fails or is
+cancelled resets only itself, so ``discard`` of a multiplexed connection is a ``release``. The
+connection tells the pool when it dies or retires (after a GOAWAY, once its last stream
+finished) through its ``on_retired`` hook, which frees its slot at once. An HTTP/2 connection
+with no open stream expires after ``keepalive_expiry`` like an idle HTTP/1.1 one.
+
+When an attempt expects HTTP/2 (``acquire(..., expect_multiplexed=True)``) and another attempt
+is already connecting to the same origin, it waits for that connection instead of opening a
+parallel one, then shares it if it turned out multiplexed with a free stream slot (else it
+opens its own). Origins that answered HTTP/1.1 despite the expectation are remembered, so a
+burst to them is not serialised behind one connect.
+
 Cancellation: a waiter cancelled after it was granted a connection or slot gives it back, so the
 counts stay exact; :meth:`__repr__` ("1 active, 2 idle, 0 waiting") doubles as a test oracle.
 """
@@ -24,7 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import trio
 
@@ -61,6 +73,15 @@ class PooledConnection(Protocol):
         write_timeout: float | None = None,
         first_byte_timeout: float | None = None,
     ) -> WireResponse: ...
+
+
+class MultiplexedConnection(PooledConnection, Protocol):
+    """What the pool needs in addition of a connection whose ``multiplexed`` is true."""
+
+    on_retired: Callable[[], None] | None
+
+    @property
+    def active_streams(self) -> int: ...
 
 
 Opener = Callable[[AttemptProgress], Awaitable[PooledConnection]]
@@ -102,6 +123,11 @@ class ConnectionPool:
         self._count: dict[object, int] = {}
         self._total = 0
         self._waiters: deque[_Waiter] = deque()
+        # Origins with a connection being opened by an attempt that expects HTTP/2; set when
+        # that connect ends, however it ends.
+        self._opening: dict[object, trio.Event] = {}
+        # Origins that answered HTTP/1.1 when HTTP/2 was expected.
+        self._not_multiplexed: set[object] = set()
         self.closed = False
 
     # --- inspection ------------------------------------------------------------------------
@@ -133,13 +159,20 @@ class ConnectionPool:
     # --- acquire -----------------------------------------------------------------------------
 
     async def acquire(
-        self, origin: object, progress: AttemptProgress, opener: Opener
+        self,
+        origin: object,
+        progress: AttemptProgress,
+        opener: Opener,
+        *,
+        expect_multiplexed: bool = False,
     ) -> PooledConnection:
         """A connection for ``origin``: a reusable one, or a new one from ``opener``.
 
         Waits at most ``pool_timeout`` for capacity (then ``WireError(POOL_TIMEOUT)``,
-        ``NOT_SENT``). ``progress.connection_reused`` says which it was. If cancelled, any
-        connection or slot granted meanwhile is given back: the pool's counts stay exact.
+        ``NOT_SENT``). ``progress.connection_reused`` says which it was. With
+        ``expect_multiplexed`` it first waits for a connection another attempt is opening to
+        the same origin (see the module docstring). If cancelled, any connection or slot
+        granted meanwhile is given back: the pool's counts stay exact.
         """
         progress.advance(Stage.POOL)
         if self.closed:
@@ -150,6 +183,12 @@ class ConnectionPool:
                 category=FailureCategory.ADMISSION,
             )
         conn = self._take(origin)
+        expect_multiplexed = expect_multiplexed and origin not in self._not_multiplexed
+        if conn is None and expect_multiplexed and origin in self._opening:
+            # Waiting once is enough: if that connection cannot carry us too (HTTP/1.1, full,
+            # or it failed), we open our own rather than queue behind another connect.
+            await self._opening[origin].wait()
+            conn = self._take(origin)
         if conn is not None:
             progress.connection_reused = True
             return conn
@@ -159,11 +198,22 @@ class ConnectionPool:
                 progress.connection_reused = True
                 return conn
         # We hold a slot: connect outside the bookkeeping.
+        opening: trio.Event | None = None
+        if expect_multiplexed and origin not in self._opening:
+            opening = self._opening[origin] = trio.Event()
         try:
             conn = await opener(progress)
         except BaseException:
             self._release_slot(origin)
             raise
+        finally:
+            if opening is not None:
+                del self._opening[origin]
+                opening.set()
+        if expect_multiplexed and not conn.multiplexed:
+            self._not_multiplexed.add(origin)
+        elif conn.multiplexed:
+            self._not_multiplexed.discard(origin)
         if self.closed:
             conn.close()
             self._release_slot(origin)
@@ -175,13 +225,19 @@ class ConnectionPool:
             )
         if conn.multiplexed:
             self._shared.setdefault(origin, []).append(conn)
+            shared = conn
+            cast(MultiplexedConnection, conn).on_retired = lambda: self._forget_shared(shared)
         return conn
 
     def _take(self, origin: object) -> PooledConnection | None:
         shared = self._shared.get(origin)
         if shared:
-            for conn in shared:
+            now = trio.current_time()
+            for conn in list(shared):
                 if conn.is_available():
+                    if conn.expires_at <= now and not _streams(conn):
+                        self._forget_shared(conn)  # idle longer than keepalive_expiry
+                        continue
                     return conn
         stack = self._idle.get(origin)
         if not stack:
@@ -264,8 +320,15 @@ class ConnectionPool:
         if conn.multiplexed:
             if conn.closed or not conn.is_reusable():
                 self._forget_shared(conn)
-            else:
-                self._grant_shared(conn)
+                return
+            if not _streams(conn):
+                expiry = self.keepalive_expiry
+                if self.closed or (expiry is not None and expiry <= 0):
+                    self._forget_shared(conn)
+                    return
+                now = trio.current_time()
+                conn.expires_at = now + expiry if expiry is not None else float("inf")
+            self._grant_shared(conn)
             return
         if self.closed or conn.closed or not conn.is_reusable():
             self._drop(conn)
@@ -285,18 +348,27 @@ class ConnectionPool:
         self._idle_lru[conn] = None
 
     def discard(self, conn: PooledConnection) -> None:
-        """``conn`` broke or was interrupted: close it and free its slot."""
-        conn.close()
+        """``conn`` broke or was interrupted: close it and free its slot.
+
+        A multiplexed connection is only closed if it is itself dead: a failed or cancelled
+        HTTP/2 stream has already reset itself, and the connection carries the other streams.
+        """
         if conn.multiplexed:
-            self._forget_shared(conn)
-        else:
-            self._drop(conn)
+            self.release(conn)
+            return
+        conn.close()
+        self._drop(conn)
 
     def _forget_shared(self, conn: PooledConnection) -> None:
-        """A multiplexed connection is finished with: close it and free its slot, once."""
+        """A multiplexed connection is finished with: close it and free its slot, once.
+
+        Also the connection's ``on_retired`` hook, so it may run from its reader task.
+        """
         shared = self._shared.get(conn.origin_key)
         if shared and conn in shared:
             shared.remove(conn)
+            if not shared:
+                del self._shared[conn.origin_key]
             conn.close()
             self._release_slot(conn.origin_key)
 
@@ -350,3 +422,7 @@ class ConnectionPool:
             self._count[waiter.origin] = self._count.get(waiter.origin, 0) + 1
             self._total += 1
             waiter.event.set()
+
+
+def _streams(conn: PooledConnection) -> int:
+    return cast(MultiplexedConnection, conn).active_streams
