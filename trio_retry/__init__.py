@@ -3,6 +3,8 @@
 Public names only; see SPEC and docs/reference.md.
 """
 
+from ._auth import BasicAuth as BasicAuth
+from ._auth import BearerAuth as BearerAuth
 from ._client import Client as Client
 from ._client import RefreshableAuth as RefreshableAuth
 from ._core.backoff import Backoff as Backoff
@@ -53,6 +55,8 @@ __all__ = [
     "AmbiguousFailure",
     "Attempt",
     "Backoff",
+    "BasicAuth",
+    "BearerAuth",
     "Client",
     "ClientStateError",
     "ConnectFailed",

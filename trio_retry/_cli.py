@@ -163,7 +163,10 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
     """Run the command line; return the exit code."""
     out = out or sys.stdout
     err = err or sys.stderr
-    args = _build_parser().parse_args(list(argv))
+    try:
+        args = _build_parser().parse_args(list(argv))
+    except SystemExit as exc:  # argparse already printed the usage error (or --help)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if args.command == "demo":
         from ._demo import run_demo
 

@@ -21,6 +21,7 @@ closing) are turned into errors, and each of those carries the evidence of the s
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import random
 import ssl
@@ -29,12 +30,15 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from http.cookiejar import CookieJar
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlencode
 
 import trio
 
 from ._body import PreparedBody, prepare_body
+from ._cookies import cookie_header, store_cookies
 from ._core.backoff import parse_retry_after
 from ._core.engine import (
     AmbiguousFailure,
@@ -48,6 +52,8 @@ from ._core.engine import (
 from ._core.evidence import Attempt, Evidence, FailureCategory, Stage
 from ._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from ._core.policy import RetryPolicy, Upstream
+from ._core.replay import Multipart
+from ._decoding import ACCEPT_ENCODING, DecodeError, Decoder, make_decoder
 from ._errors import (
     AdmissionRejected,
     ClientStateError,
@@ -60,8 +66,11 @@ from ._errors import (
     ProtocolFailed,
     RequestFailed,
     TLSFailed,
+    TooManyRedirects,
 )
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._proxy import ProxyConfig, proxy_from_env
+from ._redirects import CREDENTIAL_HEADERS, REDIRECT_STATUSES, body_headers, redirect_method
 from ._wire.http2 import HTTP2Connection
 from ._wire.http11 import HTTP11Connection, WireRequest, WireResponse
 from ._wire.pool import ConnectionPool, PooledConnection
@@ -71,7 +80,7 @@ from ._wire.transport import open_transport
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth"]
 
 USER_AGENT = "trio_retry/0.1"
-_DEFAULT_HEADERS = [(b"user-agent", USER_AGENT.encode()), (b"accept", b"*/*")]
+logger = logging.getLogger("trio_retry")
 
 
 @runtime_checkable
@@ -131,6 +140,8 @@ class _Request:
     idempotency_key: str | None
     retry: RetryPolicy
     deadline: float  # absolute trio time; inf for none
+    follow_redirects: bool = False
+    apply_auth: bool = True  # False once a redirect left the original origin
 
 
 class _Outcome:
@@ -179,6 +190,12 @@ class Client:
         max_header_bytes: int = 65536,
         max_body_bytes: int | None = None,
         stage_timeouts: StageTimeouts | None = None,
+        follow_redirects: bool = False,
+        max_redirects: int = 20,
+        cookies: bool | CookieJar = False,
+        proxy: str | None = None,
+        trust_env: bool = False,
+        json_dumps: Callable[[Any], str | bytes] | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self.default_upstream = default_upstream or Upstream()
@@ -193,7 +210,24 @@ class Client:
         self.on_attempt = on_attempt
         self._rng = rng or random.Random()
         self.base_url = URL(base_url) if base_url is not None else None
-        self.headers = Headers(headers)
+        self.headers = Headers(
+            [("User-Agent", USER_AGENT), ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)]
+        )
+        given = Headers(headers)
+        for name in given:
+            self.headers.remove(name)
+        for name, value in given.multi_items():
+            self.headers.add(name, value)
+        if max_redirects < 0:
+            raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
+        self.follow_redirects = follow_redirects
+        self.max_redirects = max_redirects
+        self.cookies: CookieJar | None = (
+            cookies if isinstance(cookies, CookieJar) else (CookieJar() if cookies else None)
+        )
+        self._proxy = ProxyConfig.parse(proxy) if proxy is not None else None
+        self.trust_env = trust_env
+        self._json_dumps = json_dumps
         if max_header_bytes < 1:
             raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
         self.max_header_bytes = max_header_bytes
@@ -287,14 +321,15 @@ class Client:
     async def request(self, method: str, url: str | URL, **options: Any) -> Response:
         """Send a request, retrying as the engine allows; return the final response.
 
-        Options: ``headers``, ``params``, ``content``, ``json``, ``deadline``, ``idempotency``,
-        ``idempotency_key``, ``retry``. Raises ``HttpAmbiguousExecutionError`` when a
-        non-idempotent request may have run, a ``RequestFailed`` subclass for other failures.
-        On outer cancellation ``trio.Cancelled`` propagates unchanged, the interrupted
-        connection is closed (never reused), and the pool stays consistent.
+        Options: ``headers``, ``params``, ``content``, ``data`` (form fields), ``files``,
+        ``json``, ``deadline``, ``idempotency``, ``idempotency_key``, ``retry``,
+        ``follow_redirects``. Raises ``HttpAmbiguousExecutionError`` when a non-idempotent
+        request may have run, a ``RequestFailed`` subclass for other failures. On outer
+        cancellation ``trio.Cancelled`` propagates unchanged, the interrupted connection is
+        closed (never reused), and the pool stays consistent.
         """
         request = self._build(method, url, **options)
-        response, _ = await self._send(request, streaming=False)
+        response, _ = await self._send_following(request, streaming=False)
         return response
 
     async def get(self, url: str | URL, **options: Any) -> Response:
@@ -334,7 +369,7 @@ class Client:
         self, method: str, url: str | URL, options: dict[str, Any]
     ) -> AsyncIterator[Response]:
         request = self._build(method, url, **options)
-        response, closer = await self._send(request, streaming=True)
+        response, closer = await self._send_following(request, streaming=True)
         try:
             yield response
         finally:
@@ -360,11 +395,14 @@ class Client:
         headers: HeaderTypes = None,
         params: Any = None,
         content: object = None,
+        data: Mapping[str, Any] | None = None,
+        files: Mapping[str, Any] | None = None,
         json: Any = None,
         deadline: float | None = None,
         idempotency: Idempotency | None = None,
         idempotency_key: str | bool | None = None,
         retry: RetryPolicy | None = None,
+        follow_redirects: bool | None = None,
     ) -> _Request:
         self._check_open()
         if not isinstance(method, str) or not method.isascii() or not method.isalpha():
@@ -395,7 +433,10 @@ class Client:
         elif IDEMPOTENCY_KEY_HEADER in merged:
             key = merged[IDEMPOTENCY_KEY_HEADER]
         try:
-            body = prepare_body(content, json)
+            content = _form_content(content, data, files, json)
+            body = prepare_body(content, json, json_dumps=self._json_dumps)
+            if data is not None and files is None and body.content_type is None:
+                body.content_type = "application/x-www-form-urlencoded"
         except TypeError as exc:
             raise InvalidRequest(
                 str(exc), evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
@@ -412,6 +453,68 @@ class Client:
             idempotency_key=key,
             retry=retry or self.retry,
             deadline=trio.current_time() + seconds if seconds is not None else math.inf,
+            follow_redirects=(
+                self.follow_redirects if follow_redirects is None else follow_redirects
+            ),
+        )
+
+    async def _send_following(
+        self, request: _Request, *, streaming: bool
+    ) -> tuple[Response, Callable[[], None] | None]:
+        """``_send``, then follow redirects when asked: the call's deadline spans the chain."""
+        history: list[Response] = []
+        while True:
+            response, closer = await self._send(request, streaming=streaming)
+            location = response.headers.get("location")
+            if not (
+                request.follow_redirects
+                and response.status in REDIRECT_STATUSES
+                and location is not None
+            ):
+                response.history = history
+                return response, closer
+            if closer is not None:  # a streamed redirect: its body is not wanted
+                closer()
+            history.append(response)
+            if len(history) > self.max_redirects:
+                raise TooManyRedirects(
+                    f"{request.method} {history[0].url}: more than max_redirects "
+                    f"({self.max_redirects}) redirects; the last pointed to {location}",
+                    history=history,
+                )
+            request = self._redirect(request, response, location)
+
+    def _redirect(self, request: _Request, response: Response, location: str) -> _Request:
+        """The next request of a redirect chain (RFC 9110 §15.4; see ``_redirects``)."""
+        url = request.url.join(location)
+        method, keep_body = redirect_method(response.status, request.method)
+        headers = request.headers.copy()
+        body = request.body
+        if keep_body and not body.replayability.replayable:
+            raise RequestFailed(
+                f"{request.method} {request.url}: the {response.status} redirect to {url} "
+                "could not replay the request body, which is one-shot; use bytes, a "
+                "Reopenable or a path so that it can be sent again",
+                evidence=Evidence.RESPONSE_RECEIVED,
+                attempts=response.attempts,
+                decision=RetryDenied.body_not_replayable(),
+            )
+        if not keep_body:
+            body = prepare_body(None)
+            for name in body_headers():
+                headers.remove(name)
+        same_origin = url.origin == request.url.origin and request.apply_auth
+        if not same_origin:
+            for name in CREDENTIAL_HEADERS:
+                headers.remove(name)
+        return replace(
+            request,
+            method=method,
+            url=url,
+            headers=headers,
+            body=body,
+            idempotency=classify_idempotency(method, headers.keys()),
+            apply_auth=same_origin,
         )
 
     def _origin_state(self, origin: Origin) -> _Origin:
@@ -451,11 +554,11 @@ class Client:
             wire = outcome.response
             if wire is not None and outcome.error is None and wire.status < 400:
                 attempts.append(attempt)
-                await self._notify(attempt)
+                await self._notify(attempt, request)
                 return self._deliver(request, state, outcome, attempts, None, streaming, deadline)
             if isinstance(outcome.error, WireError) and not outcome.error.retryable:
                 attempts.append(attempt)
-                await self._notify(attempt)
+                await self._notify(attempt, request)
                 raise self._failure(request, attempts, outcome.error, None)
 
             now = trio.current_time()
@@ -476,7 +579,7 @@ class Client:
                 failure=attempt.category,
                 evidence=attempt.evidence,
                 idempotency=request.idempotency,
-                status=attempt.status,
+                status=attempt.status if attempt.category is None else None,
                 retry_after=retry_after,
                 transient_500=state.upstream.transient_500,
                 proposed_delay=proposed,
@@ -488,7 +591,7 @@ class Client:
             decision = self.engine.decide(context)
             attempt = replace(attempt, decision=decision)
             attempts.append(attempt)
-            await self._notify(attempt)
+            await self._notify(attempt, request)
 
             if isinstance(decision, RetryAllowed):
                 # The attempt has already returned its connection and its permit.
@@ -497,7 +600,7 @@ class Client:
                     decision = RetryDenied.runtime_draining(retry_after=retry_after)
                     return self._finish(request, state, outcome, attempts, decision, streaming)
                 previous_delay = decision.delay
-                if attempt.status == 401 and self.auth is not None:
+                if attempt.status == 401 and attempt.category is None and self.auth is not None:
                     await self.auth.refresh()
                     auth_refreshed = True
                 if attempt.status == 425:
@@ -513,7 +616,21 @@ class Client:
             await self._drain_event.wait()
         return not self._draining
 
-    async def _notify(self, attempt: Attempt) -> None:
+    async def _notify(self, attempt: Attempt, request: _Request) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            # The attempt trail only: no header values, so no credentials, ever reach the log.
+            logger.debug(
+                "%s %s attempt %d: %s %s %s%s (%.1f ms)%s",
+                request.method,
+                request.url,
+                attempt.number,
+                attempt.stage,
+                attempt.evidence,
+                attempt.status if attempt.status is not None else "-",
+                f" {attempt.category}" if attempt.category is not None else "",
+                attempt.timings.get("total", 0.0) * 1000,
+                f"; {attempt.decision}" if attempt.decision is not None else "",
+            )
         if self.on_attempt is not None:
             result = self.on_attempt(attempt)
             if inspect.isawaitable(result):
@@ -572,14 +689,25 @@ class Client:
             token = object()
             await state.limiter.acquire_on_behalf_of(token)
             outcome.permit = token
-        origin = request.url.origin
-        headers = [] if "host" in request.headers else [(b"host", request.url.host_header.encode())]
-        headers += _DEFAULT_HEADERS
+        url = request.url
+        origin = url.origin
+        proxy = self._proxy_for(origin)
+        # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
+        via_proxy = proxy if proxy is not None and not origin.tls else None
+        pool_key: object = ("proxy", via_proxy.host, via_proxy.port) if via_proxy else origin
+        headers = [] if "host" in request.headers else [(b"host", url.host_header.encode())]
         headers += request.headers.raw()
-        if self.auth is not None:
+        if self.auth is not None and request.apply_auth:
             headers += Headers(await self.auth.headers()).raw()
+        if self.cookies is not None and "cookie" not in request.headers:
+            cookie = cookie_header(self.cookies, str(url), request.method, request.headers)
+            if cookie:
+                headers.append((b"cookie", cookie.encode("latin-1")))
+        if via_proxy is not None and via_proxy.authorization is not None:
+            headers.append((b"proxy-authorization", via_proxy.authorization.encode("latin-1")))
         body, length = await request.body.open()
-        wire_request = WireRequest(request.method, request.url.target, headers, body, length)
+        target = str(url) if via_proxy else url.target
+        wire_request = WireRequest(request.method, target, headers, body, length)
 
         async def opener(progress: AttemptProgress) -> PooledConnection:
             transport = await open_transport(
@@ -589,15 +717,17 @@ class Client:
                 ssl_context=self._ssl_context if origin.tls else None,
                 connect_timeout=self.stage_timeouts.connect,
                 tls_timeout=self.stage_timeouts.tls,
+                proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
             )
-            if transport.alpn == "h2" or (not origin.tls and self.http2_prior_knowledge):
+            h2c = not origin.tls and self.http2_prior_knowledge and via_proxy is None
+            if transport.alpn == "h2" or h2c:
                 # The reader task lives in the client's nursery: no task outlives the client.
                 assert self._nursery is not None
                 return await HTTP2Connection.open(
                     transport,
                     origin,
                     scheme=origin.scheme,
-                    authority=request.url.host_header,
+                    authority=url.host_header,
                     max_header_bytes=self.max_header_bytes,
                     nursery=self._nursery,
                     progress=progress,
@@ -605,13 +735,15 @@ class Client:
                     if origin.tls
                     else self.stage_timeouts.connect,
                 )
-            return HTTP11Connection(transport, origin, self.max_header_bytes)
+            return HTTP11Connection(transport, pool_key, self.max_header_bytes)
 
         conn = await self._pool.acquire(
-            origin,
+            pool_key,
             progress,
             opener,
-            expect_multiplexed=self.http2 if origin.tls else self.http2_prior_knowledge,
+            expect_multiplexed=self.http2
+            if origin.tls
+            else (self.http2_prior_knowledge and via_proxy is None),
         )
         outcome.conn = conn
         timeouts = self.stage_timeouts
@@ -622,12 +754,39 @@ class Client:
             first_byte_timeout=timeouts.first_byte,
         )
         outcome.response = response
+        if self.cookies is not None:
+            store_cookies(
+                self.cookies,
+                str(url),
+                request.method,
+                request.headers,
+                Headers.from_wire(response.headers),
+            )
         if streaming and response.status < 400:
             return
-        outcome.body = await self._read_body(response, progress)
+        outcome.body = await self._read_body(request, response, progress)
 
-    async def _read_body(self, response: WireResponse, progress: AttemptProgress) -> bytes:
+    def _proxy_for(self, origin: Origin) -> ProxyConfig | None:
+        if self._proxy is not None:
+            return self._proxy
+        if self.trust_env:
+            return proxy_from_env(origin)
+        return None
+
+    def _decoder(self, request_method: str, headers: list[tuple[bytes, bytes]]) -> Decoder | None:
+        if request_method == "HEAD":
+            return None
+        for name, value in headers:
+            if name.lower() == b"content-encoding":
+                return make_decoder(value.decode("latin-1"), self.max_body_bytes)
+        return None
+
+    async def _read_body(
+        self, request: _Request, response: WireResponse, progress: AttemptProgress
+    ) -> bytes:
+        """The whole body, decoded, bounded by ``max_body_bytes`` (raw and decoded)."""
         limit = self.max_body_bytes
+        decoder = self._decoder(request.method, response.headers)
         chunks: list[bytes] = []
         size = 0
         source = response.source
@@ -644,7 +803,14 @@ class Client:
                     retryable=False,
                 )
             chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if decoder is None:
+            return raw
+        try:
+            return decoder.decode(raw) + decoder.flush()
+        except DecodeError as exc:
+            raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
+                               retryable=False) from exc  # fmt: skip
 
     def _give_back(self, state: _Origin, outcome: _Outcome) -> None:
         """Return the connection (reusable only after a complete exchange) and the permit."""
@@ -681,7 +847,9 @@ class Client:
                 stage=progress.stage,
                 evidence=evidence,
                 error=error,
-                status=wire.status if wire is not None and error is None else None,
+                # Kept when the head arrived, even if the body then broke (the engine's status
+                # rules still see None: a broken exchange is judged by the transport rules).
+                status=wire.status if wire is not None else None,
                 http_version=progress.http_version,
                 connection_reused=progress.connection_reused,
                 bytes_sent=progress.bytes_sent,
@@ -745,6 +913,23 @@ class Client:
 
         client = self
         source = wire.source
+        limit = self.max_body_bytes
+        decoder = self._decoder(request.method, wire.headers)
+        received = 0
+
+        def broken(exc: WireError) -> Exception:
+            close()
+            failed = replace(
+                attempts[-1],
+                stage=progress.stage,
+                evidence=Evidence.PARTIAL_RESPONSE,
+                error=exc,
+                category=exc.category,
+                decision=RetryDenied.response_already_delivered(),
+            )
+            error = client._failure(request, [*attempts[:-1], failed], exc, failed.decision)
+            error.__cause__ = exc
+            return error
 
         class Body:
             """The streamed body: each chunk read inside the call deadline; a break raises."""
@@ -753,6 +938,7 @@ class Client:
                 return self
 
             async def __anext__(self) -> bytes:
+                nonlocal received
                 if done:
                     raise StopAsyncIteration
                 try:
@@ -762,26 +948,43 @@ class Client:
                         raise WireError.at(
                             progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
                         )
+                    received += len(chunk)
+                    if decoder is None and limit is not None and received > limit:
+                        raise WireError.at(
+                            progress,
+                            FailureCategory.REMOTE_PROTOCOL,
+                            f"the response body exceeds max_body_bytes ({limit} bytes)",
+                        )
                 except WireError as exc:
-                    close()
-                    failed = replace(
-                        attempts[-1],
-                        stage=progress.stage,
-                        evidence=Evidence.PARTIAL_RESPONSE,
-                        error=exc,
-                        category=exc.category,
-                        decision=RetryDenied.response_already_delivered(),
-                    )
-                    raise client._failure(
-                        request, [*attempts[:-1], failed], exc, failed.decision
-                    ) from exc
+                    raise broken(exc) from exc
                 if not chunk:
                     outcome.body = b""
                     close()
                     raise StopAsyncIteration
                 return chunk
 
-        return self._response(request, outcome, attempts, decision, Body()), close
+        class CheckedDecoder:
+            """The decoder, with its errors reported like any other broken body."""
+
+            def decode(self, chunk: bytes) -> bytes:
+                assert decoder is not None
+                try:
+                    return decoder.decode(chunk)
+                except DecodeError as exc:
+                    error = WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
+                    raise broken(error) from exc
+
+            def flush(self) -> bytes:
+                assert decoder is not None
+                try:
+                    return decoder.flush()
+                except DecodeError as exc:
+                    error = WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
+                    raise broken(error) from exc
+
+        response = self._response(request, outcome, attempts, decision, Body())
+        response._decoder = CheckedDecoder() if decoder is not None else None
+        return response, close
 
     def _finish(
         self,
@@ -842,8 +1045,38 @@ class Client:
                 decision=decision,
                 category=category,
             )
-        exc.__cause__ = error
+        # The underlying OS / protocol error when there is one; the wire's own error otherwise.
+        cause = error.__cause__ if isinstance(error, WireError) else None
+        exc.__cause__ = cause if cause is not None else error
         return exc
+
+
+def _form_content(
+    content: object, data: Mapping[str, Any] | None, files: Mapping[str, Any] | None, json: Any
+) -> object:
+    """Turn ``data=`` (form fields) and ``files=`` into a body; at most one kind of body."""
+    if data is None and files is None:
+        return content
+    if content is not None or json is not None:
+        raise TypeError("pass only one of content=, json= and data=/files=")
+    if files is None:
+        assert data is not None
+        pairs = [
+            (str(k), str(item))
+            for k, v in data.items()
+            for item in (v if isinstance(v, (list, tuple)) else [v])
+        ]
+        return urlencode(pairs)
+    parts: list[tuple[str, Any]] = [(str(k), str(v)) for k, v in (data or {}).items()]
+    for name, value in files.items():
+        if isinstance(value, tuple):
+            filename, body, *rest = value
+            parts.append((name, (filename, body, rest[0] if rest else "application/octet-stream")))
+        else:
+            filename = getattr(value, "name", name)
+            parts.append((name, (str(filename).rsplit("/", 1)[-1], value,
+                                 "application/octet-stream")))  # fmt: skip
+    return Multipart(parts)
 
 
 _URL_CACHE: dict[str, URL] = {}

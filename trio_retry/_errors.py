@@ -56,11 +56,14 @@ class TrioRetryError(Exception):
 
 
 class RequestFailed(TrioRetryError):
-    """The call ended without a usable response, and the server did not (knowingly) run it.
+    """The call ended without a usable response, and the outcome is *not* in doubt.
 
-    Raised when the loop stops on a failure that is not ambiguous: the request was proven
-    ``NOT_SENT``, or it was safely idempotent, or the response broke after it was known
-    (``PARTIAL_RESPONSE``). ``.evidence``, ``.category`` and ``.attempts`` describe the last
+    Raised when the loop stops on a failure that is not ambiguous; ``.evidence`` says which:
+    ``NOT_SENT`` (the server never received it), ``SENT_NO_RESPONSE`` only for a safely
+    idempotent operation (repeating it is harmless), or ``PARTIAL_RESPONSE`` (the server
+    executed it and answered, but the response broke: the side effect happened). A
+    non-idempotent request that may have run is never a ``RequestFailed``: that is
+    :class:`HttpAmbiguousExecutionError`. ``.category`` and ``.attempts`` describe the last
     attempt and the whole trail; ``.decision`` is the engine's last decision (``None`` when it
     was not consulted).
     """

@@ -319,6 +319,35 @@ class _Chunks:
         return self._chunks.pop(0)
 
 
+class _Decoded:
+    """Decodes a raw chunk stream on the fly (see ``trio_retry._decoding``)."""
+
+    __slots__ = ("_decoder", "_done", "_raw")
+
+    def __init__(self, raw: AsyncIterator[bytes], decoder: Any) -> None:
+        self._raw = raw
+        self._decoder = decoder
+        self._done = False
+
+    def __aiter__(self) -> _Decoded:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._done:
+            try:
+                chunk = await self._raw.__anext__()
+            except StopAsyncIteration:
+                self._done = True
+                tail: bytes = self._decoder.flush()
+                if tail:
+                    return tail
+                break
+            decoded: bytes = self._decoder.decode(chunk)
+            if decoded:
+                return decoded
+        raise StopAsyncIteration
+
+
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
     return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
@@ -345,6 +374,7 @@ class Response:
         attempts: Sequence[Attempt] = (),
         retry_decision: Decision | None = None,
         stream: AsyncIterator[bytes] | None = None,
+        decoder: Any = None,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -357,6 +387,7 @@ class Response:
         self.retry_decision = retry_decision
         self.history: list[Response] = []
         self._stream = stream
+        self._decoder = decoder
         self._consumed = content is not None
 
     @property
@@ -405,15 +436,24 @@ class Response:
         return self
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body in chunks as they arrive (streamed calls), or in one chunk (buffered).
+        """The body in chunks as they arrive, decoded (gzip/deflate), for streamed calls; the
+        whole ``content`` in one chunk for buffered ones.
 
         A plain iterator, not an async generator: leaving an ``async for`` early leaves nothing
         to be finalised later; the ``client.stream()`` block closes the connection.
         """
         if self._content is not None:
             return _Chunks([self._content] if self._content else [])
+        raw = self.aiter_raw()
+        return raw if self._decoder is None else _Decoded(raw, self._decoder)
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it came off the wire, not decoded (streamed calls only)."""
         if self._stream is None or self._consumed:
-            raise RuntimeError("the response body has already been consumed")
+            raise RuntimeError(
+                "the response body has already been consumed (aiter_raw() is for streamed "
+                "responses; a buffered response has .content)"
+            )
         self._consumed = True
         return self._stream
 

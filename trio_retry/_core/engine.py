@@ -32,7 +32,7 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from .evidence import Evidence, FailureCategory
 from .idempotency import Idempotency
@@ -211,6 +211,7 @@ Decision: TypeAlias = RetryAllowed | RetryDenied | AmbiguousFailure
 Rule: TypeAlias = Callable[[RetryContext], Decision | None]
 
 
+@runtime_checkable
 class RetryEligibilityEngine(Protocol):
     """Anything with a pure ``decide(ctx)``; the client consults it after every failed attempt."""
 

@@ -17,6 +17,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
+import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
@@ -105,6 +106,49 @@ def _is_certificate_error(exc: BaseException) -> bool:
     return False
 
 
+async def _tunnel(
+    stream: trio.SocketStream, host: str, port: int, authorization: str | None, via: str
+) -> None:
+    """``CONNECT host:port`` through an HTTP proxy; returns once the tunnel is open.
+
+    Nothing of the request exists yet, so every failure here is ``NOT_SENT`` (stage CONNECT):
+    a refusal (any non-2xx), a malformed answer, or the proxy closing.
+    """
+    target = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    conn = h11.Connection(h11.CLIENT)
+    headers = [("host", target)]
+    if authorization is not None:
+        headers.append(("proxy-authorization", authorization))
+    try:
+        await stream.send_all(
+            conn.send(h11.Request(method="CONNECT", target=target, headers=headers))
+            + (conn.send(h11.EndOfMessage()) or b"")
+        )
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                if 200 <= event.status_code < 300 and not conn.trailing_data[0]:
+                    return
+                raise _fail(
+                    Stage.CONNECT,
+                    FailureCategory.CONNECT,
+                    f"the proxy {via} refused CONNECT {target}: {event.status_code} "
+                    f"{event.reason.decode('latin-1')}".rstrip(),
+                )
+            raise _fail(Stage.CONNECT, FailureCategory.CONNECT, f"unexpected {event!r}")
+    except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise _fail(
+            Stage.CONNECT,
+            FailureCategory.CONNECT,
+            f"the proxy {via} failed during CONNECT {target}: {exc}",
+        ) from exc
+
+
 async def open_transport(
     host: str,
     port: int,
@@ -113,8 +157,12 @@ async def open_transport(
     ssl_context: ssl.SSLContext | None,
     connect_timeout: float | None = None,
     tls_timeout: float | None = None,
+    proxy: tuple[str, int, str | None] | None = None,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
+
+    With ``proxy=(host, port, authorization)`` the TCP connection goes to the proxy; for TLS a
+    CONNECT tunnel to ``host:port`` is opened first and the handshake runs through it.
 
     Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed. On cancellation
     nothing is left open. ``progress`` records the stage and the ``connect``/``tls`` timings.
@@ -122,8 +170,10 @@ async def open_transport(
     clock = trio.current_time
     progress.advance(Stage.DNS)
     started = clock()
+    peer_host, peer_port = (proxy[0], proxy[1]) if proxy is not None else (host, port)
+    via = f" via proxy {peer_host}:{peer_port}" if proxy is not None else ""
     with trio.move_on_after(connect_timeout if connect_timeout is not None else float("inf")) as s:
-        infos = await _resolve(host, port)
+        infos = await _resolve(peer_host, peer_port)
         progress.advance(Stage.CONNECT)
         try:
             sock = await _connect(infos)
@@ -131,17 +181,24 @@ async def open_transport(
             raise _fail(
                 Stage.CONNECT,
                 FailureCategory.CONNECT,
-                f"could not connect to {host}:{port}: {exc.strerror or exc}",
+                f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
             ) from exc
+        tcp = trio.SocketStream(sock)
+        if proxy is not None and ssl_context is not None:
+            try:
+                await _tunnel(tcp, host, port, proxy[2], f"{peer_host}:{peer_port}")
+            except BaseException:
+                sock.close()
+                raise
     if s.cancelled_caught:
+        # Every path cancelled inside the scope has already closed its socket.
         raise _fail(
             progress.stage,
             FailureCategory.TIMEOUT,
-            f"connecting to {host}:{port} took longer than the connect timeout "
+            f"connecting to {peer_host}:{peer_port}{via} took longer than the connect timeout "
             f"({connect_timeout}s)",
         )
     progress.timings["connect"] = clock() - started
-    tcp = trio.SocketStream(sock)
     if ssl_context is None:
         return Transport(tcp, sock, None)
 
