@@ -418,11 +418,12 @@ class Client:
             full = _parse_url(url)
         full = full.with_params(params)
         merged = self.headers.copy()
-        given = Headers(headers)
-        for name in given:
-            merged.remove(name)
-        for name, value in given.multi_items():
-            merged.add(name, value)
+        if headers:
+            given = Headers(headers)
+            for name in given:
+                merged.remove(name)
+            for name, value in given.multi_items():
+                merged.add(name, value)
         key: str | None = None
         if idempotency_key is True:
             key = str(uuid.uuid4())
@@ -433,7 +434,8 @@ class Client:
         elif IDEMPOTENCY_KEY_HEADER in merged:
             key = merged[IDEMPOTENCY_KEY_HEADER]
         try:
-            content = _form_content(content, data, files, json)
+            if data is not None or files is not None:
+                content = _form_content(content, data, files, json)
             body = prepare_body(content, json, json_dumps=self._json_dumps)
             if data is not None and files is None and body.content_type is None:
                 body.content_type = "application/x-www-form-urlencoded"
@@ -449,7 +451,9 @@ class Client:
             url=full,
             headers=merged,
             body=body,
-            idempotency=classify_idempotency(method, merged.keys(), idempotency),
+            idempotency=classify_idempotency(
+                method, (IDEMPOTENCY_KEY_HEADER,) if key is not None else (), idempotency
+            ),
             idempotency_key=key,
             retry=retry or self.retry,
             deadline=trio.current_time() + seconds if seconds is not None else math.inf,
@@ -465,12 +469,12 @@ class Client:
         history: list[Response] = []
         while True:
             response, closer = await self._send(request, streaming=streaming)
-            location = response.headers.get("location")
-            if not (
-                request.follow_redirects
-                and response.status in REDIRECT_STATUSES
-                and location is not None
-            ):
+            location = (
+                response.headers.get("location")
+                if request.follow_redirects and response.status in REDIRECT_STATUSES
+                else None
+            )
+            if location is None:
                 response.history = history
                 return response, closer
             if closer is not None:  # a streamed redirect: its body is not wanted

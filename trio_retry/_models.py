@@ -235,6 +235,11 @@ class Headers(Mapping[str, str]):
         lname = name.lower()
         return [v for k, v in self._items if k.lower() == lname]
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """The joined values of ``name``, or ``default`` (no exception raised inside)."""
+        values = self.get_list(name)
+        return ", ".join(values) if values else default
+
     def __getitem__(self, name: str) -> str:
         values = self.get_list(name)
         if not values:
