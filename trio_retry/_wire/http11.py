@@ -26,7 +26,7 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
-from .progress import AttemptProgress, WireError
+from .progress import AttemptProgress, WireError, stage_timeout
 from .transport import Transport
 
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse"]
@@ -195,7 +195,7 @@ class HTTP11Connection:
         self.requests += 1
         progress.http_version = self.http_version
         try:
-            with _stage_timeout(write_timeout) as scope:
+            with stage_timeout(write_timeout) as scope:
                 await self._write(request, progress)
             if scope.cancelled_caught:
                 raise WireError.at(
@@ -283,7 +283,7 @@ class HTTP11Connection:
             self._h11.receive_data(bytes(data))
 
     async def _read_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
-        with _stage_timeout(limit) as scope:
+        with stage_timeout(limit) as scope:
             while True:
                 event = await self._next_event(progress)
                 if isinstance(event, h11.InformationalResponse):
@@ -323,7 +323,7 @@ class HTTP11Connection:
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
         try:
-            with _stage_timeout(read_limit) as scope:
+            with stage_timeout(read_limit) as scope:
                 while True:
                     event = await self._next_event(progress)
                     if isinstance(event, h11.Data):
@@ -361,29 +361,6 @@ class HTTP11Connection:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("busy" if self.busy else "idle")
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
-
-
-class _NoTimeout:
-    """Stands in for a cancel scope when a stage has no timeout: entering a real scope costs
-    more than the rest of a small request's bookkeeping, so the hot path avoids it."""
-
-    __slots__ = ()
-    cancelled_caught = False
-
-    def __enter__(self) -> _NoTimeout:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-_NO_TIMEOUT = _NoTimeout()
-
-
-def _stage_timeout(timeout: float | None) -> trio.CancelScope | _NoTimeout:
-    if timeout is None:
-        return _NO_TIMEOUT
-    return trio.move_on_after(timeout)
 
 
 def _eof_error(exc: h11.RemoteProtocolError) -> bool:

@@ -52,8 +52,8 @@ import trio
 from h2.errors import ErrorCodes
 
 from .._core.evidence import FailureCategory, Stage
-from .http11 import WireRequest, WireResponse, _stage_timeout
-from .progress import AttemptProgress, WireError
+from .http11 import WireRequest, WireResponse
+from .progress import AttemptProgress, WireError, stage_timeout
 from .transport import Transport
 
 __all__ = ["HTTP2Connection"]
@@ -269,7 +269,7 @@ class _Stream:
         (``CANCEL``) and the connection carries on.
         """
         try:
-            with _stage_timeout(read_limit) as scope:
+            with stage_timeout(read_limit) as scope:
                 while True:
                     if self._chunks:
                         data, flow_controlled = self._chunks.popleft()
@@ -500,7 +500,7 @@ class HTTP2Connection:
             progress, headers, end_stream=isinstance(body, bytes) and not body
         )
         try:
-            with _stage_timeout(write_timeout) as scope:
+            with stage_timeout(write_timeout) as scope:
                 await self._write_body(stream, request, progress)
             if scope.cancelled_caught:
                 raise WireError.at(
@@ -699,7 +699,7 @@ class HTTP2Connection:
     async def _read_head(
         self, stream: _Stream, progress: AttemptProgress, limit: float | None
     ) -> WireResponse:
-        with _stage_timeout(limit) as scope:
+        with stage_timeout(limit) as scope:
             while stream.head is None:
                 if stream.failure is not None:
                     stream.failure.raise_at(progress)
@@ -867,7 +867,7 @@ class HTTP2Connection:
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
         try:
-            with _stage_timeout(limit) as scope:
+            with stage_timeout(limit) as scope:
                 try:
                     await self._flush()
                     while not self._settings_received and not self.closed:

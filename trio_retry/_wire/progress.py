@@ -12,9 +12,11 @@ guess, and nothing upstream may "upgrade" it (only the wire proves ``NOT_SENT``)
 
 from __future__ import annotations
 
+import trio
+
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
 
-__all__ = ["AttemptProgress", "WireError"]
+__all__ = ["AttemptProgress", "WireError", "stage_timeout"]
 
 
 class AttemptProgress:
@@ -98,3 +100,26 @@ class WireError(Exception):
             category=category,
             retryable=retryable,
         )
+
+
+class _NoTimeout:
+    """Stands in for a cancel scope when a stage has no timeout: entering a real scope costs
+    more than the rest of a small request's bookkeeping, so the hot path avoids it."""
+
+    __slots__ = ()
+    cancelled_caught = False
+
+    def __enter__(self) -> _NoTimeout:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_TIMEOUT = _NoTimeout()
+
+
+def stage_timeout(timeout: float | None) -> trio.CancelScope | _NoTimeout:
+    if timeout is None:
+        return _NO_TIMEOUT
+    return trio.move_on_after(timeout)
