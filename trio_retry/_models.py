@@ -12,7 +12,7 @@ import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
-from urllib.parse import SplitResult, urlencode, urljoin, urlsplit
+from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.evidence import Attempt, Evidence, FailureCategory
 from ._errors import HTTPStatusError, InvalidRequest
@@ -34,8 +34,13 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 #: Headers whose values never appear in a repr, a log line or --explain output.
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 
+#: Characters kept as they are in a request target (RFC 3986 pchar and delimiters, and "%").
+_TARGET_SAFE = "/%:@!$&'()*+,;=-._~"
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FORBIDDEN_VALUE_CHARS = re.compile(r"[\r\n\x00]")
+# CR, LF and NUL would let one header smuggle another (SPEC §10); the other control characters
+# are refused too, as h11 would: our validation is the only one on the request path.
+_FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
 def _invalid(message: str) -> InvalidRequest:
@@ -103,8 +108,10 @@ class URL:
             return
         if not isinstance(url, str):
             raise _invalid(f"URL must be a str, got {type(url).__name__}")
-        if _FORBIDDEN_VALUE_CHARS.search(url) or any(c in url for c in " \t"):
-            raise _invalid(f"URL contains whitespace, CR, LF or NUL: {url!r}")
+        if _FORBIDDEN_URL_CHARS.search(url):
+            raise _invalid(
+                f"URL contains whitespace or control characters (CR, LF, NUL...): {url!r}"
+            )
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -125,8 +132,10 @@ class URL:
         self.host = host
         self.port = port if port is not None else DEFAULT_PORTS[scheme]
         self.origin = Origin(scheme, host, self.port)
-        path = parts.path or "/"
-        self.target = f"{path}?{parts.query}" if parts.query else path
+        # Non-ASCII in the path or query is percent-encoded (UTF-8): the target is always ASCII.
+        path = quote(parts.path or "/", safe=_TARGET_SAFE)
+        query = quote(parts.query, safe=_TARGET_SAFE + "?")
+        self.target = f"{path}?{query}" if query else path
 
     def with_params(self, params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None) -> URL:
         """A copy with ``params`` appended to the query string (``None`` values dropped)."""
@@ -188,8 +197,8 @@ def _check_header(name: str, value: str) -> None:
         )
     if _FORBIDDEN_VALUE_CHARS.search(value):
         raise _invalid(
-            f"invalid value for header {name!r}: CR, LF and NUL are not allowed in header "
-            "values (they would let one header smuggle another)"
+            f"invalid value for header {name!r}: control characters (CR, LF, NUL, ...) are "
+            "not allowed in header values (CR/LF would let one header smuggle another)"
         )
 
 

@@ -263,3 +263,15 @@ async def test_tls_context_is_verifying_by_default() -> None:
         context = client._ssl_context
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname
+
+
+async def test_control_characters_and_non_ascii_urls(
+    server: FaultServer, client: trio_retry.Client
+) -> None:
+    with pytest.raises(trio_retry.InvalidRequest, match="control characters"):
+        await client.get(server.url + "/", headers={"X-A": "bell\x07"})
+    with pytest.raises(trio_retry.InvalidRequest, match="control characters"):
+        await client.get(server.url + "/a\x01b")
+    assert server.requests == []
+    await client.get(server.url + "/caf\u00e9?q=\u00fc")
+    assert server.requests[0].path == "/caf%C3%A9?q=%C3%BC"

@@ -19,7 +19,8 @@ returned to the pool.
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 import h11
@@ -29,7 +30,7 @@ from .._core.evidence import FailureCategory, Stage
 from .progress import AttemptProgress, WireError, stage_timeout
 from .transport import Transport
 
-__all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse"]
+__all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 
 RECEIVE_SIZE = 65536
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
@@ -166,9 +167,14 @@ class HTTP11Connection:
             raise WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
-                f"connection broke while sending: {exc.__cause__ or exc}",
+                self._broken_message("while sending", exc),
             ) from exc
         progress.bytes_sent += len(data)
+
+    def _broken_message(self, when: str, exc: BaseException) -> str:
+        if self.closed:  # closed under us: the client is closing (the pool closes lent ones)
+            return f"the connection was closed by the client {when}"
+        return f"connection broke {when}: {exc.__cause__ or exc}"
 
     def _encode(self, event: h11.Event, progress: AttemptProgress) -> bytes:
         try:
@@ -218,9 +224,15 @@ class HTTP11Connection:
             headers = [*headers, (b"content-length", str(request.content_length).encode())]
         else:
             headers = [*headers, (b"transfer-encoding", b"chunked")]
-        head = self._encode(
-            h11.Request(method=request.method, target=request.target, headers=headers), progress
-        )
+        try:
+            # h11 validates the method, target and headers when the event is built, not only
+            # when it is sent: a rejection here is ours to classify too (nothing was written).
+            event = h11.Request(method=request.method, target=request.target, headers=headers)
+        except h11.LocalProtocolError as exc:
+            raise WireError.at(
+                progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
+            ) from exc
+        head = self._encode(event, progress)
         if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
             # One syscall for small requests; the body leaves with the head.
             data = head + (self._encode(h11.Data(data=body), progress) if body else b"")
@@ -235,10 +247,11 @@ class HTTP11Connection:
                         self._encode(h11.Data(data=chunk), progress), progress, Stage.REQUEST_BODY
                     )
             else:
-                async for chunk in chunks:
-                    if chunk:
-                        data = self._encode(h11.Data(data=chunk), progress)
-                        await self._send(data, progress, Stage.REQUEST_BODY)
+                async with closing_body(chunks):
+                    async for chunk in chunks:
+                        if chunk:
+                            data = self._encode(h11.Data(data=chunk), progress)
+                            await self._send(data, progress, Stage.REQUEST_BODY)
             end = self._encode(h11.EndOfMessage(), progress)
             if end:
                 await self._send(end, progress, Stage.REQUEST_BODY)
@@ -267,18 +280,31 @@ class HTTP11Connection:
                 raise WireError.at(
                     progress,
                     FailureCategory.CONNECTION_BROKEN,
-                    f"connection broke while waiting for the response: {exc.__cause__ or exc}",
+                    self._broken_message("while reading the response", exc),
                 ) from exc
             if data:
                 if progress.stage == Stage.AWAITING_RESPONSE:
                     progress.advance(Stage.RESPONSE_HEAD)
                     progress.timings["first_byte"] = trio.current_time() - progress.started
+                    # h11 judges a head only once all of it is there; bytes that cannot start
+                    # one (an SSH banner, TLS, a stray protocol) are refused at once instead of
+                    # waiting for the rest of a head that will never come.
+                    start = bytes(data[:16]).lstrip(b"\r\n")[:5]
+                    if start and not b"HTTP/".startswith(start):
+                        raise WireError.at(
+                            progress,
+                            FailureCategory.REMOTE_PROTOCOL,
+                            "the server's response is not valid HTTP/1.1: it starts with "
+                            f"{bytes(data[:32])!r}",
+                        )
                 progress.bytes_received += len(data)
             elif progress.stage < Stage.RESPONSE_BODY:
                 raise WireError.at(
                     progress,
                     FailureCategory.CONNECTION_BROKEN,
-                    "the server closed the connection without sending a response",
+                    "the server closed the connection in the middle of the response head"
+                    if progress.stage == Stage.RESPONSE_HEAD
+                    else "the server closed the connection without sending a response",
                 )
             self._h11.receive_data(bytes(data))
 
@@ -306,7 +332,7 @@ class HTTP11Connection:
                     return WireResponse(
                         event.status_code,
                         event.reason.decode("latin-1"),
-                        list(event.headers),
+                        event.headers.raw_items(),
                         self.http_version,
                         self,
                     )
@@ -353,7 +379,15 @@ class HTTP11Connection:
 
     def _finish_cycle(self) -> None:
         self.busy = False
-        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+        # Bytes already buffered past the end of this response were sent before the next
+        # request existed: they cannot be its response. Reusing the connection would hand them
+        # to the next request as if the server had answered it (a response desync), so the
+        # connection is closed instead. (Bytes arriving later are caught by ``peer_closed``.)
+        if (
+            self._h11.our_state is h11.DONE
+            and self._h11.their_state is h11.DONE
+            and not self._h11.trailing_data[0]
+        ):
             self._h11.start_next_cycle()
         else:
             self.close()
@@ -361,6 +395,40 @@ class HTTP11Connection:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("busy" if self.busy else "idle")
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
+
+
+@asynccontextmanager
+async def closing_body(body: AsyncIterable[bytes]) -> AsyncIterator[None]:
+    """Finalise a streamed request body however its upload ends.
+
+    Each attempt opens a fresh body stream and nothing reads it after the attempt, so the
+    writer closes it: an async generator abandoned half-way (a failed or cancelled write) would
+    otherwise be finalised by the garbage collector, with a ``ResourceWarning``, and whatever
+    its ``finally`` releases (an open file) would stay held until then.
+    """
+    try:
+        yield
+    finally:
+        aclose = getattr(body, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _request_event(
+    request: WireRequest, headers: list[tuple[bytes, bytes]], progress: AttemptProgress
+) -> h11.Request:
+    try:
+        return h11.Request(
+            method=request.method.encode("ascii"),
+            target=request.target.encode("ascii"),
+            headers=headers,
+            http_version=b"1.1",
+            _parsed=True,
+        )
+    except (h11.LocalProtocolError, UnicodeError) as exc:
+        raise WireError.at(
+            progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
+        ) from exc
 
 
 def _eof_error(exc: h11.RemoteProtocolError) -> bool:
