@@ -548,7 +548,11 @@ class Client:
         attempts: list[Attempt] = []
         previous_delay: float | None = None
         auth_refreshed = retried_425 = False
-        deadline = min(request.deadline, trio.current_effective_deadline())
+        # The attempt scopes carry the call's own deadline; an outer deadline is enforced by
+        # the caller's own scope (and surfaces as trio.Cancelled). The earlier of the two only
+        # matters when deciding about a retry, so it is read then (it costs a walk up the
+        # cancel-scope chain, a measurable share of a small request).
+        deadline = request.deadline
 
         while True:
             number = len(attempts) + 1
@@ -570,7 +574,8 @@ class Client:
             proposed = backoff.delay(number, self._rng, previous_delay)
             if retry_after is not None:
                 proposed = max(proposed, retry_after)
-            remaining = deadline - now
+            call_deadline = min(deadline, trio.current_effective_deadline())
+            remaining = call_deadline - now
             context = RetryContext(
                 attempt=number,
                 max_attempts=policy.max_attempts,
@@ -600,7 +605,7 @@ class Client:
             if isinstance(decision, RetryAllowed):
                 # The attempt has already returned its connection and its permit.
                 state.budget.try_withdraw(now)
-                if not await self._backoff(decision.delay, deadline):
+                if not await self._backoff(decision.delay, call_deadline):
                     decision = RetryDenied.runtime_draining(retry_after=retry_after)
                     return self._finish(request, state, outcome, attempts, decision, streaming)
                 previous_delay = decision.delay
