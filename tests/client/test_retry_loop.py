@@ -342,3 +342,21 @@ async def test_idempotency_override_decides_over_method(
     server.script(CloseAfterBody())
     with pytest.raises(HttpAmbiguousExecutionError):
         await client.put(server.url + "/", content=b"x", idempotency=Idempotency.NON_IDEMPOTENT)
+
+
+async def test_waiting_for_a_bulkhead_permit_past_the_deadline_is_not_sent(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    server.route("GET", "/slow", Stall(10.0))
+    upstreams = {server.url: Upstream(max_concurrency=1)}
+    async with trio_retry.Client(retry=NO_JITTER, upstreams=upstreams) as client:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.get, server.url + "/slow")
+            await trio.sleep(0.1)
+            with pytest.raises(trio_retry.DeadlineExceeded) as info:
+                await client.post(server.url + "/pay", content=b"x", deadline=0.5)
+            nursery.cancel_scope.cancel()
+    err = info.value
+    assert err.evidence is Evidence.NOT_SENT  # a POST, yet plainly failed: it never left
+    assert [a.stage for a in err.attempts] == [Stage.ADMISSION]
+    assert server.executed_count("POST") == 0
