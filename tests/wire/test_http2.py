@@ -46,7 +46,7 @@ def goaway(last: int, code: int = 0, debug: bytes = b"") -> bytes:
 
 STREAM = [
     frame(0x4, 0, b""),  # SETTINGS
-    frame(0x0, 1, b"a" * 40_000),  # DATA, larger than a read
+    frame(0x0, 1, b"a" * 16_384),  # DATA, as large as a frame may be (SETTINGS_MAX_FRAME_SIZE)
     goaway(1, 0, b"bye"),
     frame(0x0, 1, b"tail"),
     goaway(0, 2),

@@ -52,7 +52,7 @@ import trio
 from h2.errors import ErrorCodes
 
 from .._core.evidence import FailureCategory, Stage
-from .http11 import WireRequest, WireResponse
+from .http11 import WireRequest, WireResponse, closing_body
 from .progress import AttemptProgress, WireError, stage_timeout
 from .transport import Transport
 
@@ -68,7 +68,7 @@ SEND_GRACE = 2.0
 
 _GOAWAY_TYPE = 0x7
 _FRAME_HEADER = 9
-#: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest GOAWAY we accept.
+#: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest frame we accept.
 _MAX_FRAME = 16384
 _DEFAULT_WINDOW = 65535
 #: Connection-specific fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); ``host`` becomes
@@ -105,16 +105,20 @@ class _GoAway:
 
 
 class _FrameError(Exception):
-    """A malformed GOAWAY frame (a connection error of the peer)."""
+    """A malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
+    peer)."""
 
 
 class _GoAwayFilter:
     """Splits the inbound bytes at frame boundaries and takes the GOAWAY frames out.
 
     Every other frame is passed on to h2 as soon as its 9-byte header is known (h2 buffers and
-    validates it, the maximum frame size included); only a GOAWAY is held until complete. The
-    order of frames is kept: ``feed`` returns byte runs and :class:`_GoAway` values in the
-    order they arrived.
+    validates it); only a GOAWAY is held until complete. The order of frames is kept: ``feed``
+    returns byte runs and :class:`_GoAway` values in the order they arrived.
+
+    The frame size is checked here, on the header: h2 checks it only once the whole frame has
+    arrived, so a peer that is not speaking HTTP/2 at all (an HTTP/1.1 answer reads as a
+    4.7 MB frame header) would otherwise hold the connection until a deadline fired.
     """
 
     __slots__ = ("_buffer", "_passthrough")
@@ -142,6 +146,11 @@ class _GoAwayFilter:
             if len(buffer) - pos < _FRAME_HEADER:
                 break
             length = int.from_bytes(buffer[pos : pos + 3], "big")
+            if length > _MAX_FRAME:
+                raise _FrameError(
+                    f"the server sent a frame of {length} bytes, more than our "
+                    f"SETTINGS_MAX_FRAME_SIZE ({_MAX_FRAME})"
+                )
             if buffer[pos + 3] != _GOAWAY_TYPE:
                 self._passthrough = _FRAME_HEADER + length
                 continue
@@ -618,9 +627,10 @@ class HTTP2Connection:
                     await self._end_stream(stream, progress)
         else:
             await self._send(stream, progress, Stage.REQUEST_HEAD)
-            async for chunk in body:
-                if chunk:
-                    await self._send_data(stream, progress, bytes(chunk))
+            async with closing_body(body):
+                async for chunk in body:
+                    if chunk:
+                        await self._send_data(stream, progress, bytes(chunk))
             await self._end_stream(stream, progress)
         progress.advance(Stage.AWAITING_RESPONSE)
 

@@ -128,6 +128,9 @@ class ConnectionPool:
         self._opening: dict[object, trio.Event] = {}
         # Origins that answered HTTP/1.1 when HTTP/2 was expected.
         self._not_multiplexed: set[object] = set()
+        # HTTP/1.1 connections lent to an attempt (or being handed to a waiter): close() must
+        # reach them too, or a response body still being read would outlive the client.
+        self._lent: set[PooledConnection] = set()
         self.closed = False
 
     # --- inspection ------------------------------------------------------------------------
@@ -172,8 +175,21 @@ class ConnectionPool:
         ``NOT_SENT``). ``progress.connection_reused`` says which it was. With
         ``expect_multiplexed`` it first waits for a connection another attempt is opening to
         the same origin (see the module docstring). If cancelled, any connection or slot
-        granted meanwhile is given back: the pool's counts stay exact.
+        granted meanwhile is given back: the pool's counts stay exact. The connection must be
+        given back with :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
         """
+        conn = await self._acquire(origin, progress, opener, expect_multiplexed)
+        if not conn.multiplexed:
+            self._lent.add(conn)
+        return conn
+
+    async def _acquire(
+        self,
+        origin: object,
+        progress: AttemptProgress,
+        opener: Opener,
+        expect_multiplexed: bool,
+    ) -> PooledConnection:
         progress.advance(Stage.POOL)
         if self.closed:
             raise WireError(
@@ -330,6 +346,7 @@ class ConnectionPool:
                 conn.expires_at = now + expiry if expiry is not None else float("inf")
             self._grant_shared(conn)
             return
+        self._lent.discard(conn)
         if self.closed or conn.closed or not conn.is_reusable():
             self._drop(conn)
             return
@@ -337,6 +354,7 @@ class ConnectionPool:
             if waiter.origin == conn.origin_key:
                 self._waiters.remove(waiter)
                 waiter.granted, waiter.conn = True, conn
+                self._lent.add(conn)
                 waiter.event.set()
                 return
         expiry = self.keepalive_expiry
@@ -356,6 +374,7 @@ class ConnectionPool:
         if conn.multiplexed:
             self.release(conn)
             return
+        self._lent.discard(conn)
         conn.close()
         self._drop(conn)
 
@@ -407,7 +426,11 @@ class ConnectionPool:
     # --- shutdown ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every idle and shared connection; waiters are released with an error."""
+        """Close every connection, idle, shared or lent; waiters are released with an error.
+
+        A lent connection is closed under its user, whose next read or write fails; its slot
+        is freed when the user gives it back (:meth:`release` or :meth:`discard`).
+        """
         self.closed = True
         for conn in list(self._idle_lru):
             self._idle[conn.origin_key].remove(conn)
@@ -416,6 +439,8 @@ class ConnectionPool:
         for conns in list(self._shared.values()):
             for conn in list(conns):
                 conn.close()
+        for conn in list(self._lent):
+            conn.close()
         while self._waiters:
             waiter = self._waiters.popleft()
             waiter.granted = True  # a slot, refused again on wake-up because we are closed

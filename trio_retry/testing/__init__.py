@@ -2,8 +2,9 @@
 
 `FaultServer` answers each request with the next scripted action (`Respond`, `Stall`,
 `PartialBody`, `CloseBeforeRead`, `CloseAfterHead`, `CloseAfterBody`, `RefuseStream`,
-`GoAway`) and records every request it received in `FaultServer.requests`, with whether it was
-executed, so a test can count side effects. `refused_port` gives a port nobody listens on.
+`GoAway`, and for hostile-server tests `Raw` and `EndlessBody`) and records every request it
+received in `FaultServer.requests`, with whether it was executed, so a test can count side
+effects. `refused_port` gives a port nobody listens on.
 See docs/testing.md.
 """
 
@@ -12,8 +13,10 @@ from ._script import AfterBody as AfterBody
 from ._script import CloseAfterBody as CloseAfterBody
 from ._script import CloseAfterHead as CloseAfterHead
 from ._script import CloseBeforeRead as CloseBeforeRead
+from ._script import EndlessBody as EndlessBody
 from ._script import GoAway as GoAway
 from ._script import PartialBody as PartialBody
+from ._script import Raw as Raw
 from ._script import RecordedRequest as RecordedRequest
 from ._script import RefuseStream as RefuseStream
 from ._script import Respond as Respond
@@ -28,9 +31,11 @@ __all__ = [
     "CloseAfterBody",
     "CloseAfterHead",
     "CloseBeforeRead",
+    "EndlessBody",
     "FaultServer",
     "GoAway",
     "PartialBody",
+    "Raw",
     "RecordedRequest",
     "RefuseStream",
     "Respond",

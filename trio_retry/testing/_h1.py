@@ -11,8 +11,10 @@ from ._script import (
     CloseAfterBody,
     CloseAfterHead,
     CloseBeforeRead,
+    EndlessBody,
     GoAway,
     PartialBody,
+    Raw,
     RefuseStream,
     Respond,
     ScriptError,
@@ -178,7 +180,39 @@ class H1Handler:
             if action.body and body_allowed(action.status, method):
                 await self._send(h11.Data(data=action.body))
             return ending_for(action.reset)
+        if isinstance(action, Raw):
+            return await self._raw(action)
+        if isinstance(action, EndlessBody):
+            return await self._endless(action, method)
         return await self._respond(action, method)
+
+    async def _raw(self, action: Raw) -> Ending:
+        """Write the bytes outside h11 (whose state no longer matches the wire), then close, or
+        keep the connection open, discarding input, until the client closes or goes idle."""
+        if action.data:
+            with trio.fail_after(self._ctx.timeouts.write):
+                await self._ctx.stream.send_all(action.data)
+        if not action.close:
+            with trio.move_on_after(self._ctx.timeouts.idle):
+                while await self._ctx.stream.receive_some(_RECEIVE_SIZE):
+                    pass
+        return Ending.CLOSE
+
+    async def _endless(self, action: EndlessBody, method: str) -> Ending | None:
+        # No length in the headers: h11 picks chunked (close-delimited for HTTP/1.0 clients).
+        await self._send(h11.Response(status_code=action.status, headers=list(action.headers)))
+        if not body_allowed(action.status, method):
+            await self._send(h11.EndOfMessage())
+            return Ending.CLOSE if self._conn.our_state is h11.MUST_CLOSE else None
+        pause = action.pause()
+        # Ends when a write fails (the client left) or stalls for the write timeout; `seconds`
+        # bounds it even against a client that reads forever.
+        with trio.move_on_after(action.seconds):
+            while True:
+                await self._send(h11.Data(data=action.chunk))
+                if pause:
+                    await trio.sleep(pause)
+        return Ending.RESET
 
     async def _respond(self, action: Respond, method: str) -> Ending | None:
         if action.delay:

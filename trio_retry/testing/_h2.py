@@ -32,8 +32,10 @@ from ._script import (
     CloseAfterBody,
     CloseAfterHead,
     CloseBeforeRead,
+    EndlessBody,
     GoAway,
     PartialBody,
+    Raw,
     RefuseStream,
     Respond,
     Stall,
@@ -450,8 +452,41 @@ class H2Handler:
             else:
                 self._h2.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
                 self._kick()
+        elif isinstance(action, Raw):
+            # Outside h2, in order: what h2 queued so far goes first, then the raw bytes.
+            self._pending += self._h2.data_to_send()
+            self._pending += action.data
+            if action.close:
+                self._finish_after_flush(Ending.CLOSE)
+            else:
+                self._kick()
+        elif isinstance(action, EndlessBody):
+            await self._endless(stream_id, action, method)
         else:
             await self._respond(stream, action, method)
+
+    async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
+        has_body = body_allowed(action.status, method)
+        headers = [
+            (name, value)
+            for name, value in h2_response_headers(action.status, action.headers, 0)
+            if name != "content-length"  # no length: the body has no end
+        ]
+        self._send_headers(stream_id, headers, end_stream=not has_body)
+        if not has_body:
+            return
+        pause = action.pause()
+        # Ends when the client resets the stream (this task is cancelled), the connection
+        # ends, or the window stays shut for the write timeout; `seconds` bounds it even
+        # against a client that reads forever.
+        with trio.move_on_after(action.seconds):
+            while True:
+                await self._send_body(stream_id, action.chunk, None, end_stream=False)
+                if pause:
+                    await trio.sleep(pause)
+                else:
+                    await trio.lowlevel.checkpoint()
+        self._finish(Ending.RESET)
 
     async def _respond(self, stream: _Stream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id

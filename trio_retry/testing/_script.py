@@ -28,10 +28,12 @@ __all__ = [
     "CloseAfterBody",
     "CloseAfterHead",
     "CloseBeforeRead",
+    "EndlessBody",
     "GoAway",
     "HeaderPairs",
     "HeadersInput",
     "PartialBody",
+    "Raw",
     "RecordedRequest",
     "RefuseStream",
     "Respond",
@@ -225,6 +227,84 @@ class PartialBody:
         object.__setattr__(self, "reset", reset)
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class Raw:
+    """Read the whole request (executed), then write `data` verbatim instead of a response.
+
+    For hostile-server tests: garbage instead of HTTP, an invalid ``Content-Length``, broken
+    chunked encoding, an illegal HTTP/2 frame. Nothing checks the bytes.
+
+    HTTP/1.1: `data` goes where the response would. HTTP/2: `data` is written into the
+    connection's byte stream after the frames already queued, so the client parses it as
+    frames (of any stream: the test knows the ids, the first request of a connection is stream
+    1); the server's own h2 state never learns about them. `close=True` then closes the
+    connection (FIN, after `data`); `close=False` sends nothing more: HTTP/1.1 keeps the
+    connection open, discarding what arrives, until the client closes it or the idle timeout
+    passes; HTTP/2 carries on serving the connection's other streams.
+    """
+
+    data: bytes
+    close: bool
+
+    def __init__(self, data: bytes, close: bool = True) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"Raw data must be bytes, got {type(data).__name__}")
+        object.__setattr__(self, "data", bytes(data))
+        object.__setattr__(self, "close", close)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class EndlessBody:
+    """Read the whole request (executed), send a head without a length, then `chunk` after
+    `chunk`, without end.
+
+    HTTP/1.1: chunked transfer coding (an HTTP/1.0 client gets a close-delimited body); HTTP/2:
+    DATA frames within the client's flow-control windows. With `rate` (bytes per second) the
+    server pauses ``len(chunk) / rate`` seconds after each chunk; without it, it sends as fast as
+    the client reads. It stops when the client closes or resets the connection (or the stream),
+    or stops reading for `write_timeout`; as a safety bound it gives up after `seconds` (then
+    the connection is reset). Responses that carry no body (``HEAD``, 204, 304) end at once.
+    """
+
+    status: int
+    headers: HeaderPairs
+    chunk: bytes
+    rate: float | None
+    seconds: float
+
+    def __init__(
+        self,
+        status: int = 200,
+        headers: HeadersInput = (),
+        chunk: bytes = b"x" * 16384,
+        rate: float | None = None,
+        seconds: float = 60.0,
+    ) -> None:
+        if not 200 <= status <= 599:
+            raise ValueError(f"final status must be 200..599, got {status}")
+        pairs = normalize_headers(headers)
+        if any(name.lower() in ("content-length", "transfer-encoding") for name, _ in pairs):
+            raise ValueError(
+                "EndlessBody sets the framing itself: no Content-Length or "
+                "Transfer-Encoding in its headers"
+            )
+        if not chunk:
+            raise ValueError("EndlessBody needs a non-empty chunk")
+        if rate is not None and not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"rate must be > 0 bytes/second, got {rate!r}")
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "headers", pairs)
+        object.__setattr__(self, "chunk", bytes(chunk))
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "seconds", float(seconds))
+
+    def pause(self) -> float:
+        """Seconds to wait after each chunk (0 without a rate)."""
+        return len(self.chunk) / self.rate if self.rate is not None else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Stall:
     """Read the whole request (executed), wait `seconds` before any response byte, then apply
@@ -235,7 +315,7 @@ class Stall:
 
     def __post_init__(self) -> None:
         _check_delay("seconds", self.seconds)
-        if not isinstance(self.then, (Respond, PartialBody, CloseAfterBody, Stall)):
+        if not isinstance(self.then, _AFTER_BODY_TYPES):
             raise TypeError(f"Stall.then must act after the body, got {self.then!r}")
 
 
@@ -272,7 +352,7 @@ class GoAway:
             raise ValueError(f"last_stream_id must be 0..2**31-1, got {self.last_stream_id}")
         if not 0 <= self.error_code < 2**32:
             raise ValueError(f"error_code must be 0..2**32-1, got {self.error_code}")
-        if not isinstance(self.then, (Respond, PartialBody, CloseAfterBody, Stall)):
+        if not isinstance(self.then, _AFTER_BODY_TYPES):
             raise TypeError(f"GoAway.then must act after the body, got {self.then!r}")
 
 
@@ -286,9 +366,11 @@ Action: TypeAlias = (
     | PartialBody
     | RefuseStream
     | GoAway
+    | Raw
+    | EndlessBody
 )
 #: Actions that run once the whole request has been read (allowed as `Stall.then`).
-AfterBody: TypeAlias = Respond | PartialBody | CloseAfterBody | Stall
+AfterBody: TypeAlias = Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody
 
 _ACTION_TYPES = (
     Respond,
@@ -299,7 +381,10 @@ _ACTION_TYPES = (
     PartialBody,
     RefuseStream,
     GoAway,
+    Raw,
+    EndlessBody,
 )
+_AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody)
 
 
 def reads_body(action: Action) -> bool:
