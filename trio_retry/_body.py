@@ -39,6 +39,11 @@ class PreparedBody:
         self.content_type = content_type
         self._opened = False
 
+    @property
+    def known_length(self) -> int | None:
+        """The length when the body is bytes in memory, else ``None``."""
+        return len(self._source) if isinstance(self._source, bytes) else None
+
     async def open(self) -> tuple[BodyBytes, int | None]:
         """The bytes of this attempt and their length (``None``: unknown, send chunked)."""
         if self._opened and self.replayability is Replayability.ONE_SHOT:
@@ -120,8 +125,15 @@ def _as_bytes(chunk: object) -> bytes:
 
 
 async def _aiter_bytes(source: AsyncIterable[Any]) -> AsyncIterator[bytes]:
-    async for chunk in source:
-        yield _as_bytes(chunk)
+    try:
+        async for chunk in source:
+            yield _as_bytes(chunk)
+    finally:
+        # An interrupted upload must not leave the caller's generator to the garbage collector
+        # (its finally clauses would run late, outside Trio).
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 async def _iter_bytes(source: Iterable[Any]) -> AsyncIterator[bytes]:

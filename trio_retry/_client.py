@@ -250,6 +250,7 @@ class Client:
         self._draining = False
         self._drain_event = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._background_done = trio.Event()
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._scopes: set[trio.CancelScope] = set()
         self._calls = 0
@@ -259,10 +260,26 @@ class Client:
     async def __aenter__(self) -> Client:
         if self._state != "new":
             raise ClientStateError("a Client can be entered only once; create a new one")
+        # Two nurseries: the outer one (entered here, exited only in __aexit__) encloses the
+        # caller's code, so it is never cancelled while that code runs; the inner one holds
+        # the background tasks (HTTP/2 readers) and is what aclose() cancels. So aclose() can
+        # be awaited anywhere inside the block without cancelling the caller or exiting a
+        # nursery out of order.
         self._nursery_cm = trio.open_nursery()
-        self._nursery = await self._nursery_cm.__aenter__()
+        outer = await self._nursery_cm.__aenter__()
+        self._nursery = await outer.start(self._keep_background)
         self._state = "open"
         return self
+
+    async def _keep_background(
+        self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with trio.open_nursery() as inner:
+                task_status.started(inner)
+                await trio.sleep_forever()
+        finally:
+            self._background_done.set()
 
     async def __aexit__(
         self,
@@ -271,12 +288,18 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+        if self._nursery_cm is not None:
+            # The caller's own exception (if any) is not passed in: the nursery must never wrap
+            # it in an ExceptionGroup. Our background tasks never raise.
+            cm, self._nursery_cm = self._nursery_cm, None
+            await cm.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Close the client: stop admitting calls, end in-flight ones, close every connection.
 
-        Calls still in flight end with an error carrying the evidence of their stage. Safe to
-        call twice. Cancellation while closing still closes everything (forcefully).
+        Calls still in flight end with an error carrying the evidence of their stage; when
+        this returns, the client's background tasks have ended. Safe to call twice, and from
+        inside the ``async with`` block.
         """
         if self._state == "closed":
             return
@@ -285,11 +308,10 @@ class Client:
         for scope in list(self._scopes):
             scope.cancel()
         self._pool.close()
-        if self._nursery_cm is not None and self._nursery is not None:
+        if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
-            # The caller's own exception (if any) is not passed in: the nursery must never wrap
-            # it in an ExceptionGroup. Our background tasks never raise.
-            await self._nursery_cm.__aexit__(None, None, None)
+            with trio.CancelScope(shield=True):
+                await self._background_done.wait()
 
     def drain(self) -> None:
         """Stop admitting calls; calls waiting in backoff end now; in-flight attempts finish.
@@ -443,6 +465,7 @@ class Client:
             raise InvalidRequest(
                 str(exc), evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
             ) from exc
+        _check_framing(merged, body)
         if body.content_type and "content-type" not in merged:
             merged.set("Content-Type", body.content_type)
         seconds = deadline if deadline is not None else self.deadline
@@ -707,7 +730,10 @@ class Client:
         headers = [] if "host" in request.headers else [(b"host", url.host_header.encode())]
         headers += request.headers.raw()
         if self.auth is not None and request.apply_auth:
-            headers += Headers(await self.auth.headers()).raw()
+            # A header the caller set on the call wins over the same header from ``auth``.
+            for name, value in Headers(await self.auth.headers()).multi_items():
+                if name not in request.headers:
+                    headers.append((name.encode("latin-1"), value.encode("latin-1")))
         if self.cookies is not None and "cookie" not in request.headers:
             cookie = cookie_header(self.cookies, str(url), request.method, request.headers)
             if cookie:
@@ -1058,6 +1084,37 @@ class Client:
         cause = error.__cause__ if isinstance(error, WireError) else None
         exc.__cause__ = cause if cause is not None else error
         return exc
+
+
+def _check_framing(headers: Headers, body: PreparedBody) -> None:
+    """The client frames the body itself: a caller's framing headers must not contradict it.
+
+    ``Transfer-Encoding`` is refused (beside the client's own framing it would make the
+    request-smuggling shape of RFC 9112 §6.1); ``Content-Length`` is accepted only when it
+    equals the length of a body in memory, and then left to the client to send.
+    """
+
+    def refuse(message: str) -> InvalidRequest:
+        return InvalidRequest(
+            message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
+        )
+
+    if "transfer-encoding" in headers:
+        raise refuse(
+            "Transfer-Encoding is set by the client (chunked when a body's length is unknown); "
+            "remove the header"
+        )
+    declared = headers.get("content-length")
+    if declared is None:
+        return
+    if declared.strip() != str(body.known_length):
+        raise refuse(
+            f"Content-Length {declared!r} does not match the body"
+            + (f" ({body.known_length} bytes)" if body.known_length is not None else "")
+            + "; the client sets it: remove the header, or give a streamed body's length "
+            "with Reopenable(factory, length=N) or StreamFactory(..., length=N)"
+        )
+    headers.remove("content-length")
 
 
 def _form_content(

@@ -43,6 +43,14 @@ _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
+_USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
+
+
+def _shown(url: str) -> str:
+    """The URL as it may appear in an error: any user:password@ part redacted."""
+    return repr(_USERINFO.sub("[redacted]@", url))
+
+
 def _invalid(message: str) -> InvalidRequest:
     return InvalidRequest(
         message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
@@ -110,21 +118,23 @@ class URL:
             raise _invalid(f"URL must be a str, got {type(url).__name__}")
         if _FORBIDDEN_URL_CHARS.search(url):
             raise _invalid(
-                f"URL contains whitespace or control characters (CR, LF, NUL...): {url!r}"
+                f"URL contains whitespace or control characters (CR, LF, NUL...): {_shown(url)}"
             )
         try:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise _invalid(f"malformed URL {url!r}: {exc}") from None
+            raise _invalid(f"malformed URL {_shown(url)}: {exc}") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
             shown = f"{scheme!r}" if scheme else "none"
-            raise _invalid(f"unsupported URL scheme {shown} in {url!r}; accepted: {accepted}")
+            raise _invalid(
+                f"unsupported URL scheme {shown} in {_shown(url)}; accepted: {accepted}"
+            )
         host = parts.hostname
         if not host:
-            raise _invalid(f"URL has no host: {url!r}")
+            raise _invalid(f"URL has no host: {_shown(url)}")
         if parts.username is not None or parts.password is not None:
             raise _invalid("credentials in the URL are not supported; use auth=BasicAuth(...)")
         self._parts = parts
@@ -195,6 +205,13 @@ def _check_header(name: str, value: str) -> None:
             f"invalid header name {name!r}: names are tokens (letters, digits and "
             "!#$%&'*+-.^_`|~), without spaces, colons, CR, LF or NUL"
         )
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise _invalid(
+            f"invalid value for header {name!r}: only latin-1 characters can be sent in a "
+            "header; percent-encode or base64 anything else"
+        ) from None
     if _FORBIDDEN_VALUE_CHARS.search(value):
         raise _invalid(
             f"invalid value for header {name!r}: control characters (CR, LF, NUL, ...) are "

@@ -299,11 +299,6 @@ def test_any_header_value_is_sent_as_is_or_refused_before_anything_is_sent(
         assert server.requests[-1].header(name) == sent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a header value outside latin-1 escapes as a raw UnicodeEncodeError "
-    "(Headers.raw() in the attempt) instead of InvalidRequest at build time",
-)
 async def test_a_header_value_outside_latin1_is_an_invalid_request(
     any_server: FaultServer,
 ) -> None:
@@ -313,11 +308,6 @@ async def test_a_header_value_outside_latin1_is_an_invalid_request(
     assert any_server.connections_accepted == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a caller's Transfer-Encoding header goes out next to the Content-Length the "
-    "client adds (HTTP/1.1), a request-smuggling shape (RFC 9112 §6.1)",
-)
 async def test_a_request_never_carries_both_transfer_encoding_and_content_length(
     nursery: trio.Nursery,
 ) -> None:
@@ -335,11 +325,6 @@ async def test_a_request_never_carries_both_transfer_encoding_and_content_length
     assert not (record.header("transfer-encoding") and record.header("content-length"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: on HTTP/2 a caller's Content-Length that contradicts the body is sent; the "
-    "server rejects the stream and a POST comes out ambiguous (HTTP/1.1 refuses it locally)",
-)
 async def test_a_contradicting_content_length_is_refused_before_sending(
     nursery: trio.Nursery,
 ) -> None:

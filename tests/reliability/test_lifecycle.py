@@ -141,12 +141,6 @@ async def test_an_interrupted_upload_finalises_its_body_stream(
     assert flag.closed_at <= failed_at
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _body._aiter_bytes wraps the caller's async iterator and, when the upload is "
-    "interrupted, does not aclose() it: the caller's async generator is left to the GC "
-    "(ResourceWarning) and its finally blocks run late",
-)
 @pytest.mark.parametrize("kind", ["one-shot", "reopenable"])
 @pytest.mark.parametrize("mode", ["h1", "h2c"])
 async def test_an_interrupted_upload_finalises_an_async_generator_body(
@@ -197,12 +191,6 @@ ACLOSE_FROM_INSIDE = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Client.aclose() called inside the `async with` block while a nursery opened "
-    "in that block is still running exits the client's nursery out of order: calls in flight "
-    "get a bare trio.Cancelled, then 'Nursery misnesting detected!' / TrioInternalError",
-)
 def test_aclose_inside_the_block_ends_calls_with_evidence() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", ACLOSE_FROM_INSIDE],

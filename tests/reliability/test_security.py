@@ -234,11 +234,6 @@ async def test_explain_output_never_shows_credentials(nursery: trio.Nursery, mod
     assert server.requests[0].header("cookie") == "session=s3cret-cookie"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: InvalidRequest messages for a malformed URL quote the whole URL, password "
-    "included (URL.__init__ in _models.py); the CLI prints it",
-)
 @pytest.mark.parametrize(
     "url",
     [
