@@ -154,3 +154,17 @@ async def test_silent_and_vanishing_clients_cost_nothing(start_server: StartServ
     assert resp.status == 200
     assert [r.path for r in server.requests] == ["/whole"]
     assert server.connections_accepted == 3
+
+
+async def test_h2_preface_on_an_http1_only_server_is_not_executed(nursery: trio.Nursery) -> None:
+    from trio_retry.testing import FaultServer
+
+    server = FaultServer(http2=False)
+    await nursery.start(server.serve)
+    with trio.fail_after(5):
+        async with await trio.open_tcp_stream("127.0.0.1", server.port) as stream:
+            await stream.send_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            while await stream.receive_some(1024):
+                pass
+    assert [(r.method, r.executed) for r in server.requests] == [("PRI", False)]
+    assert server.executed_count() == 0

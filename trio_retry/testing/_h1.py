@@ -114,7 +114,11 @@ class H1Handler:
         method = request.method.decode("ascii")
         target = request.target.decode("latin-1")
         recorder = self._ctx.recorder
-        action = recorder.script.pop(method, target)
+        # The HTTP/2 preface reached a server not speaking HTTP/2: no application ran it, and it
+        # takes no scripted action. Recorded (not executed) and the connection closed, as an
+        # HTTP/1.1-only server would refuse it.
+        preface = method == "PRI" and target == "*"
+        action = CloseBeforeRead() if preface else recorder.script.pop(method, target)
         slot = recorder.open(
             method=method,
             path=target,
