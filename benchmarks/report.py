@@ -1,4 +1,9 @@
-"""Aggregation (medians over repeats, ratios to the baseline), the text table and the plot."""
+"""Aggregation (medians over repeats, ratios to the baseline), the text table and the plot.
+
+The throughput suite's table is fixed (``COLUMNS``). Other suites describe theirs in their
+scenario JSON (``columns``: title, key into the summary, format), and how their runs combine
+(``summary``: key -> "median", "max", "min", "sum" or "first").
+"""
 
 from __future__ import annotations
 
@@ -25,6 +30,21 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(clean) if clean else None
 
 
+def _combine(how: str, values: list[Any]) -> Any:
+    if how == "first":
+        return next((v for v in values if v is not None), None)
+    clean = [v for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    if not clean:
+        return None
+    if how == "max":
+        return max(clean)
+    if how == "min":
+        return min(clean)
+    if how == "sum":
+        return sum(clean)
+    return statistics.median(clean)
+
+
 def aggregate(
     runs: dict[tuple[str, str], list[dict[str, Any]]],
     skipped: dict[tuple[str, str], str],
@@ -32,8 +52,13 @@ def aggregate(
     client_names: list[str],
     labels: dict[str, str],
     baseline: str,
+    summaries: dict[str, dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One result per (scenario, client) pair, in table order, with medians and ratios."""
+    """One result per (scenario, client) pair, in table order, with medians and ratios.
+
+    ``summaries`` maps a scenario to how its keys combine over runs (default: the medians of
+    ``MEDIAN_KEYS``); the combined values are the result's ``median`` either way.
+    """
     results: list[dict[str, Any]] = []
     for scenario in scenario_names:
         for client in client_names:
@@ -63,7 +88,14 @@ def aggregate(
             ok = [r for r in measured if r.get("status") == "ok"]
             clean = [r for r in ok if not r.get("noisy")]
             ok = clean or ok  # medians from undisturbed runs whenever there is one
-            if ok:
+            summary = (summaries or {}).get(scenario)
+            if ok and summary is not None:
+                median = {k: _combine(how, [r.get(k) for r in ok]) for k, how in summary.items()}
+                median["errors"] = sum(int(r.get("errors", 0)) for r in measured)
+                median["runs"] = len(ok)
+                entry["noisy_runs"] = sum(1 for r in ok if r.get("noisy"))
+                entry["median"] = median
+            elif ok:
                 median = {k: _median([r.get(k) for r in ok]) for k in MEDIAN_KEYS}
                 median["errors"] = sum(int(r.get("errors", 0)) for r in measured)
                 median["runs"] = len(ok)
@@ -77,9 +109,12 @@ def aggregate(
     for r in results:
         base = by_key.get((r["scenario"], baseline))
         if r["median"] and base and base["status"] == "ok" and base["median"]:
-            if base["median"]["rps"]:
+            if base["median"].get("rps") and r["median"].get("rps") is not None:
                 r["ratio_rps"] = r["median"]["rps"] / base["median"]["rps"]
-            if base["median"]["cpu_ms_per_req"]:
+            if (
+                base["median"].get("cpu_ms_per_req")
+                and r["median"].get("cpu_ms_per_req") is not None
+            ):
                 r["ratio_cpu"] = r["median"]["cpu_ms_per_req"] / base["median"]["cpu_ms_per_req"]
     return results
 
@@ -124,40 +159,117 @@ def _row_cells(r: dict[str, Any]) -> list[str]:
     return cells
 
 
+LABEL_WIDTH = 33  # suites with their own columns label rows "httpx + tenacity-style loop" etc.
+
+
+def _columns(info: dict[str, Any]) -> tuple[tuple[str, str, int], ...]:
+    """(title, alignment, width) of each column of a scenario's table."""
+    custom = info.get("columns")
+    if custom is None:
+        return COLUMNS
+    return (("client", "<", LABEL_WIDTH), *((c["title"], ">", c["width"]) for c in custom))
+
+
+def _label(r: dict[str, Any], info: dict[str, Any]) -> str:
+    label: str = info.get("client_labels", {}).get(r["client"], r["label"])
+    return label
+
+
+def _custom_cells(r: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    m = r["median"]
+    if r["status"] == "skipped" or m is None:
+        what = "skipped" if r["status"] == "skipped" else "FAILED"
+        return [_label(r, info), f"{what}: {r['note']}"]
+    cells = [_label(r, info) + (" (FAILED)" if r["status"] == "failed" else "")]
+    for c in info["columns"]:
+        value = m.get(c["key"])
+        if isinstance(value, str):
+            cells.append(value)
+        elif isinstance(value, int | float) and not math.isnan(value):
+            cells.append(format(value * c["scale"], c["spec"]) + c["suffix"])
+        else:
+            cells.append("-")
+    if r.get("noisy_runs") and len(cells) > 1:
+        cells[1] += "*"
+    return cells
+
+
+def _cells(r: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    return _custom_cells(r, info) if info.get("columns") is not None else _row_cells(r)
+
+
+def _shown(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A suite with its own columns shows only the clients it applies to."""
+    if info.get("columns") is None or "clients" not in info:
+        return rows
+    return [r for r in rows if r["client"] in info["clients"]]
+
+
+def _details(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+    """Extra lines a suite attached to its runs (``details``), from each row's first run."""
+    out: list[str] = []
+    for r in rows:
+        runs = r["runs"]
+        which = f" (run 1 of {len(runs)})" if len(runs) > 1 else ""
+        for run in runs[:1]:
+            for line in run.get("details") or ():
+                out.append(f"{_label(r, info)}{which}: {line}")
+    return out
+
+
 def render_text(results: list[dict[str, Any]], scenarios: dict[str, dict[str, Any]]) -> str:
     lines: list[str] = []
-    header = "  ".join(f"{name:{align}{width}}" for name, align, width in COLUMNS)
     for name, info in scenarios.items():
-        rows = [r for r in results if r["scenario"] == name]
+        rows = _shown([r for r in results if r["scenario"] == name], info)
         if not rows:
             continue
+        columns = _columns(info)
+        label_width = columns[0][2]
+        heading = info.get("heading") or f"{info['title']} (concurrency {info['concurrency']})"
         lines.append("")
-        lines.append(f"{name}: {info['title']} (concurrency {info['concurrency']})")
-        lines.append("  " + header)
+        lines.append(f"{name}: {heading}")
+        lines.append("  " + "  ".join(f"{title:{align}{width}}" for title, align, width in columns))
         for r in rows:
-            cells = _row_cells(r)
+            cells = _cells(r, info)
             if len(cells) == 2:
-                lines.append(f"  {cells[0]:<17}  {cells[1]}")
+                lines.append(f"  {cells[0]:<{label_width}}  {cells[1]}")
                 continue
-            lines.append(
-                "  "
-                + "  ".join(
-                    f"{c:{align}{width}}"
-                    for c, (_, align, width) in zip(cells, COLUMNS, strict=True)
-                )
-            )
+            pairs = zip(cells, columns, strict=True)
+            lines.append("  " + "  ".join(f"{c:{align}{width}}" for c, (_, align, width) in pairs))
+        lines.extend("  " + line for line in _details(rows, info))
     return "\n".join(lines)
 
 
 def render_markdown(results: list[dict[str, Any]], scenarios: dict[str, dict[str, Any]]) -> str:
-    head = ["scenario"] + [c[0] for c in COLUMNS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
-        cells = _row_cells(r)
-        if len(cells) == 2:
-            cells = [cells[0], cells[1]] + [""] * (len(COLUMNS) - 2)
-        lines.append("| " + " | ".join([r["scenario"], *cells]) + " |")
-    return "\n".join(lines)
+    """One Markdown table for the throughput suite, then one per scenario of other suites."""
+    tables: list[str] = []
+    plain = [r for r in results if scenarios.get(r["scenario"], {}).get("columns") is None]
+    if plain:
+        head = ["scenario"] + [c[0] for c in COLUMNS]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in plain:
+            cells = _row_cells(r)
+            if len(cells) == 2:
+                cells = [cells[0], cells[1]] + [""] * (len(COLUMNS) - 2)
+            lines.append("| " + " | ".join([r["scenario"], *cells]) + " |")
+        tables.append("\n".join(lines))
+    for name, info in scenarios.items():
+        if info.get("columns") is None:
+            continue
+        rows = _shown([r for r in results if r["scenario"] == name], info)
+        if not rows:
+            continue
+        head = [c[0] for c in _columns(info)]
+        lines = [f"`{name}`: {info.get('heading') or info['title']}", ""]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            cells = _custom_cells(r, info)
+            if len(cells) == 2:
+                cells = [cells[0], cells[1]] + [""] * (len(head) - 2)
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += [""] + [f"- {line}" for line in _details(rows, info)]
+        tables.append("\n".join(lines).rstrip())
+    return "\n\n".join(tables)
 
 
 def plot(
@@ -180,6 +292,12 @@ def plot(
             f"(pip install -e '.[bench]'); wanted {path}"
         )
     by_key = {(r["scenario"], r["client"]): r for r in results}
+    # Only scenarios measured in requests per second (the throughput suite).
+    scenario_names = [
+        s
+        for s in scenario_names
+        if any((by_key[(s, c)]["median"] or {}).get("rps") is not None for c in client_names)
+    ]
     clients = [c for c in client_names if any(by_key[(s, c)]["median"] for s in scenario_names)]
     scenarios = [s for s in scenario_names if any(by_key[(s, c)]["median"] for c in clients)]
     if not clients or not scenarios:

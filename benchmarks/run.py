@@ -320,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
 
         def applicable(scenario: Scenario, client: str) -> str | None:
             """Why (scenario, client) cannot run, or None."""
+            reason = scenario.skip_reason(client)
+            if reason is not None:
+                return reason
             if client in unavailable:
                 return unavailable[client]
             if scenario.endpoint not in endpoints:
@@ -349,13 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             for entry in entries:
                 entry["repeat"] = rep
                 if entry.get("status") == "ok":
-                    noise = entry.get("foreign_cpu_util")
-                    _progress(
-                        f"  {entry['scenario']:22} {client:14} {entry['rps']:9,.0f} r/s"
-                        f"  p50 {entry['p50_ms']:7.2f} ms  p99 {entry['p99_ms']:7.2f} ms"
-                        f"  cpu {entry['cpu_ms_per_req']:.3f} ms/req"
-                        + (f"  other load {noise:.0%}" if noise else "")
-                    )
+                    line = registry[entry["scenario"]].progress_line(entry)
+                    _progress(f"  {entry['scenario']:22} {client:14} {line}")
                 else:
                     _progress(f"  {entry['scenario']:22} {client:14} FAILED: {entry.get('note')}")
             return entries
@@ -381,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                 "client_cpu": client_cpu,
             }
             for attempt in range(1 + args.noise_retries):
-                if not args.smoke:
+                # Counting suites do not measure CPU time: no need to wait for quiet CPUs.
+                if not args.smoke and any(s.cpu_sensitive for s in batch):
                     quiet.wait()
                 entries = record(client, run_worker(config, timeout=hard + 60), batch, rep)
                 noisy = [
@@ -401,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
                 runs.setdefault((e["scenario"], client), []).append(e)
 
         selected = [registry[s] for s in scenario_names]
+
+        def wanted(scenario: Scenario, rep: int) -> bool:
+            """Repeat ``rep`` runs this scenario (counting suites run once, see max_repeats)."""
+            return scenario.max_repeats is None or rep < scenario.max_repeats
+
         for rep in range(args.repeat):
             if args.repeat > 1:
                 _progress(f"repeat {rep + 1}/{args.repeat}")
@@ -409,11 +413,15 @@ def main(argv: list[str] | None = None) -> int:
             order = client_names[shift:] + client_names[:shift]
             if args.smoke:
                 for client in order:
-                    batch = [s for s in selected if applicable(s, client) is None]
+                    batch = [
+                        s for s in selected if wanted(s, rep) and applicable(s, client) is None
+                    ]
                     if batch:
                         launch(client, batch, rep)
             else:
                 for scenario in selected:
+                    if not wanted(scenario, rep):
+                        continue
                     for client in order:
                         if applicable(scenario, client) is None:
                             launch(client, [scenario], rep)
@@ -424,10 +432,22 @@ def main(argv: list[str] | None = None) -> int:
                     skipped[(scenario.name, client)] = reason
         server_info = server.describe()
 
-    results = aggregate(runs, skipped, scenario_names, client_names, labels, BASELINE)
+    summaries: dict[str, dict[str, str]] = {}
+    for name in scenario_names:
+        summary = registry[name].summary
+        if summary is not None:
+            summaries[name] = summary
+    results = aggregate(
+        runs, skipped, scenario_names, client_names, labels, BASELINE, summaries=summaries
+    )
     for r in results:
         r["discarded_runs"] = discarded.get((r["scenario"], r["client"]), [])
     scen_json = {name: registry[name].to_json() for name in scenario_names}
+    for name in scenario_names:
+        # The clients a scenario applies to (tables of other suites show only these rows).
+        scen_json[name]["clients"] = [
+            c for c in client_names if registry[name].skip_reason(c) is None
+        ]
     duration = time.monotonic() - started
 
     print(
@@ -441,17 +461,30 @@ def main(argv: list[str] | None = None) -> int:
     for client in client_names:
         if client in unavailable:
             print(f"{client}: {unavailable[client]}")
-    if not any(r["client"] == BASELINE and r["status"] == "ok" for r in results):
+    throughput_like = [s for s in scenario_names if registry[s].columns is None]
+    if throughput_like and not any(
+        r["client"] == BASELINE and r["status"] == "ok" and r["scenario"] in throughput_like
+        for r in results
+    ):
         print(f"baseline {labels[BASELINE]} was not measured: no ratios in this run")
     print(render_text(results, scen_json))
     if args.markdown:
         print()
         print(render_markdown(results, scen_json))
-    print(
-        "\nx httpx/Trio: r/s ratio to httpx on Trio in this run (higher is better); "
-        "CPU x httpx: CPU/request ratio (lower is better);\nsrv CPU: server busy share "
-        "(near 100% = server-bound); spread: (max-min)/median r/s over repeats."
-    )
+    print()
+    if any(registry[s].legend is None for s in scenario_names):
+        print(
+            "x httpx/Trio: r/s ratio to httpx on Trio in this run (higher is better); "
+            "CPU x httpx: CPU/request ratio (lower is better);\nsrv CPU: server busy share "
+            "(near 100% = server-bound); spread: (max-min)/median r/s over repeats."
+        )
+    legends: dict[str, str] = {}
+    for name in scenario_names:
+        legend = registry[name].legend
+        if legend is not None:
+            legends.setdefault(registry[name].suite, legend)
+    for suite, legend in legends.items():
+        print(f"{suite}: {legend}")
     if any(r.get("noisy_runs") for r in results):
         print(
             f"*: every run of this cell had other load above {args.max_noise:.0%} on a pinned CPU "

@@ -4,6 +4,11 @@ Runs ``python -m benchmarks --smoke --json FILE`` in a subprocess, once with the
 choice (nginx when installed) and once forcing the pure-Python fallback server, so both paths
 stay exercised. It must pass where nginx, httpx, aiohttp or matplotlib are absent: those are
 skipped with a note, and the bare h11 loop still runs.
+
+Besides the throughput suite, the smoke covers the amplification, duplicates and engine-cost
+suites. Their smoke numbers are too small to mean much, except two invariants that hold at any
+size: trio_retry never makes the server execute a POST twice, and never reports a plain failure
+for a POST the server executed.
 """
 
 from __future__ import annotations
@@ -31,6 +36,16 @@ RESULT_KEYS = {
     "ratio_cpu",
 }
 MEDIAN_KEYS = {"rps", "p50_ms", "p99_ms", "cpu_ms_per_req", "requests", "errors"}
+THROUGHPUT = {
+    "get_sequential",
+    "get_concurrent_32",
+    "get_concurrent_128",
+    "download_64k",
+    "upload_64k",
+    "h2_tls_streams_32",
+}
+RESILIENCE = {"outage_503", "outage_refused", "faults_post_h2", "faults_post_h1"}
+ENGINE_COST = {"engine_cost_200", "engine_cost_404", "engine_cost_503"}
 
 
 def _run_smoke(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
@@ -55,20 +70,13 @@ def _check_document(data: dict[str, Any]) -> None:
     assert data["baseline"] == "httpx_trio"
     assert {"nproc", "cpu_model", "python", "packages"} <= data["machine"].keys()
     assert data["server"]["kind"] in ("nginx", "fallback")
-    scenario_names = {s["name"] for s in data["scenarios"]}
-    assert {
-        "get_sequential",
-        "get_concurrent_32",
-        "get_concurrent_128",
-        "download_64k",
-        "upload_64k",
-        "h2_tls_streams_32",
-    } <= scenario_names
+    scenarios = {s["name"]: s for s in data["scenarios"]}
+    assert THROUGHPUT | RESILIENCE | ENGINE_COST <= scenarios.keys()
     client_names = {c["name"] for c in data["clients"]}
     assert {"trio_retry", "httpx_trio", "httpx_asyncio", "aiohttp", "h11_trio", "h2_trio"} <= (
         client_names
     )
-    assert len(data["results"]) == len(scenario_names) * len(client_names)
+    assert len(data["results"]) == len(scenarios) * len(client_names)
     for result in data["results"]:
         assert RESULT_KEYS <= result.keys(), result
         where = f"{result['scenario']} / {result['client']}: {result['note']}"
@@ -77,6 +85,11 @@ def _check_document(data: dict[str, Any]) -> None:
             assert result["median"] is None, where
             continue
         assert result["status"] == "ok", where
+        summary = scenarios[result["scenario"]].get("summary")
+        if summary is not None:  # a suite with its own table: its own keys
+            assert summary.keys() <= result["median"].keys(), where
+            assert all(run["status"] == "ok" for run in result["runs"]), where
+            continue
         median = result["median"]
         assert MEDIAN_KEYS <= median.keys(), where
         assert median["requests"] > 0, where
@@ -91,6 +104,41 @@ def _check_document(data: dict[str, Any]) -> None:
     assert bare["get_sequential"]["status"] == "ok"
     assert bare["upload_64k"]["status"] == "ok"
     assert bare["h2_tls_streams_32"]["status"] == "skipped"
+    _check_resilience(data)
+
+
+def _check_resilience(data: dict[str, Any]) -> None:
+    results = {(r["scenario"], r["client"]): r for r in data["results"]}
+    available = {c["name"]: c["available"] for c in data["clients"]}
+    if not available["trio_retry"]:
+        return  # the suites need trio_retry.testing.FaultServer
+    # The urllib3-style loop over bare h11 needs only runtime dependencies: always measured.
+    for name in ("outage_503", "outage_refused"):
+        naive = results[(name, "h11_trio")]
+        assert naive["status"] == "ok", naive["note"]
+        assert naive["median"]["amplification"] == 4.0  # 4 attempts for every call
+        ours = results[(name, "trio_retry")]
+        assert ours["status"] == "ok", ours["note"]
+        assert 1.0 <= ours["median"]["amplification"] <= 4.0
+    assert results[("faults_post_h1", "h11_trio")]["status"] == "ok"
+    assert results[("faults_post_h2", "h11_trio")]["status"] == "skipped"  # HTTP/1.1 only
+    for name in ("faults_post_h2", "faults_post_h1"):
+        ours = results[(name, "trio_retry")]
+        assert ours["status"] == "ok", ours["note"]
+        median = ours["median"]
+        assert median["calls"] > 0
+        assert median["faulted"] > 0
+        # The invariants: no POST executed twice, no executed POST reported as a plain failure.
+        assert median["duplicates"] == 0, ours["runs"][0].get("examples")
+        assert median["false_failed"] == 0, ours["runs"][0].get("examples")
+        httpx_loop = results[(name, "httpx_trio")]
+        assert httpx_loop["status"] in ("ok", "skipped"), httpx_loop["note"]
+    for name in ENGINE_COST:
+        row = results[(name, "trio_retry")]
+        assert row["status"] == "ok", row["note"]
+        assert row["median"]["trio_retry_us"] > 0
+        assert row["median"]["h11_us"] > 0
+        assert 0 < row["median"]["share"] < 1
 
 
 @pytest.mark.parametrize("server", ["auto", "fallback"])
