@@ -581,13 +581,16 @@ class Client:
             number = len(attempts) + 1
             progress = AttemptProgress(trio.current_time())
             outcome = await self._attempt(request, state, progress, streaming, deadline)
-            attempt, retry_after = self._record(number, progress, outcome)
+            ended = trio.current_time()
+            evidence, category, retry_after = self._observe(outcome)
             wire = outcome.response
             if wire is not None and outcome.error is None and wire.status < 400:
+                attempt = self._record(number, progress, outcome, evidence, category, ended)
                 attempts.append(attempt)
                 await self._notify(attempt, request)
                 return self._deliver(request, state, outcome, attempts, None, streaming, deadline)
             if isinstance(outcome.error, WireError) and not outcome.error.retryable:
+                attempt = self._record(number, progress, outcome, evidence, category, ended)
                 attempts.append(attempt)
                 await self._notify(attempt, request)
                 raise self._failure(request, attempts, outcome.error, None)
@@ -608,10 +611,10 @@ class Client:
                 draining=self._draining,
                 remaining_deadline=remaining if math.isfinite(remaining) else None,
                 min_attempt_budget=policy.min_attempt_budget,
-                failure=attempt.category,
-                evidence=attempt.evidence,
+                failure=category,
+                evidence=evidence,
                 idempotency=request.idempotency,
-                status=attempt.status if attempt.category is None else None,
+                status=wire.status if wire is not None and category is None else None,
                 retry_after=retry_after,
                 transient_500=state.upstream.transient_500,
                 proposed_delay=proposed,
@@ -621,7 +624,8 @@ class Client:
                 auth_refreshable=self.auth is not None,
             )
             decision = self.engine.decide(context)
-            attempt = replace(attempt, decision=decision)
+            # Built once, with its decision (a dataclasses.replace would build it twice).
+            attempt = self._record(number, progress, outcome, evidence, category, ended, decision)
             attempts.append(attempt)
             await self._notify(attempt, request)
 
@@ -635,7 +639,7 @@ class Client:
                 if attempt.status == 401 and attempt.category is None and self.auth is not None:
                     await self.auth.refresh()
                     auth_refreshed = True
-                if attempt.status == 425:
+                if attempt.status == 425 and attempt.category is None:
                     retried_425 = True
                 continue
             return self._finish(request, state, outcome, attempts, decision, streaming)
@@ -859,40 +863,49 @@ class Client:
         if permit is not None and state.limiter is not None:
             state.limiter.release_on_behalf_of(permit)
 
-    def _record(
-        self, number: int, progress: AttemptProgress, outcome: _Outcome
-    ) -> tuple[Attempt, float | None]:
-        timings = dict(progress.timings)
-        timings["total"] = trio.current_time() - progress.started
+    def _observe(
+        self, outcome: _Outcome
+    ) -> tuple[Evidence, FailureCategory | None, float | None]:
+        """The evidence, failure category and Retry-After (seconds) of a finished attempt."""
         error = outcome.error
         wire = outcome.response
-        retry_after = None
         if wire is not None and error is None:
+            retry_after = None
             for name, value in wire.headers:
                 if name.lower() == b"retry-after":
                     retry_after = parse_retry_after(value, self._wall_clock())
-            evidence = Evidence.RESPONSE_RECEIVED
-            category = None
-        else:
-            assert isinstance(error, WireError)
-            evidence, category = error.evidence, error.category
-        return (
-            Attempt(
-                number=number,
-                stage=progress.stage,
-                evidence=evidence,
-                error=error,
-                # Kept when the head arrived, even if the body then broke (the engine's status
-                # rules still see None: a broken exchange is judged by the transport rules).
-                status=wire.status if wire is not None else None,
-                http_version=progress.http_version,
-                connection_reused=progress.connection_reused,
-                bytes_sent=progress.bytes_sent,
-                bytes_received=progress.bytes_received,
-                category=category,
-                timings=timings,
-            ),
-            retry_after,
+            return Evidence.RESPONSE_RECEIVED, None, retry_after
+        assert isinstance(error, WireError)
+        return error.evidence, error.category, None
+
+    def _record(
+        self,
+        number: int,
+        progress: AttemptProgress,
+        outcome: _Outcome,
+        evidence: Evidence,
+        category: FailureCategory | None,
+        ended: float,
+        decision: Decision | None = None,
+    ) -> Attempt:
+        timings = dict(progress.timings)
+        timings["total"] = ended - progress.started
+        wire = outcome.response
+        return Attempt(
+            number=number,
+            stage=progress.stage,
+            evidence=evidence,
+            error=outcome.error,
+            # Kept when the head arrived, even if the body then broke (the engine's status
+            # rules still see None: a broken exchange is judged by the transport rules).
+            status=wire.status if wire is not None else None,
+            http_version=progress.http_version,
+            connection_reused=progress.connection_reused,
+            bytes_sent=progress.bytes_sent,
+            bytes_received=progress.bytes_received,
+            category=category,
+            timings=timings,
+            decision=decision,
         )
 
     # --- the end of the loop ------------------------------------------------------------------

@@ -115,7 +115,7 @@ class H1Handler:
         target = request.target.decode("latin-1")
         recorder = self._ctx.recorder
         # The HTTP/2 preface reached a server not speaking HTTP/2: no application ran it, and it
-        # takes no scripted action. Recorded (not executed) and the connection closed, as an
+        # takes no scripted action. Recorded (not executed), answered 505 and closed, as an
         # HTTP/1.1-only server would refuse it.
         preface = method == "PRI" and target == "*"
         action = CloseBeforeRead() if preface else recorder.script.pop(method, target)
@@ -129,6 +129,14 @@ class H1Handler:
             action=action,
         )
         try:
+            if preface:
+                headers = [("Content-Length", "0"), ("Connection", "close")]
+                try:
+                    await self._send(h11.Response(status_code=505, headers=headers))
+                    await self._send(h11.EndOfMessage())
+                except h11.LocalProtocolError:
+                    pass
+                return ending_for(False)
             if isinstance(action, (RefuseStream, GoAway)):
                 raise ScriptError(
                     f"{type(action).__name__} is HTTP/2-only, but {method} {target} arrived"
