@@ -218,6 +218,12 @@ class Client:
             self.headers.remove(name)
         for name, value in given.multi_items():
             self.headers.add(name, value)
+        # Client-wide headers that need the per-call checks (framing, Idempotency-Key); when
+        # there are none and a call passes no headers, those scans are skipped.
+        self._headers_special = any(
+            name in self.headers
+            for name in ("content-length", "transfer-encoding", IDEMPOTENCY_KEY_HEADER)
+        )
         if max_redirects < 0:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         self.follow_redirects = follow_redirects
@@ -453,7 +459,7 @@ class Client:
             key = idempotency_key
         if key is not None:
             merged.set("Idempotency-Key", key)
-        elif IDEMPOTENCY_KEY_HEADER in merged:
+        elif (headers or self._headers_special) and IDEMPOTENCY_KEY_HEADER in merged:
             key = merged[IDEMPOTENCY_KEY_HEADER]
         try:
             if data is not None or files is not None:
@@ -465,7 +471,8 @@ class Client:
             raise InvalidRequest(
                 str(exc), evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
             ) from exc
-        _check_framing(merged, body)
+        if headers or self._headers_special:
+            _check_framing(merged, body)
         if body.content_type and "content-type" not in merged:
             merged.set("Content-Type", body.content_type)
         seconds = deadline if deadline is not None else self.deadline
@@ -871,9 +878,10 @@ class Client:
         wire = outcome.response
         if wire is not None and error is None:
             retry_after = None
-            for name, value in wire.headers:
-                if name.lower() == b"retry-after":
-                    retry_after = parse_retry_after(value, self._wall_clock())
+            if wire.status >= 400:  # below 400 the engine is not consulted
+                for name, value in wire.headers:
+                    if name.lower() == b"retry-after":
+                        retry_after = parse_retry_after(value, self._wall_clock())
             return Evidence.RESPONSE_RECEIVED, None, retry_after
         assert isinstance(error, WireError)
         return error.evidence, error.category, None
