@@ -870,9 +870,7 @@ class Client:
         if permit is not None and state.limiter is not None:
             state.limiter.release_on_behalf_of(permit)
 
-    def _observe(
-        self, outcome: _Outcome
-    ) -> tuple[Evidence, FailureCategory | None, float | None]:
+    def _observe(self, outcome: _Outcome) -> tuple[Evidence, FailureCategory | None, float | None]:
         """The evidence, failure category and Retry-After (seconds) of a finished attempt."""
         error = outcome.error
         wire = outcome.response

@@ -129,9 +129,7 @@ class URL:
         if scheme not in DEFAULT_PORTS:
             accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
             shown = f"{scheme!r}" if scheme else "none"
-            raise _invalid(
-                f"unsupported URL scheme {shown} in {_shown(url)}; accepted: {accepted}"
-            )
+            raise _invalid(f"unsupported URL scheme {shown} in {_shown(url)}; accepted: {accepted}")
         host = parts.hostname
         if not host:
             raise _invalid(f"URL has no host: {_shown(url)}")
