@@ -38,7 +38,7 @@ SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie",
 _TARGET_SAFE = "/%:@!$&'()*+,;=-._~"
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # CR, LF and NUL would let one header smuggle another (SPEC §10); the other control characters
-# are refused too, as h11 would: our validation is the only one on the request path.
+# are refused too, before any I/O and for HTTP/2 as for HTTP/1.1 (h11 would refuse them later).
 _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 

@@ -414,23 +414,6 @@ async def closing_body(body: AsyncIterable[bytes]) -> AsyncIterator[None]:
             await aclose()
 
 
-def _request_event(
-    request: WireRequest, headers: list[tuple[bytes, bytes]], progress: AttemptProgress
-) -> h11.Request:
-    try:
-        return h11.Request(
-            method=request.method.encode("ascii"),
-            target=request.target.encode("ascii"),
-            headers=headers,
-            http_version=b"1.1",
-            _parsed=True,
-        )
-    except (h11.LocalProtocolError, UnicodeError) as exc:
-        raise WireError.at(
-            progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
-        ) from exc
-
-
 def _eof_error(exc: h11.RemoteProtocolError) -> bool:
     return "peer closed connection" in str(exc) or "incomplete" in str(exc)
 
