@@ -301,10 +301,6 @@ class Headers(Mapping[str, str]):
         _check_header(name, value)
         self._items.append((name, value))
 
-    def setdefault_value(self, name: str, value: str) -> None:
-        if name not in self:
-            self.add(name, value)
-
     def remove(self, name: str) -> None:
         lname = name.lower()
         self._items = [(k, v) for k, v in self._items if k.lower() != lname]
