@@ -68,7 +68,7 @@ from ._errors import (
     TLSFailed,
     TooManyRedirects,
 )
-from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts, check_header
 from ._proxy import ProxyConfig, proxy_from_env
 from ._redirects import CREDENTIAL_HEADERS, REDIRECT_STATUSES, body_headers, redirect_method
 from ._wire.http2 import HTTP2Connection
@@ -748,6 +748,12 @@ class Client:
         if self.cookies is not None and "cookie" not in request.headers:
             cookie = cookie_header(self.cookies, str(url), request.method, request.headers)
             if cookie:
+                try:  # the jar's values came from servers: held to the same rules as ours
+                    cookie = check_header("Cookie", cookie)
+                except InvalidRequest as exc:
+                    raise WireError.at(
+                        progress, FailureCategory.LOCAL_PROTOCOL, f"the cookie jar's {exc}"
+                    ) from exc
                 headers.append((b"cookie", cookie.encode("latin-1")))
         if via_proxy is not None and via_proxy.authorization is not None:
             headers.append((b"proxy-authorization", via_proxy.authorization.encode("latin-1")))

@@ -27,6 +27,7 @@ __all__ = [
     "Origin",
     "Response",
     "StageTimeouts",
+    "check_header",
     "redact_headers",
 ]
 
@@ -38,7 +39,7 @@ SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie",
 _TARGET_SAFE = "/%:@!$&'()*+,;=-._~"
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # CR, LF and NUL would let one header smuggle another (SPEC §10); the other control characters
-# are refused too, before any I/O and for HTTP/2 as for HTTP/1.1 (h11 would refuse them later).
+# are refused too, before any I/O and for HTTP/2 as for HTTP/1.1.
 _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
@@ -197,7 +198,14 @@ HeaderTypes: TypeAlias = Union[
 ]
 
 
-def _check_header(name: str, value: str) -> None:
+def check_header(name: str, value: str) -> str:
+    """Validate one header; return the value to send (surrounding spaces and tabs removed).
+
+    Together with the token check on the name this is all the validation a request header
+    gets: the HTTP/1.1 writer does not validate again. Surrounding whitespace is not part of a
+    field value (RFC 9110 §5.5), so a recipient would drop it anyway (and HTTP/2 strips it,
+    RFC 9113 §8.2.1): it is removed here, the same for both protocols.
+    """
     if not _TOKEN.fullmatch(name):
         raise _invalid(
             f"invalid header name {name!r}: names are tokens (letters, digits and "
@@ -215,6 +223,7 @@ def _check_header(name: str, value: str) -> None:
             f"invalid value for header {name!r}: control characters (CR, LF, NUL, ...) are "
             "not allowed in header values (CR/LF would let one header smuggle another)"
         )
+    return value.strip(" \t")
 
 
 def _to_str(value: str | bytes) -> str:
@@ -243,7 +252,7 @@ class Headers(Mapping[str, str]):
             for name, value in pairs:
                 name_s, value_s = _to_str(name), _to_str(value)
                 if validate:
-                    _check_header(name_s, value_s)
+                    value_s = check_header(name_s, value_s)
                 items.append((name_s, value_s))
         self._items = items
 
@@ -292,13 +301,13 @@ class Headers(Mapping[str, str]):
 
     def set(self, name: str, value: str) -> None:
         """Replace every value of ``name`` by ``value`` (validated)."""
-        _check_header(name, value)
+        value = check_header(name, value)
         self.remove(name)
         self._items.append((name, value))
 
     def add(self, name: str, value: str) -> None:
         """Append a value of ``name`` (validated)."""
-        _check_header(name, value)
+        value = check_header(name, value)
         self._items.append((name, value))
 
     def remove(self, name: str) -> None:

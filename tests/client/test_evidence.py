@@ -275,3 +275,15 @@ async def test_control_characters_and_non_ascii_urls(
     assert server.requests == []
     await client.get(server.url + "/caf\u00e9?q=\u00fc")
     assert server.requests[0].path == "/caf%C3%A9?q=%C3%BC"
+
+
+async def test_header_values_lose_surrounding_whitespace_on_the_wire(
+    server: FaultServer, client: trio_retry.Client
+) -> None:
+    # HTTP/1.1 headers are written without a second validation pass, so the values the
+    # client keeps must already be what may be sent (RFC 9110 §5.5: no surrounding OWS).
+    headers = trio_retry.Headers({"X-Pad": " \tpadded value\t "})
+    assert headers["x-pad"] == "padded value"
+    await client.get(server.url + "/", headers={"X-Pad": "  a\tb  ", "X-Empty": " "})
+    assert server.requests[0].header("x-pad") == "a\tb"
+    assert server.requests[0].header("x-empty") == ""

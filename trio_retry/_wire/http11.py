@@ -225,10 +225,17 @@ class HTTP11Connection:
         else:
             headers = [*headers, (b"transfer-encoding", b"chunked")]
         try:
-            # h11 validates the method, target and headers when the event is built, not only
-            # when it is sent: a rejection here is ours to classify too (nothing was written).
-            event = h11.Request(method=request.method, target=request.target, headers=headers)
-        except h11.LocalProtocolError as exc:
+            # The header names and values were validated when they entered the client (see
+            # ``_models._check_header``: h11's rules and stricter), so h11 is told not to run its
+            # regexes over them again. It still checks the method, the target and the Host
+            # header, and a rejection is ours to classify (nothing was written).
+            event = h11.Request(
+                method=request.method.encode("ascii"),
+                target=request.target.encode("ascii"),
+                headers=headers,
+                _parsed=True,
+            )
+        except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
             raise WireError.at(
                 progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
             ) from exc
