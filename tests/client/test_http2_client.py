@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -401,3 +402,53 @@ async def test_prior_knowledge_against_an_http11_only_server_is_not_sent(
     assert "h2c" in str(info.value)
     assert all(a.evidence is Evidence.NOT_SENT for a in info.value.attempts)
     assert server.executed_count("POST") == 0
+
+
+async def test_credentials_are_sent_never_indexed(nursery: trio.Nursery) -> None:
+    """h2's own outbound normalisation is off (the client normalises once itself), so the
+    client must itself keep credentials out of HPACK's tables (RFC 7541 §7.1.3)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    from hpack import NeverIndexedHeaderTuple
+
+    received: list[tuple[bytes, bytes]] = []
+
+    async def serve(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        while not received:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    received.extend(event.headers)
+                    conn.send_headers(event.stream_id, [(":status", "204")], end_stream=True)
+            await stream.send_all(conn.data_to_send())
+
+    listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    port = listeners[0].socket.getsockname()[1]
+    async with trio_retry.Client(http2_prior_knowledge=True) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(
+                f"http://127.0.0.1:{port}/",
+                headers={"Authorization": "Bearer secret", "Cookie": "s=1", "X-Plain": "v"},
+            )
+    assert response.status == 204
+    never_indexed = {bytes(f[0]): isinstance(f, NeverIndexedHeaderTuple) for f in received}
+    assert never_indexed == {
+        b":method": False,
+        b":scheme": False,
+        b":authority": False,
+        b":path": False,
+        b"user-agent": False,
+        b"accept": False,
+        b"accept-encoding": False,
+        b"authorization": True,
+        b"cookie": True,
+        b"x-plain": False,
+    }

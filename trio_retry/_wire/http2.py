@@ -5,9 +5,9 @@ reader task (started in the client's nursery by :meth:`HTTP2Connection.open`) fe
 received byte to h2 and hands the resulting events to the streams; it never writes and never
 raises, so it cannot stall on a peer that is not reading and cannot cancel the caller. Writes
 come from the streams themselves (their request frames) and from short background flushes
-(WINDOW_UPDATE, SETTINGS/PING acknowledgements, RST_STREAM of an abandoned stream), all through
-one send lock around ``data_to_send()`` + ``send_all``: frames of different streams interleave
-on the wire only at frame boundaries.
+(WINDOW_UPDATE, SETTINGS/PING acknowledgements, RST_STREAM of an abandoned stream), one writer
+at a time (see :meth:`HTTP2Connection._flush`) around ``data_to_send()`` + ``send_all``: frames
+of different streams interleave on the wire only at frame boundaries.
 
 The proof each stream gives (what the client may claim if the attempt breaks there):
 
@@ -50,6 +50,7 @@ import h2.exceptions
 import h2.settings
 import trio
 from h2.errors import ErrorCodes
+from hpack import NeverIndexedHeaderTuple
 
 from .._core.evidence import FailureCategory, Stage
 from .http11 import WireRequest, WireResponse, closing_body
@@ -77,6 +78,7 @@ _NOT_FORWARDED = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"host"}
 )
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,11 +350,12 @@ class HTTP2Connection:
         "_nursery",
         "_outbox",
         "_scheme",
-        "_send_lock",
         "_settings_received",
         "_socket",
         "_stream",
         "_streams",
+        "_writer_done",
+        "_writing",
         "closed",
         "expires_at",
         "on_retired",
@@ -372,7 +375,17 @@ class HTTP2Connection:
     ) -> None:
         self._stream = transport.stream
         self._socket = transport.socket
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # Request headers reach h2 already validated and normalised (``_request_headers`` and
+        # ``_models.check_header``): lower-case names, no surrounding whitespace, no
+        # connection-specific fields, pseudo-headers first, credentials never indexed. h2's
+        # own outbound passes would do all of that again on every request. Inbound headers
+        # are still validated by h2: a server's are not trusted.
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
         self._h2 = h2.connection.H2Connection(config=config)
         codes = h2.settings.SettingCodes
         # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
@@ -391,7 +404,8 @@ class HTTP2Connection:
         self._scheme = scheme.encode("ascii")
         self._authority = authority.encode("ascii")
         self._nursery = nursery
-        self._send_lock = trio.StrictFIFOLock()
+        self._writing = False
+        self._writer_done: trio.Event | None = None
         self._outbox = bytearray()
         self._filter = _GoAwayFilter()
         self._streams: dict[int, _Stream] = {}
@@ -537,7 +551,12 @@ class HTTP2Connection:
             if lower == b"te" and value.strip().lower() != b"trailers":
                 continue  # RFC 9113 §8.2.2: TE may only say "trailers"
             has_length = has_length or lower == b"content-length"
-            fields.append((lower, value))
+            if lower in _NEVER_INDEXED or (lower == b"cookie" and len(value) < 20):
+                # Kept out of HPACK's tables (RFC 7541 §7.1.3), as h2's own normalisation does:
+                # a compression oracle could otherwise guess a credential byte by byte.
+                fields.append(NeverIndexedHeaderTuple(lower, value))
+            else:
+                fields.append((lower, value))
         body = request.body
         if not has_length:
             if isinstance(body, bytes):
@@ -751,10 +770,20 @@ class HTTP2Connection:
     async def _flush(self) -> None:
         """Write the outbox. Raises :class:`_ConnectionDead` if the connection is unusable.
 
-        Whoever holds the send lock writes everything queued by anyone before letting go, so
-        a task that finds the outbox empty once it has the lock knows its frames were written.
+        One task writes at a time, and the writer writes everything queued by anyone (in the
+        outbox or still in h2) before it stops: a task that finds a writer busy only waits for
+        that run to end, since its own frames, queued before, leave in it. Frames leave in the
+        order they were queued. Uncontended, this adds no checkpoint to the write's own.
         """
-        async with self._send_lock:
+        if self._writing:
+            if self._writer_done is None:
+                self._writer_done = trio.Event()
+            await self._writer_done.wait()
+            if self._death is not None:
+                raise _ConnectionDead
+            return
+        self._writing = True
+        try:
             while True:
                 if self._death is not None:
                     raise _ConnectionDead
@@ -764,6 +793,11 @@ class HTTP2Connection:
                 data = bytes(self._outbox)
                 self._outbox.clear()
                 await self._write(data)
+        finally:
+            self._writing = False
+            done, self._writer_done = self._writer_done, None
+            if done is not None:
+                done.set()
 
     async def _write(self, data: bytes) -> None:
         # Shielded: a frame cut in half would corrupt the connection for every stream, and a
@@ -796,7 +830,7 @@ class HTTP2Connection:
         if self.closed or self._flush_pending:
             return
         self._collect()
-        if not self._outbox or self._send_lock.locked():
+        if not self._outbox or self._writing:
             return  # nothing to write, or the lock holder writes it before letting go
         self._flush_pending = True
         try:
