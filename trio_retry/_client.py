@@ -357,6 +357,9 @@ class Client:
         closed (never reused), and the pool stays consistent.
         """
         request = self._build(method, url, **options)
+        if not request.follow_redirects:
+            response, _ = await self._send(request, streaming=False)
+            return response
         response, _ = await self._send_following(request, streaming=False)
         return response
 
@@ -574,7 +577,8 @@ class Client:
         origin = request.url.origin
         state = self._origin_state(origin)
         policy = request.retry
-        state.budget.deposit(trio.current_time())
+        started = trio.current_time()
+        state.budget.deposit(started)
         attempts: list[Attempt] = []
         previous_delay: float | None = None
         auth_refreshed = retried_425 = False
@@ -586,7 +590,7 @@ class Client:
 
         while True:
             number = len(attempts) + 1
-            progress = AttemptProgress(trio.current_time())
+            progress = AttemptProgress(started if number == 1 else trio.current_time())
             outcome = await self._attempt(request, state, progress, streaming, deadline)
             ended = trio.current_time()
             evidence, category, retry_after = self._observe(outcome)
@@ -594,12 +598,14 @@ class Client:
             if wire is not None and outcome.error is None and wire.status < 400:
                 attempt = self._record(number, progress, outcome, evidence, category, ended)
                 attempts.append(attempt)
-                await self._notify(attempt, request)
+                if (pending := self._notify(attempt, request)) is not None:
+                    await pending
                 return self._deliver(request, state, outcome, attempts, None, streaming, deadline)
             if isinstance(outcome.error, WireError) and not outcome.error.retryable:
                 attempt = self._record(number, progress, outcome, evidence, category, ended)
                 attempts.append(attempt)
-                await self._notify(attempt, request)
+                if (pending := self._notify(attempt, request)) is not None:
+                    await pending
                 raise self._failure(request, attempts, outcome.error, None)
 
             now = trio.current_time()
@@ -634,7 +640,8 @@ class Client:
             # Built once, with its decision (a dataclasses.replace would build it twice).
             attempt = self._record(number, progress, outcome, evidence, category, ended, decision)
             attempts.append(attempt)
-            await self._notify(attempt, request)
+            if (pending := self._notify(attempt, request)) is not None:
+                await pending
 
             if isinstance(decision, RetryAllowed):
                 # The attempt has already returned its connection and its permit.
@@ -659,7 +666,10 @@ class Client:
             await self._drain_event.wait()
         return not self._draining
 
-    async def _notify(self, attempt: Attempt, request: _Request) -> None:
+    def _notify(self, attempt: Attempt, request: _Request) -> Awaitable[object] | None:
+        """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
+        is for the caller to await (so that a client without an async callback awaits nothing).
+        """
         if logger.isEnabledFor(logging.DEBUG):
             # The attempt trail only: no header values, so no credentials, ever reach the log.
             logger.debug(
@@ -677,7 +687,8 @@ class Client:
         if self.on_attempt is not None:
             result = self.on_attempt(attempt)
             if inspect.isawaitable(result):
-                await result
+                return result
+        return None
 
     # --- one attempt ------------------------------------------------------------------------
 
@@ -690,8 +701,25 @@ class Client:
         deadline: float,
     ) -> _Outcome:
         """One wire attempt inside the call deadline. Never raises except outer cancellation
-        (and errors from the caller's own body iterators or auth object)."""
+        (and errors from the caller's own body iterators or auth object).
+
+        The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
+        cancels. The common case needs none: with no deadline, nothing to wait for but an idle
+        HTTP/1.1 connection (no bulkhead, no auth callback, a body in memory), every wait is a
+        read or write on that socket, and ``aclose()`` closing it ends the attempt as promptly
+        (a scope costs more than the rest of a small request's bookkeeping).
+        """
         outcome = _Outcome()
+        if (
+            deadline == math.inf
+            and state.limiter is None
+            and self.auth is None
+            and request.body.known_length is not None
+        ):
+            conn = self._pool.take_idle(self._pool_key(request.url.origin), progress)
+            if conn is not None:
+                outcome.conn = conn
+                return await self._unscoped_attempt(request, state, progress, streaming, outcome)
         scope = trio.CancelScope(deadline=deadline)
         self._scopes.add(scope)
         finished = False
@@ -720,6 +748,42 @@ class Client:
             outcome.error = WireError.at(progress, category, message, retryable=not closing)
         return outcome
 
+    async def _unscoped_attempt(
+        self,
+        request: _Request,
+        state: _Origin,
+        progress: AttemptProgress,
+        streaming: bool,
+        outcome: _Outcome,
+    ) -> _Outcome:
+        """``_attempt`` on a connection already taken, without a scope (see ``_attempt``)."""
+        finished = False
+        try:
+            await self._attempt_inner(request, state, progress, streaming, outcome)
+            finished = True
+        except WireError as exc:
+            outcome.error = exc
+        finally:
+            if not (finished and streaming and outcome.body is None):
+                self._give_back(state, outcome)
+        if outcome.error is not None and self._state == "closed":
+            outcome.response = None
+            outcome.error = WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the client was closed while the request was in flight",
+                retryable=False,
+            )
+        return outcome
+
+    def _pool_key(self, origin: Origin) -> object:
+        """The pool a request to ``origin`` draws from: the origin's own, or (cleartext
+        through a proxy, absolute-form targets) the proxy's."""
+        proxy = self._proxy_for(origin)
+        if proxy is not None and not origin.tls:
+            return ("proxy", proxy.host, proxy.port)
+        return origin
+
     async def _attempt_inner(
         self,
         request: _Request,
@@ -737,7 +801,7 @@ class Client:
         proxy = self._proxy_for(origin)
         # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
         via_proxy = proxy if proxy is not None and not origin.tls else None
-        pool_key: object = ("proxy", via_proxy.host, via_proxy.port) if via_proxy else origin
+        pool_key = self._pool_key(origin)
         headers = [] if "host" in request.headers else [(b"host", url.host_header.encode())]
         headers += request.headers.raw()
         if self.auth is not None and request.apply_auth:
@@ -789,15 +853,17 @@ class Client:
                 )
             return HTTP11Connection(transport, pool_key, self.max_header_bytes)
 
-        conn = await self._pool.acquire(
-            pool_key,
-            progress,
-            opener,
-            expect_multiplexed=self.http2
-            if origin.tls
-            else (self.http2_prior_knowledge and via_proxy is None),
-        )
-        outcome.conn = conn
+        conn = outcome.conn  # taken already by an unscoped attempt
+        if conn is None:
+            conn = await self._pool.acquire(
+                pool_key,
+                progress,
+                opener,
+                expect_multiplexed=self.http2
+                if origin.tls
+                else (self.http2_prior_knowledge and via_proxy is None),
+            )
+            outcome.conn = conn
         timeouts = self.stage_timeouts
         response = await conn.send_request(
             wire_request,
@@ -900,7 +966,7 @@ class Client:
         ended: float,
         decision: Decision | None = None,
     ) -> Attempt:
-        timings = dict(progress.timings)
+        timings = progress.timings  # the progress ends with its attempt: no copy needed
         timings["total"] = ended - progress.started
         wire = outcome.response
         return Attempt(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
@@ -65,6 +65,14 @@ class Origin:
     scheme: str
     host: str
     port: int
+    # Origins key every per-request lookup (upstream state, pool): hashed once, not each time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.scheme, self.host, self.port)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -14,7 +14,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, HttpAmbiguousExecutionError, RequestFailed
-from trio_retry.testing import CloseAfterHead, EndlessBody, FaultServer, Stall
+from trio_retry.testing import CloseAfterHead, EndlessBody, FaultServer, Respond, Stall
 
 from .conftest import LIMIT, client_for
 from .invariants import client_tasks, open_fds, sockets_connected_to
@@ -61,6 +61,47 @@ async def test_closing_ends_calls_in_flight_at_once(
     assert stream.evidence is Evidence.PARTIAL_RESPONSE
     assert "closed" in str(stream)
     assert sockets_connected_to({any_server.port}) == []
+    assert client_tasks() == []
+
+
+async def test_closing_ends_calls_on_reused_connections_at_once(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Calls without a deadline on idle keep-alive connections run without a cancel scope of
+    their own (the hot path); closing the client must still end them at once, unretried."""
+    h1_server.route("GET", "/warm", *[Respond(200, delay=0.5)] * 3)
+    h1_server.default = Stall(30)
+    outcomes: dict[str, BaseException] = {}
+    ended: dict[str, float] = {}
+
+    async def run(name: str, client: trio_retry.Client, method: str) -> None:
+        try:
+            await client.request(method, h1_server.url + "/" + name, content=b"x")
+        except Exception as exc:
+            outcomes[name] = exc
+        ended[name] = trio.current_time()
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            async with client_for(h1_server) as client:
+                async with trio.open_nursery() as warm:  # three idle connections
+                    for _ in range(3):
+                        warm.start_soon(client.get, h1_server.url + "/warm")
+                assert client.pool.idle_count == 3
+                nursery.start_soon(run, "post", client, "POST")
+                nursery.start_soon(run, "put", client, "PUT")
+                nursery.start_soon(run, "get", client, "GET")
+                await trio.sleep(1.0)
+            closed = trio.current_time()
+    assert all(t == closed for t in ended.values()), (closed, ended)
+    assert isinstance(outcomes["post"], HttpAmbiguousExecutionError)
+    for name in ("post", "put", "get"):
+        error = outcomes[name]
+        assert isinstance(error, (RequestFailed, HttpAmbiguousExecutionError)), error
+        assert error.evidence is Evidence.SENT_NO_RESPONSE
+        assert [a.connection_reused for a in error.attempts] == [True]  # not retried
+        assert "closed" in str(error)
+    assert sockets_connected_to({h1_server.port}) == []
     assert client_tasks() == []
 
 
