@@ -608,7 +608,7 @@ class Client:
                     await pending
                 raise self._failure(request, attempts, outcome.error, None)
 
-            now = trio.current_time()
+            now = ended
             backoff = policy.backoff
             proposed = backoff.delay(number, self._rng, previous_delay)
             if retry_after is not None:
@@ -662,6 +662,9 @@ class Client:
         """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
         if self._draining:
             return False
+        if delay <= 0:  # no timer needed: just let other tasks run (and outer cancellation in)
+            await trio.lowlevel.checkpoint()
+            return not self._draining
         with trio.move_on_at(min(trio.current_time() + delay, deadline)):
             await self._drain_event.wait()
         return not self._draining

@@ -142,28 +142,39 @@ class RetryDenied:
     retry_after: float | None = field(default=None, compare=False)
 
     @classmethod
+    def _of(cls, reason: DenyReason, retry_after: float | None) -> RetryDenied:
+        """A denial without a category; the plain ones (no ``retry_after``) are built once
+        per reason and shared (they are immutable, and a denial is on every failure path)."""
+        if retry_after is not None or cls is not RetryDenied:
+            return cls(reason, retry_after=retry_after)
+        denied = _PLAIN_DENIALS.get(reason)
+        if denied is None:
+            denied = _PLAIN_DENIALS[reason] = cls(reason)
+        return denied
+
+    @classmethod
     def max_attempts(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.MAX_ATTEMPTS, retry_after=retry_after)
+        return cls._of(DenyReason.MAX_ATTEMPTS, retry_after)
 
     @classmethod
     def budget_exhausted(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.BUDGET_EXHAUSTED, retry_after=retry_after)
+        return cls._of(DenyReason.BUDGET_EXHAUSTED, retry_after)
 
     @classmethod
     def body_not_replayable(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.BODY_NOT_REPLAYABLE, retry_after=retry_after)
+        return cls._of(DenyReason.BODY_NOT_REPLAYABLE, retry_after)
 
     @classmethod
     def response_already_delivered(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.RESPONSE_ALREADY_DELIVERED, retry_after=retry_after)
+        return cls._of(DenyReason.RESPONSE_ALREADY_DELIVERED, retry_after)
 
     @classmethod
     def runtime_draining(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.RUNTIME_DRAINING, retry_after=retry_after)
+        return cls._of(DenyReason.RUNTIME_DRAINING, retry_after)
 
     @classmethod
     def deadline(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.DEADLINE, retry_after=retry_after)
+        return cls._of(DenyReason.DEADLINE, retry_after)
 
     @classmethod
     def permanent_failure(
@@ -177,7 +188,7 @@ class RetryDenied:
 
     @classmethod
     def not_retryable(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls(DenyReason.NOT_RETRYABLE, retry_after=retry_after)
+        return cls._of(DenyReason.NOT_RETRYABLE, retry_after)
 
     def __str__(self) -> str:
         text = f"retry denied ({self.reason}): {_DENY_TEXT[self.reason]}"
@@ -186,6 +197,9 @@ class RetryDenied:
         if self.retry_after is not None:
             text += f"; server asked to retry after {self.retry_after:g}s"
         return text
+
+
+_PLAIN_DENIALS: dict[DenyReason, RetryDenied] = {}
 
 
 @dataclass(frozen=True, slots=True)
