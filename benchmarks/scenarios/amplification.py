@@ -135,6 +135,18 @@ class OutageScenario(ResilienceScenario):
             started_cpu = time.process_time()
             started = time.perf_counter()
             result = await self._measure(cls, params.requests, self.rate, wall_deadline)
+            if cls.name == "trio_retry" and not params.smoke:
+                # The default budget's floor (min_per_second=10) is what lifts it above its
+                # ratio at modest rates; the same client with the floor at 0 shows the ratio.
+                no_floor = await self._measure(
+                    cls, params.requests, self.rate, wall_deadline, budget_floor=0.0
+                )
+                result["no_floor"] = _point(no_floor, self.rate)
+                result["details"] = [
+                    f"trio_retry with RetryBudget(min_per_second=0) at {self.rate:g}/s: "
+                    f"{no_floor['amplification']:.2f}x ({no_floor['upstream']} upstream for "
+                    f"{no_floor['calls']} calls)"
+                ]
             if cls.name == "trio_retry" and not params.smoke and self.kind == "503":
                 sweep = []
                 for rate in self.sweep_rates:
@@ -146,7 +158,7 @@ class OutageScenario(ResilienceScenario):
                 )
                 result["sweep"] = sweep
                 result["budget_off"] = _point(control, self.rate)
-                result["details"] = [
+                result["details"] += [
                     "trio_retry alone at other call rates, "
                     f"{SWEEP_SECONDS:.0f} s each (measured / predicted steady state): "
                     + ", ".join(
@@ -171,6 +183,7 @@ class OutageScenario(ResilienceScenario):
         wall_deadline: float,
         *,
         unlimited_budget: bool = False,
+        budget_floor: float | None = None,
     ) -> dict[str, Any]:
         from trio_retry.testing import FaultServer, Respond, refused_port
 
@@ -189,7 +202,11 @@ class OutageScenario(ResilienceScenario):
                 port = refused_port()
                 base_url = f"http://127.0.0.1:{port}"
             contestant = cls(
-                base_url, timeout=10.0, seed=self.seed, unlimited_budget=unlimited_budget
+                base_url,
+                timeout=10.0,
+                seed=self.seed,
+                unlimited_budget=unlimited_budget,
+                budget_floor=budget_floor,
             )
             start = trio.current_time()
 

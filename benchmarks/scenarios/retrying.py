@@ -145,6 +145,7 @@ class Contestant:
         seed: int = 0,
         max_connections: int = 100,
         unlimited_budget: bool = False,
+        budget_floor: float | None = None,
     ) -> None:
         self.base_url = base_url
         self.http2 = http2  # HTTP/2 with prior knowledge (h2c) when True
@@ -152,6 +153,7 @@ class Contestant:
         self.seed = seed
         self.max_connections = max_connections
         self.unlimited_budget = unlimited_budget
+        self.budget_floor = budget_floor  # trio_retry: RetryBudget(min_per_second=...) if set
 
     def open(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -178,6 +180,8 @@ class TrioRetryContestant(Contestant):
         upstream = tr.Upstream()
         if self.unlimited_budget:
             upstream = tr.Upstream(budget=tr.RetryBudget(min_per_second=1e9))
+        elif self.budget_floor is not None:
+            upstream = tr.Upstream(budget=tr.RetryBudget(min_per_second=self.budget_floor))
         async with tr.Client(
             retry=tr.RetryPolicy(max_attempts=MAX_ATTEMPTS),
             default_upstream=upstream,
