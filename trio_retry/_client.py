@@ -722,28 +722,26 @@ class Client:
             conn = self._pool.take_idle(self._pool_key(request.url.origin), progress)
             if conn is not None:
                 outcome.conn = conn
-                return await self._unscoped_attempt(request, state, progress, streaming, outcome)
+                await self._exchange(request, state, progress, streaming, outcome)
+                if outcome.error is not None and self._state == "closed":
+                    outcome.response = None
+                    outcome.error = WireError.at(
+                        progress, FailureCategory.CONNECTION_BROKEN, _CLOSED_IN_FLIGHT,
+                        retryable=False,
+                    )  # fmt: skip
+                return outcome
         scope = trio.CancelScope(deadline=deadline)
         self._scopes.add(scope)
-        finished = False
         try:
             with scope:
-                try:
-                    await self._attempt_inner(request, state, progress, streaming, outcome)
-                    finished = True
-                except WireError as exc:
-                    outcome.error = exc
+                await self._exchange(request, state, progress, streaming, outcome)
         finally:
             self._scopes.discard(scope)
-            # A streamed response keeps its connection and permit until the body is consumed;
-            # anything else (including an interrupted attempt) gives them back now.
-            if not (finished and streaming and outcome.body is None):
-                self._give_back(state, outcome)
         if scope.cancelled_caught:
             closing = self._state == "closed"
             category = FailureCategory.CONNECTION_BROKEN if closing else FailureCategory.TIMEOUT
             message = (
-                "the client was closed while the request was in flight"
+                _CLOSED_IN_FLIGHT
                 if closing
                 else f"the call deadline expired during {progress.stage}"
             )
@@ -751,15 +749,17 @@ class Client:
             outcome.error = WireError.at(progress, category, message, retryable=not closing)
         return outcome
 
-    async def _unscoped_attempt(
+    async def _exchange(
         self,
         request: _Request,
         state: _Origin,
         progress: AttemptProgress,
         streaming: bool,
         outcome: _Outcome,
-    ) -> _Outcome:
-        """``_attempt`` on a connection already taken, without a scope (see ``_attempt``)."""
+    ) -> None:
+        """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
+        response keeps its connection and permit until its body is consumed; anything else
+        (an interrupted attempt included) gives them back before this returns or raises."""
         finished = False
         try:
             await self._attempt_inner(request, state, progress, streaming, outcome)
@@ -769,15 +769,6 @@ class Client:
         finally:
             if not (finished and streaming and outcome.body is None):
                 self._give_back(state, outcome)
-        if outcome.error is not None and self._state == "closed":
-            outcome.response = None
-            outcome.error = WireError.at(
-                progress,
-                FailureCategory.CONNECTION_BROKEN,
-                "the client was closed while the request was in flight",
-                retryable=False,
-            )
-        return outcome
 
     def _pool_key(self, origin: Origin) -> object:
         """The pool a request to ``origin`` draws from: the origin's own, or (cleartext
@@ -1254,6 +1245,8 @@ def _parse_url(url: str | URL) -> URL:
         _URL_CACHE[url] = parsed
     return parsed
 
+
+_CLOSED_IN_FLIGHT = "the client was closed while the request was in flight"
 
 _AMBIGUOUS_ADVICE = (
     "It was not retried: reconcile with the upstream (look the operation up), or replay it "
