@@ -45,9 +45,9 @@ from ._core.engine import (
     Decision,
     DefaultRetryEligibilityEngine,
     RetryAllowed,
-    RetryContext,
     RetryDenied,
     RetryEligibilityEngine,
+    build_context,
 )
 from ._core.evidence import Attempt, Evidence, FailureCategory, Stage
 from ._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
@@ -615,7 +615,7 @@ class Client:
                 proposed = max(proposed, retry_after)
             call_deadline = min(deadline, trio.current_effective_deadline())
             remaining = call_deadline - now
-            context = RetryContext(
+            context = build_context(  # RetryContext(...), built faster
                 attempt=number,
                 max_attempts=policy.max_attempts,
                 budget_available=state.budget.available(now),

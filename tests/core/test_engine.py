@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_retry import (
@@ -22,6 +22,7 @@ from trio_retry import (
     RetryContext,
     RetryDenied,
 )
+from trio_retry._core.engine import RULES, build_context
 
 ENGINE = DefaultRetryEligibilityEngine()
 SAFE, IDEM, NON = Idempotency.SAFE, Idempotency.IDEMPOTENT, Idempotency.NON_IDEMPOTENT
@@ -336,3 +337,32 @@ def test_an_allowed_delay_respects_deadline_and_maximum(c: RetryContext) -> None
             assert c.retry_after <= c.max_backoff
         if c.remaining_deadline is not None:
             assert decision.delay <= c.remaining_deadline - c.min_attempt_budget
+
+
+@settings(max_examples=3000, deadline=None)  # pure and fast: cover the rule combinations
+@given(contexts, st.integers(0, len(FORCING)))
+def test_the_default_engine_decides_exactly_as_its_rule_walk(c: RetryContext, index: int) -> None:
+    # DefaultRetryEligibilityEngine() runs RULES through one function (the client's hot
+    # path); an engine given the same rules as a copy walks them one call at a time.
+    if index < len(FORCING):  # half the time, make one rule's condition the deciding one
+        c = FORCING[index][0](_clear_earlier(c, index))
+    walked = DefaultRetryEligibilityEngine(tuple(list(RULES)))
+    assert walked.rules is not RULES
+    fast, slow = ENGINE.decide(c), walked.decide(c)
+    assert fast == slow
+    assert type(fast) is type(slow)
+    assert getattr(fast, "retry_after", None) == getattr(slow, "retry_after", None)
+    assert getattr(fast, "category", None) == getattr(slow, "category", None)
+
+
+@given(contexts)
+def test_build_context_makes_the_same_frozen_value_as_the_class(c: RetryContext) -> None:
+    values = {f.name: getattr(c, f.name) for f in fields(RetryContext)}
+    built = build_context(**values)
+    assert type(built) is RetryContext
+    assert built == c
+    assert hash(built) == hash(c)
+    with pytest.raises(FrozenInstanceError):
+        built.attempt = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):  # every field must be given
+        build_context(**{k: v for k, v in values.items() if k != "status"})
