@@ -38,6 +38,7 @@ bound passes is the connection given up.
 from __future__ import annotations
 
 import http
+import logging
 import math
 from collections import deque
 from collections.abc import Callable
@@ -56,6 +57,14 @@ from .._core.evidence import FailureCategory, Stage
 from .http11 import WireRequest, WireResponse, closing_body
 from .progress import AttemptProgress, WireError, stage_timeout
 from .transport import Transport
+
+# hpack logs every header it encodes or decodes, values included, at DEBUG ("hpack.hpack"):
+# an application that turns DEBUG on for everything would log credentials. Unless that logger
+# was configured already, it is held at INFO; `logging.getLogger("hpack").setLevel(
+# logging.DEBUG)` turns it back on (docs/reliability.md).
+_HPACK_LOG = logging.getLogger("hpack")
+if _HPACK_LOG.level == logging.NOTSET:
+    _HPACK_LOG.setLevel(logging.INFO)
 
 __all__ = ["HTTP2Connection"]
 
