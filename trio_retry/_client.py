@@ -118,11 +118,12 @@ _FAILURE_TYPES: dict[FailureCategory, type[RequestFailed]] = {
 class _Origin:
     """Per-origin runtime state: the upstream's settings, its own budget, its bulkhead."""
 
-    __slots__ = ("budget", "limiter", "upstream")
+    __slots__ = ("budget", "limiter", "upstream", "waiting")
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
         self.budget = upstream.budget
+        self.waiting = 0  # attempts waiting for a bulkhead permit
         self.limiter = (
             trio.CapacityLimiter(upstream.max_concurrency)
             if upstream.max_concurrency is not None
@@ -770,6 +771,38 @@ class Client:
             if not (finished and streaming and outcome.body is None):
                 self._give_back(state, outcome)
 
+    async def _admit(self, request: _Request, state: _Origin) -> object:
+        """A bulkhead permit for one attempt (the token it is held under).
+
+        Waits for one unless ``Upstream.max_queue`` attempts already wait: then the attempt
+        is rejected at once (``ADMISSION``: nothing was sent). Cancellation while waiting
+        leaves nothing held.
+        """
+        limiter = state.limiter
+        assert limiter is not None
+        token = object()
+        try:
+            limiter.acquire_on_behalf_of_nowait(token)
+            return token
+        except trio.WouldBlock:
+            pass
+        queue = state.upstream.max_queue
+        if queue is not None and state.waiting >= queue:
+            raise WireError(
+                f"{request.method} {request.url} not admitted: the bulkhead of "
+                f"{request.url.origin} is full ({limiter.total_tokens} calls in flight, "
+                f"{state.waiting} waiting, Upstream(max_queue={queue}))",
+                stage=Stage.ADMISSION,
+                evidence=Evidence.NOT_SENT,
+                category=FailureCategory.ADMISSION,
+            )
+        state.waiting += 1
+        try:
+            await limiter.acquire_on_behalf_of(token)
+        finally:
+            state.waiting -= 1
+        return token
+
     def _pool_key(self, origin: Origin) -> object:
         """The pool a request to ``origin`` draws from: the origin's own, or (cleartext
         through a proxy, absolute-form targets) the proxy's."""
@@ -787,9 +820,7 @@ class Client:
         outcome: _Outcome,
     ) -> None:
         if state.limiter is not None:
-            token = object()
-            await state.limiter.acquire_on_behalf_of(token)
-            outcome.permit = token
+            outcome.permit = await self._admit(request, state)
         url = request.url
         origin = url.origin
         proxy = self._proxy_for(origin)

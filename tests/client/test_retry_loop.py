@@ -253,6 +253,50 @@ async def test_bulkhead_permit_is_released_during_backoff(
     assert finished["/first"] - start == pytest.approx(1.0, abs=0.01)
 
 
+async def test_a_full_bulkhead_queue_rejects_at_once_without_sending(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    server.default = Stall(1.0)  # each call holds its permit for 1 s
+    upstream = Upstream(max_concurrency=1, max_queue=1)
+    single = RetryPolicy(max_attempts=1)
+    outcomes: dict[str, object] = {}
+    ended: dict[str, float] = {}
+    async with trio_retry.Client(retry=single, upstreams={server.url: upstream}) as client:
+
+        async def call(name: str, delay: float) -> None:
+            await trio.sleep(delay)
+            try:
+                outcomes[name] = await client.get(server.url + "/" + name)
+            except trio_retry.RequestFailed as exc:
+                outcomes[name] = exc
+            ended[name] = trio.current_time()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "holder", 0.0)  # takes the permit
+            nursery.start_soon(call, "queued", 0.1)  # waits: the queue holds one
+            nursery.start_soon(call, "shed", 0.2)  # rejected: the queue is full
+    shed = outcomes["shed"]
+    assert isinstance(shed, trio_retry.AdmissionRejected), shed
+    assert (shed.evidence, shed.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
+    assert shed.attempts[0].stage is Stage.ADMISSION
+    assert "bulkhead" in str(shed)
+    assert "max_queue=1" in str(shed)
+    assert ended["shed"] == pytest.approx(0.2, abs=0.01)  # at once, not after a wait
+    assert isinstance(outcomes["holder"], trio_retry.Response)
+    assert isinstance(outcomes["queued"], trio_retry.Response)
+    assert ended["queued"] == pytest.approx(2.0, abs=0.01)  # after the holder's second
+    assert sorted(r.path for r in server.requests) == ["/holder", "/queued"]
+
+
+def test_max_queue_needs_a_bulkhead_and_a_sane_size() -> None:
+    with pytest.raises(ValueError, match="max_concurrency"):
+        Upstream(max_queue=3)
+    with pytest.raises(ValueError, match="max_queue"):
+        Upstream(max_concurrency=2, max_queue=-1)
+    fresh = Upstream(max_concurrency=2, max_queue=0).fresh()
+    assert (fresh.max_concurrency, fresh.max_queue) == (2, 0)
+
+
 async def test_drain_ends_calls_in_backoff_and_refuses_new_ones(
     server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -36,18 +36,32 @@ class Upstream:
     idempotent operations). ``budget``: the origin's retry budget (the client gives each origin
     that falls back to ``default_upstream`` a fresh copy). ``max_concurrency``: a bulkhead — at
     most this many calls to the origin hold a permit at once (``None``: unlimited).
+    ``max_queue``: with a bulkhead, at most this many attempts wait for a permit; one more is
+    rejected at once (``ADMISSION``, ``NOT_SENT``; ``0``: never wait). ``None``: no limit, an
+    attempt waits as long as its deadline allows.
     """
 
     transient_500: bool = False
     budget: RetryBudget = field(default_factory=RetryBudget)
     max_concurrency: int | None = None
+    max_queue: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(
                 f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"
             )
+        if self.max_queue is not None:
+            if self.max_queue < 0:
+                raise ValueError(f"Upstream.max_queue must be None or >= 0, got {self.max_queue}")
+            if self.max_concurrency is None:
+                raise ValueError(
+                    "Upstream.max_queue bounds the wait for a bulkhead permit: set "
+                    "max_concurrency too"
+                )
 
     def fresh(self) -> Upstream:
         """The same settings with a budget of its own."""
-        return Upstream(self.transient_500, self.budget.fresh(), self.max_concurrency)
+        return Upstream(
+            self.transient_500, self.budget.fresh(), self.max_concurrency, self.max_queue
+        )
