@@ -719,6 +719,44 @@ async def test_neighbours_of_a_violation_keep_true_evidence(h2_server: FaultServ
     assert h2_server.executed_count("POST", "/slow") == 1
 
 
+async def test_a_malformed_response_fails_only_its_own_stream(h2_server: FaultServer) -> None:
+    # RFC 9113 §8.1.1: a malformed response is a stream error. Stream 1 (a POST) is being
+    # served when stream 3 gets a head with an upper-case field name: only stream 3 fails
+    # (and is retried on the same connection); the POST is not made ambiguous by it. The
+    # fields are sent never-indexed so the client's HPACK table stays in step with the
+    # server's own encoder.
+    fields = [hpack.NeverIndexedHeaderTuple(b":status", b"200"),
+              hpack.NeverIndexedHeaderTuple(b"X-Upper", b"v")]  # fmt: skip
+    bad_head = h2_frame(0x1, 0x5, 3, hpack.Encoder().encode(fields))
+    h2_server.route("POST", "/slow", Stall(1.0))
+    h2_server.route("GET", "/bad", Raw(bad_head, close=False), Respond(200, body=b"good"))
+    outcomes: dict[str, object] = {}
+    async with client_for(h2_server) as client:
+
+        async def post() -> None:
+            outcomes["post"], _ = await call(client, "POST", h2_server.url + "/slow")
+
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(post)
+                await trio.sleep(0.2)
+                outcomes["get"], _ = await call(client, "GET", h2_server.url + "/bad")
+    post, get = outcomes["post"], outcomes["get"]
+    assert isinstance(post, trio_retry.Response), post
+    assert post.status == 200
+    assert isinstance(get, trio_retry.Response), get
+    assert get.content == b"good"
+    first, second = get.attempts
+    assert (first.category, first.evidence) == (
+        FailureCategory.REMOTE_PROTOCOL,
+        Evidence.SENT_NO_RESPONSE,
+    )
+    assert "uppercase header name" in str(first.error)
+    assert second.connection_reused
+    assert h2_server.connections_accepted == 1
+    assert h2_server.executed_count("POST", "/slow") == 1
+
+
 async def test_an_unknown_frame_type_is_ignored_as_the_rfc_requires(
     h2_server: FaultServer,
 ) -> None:

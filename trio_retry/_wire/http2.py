@@ -40,6 +40,7 @@ from __future__ import annotations
 import http
 import logging
 import math
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +89,55 @@ _NOT_FORWARDED = frozenset(
 )
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
+#: Connection-specific fields, forbidden in HTTP/2 (RFC 9113 §8.2.2).
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+#: What a field name may not contain (RFC 9113 §8.2.1): controls, space, upper case, non-ASCII.
+_BAD_NAME_BYTE = re.compile(rb"[\x00-\x20\x41-\x5a\x7f-\xff]")
+_UPPER_CASE = re.compile(rb"[A-Z]")
+_BAD_VALUE_BYTE = re.compile(rb"[\x00\r\n]")
+
+
+def _malformed(headers: list[tuple[bytes, bytes]], *, trailers: bool) -> str | None:
+    """Why a response's header block is malformed (RFC 9113 §8.1.1, §8.2, §8.3), or ``None``.
+
+    Checked here rather than by h2 so that a malformed response is a stream error, as the RFC
+    requires: h2 treats it as a connection error, which fails every other stream too.
+    """
+    regular = False
+    status = False
+    for name, value in headers:
+        if not name:
+            return "an empty header name"
+        if name[0] == 0x3A:  # ":": a pseudo-header
+            if trailers:
+                return f"the pseudo-header {name!r} in trailers"
+            if regular:
+                return f"the pseudo-header {name!r} after a regular header"
+            if name != b":status":
+                return f"the pseudo-header {name!r} in a response"
+            if status:
+                return "a duplicate :status pseudo-header"
+            if len(value) != 3 or not value.isdigit():
+                return f"an invalid :status {value!r}"
+            status = True
+            continue
+        regular = True
+        if _BAD_NAME_BYTE.search(name) or b":" in name:
+            kind = "an uppercase" if _UPPER_CASE.search(name) else "an invalid"
+            return f"{kind} header name {name!r}"
+        if value and (
+            _BAD_VALUE_BYTE.search(value) or value[0] in (0x20, 0x09) or value[-1] in (0x20, 0x09)
+        ):
+            return f"an invalid value for header {name!r}"
+        if name in _CONNECTION_SPECIFIC:
+            return f"the connection-specific header field {name!r}"
+        if name == b"te" and value.lower() != b"trailers":
+            return f"TE: {value!r} (only 'trailers' is allowed)"
+    if not trailers and not status:
+        return "no :status pseudo-header"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,13 +437,14 @@ class HTTP2Connection:
         # Request headers reach h2 already validated and normalised (``_request_headers`` and
         # ``_models.check_header``): lower-case names, no surrounding whitespace, no
         # connection-specific fields, pseudo-headers first, credentials never indexed. h2's
-        # own outbound passes would do all of that again on every request. Inbound headers
-        # are still validated by h2: a server's are not trusted.
+        # own outbound passes would do all of that again on every request. Inbound headers are
+        # validated by _malformed, so that a malformed response fails its own stream only.
         config = h2.config.H2Configuration(
             client_side=True,
             header_encoding=None,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
+            validate_inbound_headers=False,  # by _malformed, per stream
         )
         self._h2 = h2.connection.H2Connection(config=config)
         codes = h2.settings.SettingCodes
@@ -1018,13 +1069,26 @@ class HTTP2Connection:
             elif flow:
                 self._consumed(event.stream_id or 0, flow)
         elif isinstance(event, h2.events.ResponseReceived):
+            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
+            problem = _malformed(headers, trailers=False)
             stream = self._streams.get(event.stream_id or 0)
-            if stream is not None:
-                stream.on_head([(bytes(n), bytes(v)) for n, v in event.headers or ()])
+            if problem is not None:
+                self._malformed_stream(event.stream_id or 0, problem)
+            elif stream is not None:
+                stream.on_head(headers)
         elif isinstance(event, h2.events.InformationalResponseReceived):
+            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
+            problem = _malformed(headers, trailers=False)
             stream = self._streams.get(event.stream_id or 0)
-            if stream is not None:
+            if problem is not None:
+                self._malformed_stream(event.stream_id or 0, problem)
+            elif stream is not None:
                 stream.on_first_byte()
+        elif isinstance(event, h2.events.TrailersReceived):
+            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
+            problem = _malformed(headers, trailers=True)
+            if problem is not None:
+                self._malformed_stream(event.stream_id or 0, problem)
         elif isinstance(event, h2.events.StreamEnded):
             stream = self._streams.get(event.stream_id or 0)
             if stream is not None:
@@ -1050,8 +1114,25 @@ class HTTP2Connection:
             self._wake_capacity()
         elif isinstance(event, h2.events.ConnectionTerminated):  # pragma: no cover - filtered
             self._on_goaway(_GoAway(event.last_stream_id or 0, int(event.error_code or 0)))
-        # Pings are answered by h2 itself; priorities, trailers, ALTSVC and unknown frames
-        # change nothing for a client.
+        # Pings are answered by h2 itself; priorities, (valid) trailers, ALTSVC and unknown
+        # frames change nothing for a client.
+
+    def _malformed_stream(self, stream_id: int, problem: str) -> None:
+        """A malformed response is a stream error (RFC 9113 §8.1.1): reset that stream with
+        PROTOCOL_ERROR and fail it; the connection and its other streams carry on."""
+        try:
+            self._h2.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+        except h2.exceptions.ProtocolError:
+            pass  # already closed on h2's side: nothing to reset
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.fail(
+                _Failure(
+                    FailureCategory.REMOTE_PROTOCOL,
+                    f"the server broke HTTP/2 on stream {stream_id}: a malformed response "
+                    f"with {problem}",
+                )
+            )
 
     def _on_goaway(self, goaway: _GoAway) -> None:
         last = goaway.last_stream_id
