@@ -111,10 +111,12 @@ class _Micro:
     def __init__(self) -> None:
         import trio_retry as tr
         from trio_retry._core.engine import build_context
+        from trio_retry._core.evidence import build_attempt
         from trio_retry._wire.progress import AttemptProgress
 
         self.tr = tr
         self.build_context = build_context
+        self.build_attempt = build_attempt
         self.AttemptProgress = AttemptProgress
         self.budget = tr.RetryBudget()
         self.backoff = tr.Backoff()
@@ -153,7 +155,7 @@ class _Micro:
             if name.lower() == b"retry-after":
                 retry_after = value
         del retry_after
-        attempt = tr.Attempt(
+        attempt = self.build_attempt(
             number=1,
             stage=progress.stage,
             evidence=tr.Evidence.RESPONSE_RECEIVED,

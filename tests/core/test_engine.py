@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from trio_retry import (
     AmbiguousFailure,
+    Attempt,
     DefaultRetryEligibilityEngine,
     DenyReason,
     Evidence,
@@ -21,8 +22,10 @@ from trio_retry import (
     RetryAllowed,
     RetryContext,
     RetryDenied,
+    Stage,
 )
 from trio_retry._core.engine import RULES, build_context
+from trio_retry._core.evidence import build_attempt
 
 ENGINE = DefaultRetryEligibilityEngine()
 SAFE, IDEM, NON = Idempotency.SAFE, Idempotency.IDEMPOTENT, Idempotency.NON_IDEMPOTENT
@@ -366,3 +369,31 @@ def test_build_context_makes_the_same_frozen_value_as_the_class(c: RetryContext)
         built.attempt = 2  # type: ignore[misc]
     with pytest.raises(TypeError):  # every field must be given
         build_context(**{k: v for k, v in values.items() if k != "status"})
+
+
+@given(
+    st.builds(
+        Attempt,
+        number=st.integers(1, 5),
+        stage=st.sampled_from(Stage),
+        evidence=st.sampled_from(Evidence),
+        status=st.none() | st.integers(100, 599),
+        http_version=st.sampled_from([None, "HTTP/1.1", "HTTP/2"]),
+        connection_reused=st.booleans(),
+        bytes_sent=st.integers(0, 10**6),
+        bytes_received=st.integers(0, 10**6),
+        category=st.none() | st.sampled_from(FailureCategory),
+        timings=st.dictionaries(st.sampled_from(["connect", "total"]), st.floats(0, 5)),
+        decision=st.none() | st.just(RetryDenied.not_retryable()),
+    )
+)
+def test_build_attempt_makes_the_same_frozen_record_as_the_class(attempt: Attempt) -> None:
+    values = {f.name: getattr(attempt, f.name) for f in fields(Attempt)}
+    built = build_attempt(**values)
+    assert type(built) is Attempt
+    assert built == attempt
+    assert str(built) == str(attempt)
+    with pytest.raises(FrozenInstanceError):
+        built.number = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):  # every field must be given
+        build_attempt(**{k: v for k, v in values.items() if k != "decision"})

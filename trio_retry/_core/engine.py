@@ -31,14 +31,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias, cast, runtime_checkable
 
 from .evidence import Evidence, FailureCategory
 from .idempotency import Idempotency
 from .replay import Replayability
-
-_T = TypeVar("_T")
+from .slots import slot_constructor
 
 __all__ = [
     "RULES",
@@ -92,27 +91,8 @@ class RetryContext:
         return max(self.proposed_delay, self.retry_after)
 
 
-def _slot_constructor(cls: type[_T]) -> Callable[..., _T]:
-    """A keyword-only constructor for the frozen, slotted dataclass ``cls`` that fills each
-    slot through its descriptor, where the generated ``__init__`` of a frozen dataclass calls
-    ``object.__setattr__`` per field (about twice the cost). Every field must be given; there
-    is no ``__post_init__`` to run. For the client's failure path, which builds one
-    :class:`RetryContext` per failed attempt; a test holds its results equal to the class's.
-    """
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    namespace.update({f"_set_{name}": cls.__dict__[name].__set__ for name in names})
-    source = (
-        f"def build(*, {', '.join(names)}):\n    obj = _new(_cls)\n"
-        + "".join(f"    _set_{name}(obj, {name})\n" for name in names)
-        + "    return obj\n"
-    )
-    exec(source, namespace)  # names are the dataclass's own field names
-    return cast(Callable[..., _T], namespace["build"])
-
-
-#: ``RetryContext(...)``, faster, for the client (see :func:`_slot_constructor`).
-build_context: Callable[..., RetryContext] = _slot_constructor(RetryContext)
+#: ``RetryContext(...)``, faster, for the client's failure path (see :func:`slot_constructor`).
+build_context: Callable[..., RetryContext] = slot_constructor(RetryContext)
 
 
 class DenyReason(enum.Enum):
