@@ -82,17 +82,15 @@ _FRAME_HEADER = 9
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest frame we accept.
 _MAX_FRAME = 16384
 _DEFAULT_WINDOW = 65535
-#: Connection-specific fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); ``host`` becomes
-#: ``:authority``.
-_NOT_FORWARDED = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"host"}
-)
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
 #: Connection-specific fields, forbidden in HTTP/2 (RFC 9113 §8.2.2).
 _CONNECTION_SPECIFIC = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 )
+#: Request fields not forwarded as such: the connection-specific ones, and ``host``, which
+#: becomes ``:authority``.
+_NOT_FORWARDED = _CONNECTION_SPECIFIC | {b"host"}
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
 #: What a field name may not contain (RFC 9113 §8.2.1): controls, space, upper case, non-ASCII.
 _BAD_NAME_BYTE = re.compile(rb"[\x00-\x20\x41-\x5a\x7f-\xff]")
 _UPPER_CASE = re.compile(rb"[A-Z]")
