@@ -67,9 +67,9 @@ def prepare_body(
         encoded = dumps(json)
         data = encoded.encode("utf-8") if isinstance(encoded, str) else encoded
         return PreparedBody(data, Replayability.REPLAYABLE, "application/json")
+    if content is None:  # most calls: no body, nothing to classify
+        return PreparedBody(b"", Replayability.REPLAYABLE, None)
     replayability = classify_body(content)
-    if content is None:
-        return PreparedBody(b"", replayability, None)
     if isinstance(content, str):
         return PreparedBody(content.encode("utf-8"), replayability, None)
     if isinstance(content, (bytearray, memoryview)):

@@ -714,16 +714,17 @@ class Client:
         (a scope costs more than the rest of a small request's bookkeeping).
         """
         outcome = _Outcome()
+        proxy = self._proxy_for(request.url.origin)
         if (
             deadline == math.inf
             and state.limiter is None
             and self.auth is None
             and request.body.known_length is not None
         ):
-            conn = self._pool.take_idle(self._pool_key(request.url.origin), progress)
+            conn = self._pool.take_idle(_pool_key(request.url.origin, proxy), progress)
             if conn is not None:
                 outcome.conn = conn
-                await self._exchange(request, state, progress, streaming, outcome)
+                await self._exchange(request, state, progress, streaming, outcome, proxy)
                 if outcome.error is not None and self._state == "closed":
                     outcome.response = None
                     outcome.error = WireError.at(
@@ -735,7 +736,7 @@ class Client:
         self._scopes.add(scope)
         try:
             with scope:
-                await self._exchange(request, state, progress, streaming, outcome)
+                await self._exchange(request, state, progress, streaming, outcome, proxy)
         finally:
             self._scopes.discard(scope)
         if scope.cancelled_caught:
@@ -757,13 +758,14 @@ class Client:
         progress: AttemptProgress,
         streaming: bool,
         outcome: _Outcome,
+        proxy: ProxyConfig | None,
     ) -> None:
         """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
         response keeps its connection and permit until its body is consumed; anything else
         (an interrupted attempt included) gives them back before this returns or raises."""
         finished = False
         try:
-            await self._attempt_inner(request, state, progress, streaming, outcome)
+            await self._attempt_inner(request, state, progress, streaming, outcome, proxy)
             finished = True
         except WireError as exc:
             outcome.error = exc
@@ -803,14 +805,6 @@ class Client:
             state.waiting -= 1
         return token
 
-    def _pool_key(self, origin: Origin) -> object:
-        """The pool a request to ``origin`` draws from: the origin's own, or (cleartext
-        through a proxy, absolute-form targets) the proxy's."""
-        proxy = self._proxy_for(origin)
-        if proxy is not None and not origin.tls:
-            return ("proxy", proxy.host, proxy.port)
-        return origin
-
     async def _attempt_inner(
         self,
         request: _Request,
@@ -818,15 +812,15 @@ class Client:
         progress: AttemptProgress,
         streaming: bool,
         outcome: _Outcome,
+        proxy: ProxyConfig | None,
     ) -> None:
         if state.limiter is not None:
             outcome.permit = await self._admit(request, state)
         url = request.url
         origin = url.origin
-        proxy = self._proxy_for(origin)
         # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
         via_proxy = proxy if proxy is not None and not origin.tls else None
-        pool_key = self._pool_key(origin)
+        pool_key = _pool_key(origin, proxy)
         headers = [] if "host" in request.headers else [(b"host", url.host_header.encode())]
         headers += request.headers.raw()
         if self.auth is not None and request.apply_auth:
@@ -1200,6 +1194,14 @@ class Client:
         cause = error.__cause__ if isinstance(error, WireError) else None
         exc.__cause__ = cause if cause is not None else error
         return exc
+
+
+def _pool_key(origin: Origin, proxy: ProxyConfig | None) -> object:
+    """The pool a request to ``origin`` draws from: the origin's own, or (cleartext through a
+    proxy, absolute-form targets) the proxy's."""
+    if proxy is not None and not origin.tls:
+        return ("proxy", proxy.host, proxy.port)
+    return origin
 
 
 def _check_framing(headers: Headers, body: PreparedBody) -> None:

@@ -291,7 +291,10 @@ class Headers(Mapping[str, str]):
         if not isinstance(name, str):
             return False
         lname = name.lower()
-        return any(k.lower() == lname for k, _ in self._items)
+        for k, _ in self._items:  # a loop, not any(<generator>): asked on every request
+            if k.lower() == lname:
+                return True
+        return False
 
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()

@@ -100,6 +100,7 @@ class HTTP11Connection:
     __slots__ = (
         "_h11",
         "_max_header_bytes",
+        "_poller",
         "_socket",
         "_stream",
         "busy",
@@ -114,6 +115,7 @@ class HTTP11Connection:
         self._socket = transport.socket
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
         self._max_header_bytes = max_header_bytes
+        self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
         self.origin_key = origin_key
         self.busy = False
         self.closed = False
@@ -140,8 +142,10 @@ class HTTP11Connection:
         if self.closed:
             return True
         try:
-            poller = select.poll()
-            poller.register(self._socket.fileno(), select.POLLIN | select.POLLPRI)
+            poller = self._poller
+            if poller is None:
+                poller = self._poller = select.poll()
+                poller.register(self._socket.fileno(), select.POLLIN | select.POLLPRI)
             return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
