@@ -821,8 +821,9 @@ class Client:
         # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
         via_proxy = proxy if proxy is not None and not origin.tls else None
         pool_key = _pool_key(origin, proxy)
-        headers = [] if "host" in request.headers else [(b"host", url.host_header.encode())]
-        headers += request.headers.raw()
+        headers = request.headers.raw()  # a fresh list, encoded once per Headers
+        if "host" not in request.headers:
+            headers.insert(0, (b"host", url.host_header.encode()))
         if self.auth is not None and request.apply_auth:
             # A header the caller set on the call wins over the same header from ``auth``.
             for name, value in Headers(await self.auth.headers()).multi_items():
@@ -1020,7 +1021,7 @@ class Client:
         return Response(
             status=wire.status,
             reason=wire.reason,
-            headers=Headers.from_wire(wire.headers),
+            headers=wire.headers,  # decoded on first use
             http_version=wire.http_version,
             url=request.url,
             request_method=request.method,

@@ -11,7 +11,7 @@ import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.evidence import Attempt, Evidence, FailureCategory
@@ -108,7 +108,7 @@ class StageTimeouts:
 class URL:
     """An absolute ``http``/``https`` URL, validated and split once."""
 
-    __slots__ = ("_parts", "host", "origin", "port", "scheme", "target")
+    __slots__ = ("_parts", "host", "host_header", "origin", "port", "scheme", "target")
 
     _parts: SplitResult
     scheme: str
@@ -116,12 +116,15 @@ class URL:
     port: int
     origin: Origin
     target: str
+    #: The ``Host`` header value: the host (IPv6 in brackets), and the port unless default.
+    host_header: str
 
     def __init__(self, url: str | URL) -> None:
         if isinstance(url, URL):
             self._parts = url._parts
             self.scheme, self.host, self.port = url.scheme, url.host, url.port
             self.origin, self.target = url.origin, url.target
+            self.host_header = url.host_header
             return
         if not isinstance(url, str):
             raise _invalid(f"URL must be a str, got {type(url).__name__}")
@@ -149,6 +152,9 @@ class URL:
         self.host = host
         self.port = port if port is not None else DEFAULT_PORTS[scheme]
         self.origin = Origin(scheme, host, self.port)
+        bracketed = f"[{host}]" if ":" in host else host
+        default_port = self.port == DEFAULT_PORTS[scheme]
+        self.host_header = bracketed if default_port else f"{bracketed}:{self.port}"
         # Non-ASCII in the path or query is percent-encoded (UTF-8): the target is always ASCII.
         path = quote(parts.path or "/", safe=_TARGET_SAFE)
         query = quote(parts.query, safe=_TARGET_SAFE + "?")
@@ -172,13 +178,6 @@ class URL:
     def join(self, url: str) -> URL:
         """Resolve ``url`` against this one (RFC 3986)."""
         return URL(urljoin(str(self), url))
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        if self.port == DEFAULT_PORTS[self.scheme]:
-            return host
-        return f"{host}:{self.port}"
 
     def __str__(self) -> str:
         return self._parts.geturl()
@@ -245,14 +244,20 @@ class Headers(Mapping[str, str]):
     Values of Authorization, Proxy-Authorization, Cookie and Set-Cookie are hidden in ``repr``.
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ("_items", "_names", "_raw")
 
     _items: list[tuple[str, str]]
+    # Derived from _items on first use and dropped by every change (set, add, remove): a
+    # client's default headers are encoded and scanned once, not on every request.
+    _names: frozenset[str] | None
+    _raw: list[tuple[bytes, bytes]] | None
 
     def __init__(self, headers: HeaderTypes = None, *, validate: bool = True) -> None:
         items: list[tuple[str, str]] = []
+        self._names = self._raw = None
         if isinstance(headers, Headers):
             items = headers._items.copy()
+            self._names, self._raw = headers._names, headers._raw
         elif headers:
             pairs: Iterable[tuple[Any, Any]] = (
                 headers.items() if isinstance(headers, Mapping) else headers
@@ -269,6 +274,7 @@ class Headers(Mapping[str, str]):
         """Headers received from a peer (already parsed by h11/h2): decoded, not re-validated."""
         headers = cls.__new__(cls)
         headers._items = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+        headers._names = headers._raw = None
         return headers
 
     def get_list(self, name: str) -> list[str]:
@@ -290,11 +296,10 @@ class Headers(Mapping[str, str]):
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
-        lname = name.lower()
-        for k, _ in self._items:  # a loop, not any(<generator>): asked on every request
-            if k.lower() == lname:
-                return True
-        return False
+        names = self._names
+        if names is None:
+            names = self._names = frozenset(k.lower() for k, _ in self._items)
+        return name.lower() in names
 
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -315,22 +320,29 @@ class Headers(Mapping[str, str]):
         value = check_header(name, value)
         self.remove(name)
         self._items.append((name, value))
+        self._names = self._raw = None
 
     def add(self, name: str, value: str) -> None:
         """Append a value of ``name`` (validated)."""
         value = check_header(name, value)
         self._items.append((name, value))
+        self._names = self._raw = None
 
     def remove(self, name: str) -> None:
         lname = name.lower()
         self._items = [(k, v) for k, v in self._items if k.lower() != lname]
+        self._names = self._raw = None
 
     def copy(self) -> Headers:
         return Headers(self, validate=False)
 
     def raw(self) -> list[tuple[bytes, bytes]]:
-        """The pairs encoded for the wire (latin-1)."""
-        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._items]
+        """The pairs encoded for the wire (latin-1). A new list each time (the caller may
+        extend it); the encoding itself is done once per change."""
+        raw = self._raw
+        if raw is None:
+            raw = self._raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._items]
+        return raw.copy()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Headers):
@@ -411,7 +423,7 @@ class Response:
         *,
         status: int,
         reason: str,
-        headers: Headers,
+        headers: Headers | Sequence[tuple[bytes, bytes]],
         http_version: str,
         url: URL,
         request_method: str,
@@ -423,7 +435,9 @@ class Response:
     ) -> None:
         self.status = status
         self.reason = reason
-        self.headers = headers
+        # Headers as received (pairs of bytes) are decoded on first use of ``headers``.
+        self._headers = headers if isinstance(headers, Headers) else None
+        self._wire_headers = headers
         self.http_version = http_version
         self.url = url
         self.request_method = request_method
@@ -434,6 +448,15 @@ class Response:
         self._stream = stream
         self._decoder = decoder
         self._consumed = content is not None
+
+    @property
+    def headers(self) -> Headers:
+        """The response headers (case-insensitive multi-dict)."""
+        headers = self._headers
+        if headers is None:
+            wire = cast(Sequence[tuple[bytes, bytes]], self._wire_headers)
+            headers = self._headers = Headers.from_wire(wire)
+        return headers
 
     @property
     def status_code(self) -> int:
