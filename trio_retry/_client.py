@@ -30,6 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from http.cookiejar import CookieJar
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
@@ -845,36 +846,9 @@ class Client:
         target = str(url) if via_proxy else url.target
         wire_request = WireRequest(request.method, target, headers, body, length)
 
-        async def opener(progress: AttemptProgress) -> PooledConnection:
-            transport = await open_transport(
-                origin.host,
-                origin.port,
-                progress=progress,
-                ssl_context=self._ssl_context if origin.tls else None,
-                connect_timeout=self.stage_timeouts.connect,
-                tls_timeout=self.stage_timeouts.tls,
-                proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
-            )
-            h2c = not origin.tls and self.http2_prior_knowledge and via_proxy is None
-            if transport.alpn == "h2" or h2c:
-                # The reader task lives in the client's nursery: no task outlives the client.
-                assert self._nursery is not None
-                return await HTTP2Connection.open(
-                    transport,
-                    origin,
-                    scheme=origin.scheme,
-                    authority=url.host_header,
-                    max_header_bytes=self.max_header_bytes,
-                    nursery=self._nursery,
-                    progress=progress,
-                    handshake_timeout=self.stage_timeouts.tls
-                    if origin.tls
-                    else self.stage_timeouts.connect,
-                )
-            return HTTP11Connection(transport, pool_key, self.max_header_bytes)
-
         conn = outcome.conn  # taken already by an unscoped attempt
         if conn is None:
+            opener = partial(self._open_connection, url=url, proxy=proxy, pool_key=pool_key)
             conn = await self._pool.acquire(
                 pool_key,
                 progress,
@@ -903,6 +877,45 @@ class Client:
         if streaming and response.status < 400:
             return
         outcome.body = await self._read_body(request, response, progress)
+
+    async def _open_connection(
+        self,
+        progress: AttemptProgress,
+        *,
+        url: URL,
+        proxy: ProxyConfig | None,
+        pool_key: object,
+    ) -> PooledConnection:
+        """A new connection for ``url``'s origin (through ``proxy`` if any): HTTP/2 when ALPN
+        (or prior knowledge on cleartext) says so, else HTTP/1.1. The pool's opener."""
+        origin = url.origin
+        transport = await open_transport(
+            origin.host,
+            origin.port,
+            progress=progress,
+            ssl_context=self._ssl_context if origin.tls else None,
+            connect_timeout=self.stage_timeouts.connect,
+            tls_timeout=self.stage_timeouts.tls,
+            proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
+        )
+        via_proxy = proxy is not None and not origin.tls
+        h2c = not origin.tls and self.http2_prior_knowledge and not via_proxy
+        if transport.alpn == "h2" or h2c:
+            # The reader task lives in the client's nursery: no task outlives the client.
+            assert self._nursery is not None
+            return await HTTP2Connection.open(
+                transport,
+                origin,
+                scheme=origin.scheme,
+                authority=url.host_header,
+                max_header_bytes=self.max_header_bytes,
+                nursery=self._nursery,
+                progress=progress,
+                handshake_timeout=self.stage_timeouts.tls
+                if origin.tls
+                else self.stage_timeouts.connect,
+            )
+        return HTTP11Connection(transport, pool_key, self.max_header_bytes)
 
     def _proxy_for(self, origin: Origin) -> ProxyConfig | None:
         if self._proxy is not None:
