@@ -709,10 +709,11 @@ class Client:
         (and errors from the caller's own body iterators or auth object).
 
         The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
-        cancels. The common case needs none: with no deadline, nothing to wait for but an idle
-        HTTP/1.1 connection (no bulkhead, no auth callback, a body in memory), every wait is a
-        read or write on that socket, and ``aclose()`` closing it ends the attempt as promptly
-        (a scope costs more than the rest of a small request's bookkeeping).
+        cancels. The common case needs none: with no deadline, nothing to wait for but a pooled
+        connection ready at once (no bulkhead, no auth callback, a body in memory), every wait
+        is on that connection (a socket read or write; on HTTP/2 also its stream events), and
+        ``aclose()`` closing it fails those waits as promptly (a scope costs more than the rest
+        of a small request's bookkeeping).
         """
         outcome = _Outcome()
         proxy = self._proxy_for(request.url.origin)

@@ -105,6 +105,45 @@ async def test_closing_ends_calls_on_reused_connections_at_once(
     assert client_tasks() == []
 
 
+async def test_closing_ends_streams_on_a_shared_http2_connection_at_once(
+    h2_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The same over HTTP/2: calls without a deadline on the pooled connection's free streams
+    run without a cancel scope of their own; closing the client fails their streams at once."""
+    h2_server.route("GET", "/warm", Respond(200))
+    h2_server.default = Stall(30)
+    outcomes: dict[str, BaseException] = {}
+    ended: dict[str, float] = {}
+
+    async def run(name: str, client: trio_retry.Client, method: str) -> None:
+        try:
+            await client.request(method, h2_server.url + "/" + name, content=b"x")
+        except Exception as exc:
+            outcomes[name] = exc
+        ended[name] = trio.current_time()
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            async with client_for(h2_server) as client:
+                warm = await client.get(h2_server.url + "/warm")  # opens the shared connection
+                assert warm.http_version == "HTTP/2"
+                nursery.start_soon(run, "post", client, "POST")
+                nursery.start_soon(run, "put", client, "PUT")
+                nursery.start_soon(run, "get", client, "GET")
+                await trio.sleep(1.0)
+            closed = trio.current_time()
+    assert all(t == closed for t in ended.values()), (closed, ended)
+    assert isinstance(outcomes["post"], HttpAmbiguousExecutionError)
+    for name in ("post", "put", "get"):
+        error = outcomes[name]
+        assert isinstance(error, (RequestFailed, HttpAmbiguousExecutionError)), error
+        assert error.evidence is Evidence.SENT_NO_RESPONSE
+        assert [a.connection_reused for a in error.attempts] == [True]  # not retried
+    assert h2_server.connections_accepted == 1
+    assert sockets_connected_to({h2_server.port}) == []
+    assert client_tasks() == []
+
+
 async def test_a_closed_client_leaves_no_file_descriptor(nursery: trio.Nursery) -> None:
     before = open_fds()
     servers = [FaultServer(http2=False), FaultServer(), FaultServer(tls=True)]

@@ -184,22 +184,21 @@ class ConnectionPool:
         return conn
 
     def take_idle(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
-        """An idle HTTP/1.1 connection for ``origin`` at once, or ``None``. Never blocks.
+        """A connection for ``origin`` at once, or ``None``. Never blocks.
 
-        The connection is lent as by :meth:`acquire` (give it back the same way). ``None``
-        when there is no idle one (or only a shared, multiplexed one): then :meth:`acquire`
-        decides whether to wait or connect.
+        An idle HTTP/1.1 connection, or a shared (multiplexed) one with a free stream, as
+        :meth:`acquire` would hand out without waiting; give it back the same way. ``None``
+        when there is none: then :meth:`acquire` decides whether to wait or connect.
         """
-        if self.closed or not self._idle.get(origin):
+        if self.closed or (not self._idle.get(origin) and not self._shared.get(origin)):
             return None
         progress.advance(Stage.POOL)
         conn = self._take(origin)
         if conn is None:
             return None
-        if conn.multiplexed:  # shared, not taken: nothing to give back
-            return None
         progress.connection_reused = True
-        self._lent.add(conn)
+        if not conn.multiplexed:
+            self._lent.add(conn)
         return conn
 
     async def _acquire(
