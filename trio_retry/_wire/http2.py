@@ -862,8 +862,13 @@ class HTTP2Connection:
         # cancelled TLS write breaks the TLS stream. Bounded by the caller's own deadline plus
         # SEND_GRACE, so a peer that stops reading cannot hold a cancelled call for long.
         outer = trio.current_effective_deadline()
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = max(outer, trio.current_time()) + SEND_GRACE
+        if outer == math.inf:  # nothing to bound by: the usual case, and no timer to arm
+            scope = trio.CancelScope(shield=True)
+        else:
+            scope = trio.CancelScope(
+                shield=True, deadline=max(outer, trio.current_time()) + SEND_GRACE
+            )
+        with scope:
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
