@@ -41,6 +41,7 @@ import http
 import logging
 import math
 import re
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +80,8 @@ SEND_GRACE = 2.0
 
 _GOAWAY_TYPE = 0x7
 _FRAME_HEADER = 9
+_LENGTH_AND_TYPE = struct.Struct(">I")  # a frame header's first 4 bytes
+_GOAWAY_FIELDS = struct.Struct(">III")  # stream id, then a GOAWAY's last-stream-id and code
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest frame we accept.
 _MAX_FRAME = 16384
 _DEFAULT_WINDOW = 65535
@@ -191,44 +194,47 @@ class _GoAwayFilter:
             # The common case on a download: the middle of a large DATA frame.
             self._passthrough -= len(data)
             return [data]
-        buffer = self._buffer
-        buffer += data
+        if self._buffer:  # an incomplete frame header or GOAWAY from the last read
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
         out: list[bytes | _GoAway] = []
         start = pos = 0
+        end = len(data)
         while True:
             if self._passthrough:
-                take = min(self._passthrough, len(buffer) - pos)
+                take = min(self._passthrough, end - pos)
                 pos += take
                 self._passthrough -= take
                 if self._passthrough:
                     break
-            if len(buffer) - pos < _FRAME_HEADER:
+            if end - pos < _FRAME_HEADER:
                 break
-            length = int.from_bytes(buffer[pos : pos + 3], "big")
+            head = _LENGTH_AND_TYPE.unpack_from(data, pos)[0]  # 24-bit length, 8-bit type
+            length = head >> 8
             if length > _MAX_FRAME:
                 raise _FrameError(
                     f"the server sent a frame of {length} bytes, more than our "
                     f"SETTINGS_MAX_FRAME_SIZE ({_MAX_FRAME})"
                 )
-            if buffer[pos + 3] != _GOAWAY_TYPE:
+            if head & 0xFF != _GOAWAY_TYPE:
                 self._passthrough = _FRAME_HEADER + length
                 continue
-            if not 8 <= length <= _MAX_FRAME:
+            if length < 8:
                 raise _FrameError(f"the server sent a GOAWAY frame of invalid size {length}")
-            if len(buffer) - pos < _FRAME_HEADER + length:
+            if end - pos < _FRAME_HEADER + length:
                 break
-            if int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF:
+            stream_id, last, code = _GOAWAY_FIELDS.unpack_from(data, pos + 5)
+            if stream_id & 0x7FFFFFFF:
                 raise _FrameError("the server sent a GOAWAY frame on a stream")
             if pos > start:
-                out.append(bytes(buffer[start:pos]))
-            body = pos + _FRAME_HEADER
-            last = int.from_bytes(buffer[body : body + 4], "big") & 0x7FFFFFFF
-            code = int.from_bytes(buffer[body + 4 : body + 8], "big")
-            out.append(_GoAway(last, code))
-            pos = start = body + length
+                out.append(data[start:pos])
+            out.append(_GoAway(last & 0x7FFFFFFF, code))
+            pos = start = pos + _FRAME_HEADER + length
         if pos > start:
-            out.append(bytes(buffer[start:pos]))
-        del buffer[:pos]
+            out.append(data if start == 0 and pos == end else data[start:pos])
+        if pos < end:
+            self._buffer += data[pos:]  # kept until the rest of it arrives
         return out
 
 
