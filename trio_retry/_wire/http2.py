@@ -93,6 +93,7 @@ _CONNECTION_SPECIFIC = frozenset(
 #: becomes ``:authority``.
 _NOT_FORWARDED = _CONNECTION_SPECIFIC | {b"host"}
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 _NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
 #: What a field name may not contain (RFC 9113 §8.2.1): controls, space, upper case, non-ASCII.
 _BAD_NAME_BYTE = re.compile(rb"[\x00-\x20\x41-\x5a\x7f-\xff]")
@@ -809,17 +810,12 @@ class HTTP2Connection:
                 FailureCategory.TIMEOUT,
                 f"no response head within the first-byte timeout ({limit}s)",
             )
-        status = 0
-        headers: list[tuple[bytes, bytes]] = []
-        for name, value in stream.head:
-            if name == b":status":
-                status = int(value)
-            elif not name.startswith(b":"):
-                headers.append((name, value))
-        try:
-            reason = http.HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
+        # _malformed let through only heads that start with their one :status, then no other
+        # pseudo-header.
+        head = stream.head
+        status = int(head[0][1])
+        headers = head[1:]
+        reason = _REASONS.get(status, "")  # HTTP/2 has no reason phrase: the standard one
         return WireResponse(status, reason, headers, self.http_version, stream)
 
     # --- writing -------------------------------------------------------------------------------
