@@ -27,7 +27,7 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
-from .progress import AttemptProgress, WireError, stage_timeout
+from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
 
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
@@ -208,11 +208,7 @@ class HTTP11Connection:
             with stage_timeout(write_timeout) as scope:
                 await self._write(request, progress)
             if scope.cancelled_caught:
-                raise WireError.at(
-                    progress,
-                    FailureCategory.TIMEOUT,
-                    f"writing the request took longer than the write timeout ({write_timeout}s)",
-                )
+                raise stage_timed_out(progress, "write", write_timeout)
             return await self._read_head(progress, first_byte_timeout)
         except BaseException:
             self.close()
@@ -351,11 +347,7 @@ class HTTP11Connection:
                     progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
                 )
         assert scope.cancelled_caught
-        raise WireError.at(
-            progress,
-            FailureCategory.TIMEOUT,
-            f"no response head within the first-byte timeout ({limit}s)",
-        )
+        raise stage_timed_out(progress, "first_byte", limit)
 
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
@@ -375,11 +367,7 @@ class HTTP11Connection:
                         progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
                     )
             assert scope.cancelled_caught
-            raise WireError.at(
-                progress,
-                FailureCategory.TIMEOUT,
-                f"no body data within the read timeout ({read_limit}s)",
-            )
+            raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.close()
             raise

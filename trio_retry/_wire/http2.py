@@ -57,7 +57,7 @@ from hpack import NeverIndexedHeaderTuple
 
 from .._core.evidence import FailureCategory, Stage
 from .http11 import WireRequest, WireResponse, closing_body
-from .progress import AttemptProgress, WireError, stage_timeout
+from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
 
 # hpack logs every header it encodes or decodes, values included, at DEBUG ("hpack.hpack"):
@@ -367,11 +367,7 @@ class _Stream:
                         )
                     await self._changed.wait()
             assert scope.cancelled_caught
-            raise WireError.at(
-                progress,
-                FailureCategory.TIMEOUT,
-                f"no body data within the read timeout ({read_limit}s)",
-            )
+            raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.abandon()
             raise
@@ -591,11 +587,7 @@ class HTTP2Connection:
             with stage_timeout(write_timeout) as scope:
                 await self._write_body(stream, request, progress)
             if scope.cancelled_caught:
-                raise WireError.at(
-                    progress,
-                    FailureCategory.TIMEOUT,
-                    f"writing the request took longer than the write timeout ({write_timeout}s)",
-                )
+                raise stage_timed_out(progress, "write", write_timeout)
             return await self._read_head(stream, progress, first_byte_timeout)
         except BaseException:
             stream.abandon()
@@ -805,11 +797,7 @@ class HTTP2Connection:
                     )
                 await stream.wait()
         if scope.cancelled_caught:
-            raise WireError.at(
-                progress,
-                FailureCategory.TIMEOUT,
-                f"no response head within the first-byte timeout ({limit}s)",
-            )
+            raise stage_timed_out(progress, "first_byte", limit)
         # _malformed let through only heads that start with their one :status, then no other
         # pseudo-header.
         head = stream.head

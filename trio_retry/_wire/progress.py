@@ -16,7 +16,7 @@ import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
 
-__all__ = ["AttemptProgress", "WireError", "stage_timeout"]
+__all__ = ["AttemptProgress", "WireError", "stage_timed_out", "stage_timeout"]
 
 
 class AttemptProgress:
@@ -100,6 +100,22 @@ class WireError(Exception):
             category=category,
             retryable=retryable,
         )
+
+
+_STAGE_TIMEOUT_TEXT = {
+    "write": "writing the request took longer than the write timeout",
+    "first_byte": "no response head within the first-byte timeout",
+    "read": "no body data within the read timeout",
+}
+
+
+def stage_timed_out(progress: AttemptProgress, which: str, limit: float | None) -> WireError:
+    """The failure of a :class:`~trio_retry.StageTimeouts` stage (``"write"``,
+    ``"first_byte"`` or ``"read"``) that ran out: ``TIMEOUT``, with the evidence of the stage
+    reached. The same words for HTTP/1.1 and HTTP/2."""
+    return WireError.at(
+        progress, FailureCategory.TIMEOUT, f"{_STAGE_TIMEOUT_TEXT[which]} ({limit}s)"
+    )
 
 
 class _NoTimeout:
