@@ -723,34 +723,35 @@ class Client:
             and self.auth is None
             and request.body.known_length is not None
         ):
-            conn = self._pool.take_idle(_pool_key(request.url.origin, proxy), progress)
-            if conn is not None:
-                outcome.conn = conn
-                await self._exchange(request, state, progress, streaming, outcome, proxy)
-                if outcome.error is not None and self._state == "closed":
-                    outcome.response = None
-                    outcome.error = WireError.at(
-                        progress, FailureCategory.CONNECTION_BROKEN, _CLOSED_IN_FLIGHT,
-                        retryable=False,
-                    )  # fmt: skip
-                return outcome
-        scope = trio.CancelScope(deadline=deadline)
-        self._scopes.add(scope)
-        try:
-            with scope:
-                await self._exchange(request, state, progress, streaming, outcome, proxy)
-        finally:
-            self._scopes.discard(scope)
-        if scope.cancelled_caught:
-            closing = self._state == "closed"
-            category = FailureCategory.CONNECTION_BROKEN if closing else FailureCategory.TIMEOUT
-            message = (
-                _CLOSED_IN_FLIGHT
-                if closing
-                else f"the call deadline expired during {progress.stage}"
-            )
+            outcome.conn = self._pool.take_idle(_pool_key(request.url.origin, proxy), progress)
+        unscoped = outcome.conn is not None
+        timed_out = False
+        if unscoped:
+            await self._exchange(request, state, progress, streaming, outcome, proxy)
+        else:
+            scope = trio.CancelScope(deadline=deadline)
+            self._scopes.add(scope)
+            try:
+                with scope:
+                    await self._exchange(request, state, progress, streaming, outcome, proxy)
+            finally:
+                self._scopes.discard(scope)
+            timed_out = scope.cancelled_caught
+        closing = self._state == "closed"
+        if closing and (timed_out or (unscoped and outcome.error is not None)):
+            # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
+            # closed. Not retried.
             outcome.response = None
-            outcome.error = WireError.at(progress, category, message, retryable=not closing)
+            outcome.error = WireError.at(
+                progress, FailureCategory.CONNECTION_BROKEN, _CLOSED_IN_FLIGHT, retryable=False
+            )
+        elif timed_out:
+            outcome.response = None
+            outcome.error = WireError.at(
+                progress,
+                FailureCategory.TIMEOUT,
+                f"the call deadline expired during {progress.stage}",
+            )
         return outcome
 
     async def _exchange(

@@ -190,12 +190,12 @@ class ConnectionPool:
         :meth:`acquire` would hand out without waiting; give it back the same way. ``None``
         when there is none: then :meth:`acquire` decides whether to wait or connect.
         """
-        if self.closed or (not self._idle.get(origin) and not self._shared.get(origin)):
+        if self.closed:
             return None
-        progress.advance(Stage.POOL)
         conn = self._take(origin)
         if conn is None:
             return None
+        progress.advance(Stage.POOL)
         progress.connection_reused = True
         if not conn.multiplexed:
             self._lent.add(conn)
