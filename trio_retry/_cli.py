@@ -1,190 +1,472 @@
-"""The command line: ``demo`` and ``get|post|put|delete URL`` with ``--explain``.
+"""The command line: ``demo``, and ``get|post|put|delete|patch|head|options URL`` with curl's
+options and ``--explain``.
 
 Exit codes (documented in docs/cli.md):
 
 - 0: a response with status below 400;
 - 1: the request failed (``RequestFailed``: the server did not run it, or it is known to
-  have failed);
-- 2: bad usage (argparse);
+  have failed), or the output could not be written;
+- 2: bad usage: an option, a value, a URL or a file named by an option (nothing was sent);
 - 3: ambiguous (``HttpAmbiguousExecutionError``: the server may have run it);
 - 4: a response with status 400 or above.
+
+Only the public API of :mod:`trio_retry` is used, as any program would use it: one
+:class:`Client` and one ``client.stream(...)`` call whose body is written as it arrives.
 """
 
 from __future__ import annotations
 
-import argparse
+import getpass
 import json
+import os
 import ssl
 import sys
+import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TextIO
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import trio
 
-from ._client import Client
-from ._core.engine import Decision
-from ._core.evidence import Attempt
-from ._errors import HttpAmbiguousExecutionError, RequestFailed, TrioRetryError
-from ._models import Response
+from . import (
+    URL,
+    BasicAuth,
+    Client,
+    HttpAmbiguousExecutionError,
+    InvalidRequest,
+    RequestFailed,
+    Response,
+    RetryPolicy,
+    StageTimeouts,
+    TooManyRedirects,
+    TrioRetryError,
+)
+from ._cli_args import PROG, Options, UsageError, parse
+from ._cli_io import Sink, Streams, file_body, response_head, stdin_body
+from ._progressbar import ProgressBar
+from ._trail import Hop, attempt_table, execution_line, trail_json
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AMBIGUOUS, EXIT_HTTP_ERROR = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
+INSECURE_WARNING = (
+    "warning: -k/--insecure: the server's TLS certificate is not verified; anyone on the path "
+    "can read or change this exchange"
+)
+
+__all__ = ["attempt_table", "run"]
 
 
-def _short(decision: Decision | None) -> str:
-    if decision is None:
-        return "-"
-    text = str(decision)
-    if text.startswith("retry allowed"):
-        return text.replace("retry allowed after", "retry in")
-    if text.startswith("retry denied"):
-        return text.split(":")[0].replace("retry denied ", "denied ")
-    return "AMBIGUOUS"
+@dataclass(slots=True, kw_only=True)
+class _Prepared:
+    """Everything the call needs, built (and checked) before anything is sent."""
+
+    url: str
+    headers: list[tuple[str, str]]
+    content: object = None
+    auth: BasicAuth | None = None
+    ssl_context: ssl.SSLContext | None = None
+    proxy: str | None = None
+    upload: list[ProgressBar] = field(default_factory=list)  # the upload bar, once drawn
 
 
-def attempt_table(attempts: Sequence[Attempt]) -> str:
-    """A compact table of an attempt trail: one line per attempt (no header values shown)."""
-    rows = [("#", "stage", "evidence", "status", "decision", "ms")]
-    for a in attempts:
-        status = str(a.status) if a.status is not None else (str(a.category) if a.category else "-")
-        rows.append(
-            (
-                str(a.number),
-                str(a.stage),
-                str(a.evidence),
-                status,
-                _short(a.decision),
-                f"{a.timings.get('total', 0.0) * 1000:.1f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+def _usage(opts: Options, option: str, message: str) -> UsageError:
+    return UsageError(f"{PROG} {opts.command}: error: argument {option}: {message}")
 
 
-def _parse_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"headers are 'Name: value', got {text!r}")
-    return name.strip(), value.strip()
+def _read(opts: Options, option: str, path: str) -> bytes:
+    """The bytes of ``path`` (``-`` is stdin); an OSError becomes a UsageError naming it."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise _usage(opts, option, f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m trio_retry",
-        description="A Trio HTTP client that knows whether the server did it.",
-        epilog="exit codes: 0 ok, 1 failed, 2 usage, 3 ambiguous, 4 HTTP status >= 400",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="walk through the failures that matter, on loopback")
-    demo.add_argument("--quick", action="store_true", help="skip the slower cases")
-    for method in ("get", "post", "put", "delete", "patch", "head"):
-        cmd = sub.add_parser(method, help=f"send a {method.upper()} request")
-        cmd.add_argument("url")
-        body = cmd.add_mutually_exclusive_group()
-        body.add_argument("--data", "-d", help="request body (text); @FILE reads a file")
-        body.add_argument("--json", "-j", dest="json_body", help="request body as JSON text")
-        cmd.add_argument(
-            "--header", "-H", action="append", default=[], type=_parse_header,
-            help="'Name: value' (repeatable)",
-        )  # fmt: skip
-        cmd.add_argument("--deadline", type=float, help="seconds for the whole call")
-        cmd.add_argument("--attempts", type=int, default=3, help="max attempts (default 3)")
-        cmd.add_argument("--http2", action="store_true", help="prefer HTTP/2 (TLS ALPN)")
-        cmd.add_argument(
-            "--http2-prior-knowledge", action="store_true", help="HTTP/2 over cleartext (h2c)"
-        )
-        cmd.add_argument("--cacert", help="PEM file of CA certificates to trust")
-        cmd.add_argument(
-            "--idempotency-key", nargs="?", const=True, default=None,
-            help="send an Idempotency-Key (generated when no value is given)",
-        )  # fmt: skip
-        cmd.add_argument("--explain", action="store_true", help="print the attempt trail to stderr")
-    return parser
+def _url_and_auth(opts: Options) -> tuple[str, BasicAuth | None]:
+    """The URL without credentials, and the Basic credentials of ``-u`` (or of the URL's
+    ``user:password@``, as curl takes them) -- so neither can appear in a trail or error."""
+    url = opts.url
+    user: str | None = None
+    try:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            user = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+            url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    except ValueError:
+        pass  # URL() below reports it
+    try:
+        URL(url)
+    except InvalidRequest as exc:
+        raise UsageError(f"{PROG} {opts.command}: error: argument url: {exc}") from None
+    if opts.user is not None:
+        user = opts.user
+    if user is None:
+        return url, None
+    name, sep, password = user.partition(":")
+    if not sep:
+        if not sys.stdin.isatty():
+            raise _usage(opts, "-u/--user", f"no password for user {name!r}: give USER:PASSWORD")
+        password = getpass.getpass(f"password for user {name!r}: ")
+    return url, BasicAuth(name, password)
 
 
-async def _request(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ._core.policy import RetryPolicy
-
-    context = ssl.create_default_context(cafile=args.cacert) if args.cacert else None
-    content: Any = None
-    if args.data is not None:
-        if args.data.startswith("@"):
-            content = await trio.Path(args.data[1:]).read_bytes()
-        else:
-            content = args.data
-    json_body = json.loads(args.json_body) if args.json_body is not None else None
-    key = args.idempotency_key
-    async with Client(
-        retry=RetryPolicy(max_attempts=args.attempts),
-        ssl_context=context,
-        http2=args.http2,
-        http2_prior_knowledge=args.http2_prior_knowledge,
-    ) as client:
+def _tls(opts: Options, streams: Streams) -> ssl.SSLContext | None:
+    """The TLS context of ``-k``, ``--cacert`` and ``--cert``/``--key`` (None: the client's
+    default, which honours SSL_CERT_FILE and SSL_CERT_DIR)."""
+    context: ssl.SSLContext | None = None
+    if opts.insecure:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        if not opts.silent:
+            print(INSECURE_WARNING, file=streams.err)
+    elif opts.cacert is not None:
         try:
-            response = await client.request(
-                args.command.upper(),
-                args.url,
-                headers=args.header,
-                content=content,
-                json=json_body,
-                deadline=args.deadline,
-                idempotency_key=key,
+            context = ssl.create_default_context(cafile=opts.cacert)
+        except OSError as exc:
+            raise _usage(
+                opts, "--cacert", f"cannot read {opts.cacert!r}: {exc.strerror or exc}"
+            ) from None
+        except ssl.SSLError as exc:
+            raise _usage(
+                opts, "--cacert", f"{opts.cacert!r} holds no PEM certificate ({exc.reason})"
+            ) from None
+    if opts.cert is not None:
+        if context is None:
+            context = ssl.create_default_context()
+        try:
+            context.load_cert_chain(opts.cert, opts.key)
+        except OSError as exc:
+            shown = opts.cert if opts.key is None else f"{opts.cert} / {opts.key}"
+            raise _usage(opts, "--cert", f"cannot read {shown!r}: {exc.strerror or exc}") from None
+        except ssl.SSLError as exc:
+            raise _usage(
+                opts, "--cert", f"{opts.cert!r} is not a PEM certificate and key ({exc.reason})"
+            ) from None
+    elif opts.key is not None:
+        raise _usage(opts, "--key", f"{opts.key!r} given without --cert")
+    return context
+
+
+def _has(headers: Sequence[tuple[str, str]], name: str) -> bool:
+    return any(key.lower() == name for key, _ in headers)
+
+
+def _body(opts: Options, streams: Streams, prepared: _Prepared) -> None:
+    """The request body of ``-d``/``--data-raw``/``--data-binary``, ``--json`` or ``-T``, with
+    curl's default Content-Type; a file that cannot be read is a UsageError naming it."""
+    headers = prepared.headers
+    show_bar = streams.err_tty and not opts.silent
+
+    def streamed(option: str, path: str) -> object:
+        try:
+            size = os.stat(path).st_size
+            if not os.path.isfile(path):
+                raise IsADirectoryError(21, "not a regular file")
+        except OSError as exc:
+            raise _usage(opts, option, f"cannot read {path!r}: {exc.strerror or exc}") from None
+        if not show_bar:
+            return file_body(path, size, None)
+
+        def on_progress(done: int, finished: bool) -> None:
+            if done == 0 and not finished:
+                return
+            bars = prepared.upload
+            if not bars or bars[-1].done > done:  # a new attempt starts a new bar
+                bars.append(streams.progress("upload", size))
+            bar = bars[-1]
+            bar.update(done, time.monotonic())
+            if finished:
+                bar.finish(time.monotonic())
+
+        return file_body(path, size, on_progress)
+
+    if opts.json_body is not None:
+        text = opts.json_body
+        if text.startswith("@"):
+            text = _read(opts, "--json", text[1:]).decode("utf-8", errors="replace")
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise _usage(opts, "--json", f"not valid JSON: {exc}") from None
+        prepared.content = text.encode("utf-8")
+        for name, value in (("Content-Type", "application/json"), ("Accept", "application/json")):
+            if not _has(headers, name.lower()):
+                headers.append((name, value))
+        return
+    if opts.upload_file is not None:
+        if opts.upload_file == "-":
+            prepared.content = stdin_body()
+        else:
+            prepared.content = streamed("-T/--upload-file", opts.upload_file)
+        return
+    if not opts.data:
+        return
+    if len(opts.data) == 1 and opts.data[0][0] == "data-binary":
+        value = opts.data[0][1]
+        if value.startswith("@") and value != "@-":
+            prepared.content = streamed("--data-binary", value[1:])
+    if prepared.content is None:
+        parts: list[bytes] = []
+        for kind, value in opts.data:
+            option = {"data": "-d/--data", "data-raw": "--data-raw"}.get(kind, "--" + kind)
+            if kind != "data-raw" and value.startswith("@"):
+                data = _read(opts, option, value[1:])
+                if kind == "data":  # curl: -d @file drops carriage returns and newlines
+                    data = data.replace(b"\r", b"").replace(b"\n", b"")
+            else:
+                data = value.encode("utf-8")
+            parts.append(data)
+        prepared.content = b"&".join(parts)
+    if not _has(headers, "content-type"):
+        headers.append(("Content-Type", "application/x-www-form-urlencoded"))
+
+
+def _prepare(opts: Options, streams: Streams) -> _Prepared:
+    url, auth = _url_and_auth(opts)
+    prepared = _Prepared(url=url, headers=list(opts.headers), auth=auth)
+    if opts.output is not None and opts.output != "-":
+        folder = os.path.dirname(os.path.abspath(opts.output))
+        if not os.path.isdir(folder) or os.path.isdir(opts.output):
+            what = "is a directory" if os.path.isdir(opts.output) else "its folder does not exist"
+            raise _usage(opts, "-o/--output", f"cannot write {opts.output!r}: {what}")
+    if opts.proxy is not None:
+        prepared.proxy = opts.proxy if "://" in opts.proxy else "http://" + opts.proxy
+    prepared.ssl_context = _tls(opts, streams)
+    _body(opts, streams, prepared)
+    return prepared
+
+
+# --- the call ----------------------------------------------------------------------------
+
+
+class _Report:
+    """What goes to stderr: errors (unless silenced) and the ``--explain`` trail."""
+
+    def __init__(self, opts: Options, streams: Streams) -> None:
+        self.opts = opts
+        self.err = streams.err
+        self.errors_shown = (not opts.silent or opts.show_error) and opts.explain != "json"
+
+    def error(self, text: str) -> None:
+        if self.errors_shown:
+            print(text, file=self.err)
+
+    def trail(
+        self,
+        hops: list[Hop],
+        *,
+        outcome: str,
+        execution: str,
+        error: TrioRetryError | None = None,
+        final: str | None = None,
+    ) -> None:
+        if self.opts.explain is None:
+            return
+        if self.opts.explain == "json":
+            document = trail_json(
+                hops,
+                outcome=outcome,
+                execution=execution,
+                error=type(error).__name__ if error is not None else None,
             )
-        except HttpAmbiguousExecutionError as exc:
-            if args.explain:
-                print(attempt_table(exc.attempts), file=err)
-            print(f"AMBIGUOUS: {exc}", file=err)
-            return EXIT_AMBIGUOUS
-        except RequestFailed as exc:
-            if args.explain:
-                print(attempt_table(exc.attempts), file=err)
-            print(f"FAILED ({type(exc).__name__}, {exc.evidence}): {exc}", file=err)
-            return EXIT_FAILED
-    if args.explain:
-        _explain(response, err)
-    out.write(response.text)
-    if response.text and not response.text.endswith("\n"):
-        out.write("\n")
-    return EXIT_OK if response.status < 400 else EXIT_HTTP_ERROR
+            if error is not None:
+                document["message"] = str(error)
+            print(json.dumps(document), file=self.err)
+            return
+        for number, hop in enumerate(hops, 1):
+            if len(hops) > 1:
+                got = f" -> {hop.status}" if hop.status is not None else ""
+                print(f"hop {number}: {hop.method} {hop.url}{got}", file=self.err)
+            print(attempt_table(hop.attempts), file=self.err)
+        if final is not None:
+            print(final, file=self.err)
+        print(f"execution: {execution}", file=self.err)
 
 
-def _explain(response: Response, err: TextIO) -> None:
-    print(attempt_table(response.attempts), file=err)
-    print(
-        f"{response.http_version} {response.status} {response.reason}".rstrip()
-        + (f"  [{response.retry_decision}]" if response.retry_decision else ""),
-        file=err,
+def _hop(response: Response) -> Hop:
+    return Hop(
+        method=response.request_method,
+        url=str(response.url),
+        attempts=tuple(response.attempts),
+        status=response.status,
     )
+
+
+async def _receive(
+    response: Response, opts: Options, streams: Streams, report: _Report
+) -> tuple[int, str]:
+    """Write the head (``-i``) and the body as it arrives; the exit code and a summary."""
+    try:
+        sink = Sink.for_response(response, streams, opts.output)
+    except OSError as exc:
+        raise _OutputError(f"error: -o {opts.output}: {exc.strerror or exc}") from None
+    bar: ProgressBar | None = None
+    started = time.monotonic()
+    try:
+        if opts.include:
+            for hop in [*response.history, response]:
+                sink.write_head(response_head(hop))
+        if sink.refused:
+            report.error(
+                f"warning: binary output ({response.headers.get('content-type', 'no type')}) "
+                "is not shown on a terminal: use -o FILE, or -o - to write it anyway"
+            )
+        else:
+            if opts.output not in (None, "-") and streams.err_tty and not opts.silent:
+                bar = streams.progress("download", _length(response))
+            async for chunk in response.aiter_bytes():
+                sink.write(chunk)
+                if bar is not None:
+                    bar.update(sink.written, time.monotonic())
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # the disk is full, the file vanished...
+        where = opts.output if opts.output not in (None, "-") else "stdout"
+        raise _OutputError(f"error: writing {where}: {exc.strerror or exc}") from None
+    finally:
+        if bar is not None:
+            bar.finish(time.monotonic())
+        try:
+            sink.close()
+        except OSError:
+            pass
+    seconds = time.monotonic() - started
+    code = EXIT_OK if response.status < 400 else EXIT_HTTP_ERROR
+    return code, f"body: {sink.written} bytes in {seconds:.3f} s"
+
+
+class _OutputError(Exception):
+    """The output (``-o FILE`` or stdout) could not be written: exit 1."""
+
+
+def _length(response: Response) -> int | None:
+    """The body's length for the progress bar: Content-Length, unless the body is encoded
+    (then the decoded length is unknown) or there is none (HEAD)."""
+    if response.request_method == "HEAD" or "content-encoding" in response.headers:
+        return None
+    try:
+        value = int(response.headers.get("content-length", ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _client(opts: Options, prepared: _Prepared) -> Client:
+    try:
+        return Client(
+            retry=RetryPolicy(max_attempts=opts.attempts),
+            ssl_context=prepared.ssl_context,
+            http2=opts.http2,
+            http2_prior_knowledge=opts.http2_prior_knowledge,
+            auth=prepared.auth,
+            follow_redirects=opts.location,
+            max_redirects=opts.max_redirs,
+            proxy=prepared.proxy,
+            trust_env=True,  # HTTP(S)_PROXY, ALL_PROXY, NO_PROXY, as curl honours them
+            stage_timeouts=StageTimeouts(connect=opts.connect_timeout),
+        )
+    except (InvalidRequest, ValueError) as exc:
+        # The only option Client() can refuse here is the proxy URL; shown without userinfo.
+        raise _usage(opts, "--proxy", str(exc)) from None
+
+
+async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
+    report = _Report(opts, streams)
+    key = opts.idempotency_key is not None or _has(prepared.headers, "idempotency-key")
+    client = _client(opts, prepared)
+    try:
+        async with (
+            client,
+            client.stream(
+                opts.method,
+                prepared.url,
+                headers=prepared.headers,
+                content=prepared.content,
+                deadline=opts.max_time,
+                idempotency_key=opts.idempotency_key,
+            ) as response,
+        ):
+            code, summary = await _receive(response, opts, streams, report)
+    except HttpAmbiguousExecutionError as exc:
+        hops = [Hop(method=opts.method, url=prepared.url, attempts=tuple(exc.attempts))]
+        report.error(f"AMBIGUOUS: {exc}")
+        words = execution_line(exc.attempts, ambiguous=True)
+        report.trail(hops, outcome="ambiguous", execution=words, error=exc)
+        return EXIT_AMBIGUOUS
+    except RequestFailed as exc:
+        if isinstance(exc, InvalidRequest) and not exc.attempts:
+            raise UsageError(f"{PROG} {opts.command}: error: {exc}") from None
+        hops = [Hop(method=opts.method, url=prepared.url, attempts=tuple(exc.attempts))]
+        report.error(f"FAILED ({type(exc).__name__}, {exc.evidence}): {exc}")
+        words = execution_line(exc.attempts, idempotency_key=key)
+        report.trail(hops, outcome="failed", execution=words, error=exc)
+        return EXIT_FAILED
+    except TooManyRedirects as exc:
+        hops = [_hop(r) for r in exc.history]
+        report.error(f"FAILED (TooManyRedirects): {exc}")
+        report.trail(hops, outcome="failed", execution="the server answered every hop", error=exc)
+        return EXIT_FAILED
+    except TrioRetryError as exc:
+        report.error(f"FAILED ({type(exc).__name__}): {exc}")
+        return EXIT_FAILED
+    except _OutputError as exc:
+        report.error(str(exc))
+        return EXIT_FAILED
+    hops = [_hop(r) for r in [*response.history, response]]
+    final = f"{response.http_version} {response.status} {response.reason}".rstrip()
+    if response.retry_decision is not None:
+        final += f"  [{response.retry_decision}]"
+    words = execution_line(response.attempts, status=response.status, idempotency_key=key)
+    report.trail(hops, outcome="response", execution=words, final=f"{final}\n{summary}")
+    return code
+
+
+def _version() -> str:
+    from . import __version__
+
+    found = []
+    for name in ("trio", "h11", "h2"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            found.append(f"{name} ?")
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    return f"trio_retry {__version__} (Python {python}; {', '.join(found)})"
 
 
 def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run the command line; return the exit code."""
-    out = out or sys.stdout
-    err = err or sys.stderr
+    """Run the command line; return the exit code. Never raises except for a bug."""
+    streams = Streams(out or sys.stdout, err or sys.stderr)
     try:
-        args = _build_parser().parse_args(list(argv))
-    except SystemExit as exc:  # argparse already printed the usage error (or --help)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command == "demo":
-        from ._demo import run_demo
-
-        return trio.run(run_demo, out, args.quick)
-    if args.json_body is not None:
         try:
-            json.loads(args.json_body)
-        except ValueError as exc:
-            print(f"--json is not valid JSON: {exc}", file=err)
-            return EXIT_USAGE
-    try:
-        return trio.run(_request, args, out, err)
-    except TrioRetryError as exc:  # e.g. InvalidRequest raised before any attempt
-        print(f"FAILED: {exc}", file=err)
-        return EXIT_FAILED
-    except OSError as exc:
-        print(f"error: {exc}", file=err)
+            parsed = parse(argv)
+        except SystemExit as exc:  # --help printed its text
+            return exc.code if isinstance(exc.code, int) else EXIT_OK
+        if not isinstance(parsed, Options):
+            if parsed.version:
+                print(_version(), file=streams.out)
+                return EXIT_OK
+            from ._demo import run_demo
+
+            return trio.run(run_demo, streams.out, parsed.quick)
+        prepared = _prepare(parsed, streams)
+        return trio.run(_call, parsed, prepared, streams)
+    except UsageError as exc:
+        if exc.usage:
+            streams.err.write(exc.usage)
+        print(exc, file=streams.err)
         return EXIT_USAGE
-
-
-__all__ = ["attempt_table", "run"]
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining
+        # about the unflushable stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted", file=streams.err)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,363 @@
+"""The command line's arguments: a curl-like option set, parsed into a frozen :class:`Options`.
+
+Every mistake becomes a :class:`UsageError` (exit status 2) whose message is one line naming
+the option and the value; an unknown option or a missing URL also carries the subcommand's
+usage. Nothing here does I/O: files named by options are opened later, by the command, which
+names the file when that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+__all__ = ["PROG", "Options", "UsageError", "parse"]
+
+PROG = "python -m trio_retry"
+METHODS = ("get", "post", "put", "delete", "patch", "head", "options")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class UsageError(Exception):
+    """Bad usage: ``message`` is one line; ``usage`` the subcommand's usage, when it helps."""
+
+    def __init__(self, message: str, usage: str | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """The parsed command line of one request (see docs/cli.md for each option)."""
+
+    command: str
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    data: tuple[tuple[str, str], ...] = ()  # (kind, value) in order: data, data-raw, data-binary
+    json_body: str | None = None
+    upload_file: str | None = None
+    output: str | None = None
+    include: bool = False
+    location: bool = False
+    max_redirs: int = 20
+    insecure: bool = False
+    user: str | None = None
+    proxy: str | None = None
+    max_time: float | None = None
+    connect_timeout: float | None = None
+    attempts: int = 3
+    http2: bool = False
+    http2_prior_knowledge: bool = False
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    idempotency_key: str | bool | None = None
+    explain: str | None = None  # None, "table" or "json"
+    silent: bool = False
+    show_error: bool = False
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised as :class:`UsageError` instead of printed and exited."""
+
+    def error(self, message: str) -> NoReturn:
+        wants_usage = message.startswith(
+            ("unrecognized arguments", "the following arguments are required", "argument command")
+        )
+        raise UsageError(
+            f"{self.prog}: error: {message}", self.format_usage() if wants_usage else None
+        )
+
+
+def _whole(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number of at least {minimum}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not _TOKEN.fullmatch(name.strip()):
+        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _method(text: str) -> str:
+    if not _TOKEN.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a method name such as PURGE, got {text!r}")
+    return text.upper()
+
+
+class _DataAction(argparse.Action):
+    """Collects -d, --data-raw and --data-binary in command-line order, as curl joins them."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        parts = list(getattr(namespace, self.dest) or [])
+        parts.append((self.const, values))
+        setattr(namespace, self.dest, parts)
+
+
+_EXAMPLES = {
+    "get": [
+        "get example.org/users/1                  # http:// is assumed, as curl does",
+        "get https://example.org/big.iso -o big.iso   # progress bar on a terminal",
+        "get https://example.org/ -i -L --explain  # headers, redirects, the attempt trail",
+        "get https://10.0.0.5/ -k                  # no TLS verification (warned)",
+        "get https://api.example/ -u ada:secret --max-time 5",
+    ],
+    "post": [
+        "post https://api.example/payments --json '{\"amount\": 10}' --idempotency-key",
+        "post https://api.example/upload --data-binary @photo.jpg",
+        "post https://api.example/form -d name=ada -d lang=en   # name=ada&lang=en",
+        "post https://api.example/logs -d @- < events.txt        # read stdin",
+        "post https://api.example/pay -d x --explain=json        # the trail for scripts",
+    ],
+}
+
+
+def _epilog(command: str) -> str:
+    examples = _EXAMPLES.get(command) or [
+        f"{command} https://api.example/items/7 --explain",
+        f"{command} https://api.example/items/7 -H 'X-Trace: abc' --max-time 2",
+    ]
+    lines = "\n".join(f"  {PROG} {line}" for line in examples)
+    return (
+        f"examples:\n{lines}\n\nexit codes: 0 ok, 1 failed, 2 usage, 3 ambiguous (may have "
+        "executed: reconcile), 4 HTTP status >= 400"
+    )
+
+
+def _add_request_options(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("url", help="the URL; http:// is assumed when it has no scheme")
+    add = cmd.add_argument
+    body = cmd.add_argument_group("request body (curl's meanings)")
+    body.add_argument(
+        "-d",
+        "--data",
+        dest="data",
+        action=_DataAction,
+        const="data",
+        metavar="DATA",
+        help="body text; @FILE or @- (stdin) with CR/LF "
+        "removed; repeated -d are joined with '&'; form Content-Type",
+    )
+    body.add_argument(
+        "--data-raw",
+        dest="data",
+        action=_DataAction,
+        const="data-raw",
+        metavar="DATA",
+        help="like -d, but @ is not special",
+    )
+    body.add_argument(
+        "--data-binary",
+        dest="data",
+        action=_DataAction,
+        const="data-binary",
+        metavar="DATA",
+        help="like -d, but @FILE is sent byte for byte",
+    )
+    body.add_argument(
+        "-j",
+        "--json",
+        dest="json_body",
+        metavar="JSON",
+        help="body as JSON text (or @FILE, @-); sets Content-Type and Accept",
+    )
+    body.add_argument(
+        "-T",
+        "--upload-file",
+        metavar="FILE",
+        help="send FILE as the body, streamed (- reads stdin, sent once)",
+    )
+    add(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="'NAME: VALUE'",
+        help="a request header (repeatable)",
+    )
+    add(
+        "-X",
+        "--request",
+        dest="method",
+        type=_method,
+        metavar="METHOD",
+        help="send this method instead of the subcommand's",
+    )
+    add("-o", "--output", metavar="FILE", help="write the body to FILE (- for stdout)")
+    add("-i", "--include", action="store_true", help="write the response head before the body")
+    add("-L", "--location", action="store_true", help="follow redirects (each hop in --explain)")
+    add("--max-redirs", type=_whole(0), default=20, metavar="N", help="with -L (default 20)")
+    add("-u", "--user", metavar="USER:PASSWORD", help="HTTP Basic auth (never shown)")
+    add("-k", "--insecure", action="store_true", help="do not verify TLS certificates (warned)")
+    add("--cacert", metavar="PEM", help="trust the CA certificates in this PEM file")
+    add("--cert", metavar="PEM", help="client certificate (PEM; with its key unless --key)")
+    add("--key", metavar="PEM", help="the client certificate's private key (PEM)")
+    add("--proxy", metavar="URL", help="proxy (http://, https://); default: HTTP(S)_PROXY")
+    add(
+        "-m",
+        "--max-time",
+        "--deadline",
+        dest="max_time",
+        type=_seconds,
+        metavar="SECONDS",
+        help="deadline for the whole call, all attempts, backoffs and body included",
+    )
+    add("--connect-timeout", type=_seconds, metavar="SECONDS", help="per connection attempt")
+    add("--attempts", type=_whole(1), default=3, metavar="N", help="max attempts (default 3)")
+    add(
+        "--idempotency-key",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="KEY",
+        help="send an Idempotency-Key (a UUID4 when no KEY is given): makes a POST retryable",
+    )
+    add(
+        "--http1.1",
+        dest="http2",
+        action="store_false",
+        default=False,
+        help="HTTP/1.1 only (the default)",
+    )
+    add("--http2", action="store_true", help="offer HTTP/2 by ALPN on https:// URLs")
+    add("--http2-prior-knowledge", action="store_true", help="HTTP/2 over cleartext (h2c)")
+    add(
+        "--compressed",
+        action="store_true",
+        help="accepted for curl compatibility: gzip and deflate are always asked for and decoded",
+    )
+    add(
+        "--explain",
+        action="store_true",
+        help="print the attempt trail to stderr; --explain=json prints it as JSON",
+    )
+    add("--explain-format", choices=("table", "json"), default="table", help=argparse.SUPPRESS)
+    add("-s", "--silent", action="store_true", help="no progress bar, no error messages")
+    add("-S", "--show-error", action="store_true", help="with -s, still print errors")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and the parser of each subcommand."""
+    parser = _Parser(
+        prog=PROG,
+        description="A Trio HTTP client that knows whether the server did it.",
+        epilog="exit codes: 0 ok, 1 failed, 2 usage, 3 ambiguous, 4 HTTP status >= 400\n"
+        f"'{PROG} COMMAND --help' shows each command's options and examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the versions and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = sub.add_parser("demo", help="walk through the failures that matter, on loopback")
+    demo.add_argument("--quick", action="store_true", help="skip the case that waits 1 s")
+    commands: dict[str, argparse.ArgumentParser] = {"demo": demo}
+    for name in METHODS:
+        cmd = sub.add_parser(
+            name,
+            help=f"send a {name.upper()} request",
+            description=f"Send a {name.upper()} request; the body goes to stdout (or -o FILE)"
+            " as bytes, the trail and errors to stderr.",
+            epilog=_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_request_options(cmd)
+        commands[name] = cmd
+    return parser, commands
+
+
+def _explain_forms(argv: Sequence[str]) -> list[str]:
+    """``--explain=json`` -> ``--explain --explain-format json`` (argparse alone cannot tell
+    ``--explain=json`` from ``--explain URL``)."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--explain="):
+            out += ["--explain", "--explain-format", arg.partition("=")[2]]
+        else:
+            out.append(arg)
+    return out
+
+
+def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
+    """An :class:`Options` for a request; the raw namespace for ``demo`` and ``--version``.
+
+    Raises :class:`UsageError`; ``--help`` exits (``SystemExit(0)``) after printing.
+    """
+    parser, commands = build_parser()
+    args, extra = parser.parse_known_args(_explain_forms(argv))
+    if extra:
+        where = commands.get(args.command or "", parser)
+        where.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.version or args.command == "demo":
+        return args
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
+    url: str = args.url
+    if not url:
+        commands[args.command].error("argument url: expected a URL, got ''")
+    if "://" not in url:  # curl's default scheme
+        url = "http://" + url
+    if args.json_body is not None and (args.data or args.upload_file):
+        commands[args.command].error("argument --json: not allowed with -d or -T")
+    if args.data and args.upload_file:
+        commands[args.command].error("argument -T/--upload-file: not allowed with -d")
+    method = args.method or args.command.upper()
+    return Options(
+        command=args.command,
+        method=method,
+        url=url,
+        headers=tuple(args.header),
+        data=tuple(args.data or ()),
+        json_body=args.json_body,
+        upload_file=args.upload_file,
+        output=args.output,
+        include=args.include or method == "HEAD",  # curl -I shows the head
+        location=args.location,
+        max_redirs=args.max_redirs,
+        insecure=args.insecure,
+        user=args.user,
+        proxy=args.proxy,
+        max_time=args.max_time,
+        connect_timeout=args.connect_timeout,
+        attempts=args.attempts,
+        http2=args.http2,
+        http2_prior_knowledge=args.http2_prior_knowledge,
+        cacert=args.cacert,
+        cert=args.cert,
+        key=args.key,
+        idempotency_key=args.idempotency_key,
+        explain=args.explain_format if args.explain else None,
+        silent=args.silent,
+        show_error=args.show_error,
+    )
