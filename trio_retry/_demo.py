@@ -1,9 +1,11 @@
-"""``python -m trio_retry demo``: the failures that matter, on an embedded FaultServer.
+"""``python -m trio_retry demo``: the failures that matter, on servers embedded on loopback.
 
-Each case prints what was asked, the attempt table (attempt, stage, evidence, status or failure,
-the engine's decision, milliseconds), what the caller got, and what the server really executed
-— so the claim "after a failure, you know whether the server did it" can be checked by eye.
-Loopback only, no network, a few seconds.
+Each case prints what was asked, the attempt table (attempt, stage, evidence, status, failure
+category, milliseconds, the engine's decision), what the caller got, and what the server really
+received and executed -- so the claim "after a failure, you know whether the server did it"
+can be checked by eye. The payments cases run against :class:`PaymentAPI`, which deduplicates
+on ``Idempotency-Key`` as a real payment API does; the others against a ``FaultServer``.
+Loopback only, no network, about a second (``--quick``: a quarter of that).
 """
 
 from __future__ import annotations
@@ -13,16 +15,30 @@ from typing import TextIO
 
 import trio
 
-from ._cli import attempt_table
-from ._client import Client
-from ._core.backoff import Backoff
-from ._core.budget import RetryBudget
-from ._core.policy import RetryPolicy, Upstream
-from ._errors import HttpAmbiguousExecutionError, RequestFailed
-from ._models import Response
-from .testing import CloseAfterBody, FaultServer, RefuseStream, Respond, refused_port
+from . import (
+    Backoff,
+    Client,
+    HttpAmbiguousExecutionError,
+    RequestFailed,
+    Response,
+    RetryBudget,
+    RetryPolicy,
+    Upstream,
+)
+from ._demo_payments import PaymentAPI
+from ._trail import attempt_table
+from .testing import FaultServer, RefuseStream, Respond, refused_port
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(initial=0.05, max=2.0, jitter="none"))
+Counter = Callable[[], tuple[int, int]]  # () -> (requests received, requests executed)
+
+
+def _fault_counter(server: FaultServer, path: str) -> Counter:
+    def count() -> tuple[int, int]:
+        received = sum(1 for r in server.requests if r.path == path)
+        return received, server.executed_count(path=path)
+
+    return count
 
 
 async def _case(
@@ -30,42 +46,56 @@ async def _case(
     title: str,
     explanation: str,
     call: Callable[[], Awaitable[Response]],
-    server: FaultServer | None = None,
-    path: str | None = None,
+    counter: Counter | None = None,
+    verdict: Callable[[int, int], str] | None = None,
 ) -> None:
+    """One case: the call, its trail, what the caller got, what the server did (in words)."""
     print(f"\n== {title}", file=out)
     print(f"   {explanation}", file=out)
     try:
         response = await call()
     except HttpAmbiguousExecutionError as exc:
-        print(_indent(attempt_table(exc.attempts)), file=out)
+        print(_indent(attempt_table(exc.attempts, wide=False)), file=out)
         print(f"   -> HttpAmbiguousExecutionError ({exc.evidence}): may have run; not retried",
               file=out)  # fmt: skip
     except RequestFailed as exc:
-        print(_indent(attempt_table(exc.attempts)), file=out)
+        print(_indent(attempt_table(exc.attempts, wide=False)), file=out)
         print(f"   -> {type(exc).__name__} ({exc.evidence}): {exc.decision}", file=out)
     else:
-        print(_indent(attempt_table(response.attempts)), file=out)
+        print(_indent(attempt_table(response.attempts, wide=False)), file=out)
         print(f"   -> {response.http_version} {response.status} {response.content!r}", file=out)
-    if server is not None:
-        executed = server.executed_count(path=path)
-        received = sum(1 for r in server.requests if path is None or r.path == path)
+    if counter is not None:
+        received, executed = counter()
         print(f"   server: {received} received, {executed} executed", file=out)
+        if verdict is not None:
+            print(f"   => {verdict(received, executed)}", file=out)
 
 
 def _indent(text: str) -> str:
     return "\n".join("   " + line for line in text.splitlines())
 
 
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
 async def run_demo(out: TextIO, quick: bool = False) -> int:
-    """Run every case; return 0. Each case is bounded; the whole demo takes a few seconds."""
-    print("trio_retry demo: every server below is a FaultServer on 127.0.0.1", file=out)
+    """Run every case; return 0. Each case is bounded; the whole demo takes about a second
+    (``quick``: the Retry-After case, which waits 1 s, is left out, the budget case is shorter).
+    """
+    print("trio_retry demo: every server below runs on 127.0.0.1", file=out)
     h1 = FaultServer(http2=False)
     h2 = FaultServer(http2=True)
+    payments = PaymentAPI()
+
+    def ledger() -> tuple[int, int]:
+        return payments.received, payments.executed
+
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await nursery.start(h1.serve)
             await nursery.start(h2.serve)
+            await nursery.start(payments.serve)
             async with Client(retry=POLICY) as client:
                 refused = f"http://127.0.0.1:{refused_port()}/payments"
                 await _case(
@@ -75,36 +105,47 @@ async def run_demo(out: TextIO, quick: bool = False) -> int:
                     lambda: client.post(refused, json={"amount": 10}),
                 )
 
-                h1.route("POST", "/payments", CloseAfterBody())
+                payments.crash_after_execute = 1
                 await _case(
                     out,
-                    "POST that the server read, executed, then dropped",
+                    "POST /payments: the server executed it, then the connection dropped",
                     "The request left (SENT_NO_RESPONSE): a retry could pay twice. Ambiguous.",
-                    lambda: client.post(h1.url + "/payments", json={"amount": 10}),
-                    h1,
-                    "/payments",
+                    lambda: client.post(payments.url + "/payments", json={"amount": 10}),
+                    ledger,
+                    lambda received, executed: (
+                        f"paid {_times(executed)}, and the caller was told it may have run "
+                        "(reconcile), not that it failed"
+                    ),
                 )
 
-                h1.route("POST", "/orders", CloseAfterBody(), Respond(201, body=b"created"))
+                payments.crash_after_execute = 1
+                before = ledger()
                 await _case(
                     out,
                     "The same failure with idempotency_key=True",
-                    "An Idempotency-Key makes the POST idempotent: one key, sent on every try.",
-                    lambda: client.post(h1.url + "/orders", json={"item": 1}, idempotency_key=True),
-                    h1,
-                    "/orders",
+                    "The key makes the POST idempotent: the same key on every attempt, and "
+                    "the API deduplicates on it.",
+                    lambda: client.post(
+                        payments.url + "/payments", json={"amount": 20}, idempotency_key=True
+                    ),
+                    lambda: (ledger()[0] - before[0], ledger()[1] - before[1]),
+                    lambda received, executed: (
+                        f"{received} attempts, {executed} payment: the retry carried the same "
+                        "Idempotency-Key,\n      so the API answered it with the first attempt's "
+                        "result instead of paying again"
+                    ),
                 )
 
-                h1.route("GET", "/report", Respond(503, headers=[("Retry-After", "1")]))
-                h1.route("GET", "/report", Respond(200, body=b"report"))
-                await _case(
-                    out,
-                    "GET answered 503 with Retry-After: 1",
-                    "The server did not do it and asked us to wait: retried after 1 s.",
-                    lambda: client.get(h1.url + "/report"),
-                    h1,
-                    "/report",
-                )
+                if not quick:
+                    h1.route("GET", "/report", Respond(503, headers=[("Retry-After", "1")]))
+                    h1.route("GET", "/report", Respond(200, body=b"report"))
+                    await _case(
+                        out,
+                        "GET answered 503 with Retry-After: 1",
+                        "The server did not do it and asked us to wait: retried after 1 s.",
+                        lambda: client.get(h1.url + "/report"),
+                        _fault_counter(h1, "/report"),
+                    )
 
             async with Client(retry=POLICY, http2_prior_knowledge=True) as client2:
                 h2.route("POST", "/transfers", RefuseStream(), Respond(200, body=b"done"))
@@ -113,14 +154,18 @@ async def run_demo(out: TextIO, quick: bool = False) -> int:
                     "HTTP/2 POST refused with RST_STREAM(REFUSED_STREAM)",
                     "The server proved it did not process the stream: NOT_SENT, retried.",
                     lambda: client2.post(h2.url + "/transfers", json={"to": "bob"}),
-                    h2,
-                    "/transfers",
+                    _fault_counter(h2, "/transfers"),
+                    lambda received, executed: "the refused stream never ran; the retry did",
                 )
 
             await _budget_case(out, h1, quick)
             nursery.cancel_scope.cancel()
-    print("\nRead the tables: stage = how far the attempt got; evidence = what that proves.",
+    print("\nRead the tables: stage = how far the attempt got; evidence = what that proves;",
           file=out)  # fmt: skip
+    print("status = the response status, category = the failure's kind when there was none.",
+          file=out)  # fmt: skip
+    if quick:
+        print("(--quick left out the Retry-After case, which waits 1 s.)", file=out)
     return 0
 
 
