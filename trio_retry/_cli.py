@@ -127,26 +127,26 @@ def _tls(opts: Options, streams: Streams) -> ssl.SSLContext | None:
     elif opts.cacert is not None:
         try:
             context = ssl.create_default_context(cafile=opts.cacert)
+        except ssl.SSLError as exc:  # an OSError too: caught first
+            raise _usage(
+                opts, "--cacert", f"{opts.cacert!r} holds no PEM certificate ({exc.reason})"
+            ) from None
         except OSError as exc:
             raise _usage(
                 opts, "--cacert", f"cannot read {opts.cacert!r}: {exc.strerror or exc}"
-            ) from None
-        except ssl.SSLError as exc:
-            raise _usage(
-                opts, "--cacert", f"{opts.cacert!r} holds no PEM certificate ({exc.reason})"
             ) from None
     if opts.cert is not None:
         if context is None:
             context = ssl.create_default_context()
         try:
             context.load_cert_chain(opts.cert, opts.key)
-        except OSError as exc:
-            shown = opts.cert if opts.key is None else f"{opts.cert} / {opts.key}"
-            raise _usage(opts, "--cert", f"cannot read {shown!r}: {exc.strerror or exc}") from None
-        except ssl.SSLError as exc:
+        except ssl.SSLError as exc:  # an OSError too: caught first
             raise _usage(
                 opts, "--cert", f"{opts.cert!r} is not a PEM certificate and key ({exc.reason})"
             ) from None
+        except OSError as exc:
+            shown = opts.cert if opts.key is None else f"{opts.cert} / {opts.key}"
+            raise _usage(opts, "--cert", f"cannot read {shown!r}: {exc.strerror or exc}") from None
     elif opts.key is not None:
         raise _usage(opts, "--key", f"{opts.key!r} given without --cert")
     return context

@@ -66,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         wants_usage = message.startswith(
-            ("unrecognized arguments", "the following arguments are required", "argument command")
+            ("unrecognized arguments", "the following arguments are required", "argument COMMAND")
         )
         raise UsageError(
             f"{self.prog}: error: {message}", self.format_usage() if wants_usage else None
