@@ -22,8 +22,8 @@ from typing import Any, TextIO
 import trio
 
 from ._client import Client
+from ._core.attempt import Attempt
 from ._core.engine import Decision
-from ._core.evidence import Attempt
 from ._errors import HttpAmbiguousExecutionError, RequestFailed, TrioRetryError
 from ._models import Response
 

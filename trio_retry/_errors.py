@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._core.evidence import Attempt, Evidence, FailureCategory
+from ._core.attempt import Attempt
+from ._core.evidence import Evidence, FailureCategory
 
 if TYPE_CHECKING:
-    from ._core.engine import Decision
+    from ._core.decision import Decision
     from ._models import Response
 
 __all__ = [

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
-from ._core.evidence import Attempt, Evidence, FailureCategory
+from ._core.attempt import Attempt
+from ._core.evidence import Evidence, FailureCategory
 from ._errors import HTTPStatusError, InvalidRequest
 
 if TYPE_CHECKING:
-    from ._core.engine import Decision
+    from ._core.decision import Decision
 
 __all__ = [
     "URL",
