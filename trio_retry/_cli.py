@@ -22,45 +22,11 @@ from typing import Any, TextIO
 import trio
 
 from ._client import Client
-from ._core.attempt import Attempt
-from ._core.engine import Decision
 from ._errors import HttpAmbiguousExecutionError, RequestFailed, TrioRetryError
 from ._models import Response
+from ._trail import attempt_table as attempt_table
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AMBIGUOUS, EXIT_HTTP_ERROR = 0, 1, 2, 3, 4
-
-
-def _short(decision: Decision | None) -> str:
-    if decision is None:
-        return "-"
-    text = str(decision)
-    if text.startswith("retry allowed"):
-        return text.replace("retry allowed after", "retry in")
-    if text.startswith("retry denied"):
-        return text.split(":")[0].replace("retry denied ", "denied ")
-    return "AMBIGUOUS"
-
-
-def attempt_table(attempts: Sequence[Attempt]) -> str:
-    """A compact table of an attempt trail: one line per attempt (no header values shown)."""
-    rows = [("#", "stage", "evidence", "status", "decision", "ms")]
-    for a in attempts:
-        status = str(a.status) if a.status is not None else (str(a.category) if a.category else "-")
-        rows.append(
-            (
-                str(a.number),
-                str(a.stage),
-                str(a.evidence),
-                status,
-                _short(a.decision),
-                f"{a.timings.get('total', 0.0) * 1000:.1f}",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
 
 
 def _parse_header(text: str) -> tuple[str, str]:

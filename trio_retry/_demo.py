@@ -13,13 +13,13 @@ from typing import TextIO
 
 import trio
 
-from ._cli import attempt_table
 from ._client import Client
 from ._core.backoff import Backoff
 from ._core.budget import RetryBudget
 from ._core.policy import RetryPolicy, Upstream
 from ._errors import HttpAmbiguousExecutionError, RequestFailed
 from ._models import Response
+from ._trail import attempt_table
 from .testing import CloseAfterBody, FaultServer, RefuseStream, Respond, refused_port
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(initial=0.05, max=2.0, jitter="none"))
