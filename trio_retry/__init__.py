@@ -7,6 +7,7 @@ from ._auth import BasicAuth as BasicAuth
 from ._auth import BearerAuth as BearerAuth
 from ._client import Client as Client
 from ._client import RefreshableAuth as RefreshableAuth
+from ._core.attempt import Attempt as Attempt
 from ._core.backoff import Backoff as Backoff
 from ._core.backoff import parse_retry_after as parse_retry_after
 from ._core.budget import RetryBudget as RetryBudget
@@ -18,7 +19,6 @@ from ._core.engine import RetryAllowed as RetryAllowed
 from ._core.engine import RetryContext as RetryContext
 from ._core.engine import RetryDenied as RetryDenied
 from ._core.engine import RetryEligibilityEngine as RetryEligibilityEngine
-from ._core.evidence import Attempt as Attempt
 from ._core.evidence import Evidence as Evidence
 from ._core.evidence import FailureCategory as FailureCategory
 from ._core.evidence import Stage as Stage

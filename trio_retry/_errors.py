@@ -20,6 +20,11 @@
 ``HttpAmbiguousExecutionError`` is deliberately a sibling of ``RequestFailed``: code that catches
 "failed" (and perhaps retries on its own) must not swallow "it may have happened".
 ``trio.Cancelled`` is never wrapped in any of these.
+
+Where they live (imports go one way: core < models < this module): the classes that need no
+response are in ``_core/errors.py`` (so ``_models`` can raise them), ``HTTPStatusError`` beside
+``Response`` in ``_models`` (which raises it), the two that carry responses here; every one is
+re-exported here.
 """
 
 from __future__ import annotations
@@ -27,10 +32,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._core.evidence import Attempt, Evidence, FailureCategory
+from ._core.attempt import Attempt
+from ._core.decision import Decision
+from ._core.errors import AdmissionRejected as AdmissionRejected
+from ._core.errors import ClientStateError as ClientStateError
+from ._core.errors import ConnectFailed as ConnectFailed
+from ._core.errors import ConnectionBroken as ConnectionBroken
+from ._core.errors import DeadlineExceeded as DeadlineExceeded
+from ._core.errors import InvalidRequest as InvalidRequest
+from ._core.errors import PoolTimeout as PoolTimeout
+from ._core.errors import ProtocolFailed as ProtocolFailed
+from ._core.errors import RequestFailed as RequestFailed
+from ._core.errors import TLSFailed as TLSFailed
+from ._core.errors import TrioRetryError as TrioRetryError
+from ._core.evidence import Evidence, FailureCategory
+from ._models import HTTPStatusError as HTTPStatusError
 
 if TYPE_CHECKING:
-    from ._core.engine import Decision
     from ._models import Response
 
 __all__ = [
@@ -49,82 +67,6 @@ __all__ = [
     "TooManyRedirects",
     "TrioRetryError",
 ]
-
-
-class TrioRetryError(Exception):
-    """Base of every exception trio_retry raises (never of ``trio.Cancelled``)."""
-
-
-class RequestFailed(TrioRetryError):
-    """The call ended without a usable response, and the outcome is *not* in doubt.
-
-    Raised when the loop stops on a failure that is not ambiguous; ``.evidence`` says which:
-    ``NOT_SENT`` (the server never received it), ``SENT_NO_RESPONSE`` only for a safely
-    idempotent operation (repeating it is harmless), or ``PARTIAL_RESPONSE`` (the server
-    executed it and answered, but the response broke: the side effect happened). A
-    non-idempotent request that may have run is never a ``RequestFailed``: that is
-    :class:`HttpAmbiguousExecutionError`. ``.category`` and ``.attempts`` describe the last
-    attempt and the whole trail; ``.decision`` is the engine's last decision (``None`` when it
-    was not consulted).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        evidence: Evidence = Evidence.NOT_SENT,
-        attempts: Sequence[Attempt] = (),
-        decision: Decision | None = None,
-        category: FailureCategory | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.evidence = evidence
-        self.attempts: list[Attempt] = list(attempts)
-        self.decision = decision
-        self.category = category
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.attempts:
-            text += f" [{len(self.attempts)} attempt(s), evidence {self.evidence}]"
-        if self.decision is not None:
-            text += f"; {self.decision}"
-        return text
-
-
-class InvalidRequest(RequestFailed):
-    """Malformed URL, unsupported scheme, CR/LF/NUL in a header, a bad body: nothing was sent."""
-
-
-class ConnectFailed(RequestFailed):
-    """DNS resolution or the TCP connection failed: nothing was sent."""
-
-
-class TLSFailed(RequestFailed):
-    """The TLS handshake failed (category ``TLS_HANDSHAKE``), or the server's certificate did not
-    verify (``TLS_CERTIFICATE``, permanent): nothing was sent."""
-
-
-class PoolTimeout(RequestFailed):
-    """No connection became available within ``pool_timeout``: nothing was sent."""
-
-
-class DeadlineExceeded(RequestFailed):
-    """The call's deadline or a stage timeout fired; ``.evidence`` is that of the stage reached."""
-
-
-class ConnectionBroken(RequestFailed):
-    """The connection was reset or closed, or a write failed, after it was established."""
-
-
-class ProtocolFailed(RequestFailed):
-    """The peer sent something that is not valid HTTP (``REMOTE_PROTOCOL``), or a limit such as
-    ``max_header_bytes`` was exceeded; or we would have broken the protocol
-    (``LOCAL_PROTOCOL``)."""
-
-
-class AdmissionRejected(RequestFailed):
-    """The call was not admitted: the client is draining or closed: nothing was sent."""
 
 
 class HttpAmbiguousExecutionError(TrioRetryError):
@@ -160,21 +102,9 @@ class HttpAmbiguousExecutionError(TrioRetryError):
         return self.attempts[-1].category if self.attempts else None
 
 
-class HTTPStatusError(TrioRetryError):
-    """Raised by ``Response.raise_for_status()`` for a status >= 400; ``.response`` is it."""
-
-    def __init__(self, message: str, *, response: Response) -> None:
-        super().__init__(message)
-        self.response = response
-
-
 class TooManyRedirects(TrioRetryError):
     """More than ``max_redirects`` redirects were followed; ``.history`` holds the responses."""
 
     def __init__(self, message: str, *, history: Sequence[Response] = ()) -> None:
         super().__init__(message)
         self.history = list(history)
-
-
-class ClientStateError(TrioRetryError, RuntimeError):
-    """The client was used outside ``async with`` (not yet entered, or already closed)."""

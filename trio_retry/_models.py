@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
-from ._core.evidence import Attempt, Evidence, FailureCategory
-from ._errors import HTTPStatusError, InvalidRequest
+from ._core.attempt import Attempt
+from ._core.errors import InvalidRequest, TrioRetryError
+from ._core.evidence import Evidence, FailureCategory
 
 if TYPE_CHECKING:
-    from ._core.engine import Decision
+    from ._core.decision import Decision
 
 __all__ = [
     "URL",
+    "HTTPStatusError",
     "HeaderTypes",
     "Headers",
     "Origin",
@@ -403,6 +405,14 @@ class _Decoded:
             if decoded:
                 return decoded
         raise StopAsyncIteration
+
+
+class HTTPStatusError(TrioRetryError):
+    """Raised by ``Response.raise_for_status()`` for a status >= 400; ``.response`` is it."""
+
+    def __init__(self, message: str, *, response: Response) -> None:
+        super().__init__(message)
+        self.response = response
 
 
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -110,8 +110,8 @@ class _Micro:
 
     def __init__(self) -> None:
         import trio_retry as tr
+        from trio_retry._core.attempt import build_attempt
         from trio_retry._core.engine import build_context
-        from trio_retry._core.evidence import build_attempt
         from trio_retry._wire.progress import AttemptProgress
 
         self.tr = tr

@@ -260,7 +260,7 @@ async def test_bad_urls_are_invalid_requests(
 
 async def test_tls_context_is_verifying_by_default() -> None:
     async with trio_retry.Client() as client:
-        context = client._ssl_context
+        context = client.config.ssl_context
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname
 

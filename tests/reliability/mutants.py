@@ -34,7 +34,8 @@ MUTANTS: dict[str, str] = {
 @contextmanager
 def mutant(name: str) -> Iterator[None]:
     """Patch the client with mutant `name` for the duration of the block."""
-    from trio_retry._client import Client
+    from trio_retry._call import loop
+    from trio_retry._call.runtime import Runtime
     from trio_retry._core import engine
     from trio_retry._core.evidence import Evidence, Stage
     from trio_retry._wire import pool, progress
@@ -72,11 +73,11 @@ def mutant(name: str) -> Iterator[None]:
         patch(pool.ConnectionPool, "close", leaky_close)
     elif name == "backoff":
 
-        async def overslept(self: Client, delay: float, deadline: float) -> bool:
+        async def overslept(rt: Runtime, delay: float, deadline: float) -> bool:
             await trio.sleep(delay + 0.5)
             return True
 
-        patch(Client, "_backoff", overslept)
+        patch(loop, "_backoff", overslept)
     else:
         raise ValueError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
     try:

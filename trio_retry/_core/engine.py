@@ -23,17 +23,25 @@ budget or deadline is still reported as ambiguous by the client when the evidenc
 request may have run (SPEC §7) — the engine's job is only to say whether to try again, and rules
 1-7 each make "no" certain regardless of what happened on the wire.
 
-The order lives in :data:`RULES`, a tuple; ``DefaultRetryEligibilityEngine`` just walks it.
+The order lives in :data:`RULES`, a tuple; ``DefaultRetryEligibilityEngine`` just walks it (the
+engine is consulted only after a failure or a status >= 400, never on the success path, so a
+call per rule costs nothing a successful request pays). The decisions themselves are in
+:mod:`.decision`, re-exported here.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias, cast, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
 
+from .decision import AmbiguousFailure as AmbiguousFailure
+from .decision import Decision as Decision
+from .decision import DenyReason as DenyReason
+from .decision import RetryAllowed as RetryAllowed
+from .decision import RetryDenied as RetryDenied
+from .decision import is_ambiguous
 from .evidence import Evidence, FailureCategory
 from .idempotency import Idempotency
 from .replay import Replayability
@@ -95,140 +103,6 @@ class RetryContext:
 build_context: Callable[..., RetryContext] = slot_constructor(RetryContext)
 
 
-class DenyReason(enum.Enum):
-    """Why a retry was denied; one member per denying rule."""
-
-    MAX_ATTEMPTS = "max_attempts"
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    BODY_NOT_REPLAYABLE = "body_not_replayable"
-    RESPONSE_ALREADY_DELIVERED = "response_already_delivered"
-    RUNTIME_DRAINING = "runtime_draining"
-    DEADLINE = "deadline"
-    PERMANENT_FAILURE = "permanent_failure"
-    RETRY_AFTER_TOO_LONG = "retry_after_too_long"
-    NOT_RETRYABLE = "not_retryable"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True, slots=True)
-class RetryAllowed:
-    """Try again after ``delay`` seconds."""
-
-    delay: float
-
-    def __str__(self) -> str:
-        return f"retry allowed after {self.delay:.3f}s"
-
-
-_DENY_TEXT = {
-    DenyReason.MAX_ATTEMPTS: "attempts exhausted",
-    DenyReason.BUDGET_EXHAUSTED: "the upstream's retry budget is empty",
-    DenyReason.BODY_NOT_REPLAYABLE: "the request body cannot be sent again (one-shot)",
-    DenyReason.RESPONSE_ALREADY_DELIVERED: "part of the response already reached the caller",
-    DenyReason.RUNTIME_DRAINING: "the client is draining",
-    DenyReason.DEADLINE: "the remaining deadline is too short for another attempt",
-    DenyReason.PERMANENT_FAILURE: "the failure is permanent",
-    DenyReason.RETRY_AFTER_TOO_LONG: "the server's Retry-After exceeds the backoff maximum",
-    DenyReason.NOT_RETRYABLE: "this status or failure is not retried",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDenied:
-    """Do not try again, because of ``reason``.
-
-    ``category`` is set for permanent failures; ``retry_after`` carries the delay the server
-    asked for, when it asked (informational: it does not take part in equality).
-    """
-
-    reason: DenyReason
-    category: FailureCategory | None = None
-    retry_after: float | None = field(default=None, compare=False)
-
-    @classmethod
-    def _of(cls, reason: DenyReason, retry_after: float | None) -> RetryDenied:
-        """A denial without a category; the plain ones (no ``retry_after``) are built once
-        per reason and shared (they are immutable, and a denial is on every failure path)."""
-        if retry_after is not None or cls is not RetryDenied:
-            return cls(reason, retry_after=retry_after)
-        # Keyed by the member's value: hashing an Enum member is a Python-level call.
-        denied = _PLAIN_DENIALS.get(reason._value_)
-        if denied is None:
-            denied = _PLAIN_DENIALS[reason._value_] = cls(reason)
-        return denied
-
-    @classmethod
-    def max_attempts(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.MAX_ATTEMPTS, retry_after)
-
-    @classmethod
-    def budget_exhausted(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.BUDGET_EXHAUSTED, retry_after)
-
-    @classmethod
-    def body_not_replayable(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.BODY_NOT_REPLAYABLE, retry_after)
-
-    @classmethod
-    def response_already_delivered(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.RESPONSE_ALREADY_DELIVERED, retry_after)
-
-    @classmethod
-    def runtime_draining(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.RUNTIME_DRAINING, retry_after)
-
-    @classmethod
-    def deadline(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.DEADLINE, retry_after)
-
-    @classmethod
-    def permanent_failure(
-        cls, category: FailureCategory, *, retry_after: float | None = None
-    ) -> RetryDenied:
-        return cls(DenyReason.PERMANENT_FAILURE, category=category, retry_after=retry_after)
-
-    @classmethod
-    def retry_after_too_long(cls, retry_after: float) -> RetryDenied:
-        return cls(DenyReason.RETRY_AFTER_TOO_LONG, retry_after=retry_after)
-
-    @classmethod
-    def not_retryable(cls, *, retry_after: float | None = None) -> RetryDenied:
-        return cls._of(DenyReason.NOT_RETRYABLE, retry_after)
-
-    def __str__(self) -> str:
-        text = f"retry denied ({self.reason}): {_DENY_TEXT[self.reason]}"
-        if self.category is not None:
-            text += f" [{self.category}]"
-        if self.retry_after is not None:
-            text += f"; server asked to retry after {self.retry_after:g}s"
-        return text
-
-
-_PLAIN_DENIALS: dict[str, RetryDenied] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class AmbiguousFailure:
-    """The request may have been executed and cannot safely be sent again.
-
-    ``evidence`` is what the wire proved (``SENT_NO_RESPONSE``, or ``RESPONSE_RECEIVED`` for a
-    502/503/504 on an operation that is not safely idempotent: a gateway may have forwarded it).
-    """
-
-    evidence: Evidence
-    status: int | None = None
-
-    def __str__(self) -> str:
-        seen = f"status {self.status}" if self.status is not None else str(self.evidence)
-        return (
-            f"ambiguous ({seen}): the server may have executed this non-idempotent request; "
-            "reconcile with the upstream or replay with the same Idempotency-Key"
-        )
-
-
-Decision: TypeAlias = RetryAllowed | RetryDenied | AmbiguousFailure
 Rule: TypeAlias = Callable[[RetryContext], Decision | None]
 
 
@@ -286,7 +160,7 @@ def _rule_permanent(ctx: RetryContext) -> Decision | None:
 
 
 def _rule_ambiguous(ctx: RetryContext) -> Decision | None:
-    if ctx.evidence is Evidence.SENT_NO_RESPONSE and not ctx.idempotency.safely_idempotent:
+    if is_ambiguous(ctx.evidence, ctx.idempotency):
         return AmbiguousFailure(ctx.evidence, ctx.status)
     return None
 
@@ -362,37 +236,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _walk_default(ctx: RetryContext) -> Decision:
-    """:data:`RULES` in order, without a call per rule: the same decisions as the walk (a
-    property test holds them equal), for the client's failure path, where every call counts.
-    """
-    retry_after = ctx.retry_after
-    if ctx.attempt >= ctx.max_attempts:
-        return RetryDenied.max_attempts(retry_after=retry_after)
-    if not ctx.budget_available:
-        return RetryDenied.budget_exhausted(retry_after=retry_after)
-    if not ctx.replayability.replayable:
-        return RetryDenied.body_not_replayable(retry_after=retry_after)
-    if ctx.response_delivered:
-        return RetryDenied.response_already_delivered(retry_after=retry_after)
-    if ctx.draining:
-        return RetryDenied.runtime_draining(retry_after=retry_after)
-    remaining = ctx.remaining_deadline
-    if remaining is not None and remaining - ctx.delay < ctx.min_attempt_budget:
-        return RetryDenied.deadline(retry_after=retry_after)
-    failure = ctx.failure
-    if failure is not None and failure.permanent:
-        return RetryDenied.permanent_failure(failure, retry_after=retry_after)
-    if ctx.evidence is Evidence.SENT_NO_RESPONSE and not ctx.idempotency.safely_idempotent:
-        return AmbiguousFailure(ctx.evidence, ctx.status)
-    if ctx.status is not None:
-        # Status rules only without a failure; with both, neither rule 9 applies.
-        return _deny(ctx) if failure is not None else cast(Decision, _rule_status(ctx))
-    if failure is not None:
-        return cast(Decision, _rule_transport(ctx))
-    return _deny(ctx)
-
-
 class DefaultRetryEligibilityEngine:
     """The engine of SPEC §6: walks :data:`RULES` in order; the first decision wins."""
 
@@ -403,8 +246,6 @@ class DefaultRetryEligibilityEngine:
 
     def decide(self, ctx: RetryContext) -> Decision:
         """Pure: the same context always yields the same decision."""
-        if self.rules is RULES:
-            return _walk_default(ctx)
         for rule in self.rules:
             decision = rule(ctx)
             if decision is not None:

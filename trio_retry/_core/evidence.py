@@ -10,14 +10,6 @@ left". The rule that turns a stage into :class:`Evidence` lives here too
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from .slots import slot_constructor
-
-if TYPE_CHECKING:
-    from .engine import Decision
 
 
 class Stage(enum.IntEnum):
@@ -119,35 +111,3 @@ def evidence_for_stage(stage: Stage) -> Evidence:
     if stage == Stage.COMPLETE:
         return Evidence.RESPONSE_RECEIVED
     return Evidence.PARTIAL_RESPONSE
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Attempt:
-    """One wire attempt, as observed by the connection layer and judged by the engine.
-
-    ``stage`` is the furthest stage reached; ``evidence`` what that proves; ``decision`` what the
-    engine decided after it (``None`` when it was not consulted: statuses below 400 and
-    successful attempts never are).
-    """
-
-    number: int
-    stage: Stage
-    evidence: Evidence
-    error: BaseException | None = None
-    status: int | None = None
-    http_version: str | None = None
-    connection_reused: bool = False
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    category: FailureCategory | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    decision: Decision | None = None
-
-    def __str__(self) -> str:
-        outcome = str(self.status) if self.status is not None else str(self.category or "-")
-        return f"attempt {self.number}: {self.stage} / {self.evidence} / {outcome}"
-
-
-#: ``Attempt(...)`` with every field given, faster, for the client (see
-#: :func:`~trio_retry._core.slots.slot_constructor`): one per attempt of every call.
-build_attempt: Callable[..., Attempt] = slot_constructor(Attempt)

@@ -1,0 +1,191 @@
+"""Imports go one way: core < values < wire < call < client < CLI/demo; no circles.
+
+Every import in the package counts, including those under ``if TYPE_CHECKING:`` and inside
+functions: a circle that only a type checker sees is still a circle in the design. The layers:
+
+- ``_core``: the pure decision core (``tests/core/test_purity.py`` keeps trio out of it);
+- values: URLs, headers, responses, errors, bodies and the small pure helpers around them;
+- ``_wire``: Trio I/O around h11/h2;
+- ``_call``: one call (prepare, loop, attempt, body, connect, failures);
+- ``_client``: the facade;
+- the package itself, the CLI and the demo.
+
+``trio_retry.testing`` is a public tool of its own: it may use the core, the values and the
+wire, never the client's internals (``_call``, ``_client``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trio_retry"
+
+VALUES = ("_models", "_errors", "_body", "_decoding", "_auth", "_cookies", "_proxy",
+          "_redirects", "_trail")  # fmt: skip
+TOP = ("__init__", "__main__", "_cli", "_demo")
+
+
+def layer(module: str) -> int:
+    """The rank of a module of the package (``trio_retry.x.y``); lower ranks are lower."""
+    parts = module.split(".")[1:]
+    head = parts[0] if parts else "__init__"
+    if head == "_core":
+        return 0
+    if head in VALUES:
+        return 1
+    if head == "_wire":
+        return 2
+    if head == "_call":
+        return 3
+    if head == "_client":
+        return 4
+    if head == "testing":
+        return 5
+    if head in TOP:
+        return 6
+    raise AssertionError(f"{module}: no layer; add it to tests/test_layers.py")
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """Whether ``importer`` may import ``imported`` (both modules of the package)."""
+    if imported.split(".")[:2] == importer.split(".")[:2]:
+        return True  # inside one subpackage: the circle check below still applies
+    mine, theirs = layer(importer), layer(imported)
+    if mine == 5:  # testing: never the client's internals
+        return theirs <= 2 or theirs == 5
+    if theirs == 5:
+        return mine == 6  # the demo runs a FaultServer
+    return theirs <= mine
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> Iterator[str]:
+    """Every package module ``path`` imports, wherever the import statement is."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "trio_retry":
+                    yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            elif node.module and node.module.split(".")[0] == "trio_retry":
+                target = node.module
+            else:
+                continue
+            yield target
+            for alias in node.names:  # ``from . import x`` imports the submodule x
+                candidate = f"{target}.{alias.name}"
+                if _exists(candidate):
+                    yield candidate
+
+
+def _exists(module: str) -> bool:
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        edges[name] = {m for m in imports_of(path) if m != name and _exists(m)}
+    return edges
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{importer} imports {imported}"
+        for importer, targets in sorted(edges.items())
+        for imported in sorted(targets)
+        if not allowed(importer, imported)
+    ]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles (strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in graph():
+        layer(name)
+
+
+def test_no_module_imports_against_the_layers() -> None:
+    assert violations(graph()) == []
+
+
+def test_no_import_circles() -> None:
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported"),
+    [
+        ("trio_retry._core.engine", "trio_retry._wire.pool"),  # core above wire
+        ("trio_retry._models", "trio_retry._call.loop"),
+        ("trio_retry._wire.pool", "trio_retry._client"),
+        ("trio_retry._call.loop", "trio_retry._client"),
+        ("trio_retry._client", "trio_retry._cli"),
+        ("trio_retry.testing._server", "trio_retry._call.attempt"),
+        ("trio_retry.testing._server", "trio_retry._client"),
+    ],
+)
+def test_the_checker_catches_an_import_against_the_layers(importer: str, imported: str) -> None:
+    assert violations({importer: {imported}}) == [f"{importer} imports {imported}"]
+
+
+def test_the_checker_catches_a_circle() -> None:
+    edges: dict[str, Iterable[str]] = {
+        "trio_retry._core.evidence": {"trio_retry._core.engine"},
+        "trio_retry._core.engine": {"trio_retry._core.evidence"},
+    }
+    assert cycles({k: set(v) for k, v in edges.items()}) == [
+        ["trio_retry._core.engine", "trio_retry._core.evidence"]
+    ]

@@ -1,0 +1,290 @@
+"""One attempt: admission, a pooled connection, this attempt's headers, the exchange.
+
+:func:`run_attempt` never raises except on outer cancellation (or from the caller's own body
+iterators or auth object): however the attempt ends, the result is an :class:`Outcome` (a
+response, perhaps with its body, or a classified ``WireError``) and the wire's
+:class:`AttemptProgress` says which stage was reached. The order inside an attempt:
+
+1. admission (:func:`~.upstream.admit`): the upstream's bulkhead permit, or a rejection;
+2. the headers of this attempt (:func:`attempt_headers`): ``Host``, ``auth``, cookies, proxy
+   credentials, added to the prepared request's headers — the one place per-attempt headers
+   are finalised;
+3. a connection from the pool (opened by the :class:`~.connect.Connector` when needed);
+4. the exchange on it, and (buffered calls, or any status >= 400) the body.
+
+The connection and the permit are given back before :func:`run_attempt` returns, except for a
+streamed response whose body the caller has yet to read (then :func:`give_back` runs when the
+body ends or the ``stream()`` block exits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import trio
+
+from .._cookies import cookie_header, store_cookies
+from .._core.attempt import Attempt, build_attempt
+from .._core.backoff import parse_retry_after
+from .._core.decision import Decision
+from .._core.evidence import Evidence, FailureCategory
+from .._errors import InvalidRequest
+from .._models import Headers, check_header
+from .._proxy import ProxyConfig
+from .._wire.http11 import WireRequest, WireResponse
+from .._wire.pool import PooledConnection
+from .._wire.progress import AttemptProgress, WireError
+from .body import BodyReader, decoder_for, read_all
+from .connect import pool_key
+from .failures import CLOSED_IN_FLIGHT
+from .prepare import PreparedRequest
+from .runtime import Runtime
+from .upstream import Permit, UpstreamState, admit, release
+
+__all__ = ["Outcome", "attempt_headers", "give_back", "observe", "record", "run_attempt"]
+
+_BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
+
+
+class Outcome:
+    """How one attempt ended: a response (maybe with its body), or a classified failure; and
+    what it still holds (a connection, a permit) until :func:`give_back`."""
+
+    __slots__ = ("body", "conn", "error", "permit", "response")
+
+    def __init__(self) -> None:
+        self.response: WireResponse | None = None
+        self.body: bytes | None = None
+        self.error: BaseException | None = None
+        self.conn: PooledConnection | None = None
+        self.permit: Permit | None = None
+
+
+async def run_attempt(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    deadline: float,
+) -> Outcome:
+    """One wire attempt inside the call deadline (absolute Trio time, ``inf`` for none).
+
+    The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
+    cancels. The common case needs none: with no deadline, nothing to wait for but a pooled
+    connection ready at once (no bulkhead, no auth callback, a body in memory), every wait
+    is on that connection (a socket read or write; on HTTP/2 also its stream events), and
+    ``aclose()`` closing it fails those waits as promptly (a scope costs more than the rest
+    of a small request's bookkeeping).
+    """
+    outcome = Outcome()
+    origin = request.url.origin
+    proxy = rt.connector.proxy_for(origin)
+    if (
+        deadline == math.inf
+        and state.limiter is None
+        and rt.config.auth is None
+        and request.body.known_length is not None
+    ):
+        outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
+    unscoped = outcome.conn is not None
+    timed_out = False
+    if unscoped:
+        await _exchange(rt, request, state, progress, streaming, outcome, proxy)
+    else:
+        scope = trio.CancelScope(deadline=deadline)
+        rt.scopes.add(scope)
+        try:
+            with scope:
+                await _exchange(rt, request, state, progress, streaming, outcome, proxy)
+        finally:
+            rt.scopes.discard(scope)
+        timed_out = scope.cancelled_caught
+    if rt.closed and (timed_out or (unscoped and outcome.error is not None)):
+        # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
+        # closed. Not retried.
+        outcome.response = None
+        outcome.error = WireError.at(
+            progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, retryable=False
+        )
+    elif timed_out:
+        outcome.response = None
+        outcome.error = WireError.at(
+            progress,
+            FailureCategory.TIMEOUT,
+            f"the call deadline expired during {progress.stage}",
+        )
+    return outcome
+
+
+async def _exchange(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    outcome: Outcome,
+    proxy: ProxyConfig | None,
+) -> None:
+    """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
+    response keeps its connection and permit until its body is consumed; anything else
+    (an interrupted attempt included) gives them back before this returns or raises."""
+    finished = False
+    try:
+        await _attempt_inner(rt, request, state, progress, streaming, outcome, proxy)
+        finished = True
+    except WireError as exc:
+        outcome.error = exc
+    finally:
+        if not (finished and streaming and outcome.body is None):
+            give_back(rt, state, outcome)
+
+
+async def attempt_headers(
+    rt: Runtime,
+    request: PreparedRequest,
+    progress: AttemptProgress,
+    via_proxy: ProxyConfig | None,
+) -> list[tuple[bytes, bytes]]:
+    """The header block of this attempt, encoded: the prepared headers plus ``Host``, the
+    ``auth`` headers (a header the caller set wins), the cookie jar's ``Cookie`` and the
+    proxy's credentials. Anything that adds a header per attempt adds it here."""
+    url = request.url
+    prepared = request.headers
+    headers = prepared.raw()  # a fresh list, encoded once per Headers
+    if "host" not in prepared:
+        headers.insert(0, (b"host", url.host_header.encode()))
+    auth = rt.config.auth
+    if auth is not None and request.apply_auth:
+        for name, value in Headers(await auth.headers()).multi_items():
+            if name not in prepared:
+                headers.append((name.encode("latin-1"), value.encode("latin-1")))
+    jar = rt.cookies
+    if jar is not None and "cookie" not in prepared:
+        cookie = cookie_header(jar, str(url), request.method, prepared)
+        if cookie:
+            try:  # the jar's values came from servers: held to the same rules as ours
+                cookie = check_header("Cookie", cookie)
+            except InvalidRequest as exc:
+                raise WireError.at(
+                    progress, FailureCategory.LOCAL_PROTOCOL, f"the cookie jar's {exc}"
+                ) from exc
+            headers.append((b"cookie", cookie.encode("latin-1")))
+    if via_proxy is not None and via_proxy.authorization is not None:
+        headers.append((b"proxy-authorization", via_proxy.authorization.encode("latin-1")))
+    return headers
+
+
+async def _attempt_inner(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    outcome: Outcome,
+    proxy: ProxyConfig | None,
+) -> None:
+    url = request.url
+    origin = url.origin
+    if state.limiter is not None:
+        outcome.permit = await admit(state, f"{request.method} {url}", origin)
+    # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
+    via_proxy = proxy if proxy is not None and not origin.tls else None
+    headers = await attempt_headers(rt, request, progress, via_proxy)
+    body, length = await request.body.open()
+    target = str(url) if via_proxy else url.target
+    wire_request = WireRequest(request.method, target, headers, body, length)
+
+    conn = outcome.conn  # taken already by an unscoped attempt
+    if conn is None:
+        key = pool_key(origin, proxy)
+        connector = rt.connector
+        conn = await rt.pool.acquire(
+            key,
+            progress,
+            partial(connector.open, url=url, proxy=proxy, pool_key=key),
+            expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
+        )
+        outcome.conn = conn
+    config = rt.config
+    timeouts = config.stage_timeouts
+    response = await conn.send_request(
+        wire_request,
+        progress,
+        write_timeout=timeouts.write,
+        first_byte_timeout=timeouts.first_byte,
+    )
+    outcome.response = response
+    jar = rt.cookies
+    if jar is not None:
+        store_cookies(
+            jar, str(url), request.method, request.headers, Headers.from_wire(response.headers)
+        )
+    if streaming and response.status < 400:
+        return
+    limit = config.max_body_bytes
+    reader = BodyReader(response.source, progress, limit, timeouts.read, _BUFFERED_HINT)
+    outcome.body = await read_all(reader, decoder_for(request.method, response.headers, limit))
+
+
+def give_back(rt: Runtime, state: UpstreamState, outcome: Outcome) -> None:
+    """Return the connection (reusable only after a complete exchange) and the permit."""
+    conn, outcome.conn = outcome.conn, None
+    if conn is not None:
+        if outcome.error is None and outcome.body is not None:
+            rt.pool.release(conn)
+        else:
+            rt.pool.discard(conn)
+    permit, outcome.permit = outcome.permit, None
+    release(state, permit)
+
+
+def observe(
+    outcome: Outcome, wall_clock: Callable[[], float]
+) -> tuple[Evidence, FailureCategory | None, float | None]:
+    """The evidence, failure category and Retry-After (seconds) of a finished attempt;
+    ``wall_clock`` (Unix seconds) dates a Retry-After given as an HTTP-date."""
+    error = outcome.error
+    wire = outcome.response
+    if wire is not None and error is None:
+        retry_after = None
+        if wire.status >= 400:  # below 400 the engine is not consulted
+            for name, value in wire.headers:
+                if name.lower() == b"retry-after":
+                    retry_after = parse_retry_after(value, wall_clock())
+        return Evidence.RESPONSE_RECEIVED, None, retry_after
+    assert isinstance(error, WireError)
+    return error.evidence, error.category, None
+
+
+def record(
+    number: int,
+    progress: AttemptProgress,
+    outcome: Outcome,
+    evidence: Evidence,
+    category: FailureCategory | None,
+    ended: float,
+    decision: Decision | None = None,
+) -> Attempt:
+    """The :class:`Attempt` record of a finished attempt (built once, with its decision)."""
+    timings = progress.timings  # the progress ends with its attempt: no copy needed
+    timings["total"] = ended - progress.started
+    wire = outcome.response
+    return build_attempt(  # Attempt(...), built faster
+        number=number,
+        stage=progress.stage,
+        evidence=evidence,
+        error=outcome.error,
+        # Kept when the head arrived, even if the body then broke (the engine's status
+        # rules still see None: a broken exchange is judged by the transport rules).
+        status=wire.status if wire is not None else None,
+        http_version=progress.http_version,
+        connection_reused=progress.connection_reused,
+        bytes_sent=progress.bytes_sent,
+        bytes_received=progress.bytes_received,
+        category=category,
+        timings=timings,
+        decision=decision,
+    )

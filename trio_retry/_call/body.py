@@ -1,0 +1,173 @@
+"""The one response-body reader, for buffered calls and for streamed ones.
+
+Both paths read through a :class:`BodyReader`, so the same two rules hold for both:
+
+- **one limit rule**: ``max_body_bytes`` (when set) bounds the raw bytes received *and* the
+  decoded bytes produced (the decoder stops a decompression bomb at the limit); beyond either,
+  the body fails with ``REMOTE_PROTOCOL``;
+- **one decode rule**: a ``Content-Encoding`` the client offered is decoded (never for a
+  response to HEAD); a decoding error is a ``REMOTE_PROTOCOL`` failure of the body.
+
+A buffered call reads the whole body inside its attempt (:func:`read_all`), so a failure there
+is an ordinary attempt failure the loop judges. A streamed call hands the response over first;
+a failure after that (:class:`StreamedBody`) is reported through ``on_break``, which turns it
+into the public exception (``PARTIAL_RESPONSE``, never retried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import trio
+
+from .._core.evidence import FailureCategory
+from .._decoding import DecodeError, Decoder, make_decoder
+from .._wire.http11 import BodySource
+from .._wire.progress import AttemptProgress, WireError
+
+__all__ = ["BodyReader", "CheckedDecoder", "StreamedBody", "decoder_for", "read_all"]
+
+
+def decoder_for(
+    method: str, headers: Sequence[tuple[bytes, bytes]], limit: int | None
+) -> Decoder | None:
+    """The decoder of a response's ``Content-Encoding`` (``None``: nothing to decode)."""
+    if method == "HEAD":
+        return None
+    for name, value in headers:
+        if name.lower() == b"content-encoding":
+            return make_decoder(value.decode("latin-1"), limit)
+    return None
+
+
+class BodyReader:
+    """Reads the raw chunks of one response body, enforcing ``max_body_bytes`` on them."""
+
+    __slots__ = ("_hint", "_limit", "_read_timeout", "_received", "progress", "source")
+
+    def __init__(
+        self,
+        source: BodySource,
+        progress: AttemptProgress,
+        limit: int | None,
+        read_timeout: float | None,
+        hint: str = "",
+    ) -> None:
+        self.source = source
+        self.progress = progress
+        self._limit = limit
+        self._read_timeout = read_timeout
+        self._received = 0
+        self._hint = hint
+
+    async def next_chunk(self) -> bytes:
+        """The next raw chunk (``b""`` at the end). Raises ``WireError`` when the body breaks,
+        a read times out, or the body grows past the limit (the connection is then abandoned).
+        """
+        chunk = await self.source.receive_body(self.progress, self._read_timeout)
+        limit = self._limit
+        if limit is not None:
+            self._received += len(chunk)
+            if self._received > limit:
+                self.source.abandon()
+                raise WireError.at(
+                    self.progress,
+                    FailureCategory.REMOTE_PROTOCOL,
+                    f"the response body exceeds max_body_bytes ({limit} bytes)" + self._hint,
+                    retryable=False,
+                )
+        return chunk
+
+
+async def read_all(reader: BodyReader, decoder: Decoder | None) -> bytes:
+    """The whole body, decoded. Raises ``WireError`` (see :meth:`BodyReader.next_chunk`)."""
+    chunks: list[bytes] = []
+    while chunk := await reader.next_chunk():
+        chunks.append(chunk)
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if decoder is None:
+        return raw
+    try:
+        return decoder.decode(raw) + decoder.flush()
+    except DecodeError as exc:
+        raise WireError.at(reader.progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
+                           retryable=False) from exc  # fmt: skip
+
+
+#: Turns a failure of a handed-over body into the exception the caller gets (and closes up).
+OnBreak = Callable[[WireError], Exception]
+
+
+class StreamedBody:
+    """The body of a streamed response: each chunk read inside the call deadline.
+
+    ``on_end`` runs once the body was read to the end (the connection can be reused); a break
+    raises what ``on_break`` returns. After either, iteration stops.
+    """
+
+    __slots__ = ("_deadline", "_done", "_on_break", "_on_end", "_reader")
+
+    def __init__(
+        self,
+        reader: BodyReader,
+        deadline: float,
+        on_end: Callable[[], None],
+        on_break: OnBreak,
+    ) -> None:
+        self._reader = reader
+        self._deadline = deadline
+        self._on_end = on_end
+        self._on_break = on_break
+        self._done = False
+
+    def close(self) -> None:
+        """Stop iterating (the caller left the ``stream()`` block)."""
+        self._done = True
+
+    def __aiter__(self) -> StreamedBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._done:
+            raise StopAsyncIteration
+        reader = self._reader
+        try:
+            with trio.CancelScope(deadline=self._deadline) as scope:
+                chunk = await reader.next_chunk()
+            if scope.cancelled_caught:
+                raise WireError.at(
+                    reader.progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
+                )
+        except WireError as exc:
+            self._done = True
+            raise self._on_break(exc) from exc
+        if not chunk:
+            self._done = True
+            self._on_end()
+            raise StopAsyncIteration
+        return chunk
+
+
+class CheckedDecoder:
+    """A streamed body's decoder, its errors reported like any other broken body."""
+
+    __slots__ = ("_decoder", "_on_break", "_progress")
+
+    def __init__(self, decoder: Decoder, progress: AttemptProgress, on_break: OnBreak) -> None:
+        self._decoder = decoder
+        self._progress = progress
+        self._on_break = on_break
+
+    def decode(self, chunk: bytes) -> bytes:
+        try:
+            return self._decoder.decode(chunk)
+        except DecodeError as exc:
+            error = WireError.at(self._progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
+            raise self._on_break(error) from exc
+
+    def flush(self) -> bytes:
+        try:
+            return self._decoder.flush()
+        except DecodeError as exc:
+            error = WireError.at(self._progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
+            raise self._on_break(error) from exc

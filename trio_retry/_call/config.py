@@ -1,0 +1,76 @@
+"""The client's configuration: one frozen value, built (and checked) once by ``Client()``.
+
+Everything a call needs from the client that does not change while it runs lives in
+:class:`ClientConfig`. The only client-wide inputs that may change later are ``client.headers``
+(a mutable :class:`Headers`, read afresh by every call) and ``client.cookies`` (a jar the
+client fills); both are passed to a call separately, never cached here.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .._core.attempt import Attempt
+from .._core.engine import RetryEligibilityEngine
+from .._core.policy import RetryPolicy, Upstream
+from .._models import URL, Origin, StageTimeouts
+from .._proxy import ProxyConfig
+
+__all__ = ["AttemptCallback", "ClientConfig", "JsonDumps", "RefreshableAuth"]
+
+
+@runtime_checkable
+class RefreshableAuth(Protocol):
+    """Credentials applied to every attempt, refreshed once after a 401.
+
+    ``headers()`` is awaited before each attempt; ``refresh()`` is awaited once when a 401 on a
+    safe, replayable request is to be replayed (SPEC §6).
+    """
+
+    async def headers(self) -> Mapping[str, str]: ...
+
+    async def refresh(self) -> None: ...
+
+
+#: ``on_attempt=``: called with each finished attempt, in the calling task; may be async.
+AttemptCallback = Callable[[Attempt], Awaitable[None] | None]
+#: ``json_dumps=``: the encoder of ``json=`` bodies.
+JsonDumps = Callable[[Any], str | bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """What ``Client(...)`` was told, normalised: defaults filled in, URLs and origins parsed.
+
+    Built once in ``Client.__init__``; every call reads it and none changes it.
+    """
+
+    retry: RetryPolicy
+    default_upstream: Upstream
+    upstreams: Mapping[Origin, Upstream]
+    deadline: float | None
+    auth: RefreshableAuth | None
+    engine: RetryEligibilityEngine
+    wall_clock: Callable[[], float]
+    on_attempt: AttemptCallback | None
+    rng: random.Random
+    base_url: URL | None
+    max_header_bytes: int
+    max_body_bytes: int | None
+    stage_timeouts: StageTimeouts
+    follow_redirects: bool
+    max_redirects: int
+    proxy: ProxyConfig | None
+    trust_env: bool
+    json_dumps: JsonDumps | None
+    http2: bool
+    http2_prior_knowledge: bool
+    ssl_context: ssl.SSLContext
+    max_connections: int
+    max_connections_per_origin: int | None
+    keepalive_expiry: float | None
+    pool_timeout: float | None

@@ -1,0 +1,121 @@
+"""Opening connections: which pool a request draws from, and how a new connection is made.
+
+:class:`Connector` is the pool's opener. It turns a transport (TCP, TLS, a proxy tunnel: see
+``_wire.transport``) into an HTTP/1.1 or HTTP/2 connection, HTTP/2 when ALPN (or prior
+knowledge on cleartext) says so. The transport comes from :attr:`Connector.open_transport`, one
+function with the signature of :func:`~trio_retry._wire.transport.open_transport`: the single
+place where another way of reaching a server (an in-memory transport, a Unix socket, SOCKS)
+plugs in. Every failure there is a ``WireError`` tagged with its stage (always ``NOT_SENT``).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Protocol, TypeAlias
+
+import trio
+
+from .._models import URL, Origin
+from .._proxy import ProxyConfig, proxy_from_env
+from .._wire.http2 import HTTP2Connection
+from .._wire.http11 import HTTP11Connection
+from .._wire.pool import PooledConnection
+from .._wire.progress import AttemptProgress
+from .._wire.transport import Transport, open_transport
+from .config import ClientConfig
+
+__all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
+
+#: What a pool is keyed by: an origin, or (cleartext through a proxy) the proxy's address.
+PoolKey: TypeAlias = "Origin | tuple[str, str, int]"
+
+
+class TransportOpener(Protocol):
+    """Opens a byte stream to ``host:port`` (through ``proxy``), TLS when ``ssl_context``."""
+
+    async def __call__(
+        self,
+        host: str,
+        port: int,
+        *,
+        progress: AttemptProgress,
+        ssl_context: ssl.SSLContext | None,
+        connect_timeout: float | None = None,
+        tls_timeout: float | None = None,
+        proxy: tuple[str, int, str | None] | None = None,
+    ) -> Transport: ...
+
+
+def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
+    """The pool a request to ``origin`` draws from: the origin's own, or (cleartext through a
+    proxy, absolute-form targets) the proxy's."""
+    if proxy is not None and not origin.tls:
+        return ("proxy", proxy.host, proxy.port)
+    return origin
+
+
+class Connector:
+    """Opens the client's connections; HTTP/2 reader tasks live in the client's nursery."""
+
+    __slots__ = ("_config", "nursery", "open_transport")
+
+    def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
+        self._config = config
+        self.open_transport: TransportOpener = opener
+        self.nursery: trio.Nursery | None = None  # set when the client is entered
+
+    def proxy_for(self, origin: Origin) -> ProxyConfig | None:
+        """The proxy a request to ``origin`` goes through (``proxy=``, else the environment
+        when ``trust_env``), or ``None``."""
+        config = self._config
+        if config.proxy is not None:
+            return config.proxy
+        if config.trust_env:
+            return proxy_from_env(origin)
+        return None
+
+    async def open(
+        self,
+        progress: AttemptProgress,
+        *,
+        url: URL,
+        proxy: ProxyConfig | None,
+        pool_key: PoolKey,
+    ) -> PooledConnection:
+        """A new connection for ``url``'s origin (through ``proxy`` if any). Raises
+        ``WireError``; on cancellation nothing is left open."""
+        config = self._config
+        timeouts = config.stage_timeouts
+        origin = url.origin
+        transport = await self.open_transport(
+            origin.host,
+            origin.port,
+            progress=progress,
+            ssl_context=config.ssl_context if origin.tls else None,
+            connect_timeout=timeouts.connect,
+            tls_timeout=timeouts.tls,
+            proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
+        )
+        via_proxy = proxy is not None and not origin.tls
+        h2c = not origin.tls and config.http2_prior_knowledge and not via_proxy
+        if transport.alpn == "h2" or h2c:
+            # The reader task lives in the client's nursery: no task outlives the client.
+            assert self.nursery is not None
+            return await HTTP2Connection.open(
+                transport,
+                origin,
+                scheme=origin.scheme,
+                authority=url.host_header,
+                max_header_bytes=config.max_header_bytes,
+                nursery=self.nursery,
+                progress=progress,
+                handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
+            )
+        return HTTP11Connection(transport, pool_key, config.max_header_bytes)
+
+    def expect_multiplexed(self, origin: Origin, proxy: ProxyConfig | None) -> bool:
+        """Whether a new connection to ``origin`` will probably be HTTP/2 (the pool then waits
+        for one being opened instead of opening a parallel one)."""
+        if origin.tls:
+            return self._config.http2
+        return self._config.http2_prior_knowledge and proxy is None

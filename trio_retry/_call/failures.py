@@ -1,0 +1,114 @@
+"""The end of a call that did not succeed: which public exception it becomes (SPEC §7).
+
+- the engine said :class:`AmbiguousFailure`, or the last attempt left a request that is not
+  safely idempotent ``SENT_NO_RESPONSE`` (:func:`~trio_retry._core.decision.is_ambiguous`, the
+  same rule as the engine's rule 8) -> :class:`HttpAmbiguousExecutionError`;
+- anything else -> the :class:`RequestFailed` subclass of the last attempt's category.
+
+The underlying OS or protocol error becomes ``__cause__``. Nothing here awaits or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._core.attempt import Attempt
+from .._core.decision import AmbiguousFailure, Decision, is_ambiguous
+from .._core.evidence import FailureCategory
+from .._errors import (
+    AdmissionRejected,
+    ConnectFailed,
+    ConnectionBroken,
+    DeadlineExceeded,
+    HttpAmbiguousExecutionError,
+    InvalidRequest,
+    PoolTimeout,
+    ProtocolFailed,
+    RequestFailed,
+    TLSFailed,
+)
+from .._models import Response
+from .._wire.progress import WireError
+from .prepare import PreparedRequest
+
+__all__ = ["AMBIGUOUS_ADVICE", "CLOSED_IN_FLIGHT", "FAILURE_TYPES", "ambiguous_status", "failure"]
+
+#: The exception of each failure category, when the outcome is not ambiguous.
+FAILURE_TYPES: dict[FailureCategory, type[RequestFailed]] = {
+    FailureCategory.INVALID_REQUEST: InvalidRequest,
+    FailureCategory.DNS: ConnectFailed,
+    FailureCategory.CONNECT: ConnectFailed,
+    FailureCategory.TLS_HANDSHAKE: TLSFailed,
+    FailureCategory.TLS_CERTIFICATE: TLSFailed,
+    FailureCategory.POOL_TIMEOUT: PoolTimeout,
+    FailureCategory.ADMISSION: AdmissionRejected,
+    FailureCategory.REFUSED_STREAM: ConnectionBroken,
+    FailureCategory.GOAWAY: ConnectionBroken,
+    FailureCategory.CONNECTION_BROKEN: ConnectionBroken,
+    FailureCategory.TIMEOUT: DeadlineExceeded,
+    FailureCategory.REMOTE_PROTOCOL: ProtocolFailed,
+    FailureCategory.LOCAL_PROTOCOL: ProtocolFailed,
+}
+
+CLOSED_IN_FLIGHT = "the client was closed while the request was in flight"
+
+AMBIGUOUS_ADVICE = (
+    "It was not retried: reconcile with the upstream (look the operation up), or replay it "
+    "with the same Idempotency-Key if the server deduplicates on it."
+)
+
+
+def ambiguous_status(
+    request: PreparedRequest,
+    response: Response,
+    attempts: Sequence[Attempt],
+    decision: AmbiguousFailure,
+) -> HttpAmbiguousExecutionError:
+    """A 502/503/504 on a request that is not safely idempotent: a gateway may have
+    forwarded it. ``.response`` is that response."""
+    last = attempts[-1]
+    return HttpAmbiguousExecutionError(
+        f"{request.method} {request.url}: status {last.status} from a gateway; the "
+        f"upstream may have executed this {request.idempotency} request. " + AMBIGUOUS_ADVICE,
+        evidence=last.evidence,
+        attempts=attempts,
+        response=response,
+        idempotency_key=request.idempotency_key,
+        decision=decision,
+    )
+
+
+def failure(
+    request: PreparedRequest,
+    attempts: Sequence[Attempt],
+    error: BaseException,
+    decision: Decision | None,
+) -> Exception:
+    """The exception a call ending on ``error`` raises (its ``__cause__`` set)."""
+    last = attempts[-1]
+    evidence = last.evidence
+    if isinstance(decision, AmbiguousFailure) or is_ambiguous(evidence, request.idempotency):
+        exc: Exception = HttpAmbiguousExecutionError(
+            f"{request.method} {request.url}: the server may have executed this request "
+            f"({evidence} at {last.stage}: {error}). " + AMBIGUOUS_ADVICE,
+            evidence=evidence,
+            attempts=attempts,
+            idempotency_key=request.idempotency_key,
+            decision=decision,
+        )
+    else:
+        category = last.category or FailureCategory.CONNECTION_BROKEN
+        kind = FAILURE_TYPES[category]
+        count = len(attempts)
+        exc = kind(
+            f"{request.method} {request.url} failed after {count} attempt"
+            f"{'s' if count != 1 else ''}: {error}",
+            evidence=evidence,
+            attempts=attempts,
+            decision=decision,
+            category=category,
+        )
+    # The underlying OS / protocol error when there is one; the wire's own error otherwise.
+    cause = error.__cause__ if isinstance(error, WireError) else None
+    exc.__cause__ = cause if cause is not None else error
+    return exc

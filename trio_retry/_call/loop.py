@@ -1,0 +1,323 @@
+"""The retry loop and the redirect chain of one call.
+
+One call runs this loop (:func:`send`):
+
+1. admission: a draining client admits no new call (``AdmissionRejected``, ``NOT_SENT``);
+2. an attempt (:func:`~.attempt.run_attempt`) inside the call's deadline; the wire keeps an
+   ``AttemptProgress`` current, so however the attempt ends the stage reached is known;
+3. the :class:`Attempt` record; a response below 400 ends the loop without asking the engine;
+4. otherwise the engine decides on a ``RetryContext``. On ``RetryAllowed`` the attempt has
+   *already* given back its connection and its bulkhead permit; the budget is debited and the
+   backoff sleeps — never past the call deadline, and cut short by ``drain()``;
+5. the end: a response, ``HttpAmbiguousExecutionError`` or a ``RequestFailed`` subclass
+   (:mod:`.failures`).
+
+:func:`send_following` wraps it with redirects: the call's deadline spans the whole chain.
+Outer cancellation is never caught: only the client's own scopes (the call deadline, the client
+closing) are turned into errors, and each of those carries the evidence of the stage reached.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import trio
+
+from .._core.attempt import Attempt
+from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
+from .._core.engine import build_context
+from .._core.evidence import Evidence, FailureCategory, Stage
+from .._errors import AdmissionRejected, TooManyRedirects
+from .._models import Response
+from .._redirects import REDIRECT_STATUSES
+from .._wire.progress import AttemptProgress, WireError
+from .attempt import Outcome, give_back, observe, record, run_attempt
+from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
+from .failures import ambiguous_status, failure
+from .prepare import PreparedRequest, prepare_redirect
+from .runtime import Runtime
+from .upstream import UpstreamState
+
+__all__ = ["Closer", "send", "send_following"]
+
+logger = logging.getLogger("trio_retry")
+
+#: Ends a streamed response: gives its connection back (reusable if the body was read to the
+#: end) and its permit. ``None`` for a buffered response, which holds nothing.
+Closer = Callable[[], None]
+
+
+async def send_following(
+    rt: Runtime, request: PreparedRequest, *, streaming: bool
+) -> tuple[Response, Closer | None]:
+    """:func:`send`, then follow redirects when the request asks: the call's deadline spans
+    the chain; more than ``max_redirects`` hops raise ``TooManyRedirects``."""
+    if not request.follow_redirects:
+        return await send(rt, request, streaming=streaming)
+    history: list[Response] = []
+    max_redirects = rt.config.max_redirects
+    while True:
+        response, closer = await send(rt, request, streaming=streaming)
+        location = (
+            response.headers.get("location") if response.status in REDIRECT_STATUSES else None
+        )
+        if location is None:
+            response.history = history
+            return response, closer
+        if closer is not None:  # a streamed redirect: its body is not wanted
+            closer()
+        history.append(response)
+        if len(history) > max_redirects:
+            raise TooManyRedirects(
+                f"{request.method} {history[0].url}: more than max_redirects "
+                f"({max_redirects}) redirects; the last pointed to {location}",
+                history=history,
+            )
+        request = prepare_redirect(request, response, location)
+
+
+async def send(
+    rt: Runtime, request: PreparedRequest, *, streaming: bool
+) -> tuple[Response, Closer | None]:
+    """Attempts of one request until a response, a denial or a failure (the loop above)."""
+    if rt.draining:
+        raise AdmissionRejected(
+            f"{request.method} {request.url} not admitted: the client is draining",
+            evidence=Evidence.NOT_SENT,
+            category=FailureCategory.ADMISSION,
+        )
+    rt.calls += 1
+    config = rt.config
+    state = rt.upstreams.get(request.url.origin)
+    policy = request.retry
+    started = trio.current_time()
+    state.budget.deposit(started)
+    attempts: list[Attempt] = []
+    previous_delay: float | None = None
+    auth_refreshed = retried_425 = False
+    # The attempt scopes carry the call's own deadline; an outer deadline is enforced by
+    # the caller's own scope (and surfaces as trio.Cancelled). The earlier of the two only
+    # matters when deciding about a retry, so it is read then (it costs a walk up the
+    # cancel-scope chain, a measurable share of a small request).
+    deadline = request.deadline
+
+    while True:
+        number = len(attempts) + 1
+        progress = AttemptProgress(started if number == 1 else trio.current_time())
+        outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
+        ended = trio.current_time()
+        evidence, category, retry_after = observe(outcome, config.wall_clock)
+        wire = outcome.response
+        if wire is not None and outcome.error is None and wire.status < 400:
+            attempt = record(number, progress, outcome, evidence, category, ended)
+            attempts.append(attempt)
+            if (pending := _notify(rt, attempt, request)) is not None:
+                await pending
+            return _deliver(rt, request, state, outcome, attempts, None, streaming, deadline)
+        if isinstance(outcome.error, WireError) and not outcome.error.retryable:
+            attempt = record(number, progress, outcome, evidence, category, ended)
+            attempts.append(attempt)
+            if (pending := _notify(rt, attempt, request)) is not None:
+                await pending
+            raise failure(request, attempts, outcome.error, None)
+
+        now = ended
+        backoff = policy.backoff
+        proposed = backoff.delay(number, config.rng, previous_delay)
+        if retry_after is not None:
+            proposed = max(proposed, retry_after)
+        call_deadline = min(deadline, trio.current_effective_deadline())
+        remaining = call_deadline - now
+        context = build_context(  # RetryContext(...), built faster
+            attempt=number,
+            max_attempts=policy.max_attempts,
+            budget_available=state.budget.available(now),
+            replayability=request.body.replayability,
+            response_delivered=False,
+            draining=rt.draining,
+            remaining_deadline=remaining if math.isfinite(remaining) else None,
+            min_attempt_budget=policy.min_attempt_budget,
+            failure=category,
+            evidence=evidence,
+            idempotency=request.idempotency,
+            status=wire.status if wire is not None and category is None else None,
+            retry_after=retry_after,
+            transient_500=state.upstream.transient_500,
+            proposed_delay=proposed,
+            max_backoff=backoff.max,
+            auth_refreshed=auth_refreshed,
+            retried_425=retried_425,
+            auth_refreshable=config.auth is not None,
+        )
+        decision = config.engine.decide(context)
+        # Built once, with its decision (a dataclasses.replace would build it twice).
+        attempt = record(number, progress, outcome, evidence, category, ended, decision)
+        attempts.append(attempt)
+        if (pending := _notify(rt, attempt, request)) is not None:
+            await pending
+
+        if isinstance(decision, RetryAllowed):
+            # The attempt has already returned its connection and its permit.
+            state.budget.try_withdraw(now)
+            if not await _backoff(rt, decision.delay, call_deadline):
+                decision = RetryDenied.runtime_draining(retry_after=retry_after)
+                return _finish(request, outcome, attempts, decision)
+            previous_delay = decision.delay
+            auth = config.auth
+            if attempt.status == 401 and attempt.category is None and auth is not None:
+                await auth.refresh()
+                auth_refreshed = True
+            if attempt.status == 425 and attempt.category is None:
+                retried_425 = True
+            continue
+        return _finish(request, outcome, attempts, decision)
+
+
+async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
+    """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
+    if rt.draining:
+        return False
+    if delay <= 0:  # no timer needed: just let other tasks run (and outer cancellation in)
+        await trio.lowlevel.checkpoint()
+        return not rt.draining
+    with trio.move_on_at(min(trio.current_time() + delay, deadline)):
+        await rt.drain_event.wait()
+    return not rt.draining
+
+
+def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitable[object] | None:
+    """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
+    is for the caller to await (so that a client without an async callback awaits nothing).
+    """
+    if logger.isEnabledFor(logging.DEBUG):
+        # The attempt trail only: no header values, so no credentials, ever reach the log.
+        logger.debug(
+            "%s %s attempt %d: %s %s %s%s (%.1f ms)%s",
+            request.method,
+            request.url,
+            attempt.number,
+            attempt.stage,
+            attempt.evidence,
+            attempt.status if attempt.status is not None else "-",
+            f" {attempt.category}" if attempt.category is not None else "",
+            attempt.timings.get("total", 0.0) * 1000,
+            f"; {attempt.decision}" if attempt.decision is not None else "",
+        )
+    on_attempt = rt.config.on_attempt
+    if on_attempt is not None:
+        result = on_attempt(attempt)
+        if inspect.isawaitable(result):
+            return result
+    return None
+
+
+# --- the end of the loop ------------------------------------------------------------------
+
+
+def _response(
+    request: PreparedRequest,
+    outcome: Outcome,
+    attempts: list[Attempt],
+    decision: Decision | None,
+    stream: StreamedBody | None = None,
+    decoder: CheckedDecoder | None = None,
+) -> Response:
+    wire = outcome.response
+    assert wire is not None
+    return Response(
+        status=wire.status,
+        reason=wire.reason,
+        headers=wire.headers,  # decoded on first use
+        http_version=wire.http_version,
+        url=request.url,
+        request_method=request.method,
+        content=outcome.body,
+        attempts=attempts,
+        retry_decision=decision,
+        stream=stream,
+        decoder=decoder,
+    )
+
+
+def _finish(
+    request: PreparedRequest,
+    outcome: Outcome,
+    attempts: list[Attempt],
+    decision: Decision,
+) -> tuple[Response, Closer | None]:
+    """The loop stopped on ``decision``: the final response, or the exception it means."""
+    if outcome.response is not None and outcome.error is None:
+        response = _response(request, outcome, attempts, decision)
+        if isinstance(decision, AmbiguousFailure):
+            raise ambiguous_status(request, response, attempts, decision)
+        return response, None
+    assert outcome.error is not None
+    raise failure(request, attempts, outcome.error, decision)
+
+
+def _deliver(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    outcome: Outcome,
+    attempts: list[Attempt],
+    decision: Decision | None,
+    streaming: bool,
+    deadline: float,
+) -> tuple[Response, Closer | None]:
+    """The response of a successful attempt; for a streamed one, with its body still to be
+    read and the :data:`Closer` that ends it."""
+    if not streaming or outcome.body is not None:
+        return _response(request, outcome, attempts, decision), None
+    wire = outcome.response
+    assert wire is not None
+    progress = AttemptProgress(trio.current_time())
+    progress.stage = Stage.RESPONSE_BODY
+    done = False
+    body: StreamedBody
+
+    def close() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            body.close()  # iterating after the block ends stops at once
+            if outcome.body is None and outcome.conn is not None:
+                wire.source.abandon()
+            give_back(rt, state, outcome)
+
+    def ended() -> None:
+        outcome.body = b""
+        close()
+
+    def broken(exc: WireError) -> Exception:
+        close()
+        failed = replace(
+            attempts[-1],
+            stage=progress.stage,
+            evidence=Evidence.PARTIAL_RESPONSE,
+            error=exc,
+            category=exc.category,
+            decision=RetryDenied.response_already_delivered(),
+        )
+        error = failure(request, [*attempts[:-1], failed], exc, failed.decision)
+        error.__cause__ = exc
+        return error
+
+    config = rt.config
+    limit = config.max_body_bytes
+    reader = BodyReader(wire.source, progress, limit, config.stage_timeouts.read)
+    decoder = decoder_for(request.method, wire.headers, limit)
+    body = StreamedBody(reader, deadline, ended, broken)
+    response = _response(
+        request,
+        outcome,
+        attempts,
+        decision,
+        body,
+        CheckedDecoder(decoder, progress, broken) if decoder is not None else None,
+    )
+    return response, close

@@ -1,0 +1,268 @@
+"""Options -> :class:`PreparedRequest`: everything about a call decided before any I/O.
+
+Pure apart from reading its arguments: no socket, no clock (the caller passes ``now``), no
+await. A bad option raises here, so it can never put a byte on the wire: ``InvalidRequest``
+(evidence ``NOT_SENT``, category ``INVALID_REQUEST``) for a bad value, ``TypeError`` for an
+unknown option. The next request of a redirect chain is prepared here too
+(:func:`prepare_redirect`), from the previous one and the response's ``Location``.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import urlencode
+
+from .._body import PreparedBody, prepare_body
+from .._core.engine import RetryDenied
+from .._core.evidence import Evidence, FailureCategory
+from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
+from .._core.policy import RetryPolicy
+from .._core.replay import Multipart
+from .._errors import InvalidRequest, RequestFailed
+from .._models import URL, Headers, HeaderTypes
+from .._redirects import CREDENTIAL_HEADERS, body_headers, redirect_method
+from .config import ClientConfig
+
+if TYPE_CHECKING:
+    from .._models import Response
+
+__all__ = [
+    "PreparedRequest",
+    "RequestOptions",
+    "check_framing",
+    "prepare",
+    "prepare_redirect",
+]
+
+
+class RequestOptions(TypedDict, total=False):
+    """The per-call options of ``request``, ``stream`` and every verb (all optional)."""
+
+    headers: HeaderTypes
+    params: Any
+    content: object
+    data: Mapping[str, Any] | None
+    files: Mapping[str, Any] | None
+    json: Any
+    deadline: float | None
+    idempotency: Idempotency | None
+    idempotency_key: str | bool | None
+    retry: RetryPolicy | None
+    follow_redirects: bool | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedRequest:
+    """One request of a call, ready for its attempts: validated, headers merged, body framed.
+
+    ``deadline`` is absolute Trio time (``inf`` for none). ``apply_auth`` is False once a
+    redirect left the original origin (credentials are never sent to another origin).
+    """
+
+    method: str
+    url: URL
+    headers: Headers
+    body: PreparedBody
+    idempotency: Idempotency
+    idempotency_key: str | None
+    retry: RetryPolicy
+    deadline: float
+    follow_redirects: bool = False
+    apply_auth: bool = True
+
+
+def prepare(
+    config: ClientConfig,
+    client_headers: Headers,
+    method: str,
+    url: str | URL,
+    now: float,
+    *,
+    headers: HeaderTypes = None,
+    params: Any = None,
+    content: object = None,
+    data: Mapping[str, Any] | None = None,
+    files: Mapping[str, Any] | None = None,
+    json: Any = None,
+    deadline: float | None = None,
+    idempotency: Idempotency | None = None,
+    idempotency_key: str | bool | None = None,
+    retry: RetryPolicy | None = None,
+    follow_redirects: bool | None = None,
+) -> PreparedRequest:
+    """The request ``method url`` with the call's options over the client's ``config`` and
+    ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
+    """
+    if not isinstance(method, str) or not method.isascii() or not method.isalpha():
+        raise _invalid(f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'")
+    method = method.upper()
+    base_url = config.base_url
+    if isinstance(url, str) and base_url is not None and "://" not in url:
+        full = base_url.join(url)
+    else:
+        full = _parse_url(url)
+    full = full.with_params(params)
+    merged = client_headers.copy()
+    if headers:
+        given = Headers(headers)
+        for name in given:
+            merged.remove(name)
+        for name, value in given.multi_items():
+            merged.add(name, value)
+    key: str | None = None
+    if idempotency_key is True:
+        key = str(uuid.uuid4())
+    elif isinstance(idempotency_key, str):
+        key = idempotency_key
+    if key is not None:
+        merged.set("Idempotency-Key", key)
+    elif IDEMPOTENCY_KEY_HEADER in merged:
+        key = merged[IDEMPOTENCY_KEY_HEADER]
+    try:
+        if data is not None or files is not None:
+            content = _form_content(content, data, files, json)
+        body = prepare_body(content, json, json_dumps=config.json_dumps)
+        if data is not None and files is None and body.content_type is None:
+            body.content_type = "application/x-www-form-urlencoded"
+    except TypeError as exc:
+        raise _invalid(str(exc)) from exc
+    # Checked on every call, whatever the headers' source: ``client.headers`` may have been
+    # changed since the client was built (the name lookups use the Headers' own cache).
+    if "transfer-encoding" in merged or "content-length" in merged:
+        check_framing(merged, body)
+    if body.content_type and "content-type" not in merged:
+        merged.set("Content-Type", body.content_type)
+    seconds = deadline if deadline is not None else config.deadline
+    return PreparedRequest(
+        method=method,
+        url=full,
+        headers=merged,
+        body=body,
+        idempotency=classify_idempotency(
+            method, (IDEMPOTENCY_KEY_HEADER,) if key is not None else (), idempotency
+        ),
+        idempotency_key=key,
+        retry=retry or config.retry,
+        deadline=now + seconds if seconds is not None else math.inf,
+        follow_redirects=config.follow_redirects if follow_redirects is None else follow_redirects,
+    )
+
+
+def prepare_redirect(
+    request: PreparedRequest, response: Response, location: str
+) -> PreparedRequest:
+    """The next request of a redirect chain (RFC 9110 §15.4; the rules are in ``_redirects``).
+
+    Raises ``RequestFailed`` (``RetryDenied.body_not_replayable()``) when a 307/308 would have
+    to replay a one-shot body.
+    """
+    url = request.url.join(location)
+    method, keep_body = redirect_method(response.status, request.method)
+    headers = request.headers.copy()
+    body = request.body
+    if keep_body and not body.replayability.replayable:
+        raise RequestFailed(
+            f"{request.method} {request.url}: the {response.status} redirect to {url} "
+            "could not replay the request body, which is one-shot; use bytes, a "
+            "Reopenable or a path so that it can be sent again",
+            evidence=Evidence.RESPONSE_RECEIVED,
+            attempts=response.attempts,
+            decision=RetryDenied.body_not_replayable(),
+        )
+    if not keep_body:
+        body = prepare_body(None)
+        for name in body_headers():
+            headers.remove(name)
+    same_origin = url.origin == request.url.origin and request.apply_auth
+    if not same_origin:
+        for name in CREDENTIAL_HEADERS:
+            headers.remove(name)
+    return replace(
+        request,
+        method=method,
+        url=url,
+        headers=headers,
+        body=body,
+        idempotency=classify_idempotency(method, headers.keys()),
+        apply_auth=same_origin,
+    )
+
+
+def check_framing(headers: Headers, body: PreparedBody) -> None:
+    """The client frames the body itself: a caller's framing headers must not contradict it.
+
+    ``Transfer-Encoding`` is refused (beside the client's own framing it would make the
+    request-smuggling shape of RFC 9112 §6.1); ``Content-Length`` is accepted only when it
+    equals the length of a body in memory, and then left to the client to send (it is
+    removed from ``headers``).
+    """
+    if "transfer-encoding" in headers:
+        raise _invalid(
+            "Transfer-Encoding is set by the client (chunked when a body's length is unknown); "
+            "remove the header"
+        )
+    declared = headers.get("content-length")
+    if declared is None:
+        return
+    if declared.strip() != str(body.known_length):
+        raise _invalid(
+            f"Content-Length {declared!r} does not match the body"
+            + (f" ({body.known_length} bytes)" if body.known_length is not None else "")
+            + "; the client sets it: remove the header, or give a streamed body's length "
+            "with Reopenable(factory, length=N) or StreamFactory(..., length=N)"
+        )
+    headers.remove("content-length")
+
+
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(
+        message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
+    )
+
+
+def _form_content(
+    content: object, data: Mapping[str, Any] | None, files: Mapping[str, Any] | None, json: Any
+) -> object:
+    """Turn ``data=`` (form fields) and ``files=`` into a body; at most one kind of body."""
+    if data is None and files is None:
+        return content
+    if content is not None or json is not None:
+        raise TypeError("pass only one of content=, json= and data=/files=")
+    if files is None:
+        assert data is not None
+        pairs = [
+            (str(k), str(item))
+            for k, v in data.items()
+            for item in (v if isinstance(v, (list, tuple)) else [v])
+        ]
+        return urlencode(pairs)
+    parts: list[tuple[str, Any]] = [(str(k), str(v)) for k, v in (data or {}).items()]
+    for name, value in files.items():
+        if isinstance(value, tuple):
+            filename, body, *rest = value
+            parts.append((name, (filename, body, rest[0] if rest else "application/octet-stream")))
+        else:
+            filename = getattr(value, "name", name)
+            parts.append((name, (str(filename).rsplit("/", 1)[-1], value,
+                                 "application/octet-stream")))  # fmt: skip
+    return Multipart(parts)
+
+
+_URL_CACHE: dict[str, URL] = {}
+
+
+def _parse_url(url: str | URL) -> URL:
+    """Parse (and validate) a URL once: services call the same few URLs over and over."""
+    if isinstance(url, URL):
+        return url
+    parsed = _URL_CACHE.get(url) if isinstance(url, str) else None
+    if parsed is None:
+        parsed = URL(url)
+        if len(_URL_CACHE) >= 1024:
+            _URL_CACHE.clear()
+        _URL_CACHE[url] = parsed
+    return parsed

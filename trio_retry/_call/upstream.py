@@ -1,0 +1,101 @@
+"""Per-upstream runtime state, and the admission step every attempt passes first.
+
+Each origin a client talks to has one :class:`UpstreamState`: its ``Upstream`` settings, its own
+retry budget and its bulkhead (``Upstream(max_concurrency=N)``, a ``trio.CapacityLimiter``).
+:func:`admit` is the one place an attempt may be turned away before it touches the pool; a
+rejection is a ``WireError`` at ``Stage.ADMISSION`` (``NOT_SENT``, category ``ADMISSION``), so
+the loop and the engine treat it like any other unsent failure. Checks that reject per upstream
+(a circuit breaker, a throttle) belong in :func:`admit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from .._core.evidence import Evidence, FailureCategory, Stage
+from .._core.policy import Upstream
+from .._models import Origin
+from .._wire.progress import WireError
+
+__all__ = ["Permit", "UpstreamState", "Upstreams", "admit", "release"]
+
+#: The token a bulkhead permit is held under (``None``: no bulkhead, nothing held).
+Permit = object
+
+
+class UpstreamState:
+    """One origin's settings, its own budget, its bulkhead and how many attempts wait on it."""
+
+    __slots__ = ("budget", "limiter", "upstream", "waiting")
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        self.budget = upstream.budget
+        self.waiting = 0  # attempts waiting for a bulkhead permit
+        self.limiter = (
+            trio.CapacityLimiter(upstream.max_concurrency)
+            if upstream.max_concurrency is not None
+            else None
+        )
+
+
+class Upstreams:
+    """The state of every origin seen so far: configured ones, else a fresh ``default``."""
+
+    __slots__ = ("_config", "_default", "_states")
+
+    def __init__(self, config: Mapping[Origin, Upstream], default: Upstream) -> None:
+        self._config = config
+        self._default = default
+        self._states: dict[Origin, UpstreamState] = {}
+
+    def get(self, origin: Origin) -> UpstreamState:
+        """The state of ``origin``, created on first use (each default origin its own budget)."""
+        state = self._states.get(origin)
+        if state is None:
+            config = self._config.get(origin)
+            state = UpstreamState(config if config is not None else self._default.fresh())
+            self._states[origin] = state
+        return state
+
+
+async def admit(state: UpstreamState, what: str, origin: Origin) -> Permit | None:
+    """Admit one attempt to ``origin``: a bulkhead permit when the upstream has a bulkhead.
+
+    ``what`` names the request in a rejection ("GET https://..."). Waits for a permit unless
+    ``Upstream.max_queue`` attempts already wait: then raises at once (``ADMISSION``, nothing
+    was sent). Cancellation while waiting leaves nothing held.
+    """
+    limiter = state.limiter
+    if limiter is None:
+        return None
+    token = object()
+    try:
+        limiter.acquire_on_behalf_of_nowait(token)
+        return token
+    except trio.WouldBlock:
+        pass
+    queue = state.upstream.max_queue
+    if queue is not None and state.waiting >= queue:
+        raise WireError(
+            f"{what} not admitted: the bulkhead of {origin} is full "
+            f"({limiter.total_tokens} calls in flight, {state.waiting} waiting, "
+            f"Upstream(max_queue={queue}))",
+            stage=Stage.ADMISSION,
+            evidence=Evidence.NOT_SENT,
+            category=FailureCategory.ADMISSION,
+        )
+    state.waiting += 1
+    try:
+        await limiter.acquire_on_behalf_of(token)
+    finally:
+        state.waiting -= 1
+    return token
+
+
+def release(state: UpstreamState, permit: Permit | None) -> None:
+    """Give back a permit taken by :func:`admit` (``None``: nothing to give back)."""
+    if permit is not None and state.limiter is not None:
+        state.limiter.release_on_behalf_of(permit)

@@ -1,0 +1,49 @@
+"""The record of one wire attempt: what the wire observed and what the engine decided.
+
+The client builds one :class:`Attempt` per attempt of every call (with
+:data:`build_attempt`, the fast constructor), and hands the trail to the caller on the response
+or the exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .decision import Decision
+from .evidence import Evidence, FailureCategory, Stage
+from .slots import slot_constructor
+
+__all__ = ["Attempt", "build_attempt"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One wire attempt, as observed by the connection layer and judged by the engine.
+
+    ``stage`` is the furthest stage reached; ``evidence`` what that proves; ``decision`` what the
+    engine decided after it (``None`` when it was not consulted: statuses below 400 and
+    successful attempts never are).
+    """
+
+    number: int
+    stage: Stage
+    evidence: Evidence
+    error: BaseException | None = None
+    status: int | None = None
+    http_version: str | None = None
+    connection_reused: bool = False
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    category: FailureCategory | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    decision: Decision | None = None
+
+    def __str__(self) -> str:
+        outcome = str(self.status) if self.status is not None else str(self.category or "-")
+        return f"attempt {self.number}: {self.stage} / {self.evidence} / {outcome}"
+
+
+#: ``Attempt(...)`` with every field given, faster, for the client (see
+#: :func:`~trio_retry._core.slots.slot_constructor`): one per attempt of every call.
+build_attempt: Callable[..., Attempt] = slot_constructor(Attempt)

@@ -1,0 +1,106 @@
+"""The failures that need nothing above the core to describe them: ``TrioRetryError``, the
+``RequestFailed`` family and ``ClientStateError`` (the whole tree, with the exceptions that
+carry a response, is in ``trio_retry._errors``). Pure values: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .attempt import Attempt
+from .decision import Decision
+from .evidence import Evidence, FailureCategory
+
+__all__ = [
+    "AdmissionRejected",
+    "ClientStateError",
+    "ConnectFailed",
+    "ConnectionBroken",
+    "DeadlineExceeded",
+    "InvalidRequest",
+    "PoolTimeout",
+    "ProtocolFailed",
+    "RequestFailed",
+    "TLSFailed",
+    "TrioRetryError",
+]
+
+
+class TrioRetryError(Exception):
+    """Base of every exception trio_retry raises (never of ``trio.Cancelled``)."""
+
+
+class RequestFailed(TrioRetryError):
+    """The call ended without a usable response, and the outcome is *not* in doubt.
+
+    Raised when the loop stops on a failure that is not ambiguous; ``.evidence`` says which:
+    ``NOT_SENT`` (the server never received it), ``SENT_NO_RESPONSE`` only for a safely
+    idempotent operation (repeating it is harmless), or ``PARTIAL_RESPONSE`` (the server
+    executed it and answered, but the response broke: the side effect happened). A
+    non-idempotent request that may have run is never a ``RequestFailed``: that is
+    :class:`HttpAmbiguousExecutionError`. ``.category`` and ``.attempts`` describe the last
+    attempt and the whole trail; ``.decision`` is the engine's last decision (``None`` when it
+    was not consulted).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        evidence: Evidence = Evidence.NOT_SENT,
+        attempts: Sequence[Attempt] = (),
+        decision: Decision | None = None,
+        category: FailureCategory | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+        self.attempts: list[Attempt] = list(attempts)
+        self.decision = decision
+        self.category = category
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.attempts:
+            text += f" [{len(self.attempts)} attempt(s), evidence {self.evidence}]"
+        if self.decision is not None:
+            text += f"; {self.decision}"
+        return text
+
+
+class InvalidRequest(RequestFailed):
+    """Malformed URL, unsupported scheme, CR/LF/NUL in a header, a bad body: nothing was sent."""
+
+
+class ConnectFailed(RequestFailed):
+    """DNS resolution or the TCP connection failed: nothing was sent."""
+
+
+class TLSFailed(RequestFailed):
+    """The TLS handshake failed (category ``TLS_HANDSHAKE``), or the server's certificate did not
+    verify (``TLS_CERTIFICATE``, permanent): nothing was sent."""
+
+
+class PoolTimeout(RequestFailed):
+    """No connection became available within ``pool_timeout``: nothing was sent."""
+
+
+class DeadlineExceeded(RequestFailed):
+    """The call's deadline or a stage timeout fired; ``.evidence`` is that of the stage reached."""
+
+
+class ConnectionBroken(RequestFailed):
+    """The connection was reset or closed, or a write failed, after it was established."""
+
+
+class ProtocolFailed(RequestFailed):
+    """The peer sent something that is not valid HTTP (``REMOTE_PROTOCOL``), or a limit such as
+    ``max_header_bytes`` was exceeded; or we would have broken the protocol
+    (``LOCAL_PROTOCOL``)."""
+
+
+class AdmissionRejected(RequestFailed):
+    """The call was not admitted: the client is draining or closed: nothing was sent."""
+
+
+class ClientStateError(TrioRetryError, RuntimeError):
+    """The client was used outside ``async with`` (not yet entered, or already closed)."""
