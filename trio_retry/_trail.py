@@ -1,6 +1,7 @@
 """The attempt trail in words, tables and JSON: what the client saw and decided, per attempt.
 
-Shared by the command line (``--explain``) and the demo, so neither imports the other. Pure
+Shared by the command line (``--explain``) and the demo, so neither imports the other; it
+sits with the values (tests/test_layers.py), below both, and imports only the core. Pure
 rendering: it reads finished :class:`Attempt` values and returns strings or plain dicts; no
 I/O, no clock. Header values never appear (the attempts carry none), so credentials cannot
 leak through a trail.
@@ -12,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import AmbiguousFailure, Attempt, Decision, Evidence, RetryAllowed, RetryDenied
+from ._core.attempt import Attempt
+from ._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
+from ._core.evidence import Evidence
 
 __all__ = ["Hop", "attempt_table", "execution_line", "short_decision", "trail_json"]
 

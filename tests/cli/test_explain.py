@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from trio_retry import Attempt, Evidence, FailureCategory, RetryAllowed, Stage
-from trio_retry._progressbar import human_bytes, render
+from trio_retry._cli.progress import human_bytes, render
 from trio_retry._trail import attempt_table, execution_line
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond, refused_port
 

@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import trio
 
-from . import (
+from .. import (
     URL,
     BasicAuth,
     Client,
@@ -43,10 +43,10 @@ from . import (
     TooManyRedirects,
     TrioRetryError,
 )
-from ._cli_args import PROG, Options, UsageError, parse
-from ._cli_io import Sink, Streams, file_body, response_head, stdin_body
-from ._progressbar import ProgressBar
-from ._trail import Hop, attempt_table, execution_line, trail_json
+from .._trail import Hop, attempt_table, execution_line, trail_json
+from .args import PROG, Options, UsageError, parse
+from .output import Sink, Streams, file_body, response_head, stdin_body
+from .progress import ProgressBar
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AMBIGUOUS, EXIT_HTTP_ERROR = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
@@ -427,7 +427,7 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     found = []
     for name in ("trio", "h11", "h2"):
@@ -451,7 +451,7 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
             if parsed.version:
                 print(_version(), file=streams.out)
                 return EXIT_OK
-            from ._demo import run_demo
+            from .._demo import run_demo
 
             return trio.run(run_demo, streams.out, parsed.quick)
         prepared = _prepare(parsed, streams)

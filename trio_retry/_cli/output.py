@@ -19,8 +19,8 @@ from typing import BinaryIO, TextIO
 
 import trio
 
-from . import Reopenable, Response
-from ._progressbar import ProgressBar
+from .. import Reopenable, Response
+from .progress import ProgressBar
 
 __all__ = [
     "CHUNK",

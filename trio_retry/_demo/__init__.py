@@ -15,7 +15,7 @@ from typing import TextIO
 
 import trio
 
-from . import (
+from .. import (
     Backoff,
     Client,
     HttpAmbiguousExecutionError,
@@ -25,9 +25,9 @@ from . import (
     RetryPolicy,
     Upstream,
 )
-from ._demo_payments import PaymentAPI
-from ._trail import attempt_table
-from .testing import FaultServer, RefuseStream, Respond, refused_port
+from .._trail import attempt_table
+from ..testing import FaultServer, RefuseStream, Respond, refused_port
+from .payments import PaymentAPI
 
 POLICY = RetryPolicy(max_attempts=3, backoff=Backoff(initial=0.05, max=2.0, jitter="none"))
 Counter = Callable[[], tuple[int, int]]  # () -> (requests received, requests executed)
