@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 from pathlib import Path
 
 import trio
@@ -27,6 +29,7 @@ async def test_redirects_method_auth_and_the_default_scheme(nursery: trio.Nurser
     server.route("GET", "/old", Respond(301, headers={"Location": "/new"}))
     server.route("GET", "/new", Respond(200, headers={"X-Hop": "2"}, body=b"moved here"))
     server.route("GET", "/old", Respond(301, headers={"Location": "/new"}))
+    server.route("GET", "/old", Respond(301, headers={"Location": "/new"}))
 
     followed = await cli("get", url + "/old", "-L", "-i", "--explain", "-u", f"ada:{SECRET}")
     assert followed.code == 0
@@ -40,6 +43,10 @@ async def test_redirects_method_auth_and_the_default_scheme(nursery: trio.Nurser
     assert f"hop 2: GET {url}/new -> 200" in trail
     assert [r.header("authorization") for r in server.requests] == [basic("ada", SECRET)] * 2
     assert SECRET not in trail
+
+    limited = await cli("get", url + "/old", "-L", "--max-redirs", "0")
+    assert limited.code == 1
+    assert limited.err_text.startswith("FAILED (TooManyRedirects)")
 
     not_followed = await cli("get", url.removeprefix("http://") + "/old")  # http:// assumed
     assert not_followed.code == 0
@@ -120,6 +127,10 @@ async def test_tls_insecure_cacert_and_ssl_cert_file(nursery: trio.Nursery, tmp_
     assert (trusted.code, trusted.out) == (0, b"secure")
     assert "HTTP/2 200" in trusted.err_text
 
+    one_one = await cli("get", url + "/", "--cacert", str(ca), "--http2", "--http1.1", "--explain")
+    assert one_one.code == 0
+    assert "HTTP/1.1 200" in one_one.err_text  # the last of --http2 / --http1.1 wins
+
     from_env = await cli("get", url + "/", env={"SSL_CERT_FILE": str(ca)})  # trust_env
     assert (from_env.code, from_env.out) == (0, b"secure")
 
@@ -195,3 +206,31 @@ async def test_http2_prior_knowledge_silent_version(nursery: trio.Nursery) -> No
     assert version.code == 0
     assert version.out.startswith(f"trio_retry {trio_retry.__version__} (Python 3.".encode())
     assert b"h11 " in version.out
+
+
+async def test_connect_timeout() -> None:
+    # A listener whose accept queue is full: the kernel drops further SYNs, so a connect
+    # hangs (on loopback) until the client gives up.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+                fillers.append(filler)
+            ran = await cli(
+                "get", f"http://127.0.0.1:{port}/", "--connect-timeout", "0.3", "--attempts", "1",
+                "--explain",
+            )  # fmt: skip
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert ran.code == 1
+    assert "TIMEOUT" in ran.err_text
+    assert "CONNECT" in ran.err_text
+    assert "execution: the server never received it" in ran.err_text

@@ -53,9 +53,10 @@ async def test_content_encoding_is_decoded_and_nothing_else(nursery: trio.Nurser
     url = await nursery.start(server.serve)
     headers = {**OCTETS, "Content-Encoding": "gzip"}
     server.route("GET", "/gz", Respond(200, headers=headers, body=gzip.compress(BINARY)))
-    ran = await cli("get", url + "/gz")
+    ran = await cli("get", url + "/gz", "--compressed")  # curl's flag: accepted, a no-op
     assert ran.code == 0
     assert sha(ran.out) == sha(BINARY)
+    assert "gzip" in (server.requests[-1].header("accept-encoding") or "")
 
 
 async def test_a_50_mb_download_keeps_memory_bounded(nursery: trio.Nursery, tmp_path: Path) -> None:
