@@ -47,6 +47,7 @@ from ._models import URL as URL
 from ._models import Headers as Headers
 from ._models import Response as Response
 from ._models import StageTimeouts as StageTimeouts
+from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
 __version__ = "0.1.0"
 
@@ -71,6 +72,7 @@ __all__ = [
     "HTTPStatusError",
     "HttpAmbiguousExecutionError",
     "Idempotency",
+    "InsecureTLSWarning",
     "InvalidRequest",
     "Multipart",
     "PoolTimeout",

@@ -32,6 +32,7 @@ from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._proxy import ProxyConfig
+from ._tls import CertTypes, VerifyTypes, build_ssl_context
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class Client:
         http2: bool = True,
         http2_prior_knowledge: bool = False,
         ssl_context: ssl.SSLContext | None = None,
+        verify: VerifyTypes = True,
+        cert: CertTypes = None,
         deadline: float | None = None,
         auth: RefreshableAuth | None = None,
         engine: RetryEligibilityEngine | None = None,
@@ -86,9 +89,12 @@ class Client:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         if max_header_bytes < 1:
             raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
-        if ssl_context is None:
-            ssl_context = ssl.create_default_context()
-        ssl_context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+        # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
+        if ssl_context is not None:
+            if verify is not True:
+                raise ValueError("pass either ssl_context= or verify=, not both")
+            verify = ssl_context
+        owned_context, owns_context = build_ssl_context(verify, cert, http2=http2)
         self._config = ClientConfig(
             retry=retry or RetryPolicy(),
             default_upstream=default_upstream or Upstream(),
@@ -110,7 +116,10 @@ class Client:
             json_dumps=json_dumps,
             http2=http2,
             http2_prior_knowledge=http2_prior_knowledge,
-            ssl_context=ssl_context,
+            ssl_context=owned_context,
+            owns_ssl_context=owns_context,
+            verify=verify,
+            cert=cert,
             max_connections=max_connections,
             max_connections_per_origin=max_connections_per_origin,
             keepalive_expiry=keepalive_expiry,

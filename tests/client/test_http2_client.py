@@ -366,7 +366,8 @@ async def test_leaving_the_client_leaves_no_reader_task(h2_server: FaultServer) 
 async def test_http2_false_speaks_http11_over_tls(nursery: trio.Nursery) -> None:
     server = FaultServer(tls=True)
     await nursery.start(server.serve)
-    async with trio_retry.Client(ssl_context=server.client_ssl_context(), http2=False) as client:
+    context = server.client_ssl_context(http2=False)
+    async with trio_retry.Client(ssl_context=context, http2=False) as client:
         with trio.fail_after(LIMIT):
             response = await client.get(server.url + "/")
     assert response.http_version == "HTTP/1.1"

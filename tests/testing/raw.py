@@ -56,8 +56,7 @@ async def connect(server: FaultServer, alpn: Sequence[str] | None = None) -> tri
     if not server.tls:
         return tcp
     context = server.client_ssl_context()
-    if alpn:
-        context.set_alpn_protocols(list(alpn))
+    context.set_alpn_protocols(list(alpn or ()))  # none offered unless asked for
     tls = trio.SSLStream(tcp, context, server_hostname="127.0.0.1")
     await tls.do_handshake()
     return tls

@@ -19,6 +19,7 @@ from .._core.engine import RetryEligibilityEngine
 from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
 from .._proxy import ProxyConfig
+from .._tls import CertTypes, VerifyTypes
 
 __all__ = ["AttemptCallback", "ClientConfig", "JsonDumps", "RefreshableAuth"]
 
@@ -70,6 +71,11 @@ class ClientConfig:
     http2: bool
     http2_prior_knowledge: bool
     ssl_context: ssl.SSLContext
+    #: Whether ``ssl_context`` was built by the client (``verify=``/``cert=``) rather than
+    #: given by the caller (used as is, never changed: see ``trio_retry._tls``).
+    owns_ssl_context: bool
+    verify: VerifyTypes
+    cert: CertTypes
     max_connections: int
     max_connections_per_origin: int | None
     keepalive_expiry: float | None

@@ -43,6 +43,7 @@ class TransportOpener(Protocol):
         connect_timeout: float | None = None,
         tls_timeout: float | None = None,
         proxy: tuple[str, int, str | None] | None = None,
+        http2: bool = True,
     ) -> Transport: ...
 
 
@@ -95,6 +96,7 @@ class Connector:
             connect_timeout=timeouts.connect,
             tls_timeout=timeouts.tls,
             proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
+            http2=config.http2,
         )
         via_proxy = proxy is not None and not origin.tls
         h2c = not origin.tls and config.http2_prior_knowledge and not via_proxy

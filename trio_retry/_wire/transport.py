@@ -21,6 +21,7 @@ import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .._tls import check_alpn
 from .progress import AttemptProgress, WireError
 
 __all__ = ["HAPPY_EYEBALLS_DELAY", "Transport", "open_transport"]
@@ -158,11 +159,15 @@ async def open_transport(
     connect_timeout: float | None = None,
     tls_timeout: float | None = None,
     proxy: tuple[str, int, str | None] | None = None,
+    http2: bool = True,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
     With ``proxy=(host, port, authorization)`` the TCP connection goes to the proxy; for TLS a
     CONNECT tunnel to ``host:port`` is opened first and the handshake runs through it.
+
+    ``http2=False`` refuses a server that picked ``h2`` (only a caller's own context can offer
+    it to such a client: see ``trio_retry._tls``).
 
     Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed. On cancellation
     nothing is left open. ``progress`` records the stage and the ``connect``/``tls`` timings.
@@ -234,4 +239,16 @@ async def open_transport(
             f"TLS handshake with {host}:{port} took longer than the TLS timeout ({tls_timeout}s)",
         )
     progress.timings["tls"] = clock() - started
-    return Transport(tls, sock, tls.selected_alpn_protocol())
+    alpn = tls.selected_alpn_protocol()
+    refused = check_alpn(alpn, http2)
+    if refused is not None:
+        sock.close()
+        # Nothing was sent; trying again would negotiate the same thing.
+        raise WireError(
+            f"TLS with {host}:{port}: {refused}",
+            stage=Stage.TLS,
+            evidence=Evidence.NOT_SENT,
+            category=FailureCategory.TLS_HANDSHAKE,
+            retryable=False,
+        )
+    return Transport(tls, sock, alpn)

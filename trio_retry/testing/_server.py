@@ -221,16 +221,21 @@ class FaultServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
-    def client_ssl_context(self) -> ssl.SSLContext:
+    def client_ssl_context(self, *, http2: bool | None = None) -> ssl.SSLContext:
         """A new client `ssl.SSLContext` that trusts this server's certificate authority.
 
-        The certificate is valid for ``127.0.0.1`` and ``localhost``. No ALPN protocols are
-        set: the client chooses its own. Raises `RuntimeError` for a ``tls=False`` server.
+        The certificate is valid for ``127.0.0.1`` and ``localhost``. It offers the ALPN
+        protocols this server speaks (``h2`` and ``http/1.1``, or ``http/1.1`` alone): a client
+        uses a context it is given as it is, ALPN included. ``http2=False`` leaves ``h2`` out
+        (for a ``Client(http2=False)`` against an HTTP/2 server). Raises `RuntimeError` for a
+        ``tls=False`` server.
         """
         if self._ca is None:
             raise RuntimeError("this FaultServer was created with tls=False")
         context = ssl.create_default_context()
         self._ca.configure_trust(context)
+        offer_h2 = self.http2 if http2 is None else http2 and self.http2
+        context.set_alpn_protocols(["h2", "http/1.1"] if offer_h2 else ["http/1.1"])
         return context
 
     def __repr__(self) -> str:

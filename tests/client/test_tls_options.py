@@ -1,0 +1,207 @@
+"""TLS conveniences (SPEC §12): verify= (True, False, a CA bundle path, a caller's context) and
+cert= (mutual TLS), against the FaultServer on loopback with trustme certificates."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+from cryptography.hazmat.primitives import serialization
+
+import trio_retry
+from trio_retry import Evidence, FailureCategory, Stage
+from trio_retry._tls import InsecureTLSWarning, build_ssl_context
+from trio_retry.testing import FaultServer, Respond
+
+from .conftest import FAST
+
+LIMIT = 10
+
+
+async def _tls_server(nursery: trio.Nursery, *, http2: bool = False) -> FaultServer:
+    server = FaultServer(tls=True, http2=http2)
+    server.default = Respond(200, body=b"hello")
+    await nursery.start(server.serve)
+    return server
+
+
+def _ca_file(server: FaultServer, tmp_path: Path) -> str:
+    assert server._ca is not None
+    path = tmp_path / "ca.pem"
+    server._ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+async def test_verify_with_a_ca_bundle_path(nursery: trio.Nursery, tmp_path: Path) -> None:
+    server = await _tls_server(nursery, http2=True)
+    async with trio_retry.Client(retry=FAST, verify=_ca_file(server, tmp_path)) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(server.url + "/")
+    assert response.content == b"hello"
+    # The client's own context: it offers h2, so the HTTP/2 server is spoken to in HTTP/2.
+    assert response.http_version == "HTTP/2"
+
+
+async def test_default_verify_refuses_an_unknown_ca(nursery: trio.Nursery) -> None:
+    server = await _tls_server(nursery)
+    async with trio_retry.Client(retry=FAST) as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed) as info:
+            await client.get(server.url + "/")
+    assert info.value.evidence is Evidence.NOT_SENT
+    assert info.value.category is FailureCategory.TLS_CERTIFICATE
+    assert server.requests == []
+
+
+async def test_verify_false_warns_and_accepts_any_certificate(nursery: trio.Nursery) -> None:
+    server = await _tls_server(nursery)
+    with pytest.warns(InsecureTLSWarning, match="NOT checked") as warned:
+        client = trio_retry.Client(retry=FAST, verify=False)
+    assert len(warned) == 1  # once, when the client is built; never per request
+    async with client:
+        with trio.fail_after(LIMIT):
+            first = await client.get(server.url + "/")
+            second = await client.get(server.url.replace("127.0.0.1", "localhost") + "/")
+    assert first.content == second.content == b"hello"
+    assert trio_retry.InsecureTLSWarning is InsecureTLSWarning
+
+
+async def test_a_callers_context_is_used_as_given_and_never_changed(
+    nursery: trio.Nursery,
+) -> None:
+    server = await _tls_server(nursery, http2=True)
+    context = ssl.create_default_context()
+    assert server._ca is not None
+    server._ca.configure_trust(context)
+    before = (context.verify_mode, context.check_hostname, context.options)
+    # No ALPN on the caller's context: had the client added its own (h2 first), the HTTP/2
+    # server would have picked h2. It picks nothing, so the client speaks HTTP/1.1.
+    async with trio_retry.Client(retry=FAST, verify=context, http2=True) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(server.url + "/")
+        assert client.config.ssl_context is context
+    assert response.http_version == "HTTP/1.1"
+    assert (context.verify_mode, context.check_hostname, context.options) == before
+    # The caller opts in to HTTP/2 on its own context.
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    async with trio_retry.Client(retry=FAST, ssl_context=context) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(server.url + "/")
+    assert response.http_version == "HTTP/2"
+
+
+async def test_a_callers_h2_context_with_http2_false_fails_before_sending(
+    nursery: trio.Nursery,
+) -> None:
+    server = await _tls_server(nursery, http2=True)
+    async with trio_retry.Client(
+        retry=FAST, verify=server.client_ssl_context(), http2=False
+    ) as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed, match="http2=False") as e:
+            await client.get(server.url + "/")
+    assert (e.value.evidence, e.value.attempts[-1].stage) == (Evidence.NOT_SENT, Stage.TLS)
+    assert len(e.value.attempts) == 1  # not retried: it would negotiate the same again
+    assert server.requests == []
+
+
+# --- mutual TLS --------------------------------------------------------------------------------
+
+
+def _require_client_certs(server: FaultServer, client_ca: trustme.CA) -> None:
+    context = server._server_context
+    assert context is not None
+    context.verify_mode = ssl.CERT_REQUIRED
+    client_ca.configure_trust(context)
+
+
+def _write_client_cert(tmp_path: Path, ca: trustme.CA, password: bytes | None) -> tuple[str, str]:
+    issued = ca.issue_cert("client@example.test")
+    cert_path, key_path = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_path.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+    key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(password)
+        if password
+        else serialization.NoEncryption()
+    )
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    )
+    return str(cert_path), str(key_path)
+
+
+@pytest.mark.parametrize("form", ["one-file", "pair", "with-password"])
+async def test_client_certificate_is_presented(
+    nursery: trio.Nursery, tmp_path: Path, form: str
+) -> None:
+    client_ca = trustme.CA()
+    server = FaultServer(tls=True, http2=False)
+    server.default = Respond(200, body=b"mutual")
+    _require_client_certs(server, client_ca)
+    await nursery.start(server.serve)
+    cert_path, key_path = _write_client_cert(
+        tmp_path, client_ca, b"s3cret" if form == "with-password" else None
+    )
+    cert: trio_retry._tls.CertTypes
+    if form == "one-file":
+        combined = tmp_path / "both.pem"
+        combined.write_bytes(Path(cert_path).read_bytes() + Path(key_path).read_bytes())
+        cert = str(combined)
+    elif form == "pair":
+        cert = (cert_path, key_path)
+    else:
+        cert = (cert_path, key_path, "s3cret")
+    ca_file = _ca_file(server, tmp_path)
+    async with trio_retry.Client(retry=FAST, verify=ca_file, cert=cert) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(server.url + "/")
+    assert response.content == b"mutual"
+    assert [r.executed for r in server.requests] == [True]
+
+
+async def test_without_a_client_certificate_the_server_executes_nothing(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    server = FaultServer(tls=True, http2=False)
+    _require_client_certs(server, trustme.CA())
+    await nursery.start(server.serve)
+    async with trio_retry.Client(retry=FAST, verify=_ca_file(server, tmp_path)) as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TrioRetryError):
+            await client.get(server.url + "/")
+    assert server.requests == []
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_bad_tls_options_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"verify='/nonexistent/ca.pem': no such file"):
+        trio_retry.Client(verify="/nonexistent/ca.pem")
+    with pytest.raises(TypeError, match="verify= must be"):
+        trio_retry.Client(verify=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cert=: no such file"):
+        trio_retry.Client(cert="/nonexistent/client.pem")
+    with pytest.raises(TypeError, match="cert= accepts"):
+        trio_retry.Client(cert=("a",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot be combined"):
+        trio_retry.Client(verify=ssl.create_default_context(), cert="x.pem")
+    with pytest.raises(ValueError, match="either ssl_context= or verify="):
+        trio_retry.Client(ssl_context=ssl.create_default_context(), verify=False)
+    not_pem = tmp_path / "junk.pem"
+    not_pem.write_text("not a certificate")
+    with pytest.raises(ValueError, match="did not load"):
+        trio_retry.Client(verify=str(not_pem))
+    ca = trustme.CA()
+    cert_path, key_path = _write_client_cert(tmp_path, ca, b"right")
+    with pytest.raises(ValueError, match="did not load") as info:
+        trio_retry.Client(cert=(cert_path, key_path, "hunter2"))
+    assert "hunter2" not in str(info.value)
+
+
+def test_the_clients_own_context_verifies_by_default() -> None:
+    context, owned = build_ssl_context(True, None, http2=True)
+    assert owned
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert context.check_hostname
