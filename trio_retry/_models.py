@@ -11,7 +11,7 @@ import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.attempt import Attempt
@@ -378,33 +378,50 @@ class _Chunks:
         return self._chunks.pop(0)
 
 
+class _StreamDecoder(Protocol):
+    """What :class:`_Decoded` needs of a decoder (``trio_retry._decoding.Decoder``, or the
+    client's wrapper that reports its errors as broken bodies)."""
+
+    def decode(self, data: bytes) -> Iterator[bytes]: ...
+
+    def finish(self) -> Iterator[bytes]: ...
+
+
 class _Decoded:
-    """Decodes a raw chunk stream on the fly (see ``trio_retry._decoding``)."""
+    """Decodes a raw chunk stream on the fly (see ``trio_retry._decoding``), one bounded
+    chunk per step: a network read that inflates a lot is handed out over several steps."""
 
-    __slots__ = ("_decoder", "_done", "_raw")
+    __slots__ = ("_decoder", "_done", "_pending", "_raw")
 
-    def __init__(self, raw: AsyncIterator[bytes], decoder: Any) -> None:
+    def __init__(self, raw: AsyncIterator[bytes], decoder: _StreamDecoder) -> None:
         self._raw = raw
         self._decoder = decoder
+        self._pending: Iterator[bytes] | None = None
         self._done = False
 
     def __aiter__(self) -> _Decoded:
         return self
 
     async def __anext__(self) -> bytes:
-        while not self._done:
+        while True:
+            if self._pending is not None:
+                try:
+                    chunk = next(self._pending, None)
+                except BaseException:
+                    self._pending, self._done = None, True
+                    raise
+                if chunk is not None:
+                    return chunk
+                self._pending = None
+            if self._done:
+                raise StopAsyncIteration
             try:
-                chunk = await self._raw.__anext__()
+                raw = await self._raw.__anext__()
             except StopAsyncIteration:
                 self._done = True
-                tail: bytes = self._decoder.flush()
-                if tail:
-                    return tail
-                break
-            decoded: bytes = self._decoder.decode(chunk)
-            if decoded:
-                return decoded
-        raise StopAsyncIteration
+                self._pending = self._decoder.finish()
+                continue
+            self._pending = self._decoder.decode(raw)
 
 
 class HTTPStatusError(TrioRetryError):
@@ -441,7 +458,7 @@ class Response:
         attempts: Sequence[Attempt] = (),
         retry_decision: Decision | None = None,
         stream: AsyncIterator[bytes] | None = None,
-        decoder: Any = None,
+        decoder: _StreamDecoder | None = None,
     ) -> None:
         self.status = status
         self.reason = reason

@@ -16,7 +16,7 @@ into the public exception (``PARTIAL_RESPONSE``, never retried).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import trio
 
@@ -34,10 +34,9 @@ def decoder_for(
     """The decoder of a response's ``Content-Encoding`` (``None``: nothing to decode)."""
     if method == "HEAD":
         return None
-    for name, value in headers:
-        if name.lower() == b"content-encoding":
-            return make_decoder(value.decode("latin-1"), limit)
-    return None
+    # Every Content-Encoding field, in order (a coding list may span several fields).
+    codings = [v.decode("latin-1") for n, v in headers if n.lower() == b"content-encoding"]
+    return make_decoder(", ".join(codings), limit) if codings else None
 
 
 class BodyReader:
@@ -88,7 +87,7 @@ async def read_all(reader: BodyReader, decoder: Decoder | None) -> bytes:
     if decoder is None:
         return raw
     try:
-        return decoder.decode(raw) + decoder.flush()
+        return decoder.decode_all(raw)
     except DecodeError as exc:
         raise WireError.at(reader.progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
                            retryable=False) from exc  # fmt: skip
@@ -149,7 +148,8 @@ class StreamedBody:
 
 
 class CheckedDecoder:
-    """A streamed body's decoder, its errors reported like any other broken body."""
+    """A streamed body's decoder, its errors reported like any other broken body. Both
+    methods are generators of bounded chunks, like the decoder's own."""
 
     __slots__ = ("_decoder", "_on_break", "_progress")
 
@@ -158,16 +158,15 @@ class CheckedDecoder:
         self._progress = progress
         self._on_break = on_break
 
-    def decode(self, chunk: bytes) -> bytes:
+    def _checked(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
         try:
-            return self._decoder.decode(chunk)
+            yield from chunks
         except DecodeError as exc:
             error = WireError.at(self._progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
             raise self._on_break(error) from exc
 
-    def flush(self) -> bytes:
-        try:
-            return self._decoder.flush()
-        except DecodeError as exc:
-            error = WireError.at(self._progress, FailureCategory.REMOTE_PROTOCOL, str(exc))
-            raise self._on_break(error) from exc
+    def decode(self, chunk: bytes) -> Iterator[bytes]:
+        return self._checked(self._decoder.decode(chunk))
+
+    def finish(self) -> Iterator[bytes]:
+        return self._checked(self._decoder.finish())
