@@ -7,6 +7,7 @@ input can never put a byte on the wire.
 
 from __future__ import annotations
 
+import codecs
 import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -46,6 +47,7 @@ _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
+_LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 _USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
 
 
@@ -432,6 +434,76 @@ class HTTPStatusError(TrioRetryError):
         self.response = response
 
 
+class _Text:
+    """Decoded text chunks from byte chunks: one incremental decoder, so a character split
+    across two chunks comes out whole."""
+
+    __slots__ = ("_bytes", "_decoder", "_done")
+
+    def __init__(self, chunks: AsyncIterator[bytes], encoding: str) -> None:
+        self._bytes = chunks
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._done = False
+
+    def __aiter__(self) -> _Text:
+        return self
+
+    async def __anext__(self) -> str:
+        while not self._done:
+            try:
+                chunk = await self._bytes.__anext__()
+            except StopAsyncIteration:
+                self._done = True
+                tail: str = self._decoder.decode(b"", final=True)
+                if tail:
+                    return tail
+                break
+            text: str = self._decoder.decode(chunk)
+            if text:
+                return text
+        raise StopAsyncIteration
+
+
+class _Lines:
+    """Lines (without their ending) from text chunks. ``\n``, ``\r\n`` and ``\r`` each end a
+    line; a ``\r`` at the end of a chunk is held until the next chunk shows whether a ``\n``
+    follows, so a ``\r\n`` split across chunks is one line break."""
+
+    __slots__ = ("_buffer", "_done", "_ready", "_text")
+
+    def __init__(self, text: AsyncIterator[str]) -> None:
+        self._text = text
+        self._buffer = ""
+        self._ready: list[str] = []
+        self._done = False
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        while not self._ready:
+            if self._done:
+                raise StopAsyncIteration
+            try:
+                chunk = await self._text.__anext__()
+            except StopAsyncIteration:
+                self._done = True
+                if self._buffer:
+                    # A final "\r" ends the last line; anything else is an unterminated line.
+                    self._ready.append(self._buffer.removesuffix("\r"))
+                    self._buffer = ""
+                continue
+            buffer = self._buffer + chunk
+            # Hold a trailing "\r": it may be the first half of "\r\n".
+            held = buffer.endswith("\r")
+            if held:
+                buffer = buffer[:-1]
+            lines = _LINE_BREAKS.split(buffer)
+            self._buffer = lines.pop() + ("\r" if held else "")
+            self._ready.extend(lines)
+        return self._ready.pop(0)
+
+
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
     return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
@@ -506,16 +578,32 @@ class Response:
 
     @property
     def encoding(self) -> str:
+        """The ``charset`` of ``Content-Type`` when Python knows it; otherwise ``"utf-8"``
+        (the fallback for a missing or unknown charset; no sniffing of the body)."""
         content_type = self.headers.get("content-type", "")
         match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
-        return match.group(1) if match else "utf-8"
+        if match:
+            try:
+                return codecs.lookup(match.group(1)).name
+            except LookupError:
+                pass
+        return "utf-8"
 
     @property
     def text(self) -> str:
-        try:
-            return self.content.decode(self.encoding, errors="replace")
-        except LookupError:
-            return self.content.decode("utf-8", errors="replace")
+        """``content`` decoded with ``encoding``; undecodable bytes become U+FFFD."""
+        return self.content.decode(self.encoding, errors="replace")
+
+    def aiter_text(self) -> AsyncIterator[str]:
+        """The decoded body (``aiter_bytes()``) as text, in chunks, decoded incrementally with
+        ``encoding`` (the ``Content-Type`` charset, else UTF-8); undecodable bytes become
+        U+FFFD. Same consumption rules as ``aiter_bytes()``."""
+        return _Text(self.aiter_bytes(), self.encoding)
+
+    def aiter_lines(self) -> AsyncIterator[str]:
+        """The text body line by line, without line endings (``\\n``, ``\\r\\n`` or ``\\r``,
+        also when split across chunks): for NDJSON and server-sent events."""
+        return _Lines(self.aiter_text())
 
     def json(self, **kwargs: Any) -> Any:
         return _json.loads(self.content, **kwargs)
