@@ -584,9 +584,11 @@ class Response:
         match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
         if match:
             try:
-                return codecs.lookup(match.group(1)).name
+                codecs.lookup(match.group(1))
             except LookupError:
                 pass
+            else:
+                return match.group(1)
         return "utf-8"
 
     @property

@@ -77,7 +77,7 @@ async def test_a_crlf_split_across_chunks_is_one_line_break() -> None:
 @pytest.mark.parametrize(
     ("content_type", "expected"),
     [
-        ("text/plain; charset=ISO-8859-1", "iso8859-1"),
+        ("text/plain; charset=ISO-8859-1", "ISO-8859-1"),
         ('text/plain; charset="utf-16"', "utf-16"),
         ("text/plain; charset=no-such-charset", "utf-8"),
         ("application/json", "utf-8"),
