@@ -67,6 +67,7 @@ class Client:
         ssl_context: ssl.SSLContext | None = None,
         verify: VerifyTypes = True,
         cert: CertTypes = None,
+        uds: str | None = None,
         deadline: float | None = None,
         auth: RefreshableAuth | None = None,
         engine: RetryEligibilityEngine | None = None,
@@ -95,6 +96,12 @@ class Client:
                 raise ValueError("pass either ssl_context= or verify=, not both")
             verify = ssl_context
         owned_context, owns_context = build_ssl_context(verify, cert, http2=http2)
+        if uds is not None and not isinstance(uds, str):
+            raise TypeError(
+                f"uds= must be the path of a Unix socket (str), got {type(uds).__name__}"
+            )
+        if uds is not None and proxy is not None:
+            raise ValueError("uds= and proxy= cannot be combined: the Unix socket is the route")
         self._config = ClientConfig(
             retry=retry or RetryPolicy(),
             default_upstream=default_upstream or Upstream(),
@@ -120,6 +127,7 @@ class Client:
             owns_ssl_context=owns_context,
             verify=verify,
             cert=cert,
+            uds=uds,
             max_connections=max_connections,
             max_connections_per_origin=max_connections_per_origin,
             keepalive_expiry=keepalive_expiry,

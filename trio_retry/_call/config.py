@@ -76,6 +76,8 @@ class ClientConfig:
     owns_ssl_context: bool
     verify: VerifyTypes
     cert: CertTypes
+    #: Every connection goes to this Unix domain socket (no DNS, no proxy).
+    uds: str | None
     max_connections: int
     max_connections_per_origin: int | None
     keepalive_expiry: float | None

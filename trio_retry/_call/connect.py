@@ -44,6 +44,7 @@ class TransportOpener(Protocol):
         tls_timeout: float | None = None,
         proxy: tuple[str, int, str | None] | None = None,
         http2: bool = True,
+        uds: str | None = None,
     ) -> Transport: ...
 
 
@@ -69,6 +70,8 @@ class Connector:
         """The proxy a request to ``origin`` goes through (``proxy=``, else the environment
         when ``trust_env``), or ``None``."""
         config = self._config
+        if config.uds is not None:  # the socket is the route: no proxy in between
+            return None
         if config.proxy is not None:
             return config.proxy
         if config.trust_env:
@@ -97,6 +100,7 @@ class Connector:
             tls_timeout=timeouts.tls,
             proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
             http2=config.http2,
+            uds=config.uds,
         )
         via_proxy = proxy is not None and not origin.tls
         h2c = not origin.tls and config.http2_prior_knowledge and not via_proxy

@@ -1,4 +1,4 @@
-"""Opening a connection, one stage at a time: DNS, TCP connect, TLS.
+"""Opening a connection, one stage at a time: DNS, TCP (or Unix socket) connect, TLS.
 
 Every failure here happens before the first request byte exists, so each is ``NOT_SENT`` with
 the stage that failed. Certificate verification failures are ``TLS_CERTIFICATE`` (permanent:
@@ -98,6 +98,25 @@ async def _connect(infos: Sequence[AddrInfo]) -> trio.socket.SocketType:
     raise errors[-1] if errors else OSError("connect failed")
 
 
+async def _connect_unix(path: str) -> trio.socket.SocketType:
+    """Connect to a Unix domain socket; a failure (no such file, nobody listening, no
+    permission) is ``NOT_SENT`` at ``CONNECT``: nothing can have been sent."""
+    sock = trio.socket.socket(_stdlib_socket.AF_UNIX, _stdlib_socket.SOCK_STREAM)
+    try:
+        await sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise _fail(
+            Stage.CONNECT,
+            FailureCategory.CONNECT,
+            f"could not connect to the Unix socket {path!r}: {exc.strerror or exc}",
+        ) from exc
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _is_certificate_error(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
@@ -160,11 +179,16 @@ async def open_transport(
     tls_timeout: float | None = None,
     proxy: tuple[str, int, str | None] | None = None,
     http2: bool = True,
+    uds: str | None = None,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
     With ``proxy=(host, port, authorization)`` the TCP connection goes to the proxy; for TLS a
     CONNECT tunnel to ``host:port`` is opened first and the handshake runs through it.
+
+    With ``uds="/path"`` the connection goes to that Unix domain socket instead of resolving
+    and dialing ``host``; TLS (for ``https``) then runs over it with ``host`` as the server name.
+    A connect failure is ``NOT_SENT`` at ``CONNECT``, as for TCP.
 
     ``http2=False`` refuses a server that picked ``h2`` (only a caller's own context can offer
     it to such a client: see ``trio_retry._tls``).
@@ -177,17 +201,23 @@ async def open_transport(
     started = clock()
     peer_host, peer_port = (proxy[0], proxy[1]) if proxy is not None else (host, port)
     via = f" via proxy {peer_host}:{peer_port}" if proxy is not None else ""
+    if uds is not None:
+        via = f" via Unix socket {uds!r}"
     with trio.move_on_after(connect_timeout if connect_timeout is not None else float("inf")) as s:
-        infos = await _resolve(peer_host, peer_port)
-        progress.advance(Stage.CONNECT)
-        try:
-            sock = await _connect(infos)
-        except OSError as exc:
-            raise _fail(
-                Stage.CONNECT,
-                FailureCategory.CONNECT,
-                f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
-            ) from exc
+        if uds is not None:
+            progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
+            sock = await _connect_unix(uds)
+        else:
+            infos = await _resolve(peer_host, peer_port)
+            progress.advance(Stage.CONNECT)
+            try:
+                sock = await _connect(infos)
+            except OSError as exc:
+                raise _fail(
+                    Stage.CONNECT,
+                    FailureCategory.CONNECT,
+                    f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
+                ) from exc
         tcp = trio.SocketStream(sock)
         if proxy is not None and ssl_context is not None:
             try:
