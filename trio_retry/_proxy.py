@@ -1,5 +1,10 @@
 """Proxy configuration: ``proxy=`` or, with ``trust_env=True``, the usual environment variables.
 
+Schemes: ``http://`` and ``https://`` (TLS to the proxy) proxies, and ``socks5://`` /
+``socks5h://`` (extra ``socks``). From the environment: ``HTTP_PROXY`` for ``http`` URLs,
+``HTTPS_PROXY`` for ``https`` URLs, ``ALL_PROXY`` for both when the specific one is unset,
+and ``NO_PROXY`` excludes hosts (the standard library's matching, upper- or lower-case names).
+
 Cleartext requests go to an HTTP proxy in absolute form (``GET http://host/path``); TLS requests
 are tunnelled with ``CONNECT host:port`` and the TLS handshake runs through the tunnel with the
 target's name, so the proxy never sees the request. Every proxy stage happens before a request
@@ -15,6 +20,7 @@ import base64
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ._core.evidence import Evidence, FailureCategory
@@ -24,13 +30,36 @@ from ._models import Origin
 __all__ = ["ProxyConfig", "proxy_from_env"]
 
 
+MISSING_EXTRA = "SOCKS proxies need the 'socks' extra (socksio): pip install 'trio_retry[socks]'"
+
+
+def load_socksio() -> Any:
+    """The ``socksio.socks5`` module, or ``ImportError`` naming the extra."""
+    try:
+        from socksio import socks5
+    except ImportError as exc:
+        raise ImportError(MISSING_EXTRA) from exc
+    return socks5
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
-    """Where the proxy is, and the ``Proxy-Authorization`` value if it needs credentials."""
+    """Where the proxy is, how to speak to it, and its credentials (never in a repr).
+
+    ``http``/``https`` proxies forward cleartext requests in absolute form and tunnel TLS with
+    ``CONNECT`` (``https``: over TLS to the proxy itself). ``socks5`` tunnels every request
+    (the client resolves the target's name); ``socks5h`` lets the proxy resolve it.
+    """
 
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)
+    scheme: str = "http"
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
 
     @classmethod
     def parse(cls, url: str) -> ProxyConfig:
@@ -39,19 +68,55 @@ class ProxyConfig:
             port = parts.port
         except ValueError as exc:
             raise _invalid(f"malformed proxy URL: {exc}") from None
-        if parts.scheme != "http" or not parts.hostname:
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS or not parts.hostname:
             raise _invalid(
-                "proxy URLs must look like http://host:port (optionally with user:password@); "
+                "proxy URLs must look like http://host:port, https://host:port, "
+                "socks5://host:port or socks5h://host:port (optionally with user:password@); "
                 f"got scheme {parts.scheme!r}"
             )
+        if scheme.startswith("socks"):
+            try:
+                load_socksio()
+            except ImportError as exc:
+                raise _invalid(f"proxy {scheme}://{parts.hostname}: {exc}") from None
+        username = unquote(parts.username) if parts.username is not None else None
+        password = unquote(parts.password or "") if parts.username is not None else None
+        if scheme.startswith("socks") and username is not None:
+            if max(len(username.encode()), len((password or "").encode())) > 255:
+                raise _invalid("SOCKS5 user names and passwords are at most 255 bytes (RFC 1929)")
         authorization = None
-        if parts.username is not None:
-            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        if username is not None and not scheme.startswith("socks"):
+            pair = f"{username}:{password}"
             authorization = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-        return cls(parts.hostname, port or 80, authorization)
+        return cls(
+            parts.hostname,
+            port or _DEFAULT_PORTS[scheme],
+            authorization,
+            scheme,
+            username,
+            password,
+        )
+
+    @property
+    def forwards(self) -> bool:
+        """Whether cleartext requests go to the proxy in absolute form (HTTP proxies), rather
+        than through a tunnel (SOCKS)."""
+        return self.scheme in ("http", "https")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection to the proxy itself is TLS (``https://`` proxies)."""
+        return self.scheme == "https"
+
+    @property
+    def remote_dns(self) -> bool:
+        """Whether the proxy resolves the target's name (every scheme but ``socks5``)."""
+        return self.scheme != "socks5"
 
     def __str__(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
 
 def _invalid(message: str) -> InvalidRequest:

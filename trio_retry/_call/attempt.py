@@ -191,7 +191,9 @@ async def _attempt_inner(
     if state.limiter is not None:
         outcome.permit = await admit(state, f"{request.method} {url}", origin)
     # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
-    via_proxy = proxy if proxy is not None and not origin.tls else None
+    # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
+    # request is then as without a proxy.
+    via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
     headers = await attempt_headers(rt, request, progress, via_proxy)
     body, length = await request.body.open()
     target = str(url) if via_proxy else url.target

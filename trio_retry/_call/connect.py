@@ -11,23 +11,25 @@ plugs in. Every failure there is a ``WireError`` tagged with its stage (always `
 from __future__ import annotations
 
 import ssl
+import warnings
 from typing import Protocol, TypeAlias
 
 import trio
 
 from .._models import URL, Origin
 from .._proxy import ProxyConfig, proxy_from_env
+from .._tls import InsecureTLSWarning, build_ssl_context
 from .._wire.http2 import HTTP2Connection
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
-from .._wire.transport import Transport, open_transport
+from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
 __all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
 
 #: What a pool is keyed by: an origin, or (cleartext through a proxy) the proxy's address.
-PoolKey: TypeAlias = "Origin | tuple[str, str, int]"
+PoolKey: TypeAlias = "Origin | tuple[str, str, str, int]"
 
 
 class TransportOpener(Protocol):
@@ -42,7 +44,8 @@ class TransportOpener(Protocol):
         ssl_context: ssl.SSLContext | None,
         connect_timeout: float | None = None,
         tls_timeout: float | None = None,
-        proxy: tuple[str, int, str | None] | None = None,
+        proxy: ProxyRoute | None = None,
+        proxy_ssl_context: ssl.SSLContext | None = None,
         http2: bool = True,
         uds: str | None = None,
     ) -> Transport: ...
@@ -51,20 +54,37 @@ class TransportOpener(Protocol):
 def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
     """The pool a request to ``origin`` draws from: the origin's own, or (cleartext through a
     proxy, absolute-form targets) the proxy's."""
-    if proxy is not None and not origin.tls:
-        return ("proxy", proxy.host, proxy.port)
+    if proxy is not None and proxy.forwards and not origin.tls:
+        return ("proxy", proxy.scheme, proxy.host, proxy.port)
     return origin
 
 
 class Connector:
     """Opens the client's connections; HTTP/2 reader tasks live in the client's nursery."""
 
-    __slots__ = ("_config", "nursery", "open_transport")
+    __slots__ = ("_config", "_proxy_ssl_context", "nursery", "open_transport")
 
     def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
         self._config = config
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
+        self._proxy_ssl_context: ssl.SSLContext | None = None
+
+    def _proxy_tls(self) -> ssl.SSLContext:
+        """The context for TLS to an ``https://`` proxy: the client's verification settings,
+        offering only HTTP/1.1 (CONNECT is an HTTP/1.1 request). Built on first use; a
+        caller's context is used as given (see ``trio_retry._tls``)."""
+        context = self._proxy_ssl_context
+        if context is None:
+            config = self._config
+            if config.owns_ssl_context:
+                with warnings.catch_warnings():  # verify=False warned once already
+                    warnings.simplefilter("ignore", InsecureTLSWarning)
+                    context, _ = build_ssl_context(config.verify, config.cert, http2=False)
+            else:
+                context = config.ssl_context
+            self._proxy_ssl_context = context
+        return context
 
     def proxy_for(self, origin: Origin) -> ProxyConfig | None:
         """The proxy a request to ``origin`` goes through (``proxy=``, else the environment
@@ -98,11 +118,12 @@ class Connector:
             ssl_context=config.ssl_context if origin.tls else None,
             connect_timeout=timeouts.connect,
             tls_timeout=timeouts.tls,
-            proxy=(proxy.host, proxy.port, proxy.authorization) if proxy else None,
+            proxy=proxy,
+            proxy_ssl_context=self._proxy_tls() if proxy is not None and proxy.tls else None,
             http2=config.http2,
             uds=config.uds,
         )
-        via_proxy = proxy is not None and not origin.tls
+        via_proxy = proxy is not None and proxy.forwards and not origin.tls
         h2c = not origin.tls and config.http2_prior_knowledge and not via_proxy
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket as _stdlib_socket
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 import trio
@@ -23,8 +23,9 @@ import trio
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .progress import AttemptProgress, WireError
+from .socks import socks5_handshake
 
-__all__ = ["HAPPY_EYEBALLS_DELAY", "Transport", "open_transport"]
+__all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
 
 HAPPY_EYEBALLS_DELAY = 0.25
 
@@ -127,7 +128,7 @@ def _is_certificate_error(exc: BaseException) -> bool:
 
 
 async def _tunnel(
-    stream: trio.SocketStream, host: str, port: int, authorization: str | None, via: str
+    stream: trio.abc.Stream, host: str, port: int, authorization: str | None, via: str
 ) -> None:
     """``CONNECT host:port`` through an HTTP proxy; returns once the tunnel is open.
 
@@ -147,7 +148,7 @@ async def _tunnel(
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(65536))
+                conn.receive_data(bytes(await stream.receive_some(65536)))
                 continue
             if isinstance(event, h11.InformationalResponse):
                 continue
@@ -169,6 +170,69 @@ async def _tunnel(
         ) from exc
 
 
+class ProxyRoute(Protocol):
+    """What the transport needs to know of a proxy (``trio_retry._proxy.ProxyConfig``)."""
+
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def authorization(self) -> str | None: ...
+    @property
+    def username(self) -> str | None: ...
+    @property
+    def password(self) -> str | None: ...
+
+
+async def _through_proxy(
+    stream: trio.abc.Stream,
+    host: str,
+    port: int,
+    *,
+    proxy: ProxyRoute,
+    proxy_ssl_context: ssl.SSLContext | None,
+    tunnel: bool,
+) -> trio.abc.Stream:
+    """The proxy's own steps on a connected ``stream``: TLS to an ``https`` proxy, then a
+    CONNECT tunnel (when ``tunnel``) or the SOCKS5 handshake. All at stage ``CONNECT``, all
+    ``NOT_SENT`` on failure: no request byte exists yet."""
+    via = f"{proxy.host}:{proxy.port}"
+    if proxy.scheme.startswith("socks"):
+        target = host
+        if proxy.scheme == "socks5":  # the client resolves: the proxy is given an address
+            infos = await _resolve(host, port)
+            target = str(infos[0][4][0])
+        await socks5_handshake(
+            stream, target, port, username=proxy.username, password=proxy.password, via=via
+        )
+        return stream
+    if proxy.scheme == "https":
+        assert proxy_ssl_context is not None
+        tls = trio.SSLStream(stream, proxy_ssl_context, server_hostname=proxy.host)
+        try:
+            await tls.do_handshake()
+        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
+            certificate = _is_certificate_error(exc)
+            raise WireError(
+                f"TLS with the proxy {via} failed: {exc.__cause__ or exc}",
+                stage=Stage.CONNECT,
+                evidence=Evidence.NOT_SENT,
+                category=FailureCategory.TLS_CERTIFICATE
+                if certificate
+                else FailureCategory.CONNECT,
+            ) from exc
+        refused = check_alpn(tls.selected_alpn_protocol(), http2=False)
+        if refused is not None:
+            raise _fail(Stage.CONNECT, FailureCategory.CONNECT, f"the proxy {via}: {refused}")
+        stream = tls
+    if tunnel:
+        await _tunnel(stream, host, port, proxy.authorization, via)
+    return stream
+
+
 async def open_transport(
     host: str,
     port: int,
@@ -177,14 +241,18 @@ async def open_transport(
     ssl_context: ssl.SSLContext | None,
     connect_timeout: float | None = None,
     tls_timeout: float | None = None,
-    proxy: tuple[str, int, str | None] | None = None,
+    proxy: ProxyRoute | None = None,
+    proxy_ssl_context: ssl.SSLContext | None = None,
     http2: bool = True,
     uds: str | None = None,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
-    With ``proxy=(host, port, authorization)`` the TCP connection goes to the proxy; for TLS a
-    CONNECT tunnel to ``host:port`` is opened first and the handshake runs through it.
+    With ``proxy`` the TCP connection goes to the proxy. An ``https`` proxy is spoken to over
+    TLS first (``proxy_ssl_context``, which must offer only ``http/1.1``). Through an HTTP(S)
+    proxy a TLS origin gets a CONNECT tunnel to ``host:port`` and the handshake runs through
+    it; a cleartext one is left to the caller (absolute-form requests to the proxy). A SOCKS5
+    proxy always tunnels (``socks5h``: the proxy resolves ``host``; ``socks5``: we do).
 
     With ``uds="/path"`` the connection goes to that Unix domain socket instead of resolving
     and dialing ``host``; TLS (for ``https``) then runs over it with ``host`` as the server name.
@@ -193,13 +261,14 @@ async def open_transport(
     ``http2=False`` refuses a server that picked ``h2`` (only a caller's own context can offer
     it to such a client: see ``trio_retry._tls``).
 
-    Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed. On cancellation
-    nothing is left open. ``progress`` records the stage and the ``connect``/``tls`` timings.
+    Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed: reaching or
+    negotiating with a proxy is ``CONNECT``. On cancellation nothing is left open.
+    ``progress`` records the stage and the ``connect``/``tls`` timings.
     """
     clock = trio.current_time
     progress.advance(Stage.DNS)
     started = clock()
-    peer_host, peer_port = (proxy[0], proxy[1]) if proxy is not None else (host, port)
+    peer_host, peer_port = (proxy.host, proxy.port) if proxy is not None else (host, port)
     via = f" via proxy {peer_host}:{peer_port}" if proxy is not None else ""
     if uds is not None:
         via = f" via Unix socket {uds!r}"
@@ -218,10 +287,24 @@ async def open_transport(
                     FailureCategory.CONNECT,
                     f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
                 ) from exc
-        tcp = trio.SocketStream(sock)
-        if proxy is not None and ssl_context is not None:
+        tcp: trio.abc.Stream = trio.SocketStream(sock)
+        if proxy is not None:
             try:
-                await _tunnel(tcp, host, port, proxy[2], f"{peer_host}:{peer_port}")
+                tcp = await _through_proxy(
+                    tcp,
+                    host,
+                    port,
+                    proxy=proxy,
+                    proxy_ssl_context=proxy_ssl_context,
+                    tunnel=ssl_context is not None,
+                )
+            except WireError as exc:
+                sock.close()
+                # A DNS failure for socks5 (local resolution) keeps its stage; the rest is
+                # CONNECT: the proxy was reached or tried.
+                if exc.stage is not Stage.DNS:
+                    exc.stage = Stage.CONNECT
+                raise
             except BaseException:
                 sock.close()
                 raise

@@ -1,0 +1,259 @@
+"""Proxies (SPEC §12): socks5 and socks5h (with and without credentials) against a SOCKS5
+server written in the tests, https:// proxies (TLS to the proxy, then CONNECT or absolute
+form), the environment (ALL_PROXY / HTTPS_PROXY / NO_PROXY), and NOT_SENT at CONNECT for
+every failure to reach or negotiate with a proxy."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+import trio_retry
+from trio_retry import Evidence, FailureCategory, Stage
+from trio_retry._proxy import ProxyConfig
+from trio_retry.testing import FaultServer, Respond, refused_port
+
+from .conftest import FAST
+from .proxy import LoopbackProxy
+from .socks_server import SocksServer
+
+LIMIT = 10
+
+
+class TLSProxy(LoopbackProxy):
+    """The loopback HTTP proxy, spoken to over TLS (an https:// proxy)."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(**options)  # type: ignore[arg-type]
+        self.ca = trustme.CA()
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("127.0.0.1", "localhost").configure_cert(self.context)
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_ssl_over_tcp_listeners(0, self.context, host="127.0.0.1")
+        self.port = listeners[0].transport_listener.socket.getsockname()[1]
+        task_status.started(self.port)
+        await trio.serve_listeners(self._handle, listeners)  # type: ignore[arg-type]
+
+
+def _bundle(tmp_path: Path, *cas: trustme.CA) -> str:
+    path = tmp_path / "bundle.pem"
+    path.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
+    return str(path)
+
+
+async def _origin(nursery: trio.Nursery, **options: bool) -> FaultServer:
+    server = FaultServer(**options)
+    server.default = Respond(200, body=b"from origin")
+    await nursery.start(server.serve)
+    return server
+
+
+# --- SOCKS5 ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scheme", "sent"), [("socks5h", ("domain", "localhost")), ("socks5", ("ipv4", "127.0.0.1"))]
+)
+async def test_socks5_resolves_where_the_scheme_says(
+    nursery: trio.Nursery, scheme: str, sent: tuple[str, str]
+) -> None:
+    server = await _origin(nursery, http2=False)
+    socks = SocksServer()
+    await nursery.start(socks.serve)
+    url = f"http://localhost:{server.port}/via-socks"
+    async with trio_retry.Client(retry=FAST, proxy=f"{scheme}://{socks.url}") as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(url)
+            again = await client.get(url)
+    assert response.content == again.content == b"from origin"
+    assert socks.connects == [(*sent, server.port)]  # one tunnel, reused
+    # Tunnelled: the origin sees an origin-form request, as without a proxy.
+    assert [r.path for r in server.requests] == ["/via-socks"] * 2
+
+
+async def test_socks5_with_credentials(nursery: trio.Nursery) -> None:
+    server = await _origin(nursery, http2=False)
+    socks = SocksServer(credentials=("alice", "s3cr:et"))
+    await nursery.start(socks.serve)
+    proxy = f"socks5h://alice:s3cr%3Aet@{socks.url}"
+    async with trio_retry.Client(retry=FAST, proxy=proxy) as client:
+        with trio.fail_after(LIMIT):
+            assert (await client.get(server.url + "/")).content == b"from origin"
+    assert "s3cr" not in repr(ProxyConfig.parse(proxy))
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
+async def test_tls_and_alpn_through_a_socks_tunnel(nursery: trio.Nursery, http2: bool) -> None:
+    server = await _origin(nursery, tls=True, http2=http2)
+    socks = SocksServer()
+    await nursery.start(socks.serve)
+    async with trio_retry.Client(
+        retry=FAST, proxy=f"socks5h://{socks.url}", verify=server.client_ssl_context()
+    ) as client:
+        with trio.fail_after(LIMIT):
+            response = await client.get(server.url + "/")
+    assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+    assert socks.connects == [("ipv4", "127.0.0.1", server.port)]
+
+
+async def test_h2c_through_a_socks_tunnel(nursery: trio.Nursery) -> None:
+    server = await _origin(nursery, http2=True)
+    socks = SocksServer()
+    await nursery.start(socks.serve)
+    async with trio_retry.Client(
+        retry=FAST, proxy=f"socks5://{socks.url}", http2_prior_knowledge=True
+    ) as client:
+        with trio.fail_after(LIMIT):
+            assert (await client.get(server.url + "/")).http_version == "HTTP/2"
+
+
+def _assert_not_sent_at_connect(error: trio_retry.RequestFailed, attempts: int) -> None:
+    assert isinstance(error, trio_retry.ConnectFailed)
+    assert error.evidence is Evidence.NOT_SENT
+    assert {(a.stage, a.evidence) for a in error.attempts} == {(Stage.CONNECT, Evidence.NOT_SENT)}
+    assert len(error.attempts) == attempts
+
+
+@pytest.mark.parametrize(
+    ("socks", "proxy_userinfo", "message"),
+    [
+        (SocksServer(credentials=("alice", "right")), "alice:wrong@", "rejected the username"),
+        (SocksServer(credentials=("alice", "right")), "", "requires authentication"),
+        (SocksServer(reply=5), "", "connection refused by the target"),
+        (SocksServer(reply=2), "", "not allowed by ruleset"),
+    ],
+    ids=["bad-credentials", "no-credentials", "target-refused", "ruleset"],
+)
+async def test_a_socks_refusal_is_not_sent_even_for_post(
+    nursery: trio.Nursery, socks: SocksServer, proxy_userinfo: str, message: str
+) -> None:
+    server = await _origin(nursery, http2=False)
+    await nursery.start(socks.serve)
+    proxy = f"socks5h://{proxy_userinfo}{socks.url}"
+    async with trio_retry.Client(retry=FAST, proxy=proxy) as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.ConnectFailed, match=message) as e:
+            await client.post(server.url + "/", content=b"once")
+    _assert_not_sent_at_connect(e.value, FAST.max_attempts)  # retried: nothing was sent
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("scheme", ["socks5h", "socks5", "http", "https"])
+async def test_an_unreachable_proxy_is_not_sent(scheme: str) -> None:
+    proxy = f"{scheme}://127.0.0.1:{refused_port()}"
+    async with trio_retry.Client(retry=FAST, proxy=proxy) as client:
+        for url in ("http://localhost:9/", "https://localhost:9/"):
+            with trio.fail_after(LIMIT), pytest.raises(trio_retry.ConnectFailed) as info:
+                await client.post(url, content=b"x")
+            _assert_not_sent_at_connect(info.value, FAST.max_attempts)
+
+
+async def test_a_proxy_that_closes_mid_handshake_is_not_sent(nursery: trio.Nursery) -> None:
+    async def hang_up(stream: trio.SocketStream) -> None:
+        await stream.receive_some(10)
+        await stream.send_all(b"\x05")  # half a reply, then gone
+        await stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, hang_up, 0)
+    port = listeners[0].socket.getsockname()[1]
+    async with trio_retry.Client(retry=FAST, proxy=f"socks5h://127.0.0.1:{port}") as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.ConnectFailed, match="closed") as e:
+            await client.put("http://localhost/", content=b"x")
+    _assert_not_sent_at_connect(e.value, FAST.max_attempts)
+
+
+def test_socks_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "socksio", None)
+    with pytest.raises(trio_retry.InvalidRequest, match=r"pip install 'trio_retry\[socks\]'"):
+        trio_retry.Client(proxy="socks5://127.0.0.1:1080")
+
+
+def test_proxy_url_forms() -> None:
+    assert str(ProxyConfig.parse("socks5h://proxy")) == "socks5h://proxy:1080"
+    assert str(ProxyConfig.parse("https://proxy")) == "https://proxy:443"
+    assert str(ProxyConfig.parse("proxy:3128")) == "http://proxy:3128"
+    with pytest.raises(trio_retry.InvalidRequest, match="socks5h://host:port"):
+        ProxyConfig.parse("ftp://proxy")
+
+
+# --- https:// proxies ------------------------------------------------------------------------
+
+
+async def test_https_proxy_tunnels_tls_and_forwards_cleartext(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    tls_origin = await _origin(nursery, tls=True, http2=True)
+    plain_origin = await _origin(nursery, http2=False)
+    proxy = TLSProxy(require_auth="Basic dTpw")  # u:p
+    await nursery.start(proxy.serve)
+    assert tls_origin._ca is not None
+    verify = _bundle(tmp_path, proxy.ca, tls_origin._ca)
+    async with trio_retry.Client(
+        retry=FAST, proxy=f"https://u:p@localhost:{proxy.port}", verify=verify
+    ) as client:
+        with trio.fail_after(LIMIT):
+            secure = await client.get(tls_origin.url + "/t")
+            plain = await client.get(plain_origin.url + "/p")
+    assert secure.content == plain.content == b"from origin"
+    assert secure.http_version == "HTTP/2"  # ALPN to the origin is the client's own
+    assert proxy.seen == [
+        f"CONNECT 127.0.0.1:{tls_origin.port} HTTP/1.1",
+        f"GET {plain_origin.url}/p HTTP/1.1",
+    ]
+
+
+async def test_an_untrusted_https_proxy_is_not_sent(nursery: trio.Nursery) -> None:
+    origin = await _origin(nursery, http2=False)
+    proxy = TLSProxy()
+    await nursery.start(proxy.serve)
+    async with trio_retry.Client(retry=FAST, proxy=f"https://localhost:{proxy.port}") as client:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed, match="proxy") as e:
+            await client.post(origin.url + "/", content=b"x")
+    error = e.value
+    assert (error.evidence, error.category) == (Evidence.NOT_SENT, FailureCategory.TLS_CERTIFICATE)
+    assert error.attempts[-1].stage is Stage.CONNECT
+    assert proxy.seen == []
+    assert origin.requests == []
+
+
+# --- the environment -------------------------------------------------------------------------
+
+
+async def test_trust_env_all_proxy_https_proxy_and_no_proxy(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = await _origin(nursery, http2=False)
+    secure = await _origin(nursery, tls=True, http2=False)
+    socks = SocksServer()
+    await nursery.start(socks.serve)
+    http_proxy = LoopbackProxy()
+    await nursery.start(http_proxy.serve)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("ALL_PROXY", f"socks5h://{socks.url}")
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{http_proxy.port}")
+    monkeypatch.setenv("NO_PROXY", "example.invalid")
+    async with trio_retry.Client(
+        retry=FAST, trust_env=True, verify=secure.client_ssl_context()
+    ) as client:
+        with trio.fail_after(LIMIT):
+            await client.get(f"http://localhost:{plain.port}/")  # ALL_PROXY: socks
+            await client.get(secure.url + "/")  # HTTPS_PROXY
+    assert socks.connects == [("domain", "localhost", plain.port)]
+    assert http_proxy.seen == [f"CONNECT 127.0.0.1:{secure.port} HTTP/1.1"]
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    async with trio_retry.Client(
+        retry=FAST, trust_env=True, verify=secure.client_ssl_context()
+    ) as client:
+        with trio.fail_after(LIMIT):
+            await client.get(f"http://localhost:{plain.port}/")
+            await client.get(secure.url + "/")
+    assert len(socks.connects) == 1
+    assert len(http_proxy.seen) == 1
+    assert len(plain.requests) == len(secure.requests) == 2
