@@ -3,8 +3,11 @@
 Public names only; see SPEC and docs/reference.md.
 """
 
+from ._auth import AuthRequest as AuthRequest
 from ._auth import BasicAuth as BasicAuth
 from ._auth import BearerAuth as BearerAuth
+from ._auth import DigestAuth as DigestAuth
+from ._auth import RequestAuth as RequestAuth
 from ._client import Client as Client
 from ._client import RefreshableAuth as RefreshableAuth
 from ._core.attempt import Attempt as Attempt
@@ -46,6 +49,7 @@ from ._errors import TrioRetryError as TrioRetryError
 from ._models import URL as URL
 from ._models import Headers as Headers
 from ._models import Response as Response
+from ._models import SentRequest as SentRequest
 from ._models import StageTimeouts as StageTimeouts
 from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
@@ -54,6 +58,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdmissionRejected",
     "AmbiguousFailure",
+    "AuthRequest",
     "Attempt",
     "Backoff",
     "BasicAuth",
@@ -66,6 +71,7 @@ __all__ = [
     "Decision",
     "DefaultRetryEligibilityEngine",
     "DenyReason",
+    "DigestAuth",
     "Evidence",
     "FailureCategory",
     "Headers",
@@ -79,6 +85,7 @@ __all__ = [
     "ProtocolFailed",
     "RefreshableAuth",
     "Reopenable",
+    "RequestAuth",
     "Replayability",
     "RequestFailed",
     "Response",
@@ -88,6 +95,7 @@ __all__ = [
     "RetryDenied",
     "RetryEligibilityEngine",
     "RetryPolicy",
+    "SentRequest",
     "Stage",
     "StageTimeouts",
     "StreamFactory",

@@ -44,6 +44,11 @@ class PreparedBody:
         """The length when the body is bytes in memory, else ``None``."""
         return len(self._source) if isinstance(self._source, bytes) else None
 
+    @property
+    def in_memory(self) -> bytes | None:
+        """The body when it is bytes in memory (what a signing auth may read), else ``None``."""
+        return self._source if isinstance(self._source, bytes) else None
+
     async def open(self) -> tuple[BodyBytes, int | None]:
         """The bytes of this attempt and their length (``None``: unknown, send chunked)."""
         if self._opened and self.replayability is Replayability.ONE_SHOT:

@@ -14,17 +14,17 @@ from __future__ import annotations
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http.cookiejar import CookieJar
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._call.config import AttemptCallback, ClientConfig, JsonDumps, RefreshableAuth
+from ._call.config import AttemptCallback, AuthTypes, ClientConfig, JsonDumps, RefreshableAuth
 from ._call.loop import send_following
-from ._call.prepare import PreparedRequest, RequestOptions, prepare
+from ._call.prepare import PreparedRequest, RequestOptions, coerce_auth, prepare
 from ._call.runtime import Lifecycle, Runtime
 from ._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
@@ -68,8 +68,9 @@ class Client:
         verify: VerifyTypes = True,
         cert: CertTypes = None,
         uds: str | None = None,
+        params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
         deadline: float | None = None,
-        auth: RefreshableAuth | None = None,
+        auth: AuthTypes | tuple[str, str] | None = None,
         engine: RetryEligibilityEngine | None = None,
         clock: Callable[[], float] | None = None,
         on_attempt: AttemptCallback | None = None,
@@ -107,7 +108,7 @@ class Client:
             default_upstream=default_upstream or Upstream(),
             upstreams={Origin.parse(key): value for key, value in (upstreams or {}).items()},
             deadline=deadline,
-            auth=auth,
+            auth=coerce_auth(auth, "auth") if auth is not None else None,
             engine=engine or DefaultRetryEligibilityEngine(),
             wall_clock=clock or time.time,
             on_attempt=on_attempt,
@@ -128,6 +129,7 @@ class Client:
             verify=verify,
             cert=cert,
             uds=uds,
+            params=_client_params(params),
             max_connections=max_connections,
             max_connections_per_origin=max_connections_per_origin,
             keepalive_expiry=keepalive_expiry,
@@ -336,3 +338,21 @@ class Client:
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
         return prepare(self._config, self.headers, method, url, trio.current_time(), **options)
+
+
+def _client_params(
+    params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None,
+) -> tuple[tuple[str, Any], ...]:
+    """``Client(params=...)`` as pairs (a mapping or a sequence of pairs)."""
+    if not params:
+        return ()
+    if isinstance(params, Mapping):
+        return tuple((str(key), value) for key, value in params.items())
+    if isinstance(params, (list, tuple)) and all(
+        isinstance(p, tuple) and len(p) == 2 for p in params
+    ):
+        return tuple((str(key), value) for key, value in params)
+    raise TypeError(
+        "params= must be a mapping or a sequence of (name, value) pairs, got "
+        f"{type(params).__name__}"
+    )

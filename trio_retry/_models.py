@@ -12,6 +12,7 @@ import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
@@ -29,6 +30,7 @@ __all__ = [
     "Headers",
     "Origin",
     "Response",
+    "SentRequest",
     "StageTimeouts",
     "check_header",
     "redact_headers",
@@ -509,6 +511,17 @@ def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
 
 
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """``Response.request``: the request as its final attempt sent it. ``headers`` are the
+    ones on the wire (``Host``, auth, cookies included; hidden in a repr like all
+    credentials)."""
+
+    method: str
+    url: URL
+    headers: Headers
+
+
 class Response:
     """An HTTP response.
 
@@ -531,6 +544,8 @@ class Response:
         retry_decision: Decision | None = None,
         stream: AsyncIterator[bytes] | None = None,
         decoder: _StreamDecoder | None = None,
+        request: SentRequest | None = None,
+        elapsed: timedelta = timedelta(0),
     ) -> None:
         self.status = status
         self.reason = reason
@@ -538,7 +553,15 @@ class Response:
         self._headers = headers if isinstance(headers, Headers) else None
         self._wire_headers = headers
         self.http_version = http_version
+        #: The URL of this response's request: after redirects, the final one.
         self.url = url
+        #: The request as sent (method, URL, headers on the wire).
+        self.request = (
+            request if request is not None else SentRequest(request_method, url, Headers())
+        )
+        #: From the start of the call (redirects included) to this response's head, and for a
+        #: buffered call to the end of its body.
+        self.elapsed = elapsed
         self.request_method = request_method
         self._content = content
         self.attempts: list[Attempt] = list(attempts)

@@ -25,6 +25,7 @@ from functools import partial
 
 import trio
 
+from .._auth import auth_headers
 from .._cookies import cookie_header, store_cookies
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
@@ -52,7 +53,7 @@ class Outcome:
     """How one attempt ended: a response (maybe with its body), or a classified failure; and
     what it still holds (a connection, a permit) until :func:`give_back`."""
 
-    __slots__ = ("body", "conn", "error", "permit", "response")
+    __slots__ = ("body", "conn", "error", "permit", "response", "sent_headers")
 
     def __init__(self) -> None:
         self.response: WireResponse | None = None
@@ -60,6 +61,8 @@ class Outcome:
         self.error: BaseException | None = None
         self.conn: PooledConnection | None = None
         self.permit: Permit | None = None
+        #: The header block this attempt sent (``Response.request.headers``).
+        self.sent_headers: list[tuple[bytes, bytes]] | None = None
 
 
 async def run_attempt(
@@ -156,14 +159,22 @@ async def attempt_headers(
     headers = prepared.raw()  # a fresh list, encoded once per Headers
     if "host" not in prepared:
         headers.insert(0, (b"host", url.host_header.encode()))
-    auth = rt.config.auth
+    auth = request.auth
     if auth is not None and request.apply_auth:
-        for name, value in Headers(await auth.headers()).multi_items():
+        for name, value in Headers(await auth_headers(auth, request)).multi_items():
             if name not in prepared:
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies
-    if jar is not None and "cookie" not in prepared:
-        cookie = cookie_header(jar, str(url), request.method, prepared)
+    if (jar is not None or request.cookies) and "cookie" not in prepared:
+        cookie = cookie_header(jar, str(url), request.method, prepared) if jar else None
+        if request.cookies:  # the call's cookies= win over the jar's of the same name
+            given = {name for name, _ in request.cookies}
+            kept = [
+                part
+                for part in (cookie.split("; ") if cookie else [])
+                if part.split("=", 1)[0] not in given
+            ]
+            cookie = "; ".join(kept + [f"{n}={v}" for n, v in request.cookies])
         if cookie:
             try:  # the jar's values came from servers: held to the same rules as ours
                 cookie = check_header("Cookie", cookie)
@@ -195,6 +206,7 @@ async def _attempt_inner(
     # request is then as without a proxy.
     via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
     headers = await attempt_headers(rt, request, progress, via_proxy)
+    outcome.sent_headers = headers
     body, length = await request.body.open()
     target = str(url) if via_proxy else url.target
     wire_request = WireRequest(request.method, target, headers, body, length)

@@ -12,8 +12,9 @@ import random
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from .._auth import RequestAuth
 from .._core.attempt import Attempt
 from .._core.engine import RetryEligibilityEngine
 from .._core.policy import RetryPolicy, Upstream
@@ -21,7 +22,7 @@ from .._models import URL, Origin, StageTimeouts
 from .._proxy import ProxyConfig
 from .._tls import CertTypes, VerifyTypes
 
-__all__ = ["AttemptCallback", "ClientConfig", "JsonDumps", "RefreshableAuth"]
+__all__ = ["AttemptCallback", "AuthTypes", "ClientConfig", "JsonDumps", "RefreshableAuth"]
 
 
 @runtime_checkable
@@ -36,6 +37,9 @@ class RefreshableAuth(Protocol):
 
     async def refresh(self) -> None: ...
 
+
+#: ``auth=``: refreshable credentials, or credentials that sign each request (``RequestAuth``).
+AuthTypes: TypeAlias = "RefreshableAuth | RequestAuth"
 
 #: ``on_attempt=``: called with each finished attempt, in the calling task; may be async.
 AttemptCallback = Callable[[Attempt], Awaitable[None] | None]
@@ -54,7 +58,7 @@ class ClientConfig:
     default_upstream: Upstream
     upstreams: Mapping[Origin, Upstream]
     deadline: float | None
-    auth: RefreshableAuth | None
+    auth: AuthTypes | None
     engine: RetryEligibilityEngine
     wall_clock: Callable[[], float]
     on_attempt: AttemptCallback | None
@@ -76,6 +80,8 @@ class ClientConfig:
     owns_ssl_context: bool
     verify: VerifyTypes
     cert: CertTypes
+    #: ``Client(params=...)``: appended to every URL's query, under a call's own params.
+    params: tuple[tuple[str, Any], ...]
     #: Every connection goes to this Unix domain socket (no DNS, no proxy).
     uds: str | None
     max_connections: int

@@ -24,19 +24,22 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from datetime import timedelta
 
 import trio
 
+from .._auth import auth_request
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
 from .._core.engine import build_context
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._errors import AdmissionRejected, TooManyRedirects
-from .._models import Response
+from .._models import Headers, Response, SentRequest
 from .._redirects import REDIRECT_STATUSES
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import Outcome, give_back, observe, record, run_attempt
 from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
+from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
@@ -98,7 +101,8 @@ async def send(
     state.budget.deposit(started)
     attempts: list[Attempt] = []
     previous_delay: float | None = None
-    auth_refreshed = retried_425 = False
+    auth_refreshed = retried_425 = challenged = False
+    challenge_rounds = 0  # answered auth challenges: in the trail, not counted as retries
     # The attempt scopes carry the call's own deadline; an outer deadline is enforced by
     # the caller's own scope (and surfaces as trio.Cancelled). The earlier of the two only
     # matters when deciding about a retry, so it is read then (it costs a walk up the
@@ -106,20 +110,36 @@ async def send(
     deadline = request.deadline
 
     while True:
-        number = len(attempts) + 1
-        progress = AttemptProgress(started if number == 1 else trio.current_time())
+        number = len(attempts) + 1 - challenge_rounds
+        progress = AttemptProgress(started if not attempts else trio.current_time())
         outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
         ended = trio.current_time()
         evidence, category, retry_after = observe(outcome, config.wall_clock)
         wire = outcome.response
         if wire is not None and outcome.error is None and wire.status < 400:
-            attempt = record(number, progress, outcome, evidence, category, ended)
+            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
             return _deliver(rt, request, state, outcome, attempts, None, streaming, deadline)
+        if (
+            not challenged
+            and wire is not None
+            and outcome.error is None
+            and wire.status == 401
+            and await _answer_challenge(request, wire.headers)
+        ):
+            # An auth challenge (Digest) answered: the request goes again with credentials.
+            # The 401 proves the server did not act on it; the body is replayable (checked).
+            challenged = True
+            challenge_rounds += 1
+            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
+            attempts.append(attempt)
+            if (pending := _notify(rt, attempt, request)) is not None:
+                await pending
+            continue
         if isinstance(outcome.error, WireError) and not outcome.error.retryable:
-            attempt = record(number, progress, outcome, evidence, category, ended)
+            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
@@ -151,11 +171,11 @@ async def send(
             max_backoff=backoff.max,
             auth_refreshed=auth_refreshed,
             retried_425=retried_425,
-            auth_refreshable=config.auth is not None,
+            auth_refreshable=isinstance(request.auth, RefreshableAuth),
         )
         decision = config.engine.decide(context)
         # Built once, with its decision (a dataclasses.replace would build it twice).
-        attempt = record(number, progress, outcome, evidence, category, ended, decision)
+        attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended, decision)
         attempts.append(attempt)
         if (pending := _notify(rt, attempt, request)) is not None:
             await pending
@@ -167,14 +187,28 @@ async def send(
                 decision = RetryDenied.runtime_draining(retry_after=retry_after)
                 return _finish(request, outcome, attempts, decision)
             previous_delay = decision.delay
-            auth = config.auth
-            if attempt.status == 401 and attempt.category is None and auth is not None:
+            auth = request.auth
+            if (
+                attempt.status == 401
+                and attempt.category is None
+                and isinstance(auth, RefreshableAuth)
+            ):
                 await auth.refresh()
                 auth_refreshed = True
             if attempt.status == 425 and attempt.category is None:
                 retried_425 = True
             continue
         return _finish(request, outcome, attempts, decision)
+
+
+async def _answer_challenge(request: PreparedRequest, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the call's auth answers this 401's challenge (``RequestAuth.challenge``) and
+    the request may go again: only with a replayable body, never after leaving the origin."""
+    challenge = getattr(request.auth, "challenge", None)
+    if challenge is None or not request.apply_auth or not request.body.replayability.replayable:
+        return False
+    answered: bool = await challenge(auth_request(request), Headers.from_wire(headers))
+    return answered
 
 
 async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
@@ -228,7 +262,10 @@ def _response(
 ) -> Response:
     wire = outcome.response
     assert wire is not None
+    sent = outcome.sent_headers
     return Response(
+        request=SentRequest(request.method, request.url, Headers.from_wire(sent or ())),
+        elapsed=timedelta(seconds=trio.current_time() - request.started),
         status=wire.status,
         reason=wire.reason,
         headers=wire.headers,  # decoded on first use

@@ -10,12 +10,14 @@ unknown option. The next request of a redirect chain is prepared here too
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlencode
 
+from .._auth import BasicAuth, RequestAuth, netrc_auth
 from .._body import PreparedBody, prepare_body
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
@@ -25,7 +27,7 @@ from .._core.replay import Multipart
 from .._errors import InvalidRequest, RequestFailed
 from .._models import URL, Headers, HeaderTypes
 from .._redirects import CREDENTIAL_HEADERS, body_headers, redirect_method
-from .config import ClientConfig
+from .config import AuthTypes, ClientConfig, RefreshableAuth
 
 if TYPE_CHECKING:
     from .._models import Response
@@ -53,6 +55,8 @@ class RequestOptions(TypedDict, total=False):
     idempotency_key: str | bool | None
     retry: RetryPolicy | None
     follow_redirects: bool | None
+    cookies: Mapping[str, str] | None
+    auth: AuthTypes | tuple[str, str] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +77,12 @@ class PreparedRequest:
     deadline: float
     follow_redirects: bool = False
     apply_auth: bool = True
+    #: This call's credentials: ``auth=`` of the call, else the client's (``None``: none).
+    auth: AuthTypes | None = None
+    #: This call's ``cookies=`` (name, value), sent besides (and over) the jar's.
+    cookies: tuple[tuple[str, str], ...] = ()
+    #: Trio time at which the call started (``Response.elapsed`` counts from it).
+    started: float = 0.0
 
 
 def prepare(
@@ -93,6 +103,8 @@ def prepare(
     idempotency_key: str | bool | None = None,
     retry: RetryPolicy | None = None,
     follow_redirects: bool | None = None,
+    cookies: Mapping[str, str] | None = None,
+    auth: AuthTypes | tuple[str, str] | None = None,
 ) -> PreparedRequest:
     """The request ``method url`` with the call's options over the client's ``config`` and
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
@@ -105,7 +117,7 @@ def prepare(
         full = base_url.join(url)
     else:
         full = _parse_url(url)
-    full = full.with_params(params)
+    full = full.with_params(_merged_params(config.params, params))
     merged = client_headers.copy()
     if headers:
         given = Headers(headers)
@@ -149,7 +161,69 @@ def prepare(
         retry=retry or config.retry,
         deadline=now + seconds if seconds is not None else math.inf,
         follow_redirects=config.follow_redirects if follow_redirects is None else follow_redirects,
+        auth=_call_auth(config, auth, full),
+        cookies=_call_cookies(cookies),
+        started=now,
     )
+
+
+def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None:
+    """The call's ``auth=``, else the client's, else (``trust_env``) the netrc entry of the
+    URL's host."""
+    if auth is not None:
+        return coerce_auth(auth, "auth")
+    if config.auth is not None or not config.trust_env:
+        return config.auth
+    try:
+        return netrc_auth(url.host)
+    except ValueError as exc:
+        raise _invalid(str(exc)) from None
+
+
+def coerce_auth(auth: object, option: str) -> AuthTypes:
+    """``auth=``: a ``RefreshableAuth``, or ``(user, password)`` for ``BasicAuth``."""
+    if isinstance(auth, tuple) and len(auth) == 2 and all(isinstance(a, str) for a in auth):
+        return BasicAuth(auth[0], auth[1])
+    if isinstance(auth, (RefreshableAuth, RequestAuth)):
+        return auth
+    raise TypeError(
+        f"{option}= must be a RefreshableAuth (BasicAuth, BearerAuth, DigestAuth...) or a "
+        f"(user, password) tuple, got {type(auth).__name__}"
+    )
+
+
+def _merged_params(client: tuple[tuple[str, Any], ...], call: Any) -> Any:
+    """The client's ``params=`` under the call's: a name the call gives replaces the client's
+    values of that name. The URL's own query string is kept as it is (both are appended)."""
+    if not client:
+        return call
+    if not call:
+        return client
+    items = list(call.items() if isinstance(call, Mapping) else call)
+    given = {str(key) for key, _ in items}
+    return [(key, value) for key, value in client if key not in given] + items
+
+
+_COOKIE_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_COOKIE_VALUE = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*")
+
+
+def _call_cookies(cookies: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    if not cookies:
+        return ()
+    if not isinstance(cookies, Mapping):
+        raise TypeError(f"cookies= must be a mapping of names to values, got {type(cookies)}")
+    pairs = []
+    for name, value in cookies.items():
+        if not isinstance(name, str) or not _COOKIE_NAME.fullmatch(name):
+            raise _invalid(f"cookies=: invalid cookie name {name!r} (RFC 6265 token)")
+        if not isinstance(value, str) or not _COOKIE_VALUE.fullmatch(value):
+            raise _invalid(
+                f"cookies=: invalid value for cookie {name!r}: no spaces, quotes, commas, "
+                "semicolons, backslashes or control characters (RFC 6265)"
+            )
+        pairs.append((name, value))
+    return tuple(pairs)
 
 
 def prepare_redirect(
@@ -189,6 +263,7 @@ def prepare_redirect(
         body=body,
         idempotency=classify_idempotency(method, headers.keys()),
         apply_auth=same_origin,
+        cookies=request.cookies if same_origin else (),
     )
 
 
