@@ -685,6 +685,9 @@ class ConnectionPool:
         for waiter in left:
             self._requeue(waiter)
         if state.waiting:
+            for other in list(state.shared):  # a stream freed elsewhere meanwhile
+                if other is not conn and state.waiting:
+                    self._serve_streams(state, other)
             self._mark_ready(state)
             self._grant_slots()
 
@@ -752,7 +755,7 @@ class ConnectionPool:
         if conn.closed or not conn.is_reusable() or self.closed:
             self._forget_shared(conn)
             return
-        if state.waiting and self._serve_streams(state, conn):
+        if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
             return
         if state.shared[conn] > 0:
             return
@@ -770,10 +773,21 @@ class ConnectionPool:
         while (head := state.head()) is not None:
             lent = state.shared[conn]
             if not self._has_stream(conn, lent):
-                break
+                return served
             self._dequeue(head)
             self._lend_stream(state, conn, lent)
             self._resolve(head, _CONN, conn=conn)
+            served = True
+        # Then the waiters of the connection being opened: a stream now beats a handshake.
+        opening = state.opening
+        while opening is not None and opening.waiters:
+            lent = state.shared[conn]
+            if not self._has_stream(conn, lent):
+                break
+            waiter = next(iter(opening.waiters))
+            del opening.waiters[waiter]
+            self._lend_stream(state, conn, lent)
+            self._resolve(waiter, _CONN, conn=conn)
             served = True
         return served
 
