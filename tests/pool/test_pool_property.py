@@ -17,7 +17,9 @@ EXPECTS_H2 = frozenset({"h2-a", "h2-b", "alpn-h1-e"})  # e expects h2 and gets H
 
 step = st.one_of(
     st.tuples(st.just("call"), st.sampled_from(ORIGINS)),
-    st.tuples(st.sampled_from(["release", "discard", "die", "goaway", "cancel"]), st.integers(0, 30)),
+    st.tuples(
+        st.sampled_from(["release", "discard", "die", "goaway", "cancel"]), st.integers(0, 30)
+    ),
     st.tuples(st.sampled_from(["open-ok", "open-fail"]), st.integers(0, 30)),
 )
 

@@ -36,7 +36,8 @@ async def test_waiters_are_served_in_arrival_order_across_origins(nursery: trio.
     await driver.settle()
     # The released connection of "a" is closed so that "b", which came first, can open one.
     assert driver.connections[0].closed
-    assert b.state == "acquiring" and len(driver.openings) == 1
+    assert b.state == "acquiring"
+    assert len(driver.openings) == 1
     assert driver.openings[0].origin == "b"
     assert a.state == "acquiring"
     driver.check_invariants()
@@ -63,8 +64,10 @@ async def test_a_released_connection_goes_to_its_own_origin_when_that_waiter_cam
     a, b = await driver.start_in_order(["a", "b"], multiplexed=False)
     driver.end(first, "release")
     await driver.settle()
-    assert a.state == "holding" and a.conn is driver.connections[0]  # reused, not reopened
-    assert b.state == "acquiring" and not driver.openings
+    assert a.state == "holding"
+    assert a.conn is driver.connections[0]
+    assert b.state == "acquiring"
+    assert not driver.openings
     driver.check_invariants()
 
 
@@ -130,7 +133,8 @@ async def test_an_opening_nobody_waits_for_any_more_is_kept_idle(nursery: trio.N
     assert "0 active, 1 idle, 0 waiting" in repr(pool)
     again = driver.start("a", multiplexed=True)
     await driver.settle()
-    assert again.state == "holding" and again.conn is driver.connections[0]
+    assert again.state == "holding"
+    assert again.conn is driver.connections[0]
 
 
 async def test_after_goaway_the_next_calls_share_one_new_connection(nursery: trio.Nursery) -> None:
@@ -151,7 +155,8 @@ async def test_after_goaway_the_next_calls_share_one_new_connection(nursery: tri
     assert all(c.state == "holding" and c.conn is driver.connections[1] for c in later)
     driver.end(first, "release")
     await driver.settle()
-    assert old.closed and pool.total == 1
+    assert old.closed
+    assert pool.total == 1
     driver.check_invariants()
 
 
@@ -169,7 +174,8 @@ async def test_a_failed_opening_fails_every_call_that_shared_it(nursery: trio.Nu
         assert call.error.evidence is Evidence.NOT_SENT
         assert call.error.stage is Stage.CONNECT
     assert len({id(c.error) for c in calls}) == 3  # one exception object per call
-    assert pool.total == 0 and pool.waiting == 0
+    assert pool.total == 0
+    assert pool.waiting == 0
 
 
 async def test_an_origin_answering_http11_is_not_coalesced_any_more(nursery: trio.Nursery) -> None:
