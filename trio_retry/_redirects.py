@@ -15,9 +15,10 @@ sent for the next hop (:func:`resolve_location`). A value that is not a URL refe
 (empty, control characters, an authority with an empty host, a space in the host, a bad IPv6
 literal, a port that is not 1-65535; an empty port means the default) is the server breaking
 HTTP: :class:`InvalidLocation`, which the client reports as ``ProtocolFailed``
-(``REMOTE_PROTOCOL``), as httpx raises ``RemoteProtocolError``. A valid URL we cannot follow (another scheme, credentials in it) is
-``InvalidRequest`` for that hop, ``NOT_SENT``, as for a URL given by the caller. Spaces in the
-path or query, which real servers do send, are percent-encoded, as browsers do.
+(``REMOTE_PROTOCOL``), as httpx raises ``RemoteProtocolError``. A valid URL we cannot follow
+(another scheme, credentials in it) is ``InvalidRequest`` for that hop, ``NOT_SENT``, as for a
+URL given by the caller. Spaces in the path or query, which real servers do send, are
+percent-encoded, as browsers do.
 """
 
 from __future__ import annotations

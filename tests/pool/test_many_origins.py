@@ -173,6 +173,7 @@ async def test_a_storm_of_cancelled_http2_calls_opens_few_connections(
                 after = await c.get(server.url + "/")
                 assert after.status == 200
             opened = [s.connections_accepted for s in origins]
-    assert outcomes["cancelled"] >= 10 and outcomes["ok"] >= 50, outcomes  # a real storm
+    assert outcomes["cancelled"] >= 10, outcomes  # a real storm
+    assert outcomes["ok"] >= 50, outcomes
     print("storm:", outcomes, "connections per origin:", opened)
     assert max(opened) <= 2, opened  # the issue saw 97 connections for these 200 calls
