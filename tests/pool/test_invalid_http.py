@@ -175,3 +175,80 @@ def test_any_location_text_resolves_or_raises_our_errors_only(location: str) -> 
         return
     assert url.host
     assert 0 < url.port < 65536
+
+
+# --- the audit: no standard-library exception reaches the caller -------------------------------
+
+HOSTILE_URLS = [
+    "http://h.test/?q=\ud800",  # lone surrogates: UnicodeEncodeError in percent-encoding before
+    "http://h.test/\ud800",
+    "http://\ud800/",
+    "http://bücher.invalid/",  # IDNA
+    "http://" + "a" * 300 + "/",  # an IDNA label too long
+    "http://" + "a." * 200 + "com/",
+    "http://xn--/",
+    "http://[::1]:99999/",
+    "http://[::1]x/",
+    "http://h:1:2/",
+    "http://%zz/",
+    "http:///x",
+]
+
+
+@pytest.mark.parametrize("h2c", [False, True], ids=["http11", "h2c"])
+async def test_hostile_caller_urls_raise_our_errors_only(h2c: bool) -> None:
+    async with trio_retry.Client(retry=NO_RETRY, http2_prior_knowledge=h2c, deadline=5) as c:
+        for url in HOSTILE_URLS:
+            with trio.fail_after(LIMIT), pytest.raises(trio_retry.TrioRetryError):
+                await c.get(url)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"params": {"q": "\ud800"}},
+        {"params": {"\ud800": "1"}},
+        {"content": "\ud800"},
+        {"json": {"a": "\ud800"}},
+        {"data": {"a": "\ud800"}},
+    ],
+)
+async def test_unencodable_call_options_are_invalid_requests(
+    server: FaultServer, options: dict[str, object]
+) -> None:
+    async with trio_retry.Client(retry=NO_RETRY) as c:
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.InvalidRequest) as caught:
+            await c.post(server.url + "/", **options)  # type: ignore[arg-type]
+    assert caught.value.evidence is Evidence.NOT_SENT
+    assert not server.requests
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
+        b"HTTP/1.1 200 \xff\xfe\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 429 x\r\nRetry-After: 99999999999999999999999999999\r\nContent-Length: 0"
+        b"\r\n\r\n",
+        b"HTTP/1.1 503 x\r\nRetry-After: Mon, 99 Foo 2020 99:99:99 GMT\r\nContent-Length: 0"
+        b"\r\n\r\n",
+        b"HTTP/1.1 200 x\r\nSet-Cookie: a=\xff\xfe; Domain=\xff\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 x\r\nContent-Type: text/plain; charset=nonexistent\r\n"
+        b"Content-Length: 2\r\n\r\nhi",
+        b"HTTP/1.1 302 x\r\nLocation: http://\xff\xfe/\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 302 x\r\nLocation: http://[::1]:80\xff/\r\nContent-Length: 0\r\n\r\n",
+    ],
+)
+async def test_hostile_response_heads_raise_our_errors_only(
+    server: FaultServer, head: bytes
+) -> None:
+    server.script(Raw(head, close=True))
+    async with trio_retry.Client(retry=NO_RETRY, follow_redirects=True, cookies=True) as c:
+        with trio.fail_after(LIMIT):
+            try:
+                response = await c.get(server.url + "/")
+            except trio_retry.TrioRetryError:
+                return
+            assert isinstance(response.text, str)

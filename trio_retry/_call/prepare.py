@@ -136,6 +136,10 @@ def prepare(
             body.content_type = "application/x-www-form-urlencoded"
     except TypeError as exc:
         raise _invalid(str(exc)) from exc
+    except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
+        raise _invalid(
+            f"the request body (content=, json= or data=) cannot be encoded as UTF-8: {exc}"
+        ) from None
     # Checked on every call, whatever the headers' source: ``client.headers`` may have been
     # changed since the client was built (the name lookups use the Headers' own cache).
     if "transfer-encoding" in merged or "content-length" in merged:
