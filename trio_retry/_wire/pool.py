@@ -3,8 +3,9 @@
 One job: decide which attempt gets which connection, or which attempt may open one, under
 ``max_connections`` (across all origins) and ``max_connections_per_origin``. Every decision is
 made synchronously, in the method that changed the state; the only awaits are a waiter's sleep
-and the opener (which runs outside the bookkeeping). The synchronous bookkeeping is :mod:`.pool_state`
-(:class:`~.pool_state.PoolState`); this module adds acquire, release and the openings.
+and the opener (which runs outside the bookkeeping). The synchronous bookkeeping is
+:mod:`.pool_state` (:class:`~.pool_state.PoolState`); this module adds acquire, release and the
+openings.
 
 State:
 
