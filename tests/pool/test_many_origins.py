@@ -102,6 +102,8 @@ def check(servers: list[FaultServer], count: SocketCount, responses: list[int]) 
     # Each origin was served on a connection of its own: one socket per origin, as accepted.
     assert len(count.sockets) <= MAX_CONNECTIONS
     assert sum(s.connections_accepted for s in servers) == ORIGINS
+    assert count.client is not None
+    assert count.client.pool.opened == ORIGINS  # the pool's own count agrees with the servers'
 
 
 @pytest.mark.parametrize("h2c", [False, True], ids=["http11", "h2c"])
@@ -173,6 +175,7 @@ async def test_a_storm_of_cancelled_http2_calls_opens_few_connections(
                 after = await c.get(server.url + "/")
                 assert after.status == 200
             opened = [s.connections_accepted for s in origins]
+            assert c.pool.opened == sum(opened)
     assert outcomes["cancelled"] >= 10, outcomes  # a real storm
     assert outcomes["ok"] >= 50, outcomes
     print("storm:", outcomes, "connections per origin:", opened)
