@@ -95,6 +95,7 @@ def client(h2c: bool, count: SocketCount) -> trio_retry.Client:
 
 
 def check(servers: list[FaultServer], count: SocketCount, responses: list[int]) -> None:
+    print(f"{ORIGINS} origins: peak {count.peak} client sockets, pool peak {count.pool_peak}")
     assert responses == [200] * ORIGINS
     assert all(s.executed_count() == 1 for s in servers)
     assert count.peak <= MAX_CONNECTIONS, count.peak
