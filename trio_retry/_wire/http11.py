@@ -27,6 +27,7 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
+from .connector import VirtualSocket
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
 
@@ -141,6 +142,8 @@ class HTTP11Connection:
         """
         if self.closed:
             return True
+        if isinstance(self._socket, VirtualSocket):  # an in-memory connection (MockTransport)
+            return self._socket.readable()
         try:
             poller = self._poller
             if poller is None:

@@ -21,6 +21,7 @@ import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .connector import VirtualSocket
 from .progress import AttemptProgress, WireError
 
 __all__ = ["HAPPY_EYEBALLS_DELAY", "Transport", "open_transport"]
@@ -35,7 +36,12 @@ class Transport:
 
     __slots__ = ("alpn", "socket", "stream")
 
-    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType, alpn: str | None):
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        sock: trio.socket.SocketType | VirtualSocket,  # VirtualSocket: see connector.py
+        alpn: str | None,
+    ):
         self.stream = stream
         self.socket = sock
         self.alpn = alpn

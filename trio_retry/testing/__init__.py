@@ -8,6 +8,8 @@ effects. `refused_port` gives a port nobody listens on.
 See docs/testing.md.
 """
 
+from ._mock import ConnectFailure as ConnectFailure
+from ._mock import MockTransport as MockTransport
 from ._script import Action as Action
 from ._script import AfterBody as AfterBody
 from ._script import CloseAfterBody as CloseAfterBody
@@ -31,9 +33,11 @@ __all__ = [
     "CloseAfterBody",
     "CloseAfterHead",
     "CloseBeforeRead",
+    "ConnectFailure",
     "EndlessBody",
     "FaultServer",
     "GoAway",
+    "MockTransport",
     "PartialBody",
     "Raw",
     "RecordedRequest",

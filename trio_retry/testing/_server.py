@@ -8,7 +8,7 @@ import math
 import socket
 import ssl
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -16,6 +16,7 @@ import trio
 from ._common import DISCONNECTS, ConnContext, Ending, Recorder, Timeouts
 from ._h1 import H1Handler
 from ._h2 import PREFACE, H2Handler
+from ._memory import MemoryEnd
 from ._script import (
     Action,
     GoAway,
@@ -48,17 +49,45 @@ def refused_port(host: str = "127.0.0.1") -> int:
 
 
 class _Transport(trio.abc.HalfCloseableStream):
-    """The accepted socket, with the three ways a connection can end.
+    """The accepted connection, with the three ways a connection can end.
 
     `aclose` is a lingering close: FIN first, then read and discard until the client closes
     (or the linger time passes), then close. Closing a socket whose receive buffer still holds
     unread bytes makes the kernel send a RST instead of a FIN; a script that says "close"
     must look like a close on the client's side, so the server drains first.
+
+    `inner` is a TCP socket stream (`from_socket`) or one end of an in-memory connection
+    (`MemoryEnd`, for `MockTransport`); `reset` and `close_now` end it abruptly.
     """
 
-    def __init__(self, inner: trio.SocketStream, linger: float) -> None:
+    def __init__(
+        self,
+        inner: trio.abc.HalfCloseableStream,
+        linger: float,
+        *,
+        reset: Callable[[], None],
+        close_now: Callable[[], None],
+    ) -> None:
         self._inner = inner
         self._linger = linger
+        self._reset = reset
+        self._close_now = close_now
+
+    @classmethod
+    def from_socket(cls, inner: trio.SocketStream, linger: float) -> _Transport:
+        def reset() -> None:
+            """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
+            try:
+                inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass  # already closed by the peer's reset
+            inner.socket.close()
+
+        return cls(inner, linger, reset=reset, close_now=inner.socket.close)
+
+    @classmethod
+    def from_memory(cls, inner: MemoryEnd, linger: float) -> _Transport:
+        return cls(inner, linger, reset=inner.reset, close_now=inner.close)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self._inner.send_all(data)
@@ -70,7 +99,7 @@ class _Transport(trio.abc.HalfCloseableStream):
         await self._inner.send_eof()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return await self._inner.receive_some(max_bytes)
+        return bytes(await self._inner.receive_some(max_bytes))
 
     async def aclose(self) -> None:
         try:
@@ -85,15 +114,11 @@ class _Transport(trio.abc.HalfCloseableStream):
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
-        """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
-        try:
-            self._inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass  # already closed by the peer's reset
-        self.close_now()
+        """Abort with a RST."""
+        self._reset()
 
     def close_now(self) -> None:
-        self._inner.socket.close()
+        self._close_now()
 
 
 class FaultServer:
@@ -278,13 +303,41 @@ class FaultServer:
             await trio.aclose_forcefully(listener)
 
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
-        transport = _Transport(sock, self._timeouts.linger)
+        transport = _Transport.from_socket(sock, self._timeouts.linger)
+        await self._serve_transport(transport, connection_id, self._server_context, None)
+
+    # -- in memory (MockTransport) ------------------------------------------------------------
+
+    def negotiate_alpn(self, offered: Sequence[str]) -> str | None:
+        """The protocol this server's ALPN would pick among `offered` (None: no overlap)."""
+        mine = ("h2", "http/1.1") if self.http2 else ("http/1.1",)
+        return next((protocol for protocol in mine if protocol in offered), None)
+
+    async def serve_memory(self, end: MemoryEnd, *, alpn: str | None) -> None:
+        """Serve one in-memory connection until it ends (for `MockTransport`).
+
+        `alpn` stands for the outcome of a TLS handshake that is not modelled: ``"h2"`` or
+        ``"http/1.1"`` fix the protocol; None sniffs it as in cleartext (h2c prior knowledge
+        or HTTP/1.1). Counts in `connections_accepted`. Raises only `ScriptError` (a broken
+        script, or a handler that failed); a misbehaving client costs only its connection.
+        Cancelled, it abandons the connection at once.
+        """
+        self.connections_accepted += 1
+        transport = _Transport.from_memory(end, self._timeouts.linger)
+        await self._serve_transport(transport, self.connections_accepted, None, alpn)
+
+    async def _serve_transport(
+        self,
+        transport: _Transport,
+        connection_id: int,
+        server_context: ssl.SSLContext | None,
+        alpn: str | None,
+    ) -> None:
         stream: trio.abc.Stream = transport
         ending = Ending.ABORT
         try:
-            alpn: str | None = None
-            if self._server_context is not None:
-                ssl_stream = trio.SSLStream(transport, self._server_context, server_side=True)
+            if server_context is not None:
+                ssl_stream = trio.SSLStream(transport, server_context, server_side=True)
                 stream = ssl_stream
                 with trio.fail_after(self._timeouts.read):
                     await ssl_stream.do_handshake()
