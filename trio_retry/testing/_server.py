@@ -357,10 +357,13 @@ class FaultServer:
                     self.connections_accepted += 1
                     nursery.start_soon(self._serve_connection, stream, self.connections_accepted)
         finally:
-            await trio.aclose_forcefully(listener)
-            if self.strict:
-                # The test is over (serve is cancelled with its nursery): nothing may be left.
-                self.assert_all_used()
+            try:
+                await trio.aclose_forcefully(listener)
+            finally:
+                if self.strict:
+                    # The test is over (serve is cancelled with its nursery): nothing may be
+                    # left. (A checkpoint above raises Cancelled, hence the inner finally.)
+                    self.assert_all_used()
 
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
         transport = _Transport.from_socket(sock, self._timeouts.linger)
