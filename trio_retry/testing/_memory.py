@@ -19,6 +19,8 @@ here reads a clock: under ``trio.testing.MockClock`` everything is deterministic
 
 from __future__ import annotations
 
+import operator
+
 import trio
 
 from .._wire.connector import VirtualSocket
@@ -121,8 +123,10 @@ class MemoryEnd(trio.abc.HalfCloseableStream, VirtualSocket):
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """The next bytes (at most `max_bytes`), ``b""`` after a FIN; raises after a RST."""
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
+        if max_bytes is not None:
+            max_bytes = operator.index(max_bytes)  # TypeError for a float, as trio's streams
+            if max_bytes < 1:
+                raise ValueError("max_bytes must be >= 1")
         if self._receiving:
             raise trio.BusyResourceError("another task is receiving on this stream")
         self._receiving = True

@@ -21,6 +21,9 @@ nursery around ``FaultServer.serve``.
 
 from __future__ import annotations
 
+import errno
+import socket
+import ssl
 from collections import deque
 from dataclasses import dataclass
 
@@ -88,9 +91,26 @@ class ConnectFailure:
         object.__setattr__(self, "message", message)
 
     def error(self, target: ConnectTarget) -> WireError:
+        """The wire error this failure raises, caused by the OS or ssl error it stands for
+        (as the real stage's error is)."""
         where = f"{target.host}:{target.port}"
         text = self.message or f"scripted {self.stage.name} failure for {where} (MockTransport)"
-        return WireError(text, stage=self.stage, evidence=Evidence.NOT_SENT, category=self.category)
+        error = WireError(
+            text, stage=self.stage, evidence=Evidence.NOT_SENT, category=self.category
+        )
+        error.__cause__ = self._cause(text)
+        return error
+
+    def _cause(self, text: str) -> Exception:
+        if self.category is FailureCategory.TIMEOUT:
+            return trio.TooSlowError(text)
+        if self.stage is Stage.DNS:
+            return socket.gaierror(socket.EAI_NONAME, text)
+        if self.stage is Stage.CONNECT:
+            return ConnectionRefusedError(errno.ECONNREFUSED, text)
+        if self.category is FailureCategory.TLS_CERTIFICATE:
+            return ssl.SSLCertVerificationError(text)
+        return ssl.SSLError(text)
 
 
 class MockTransport:
