@@ -32,6 +32,7 @@ from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._proxy import ProxyConfig
+from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
@@ -81,7 +82,16 @@ class Client:
         proxy: str | None = None,
         trust_env: bool = False,
         json_dumps: JsonDumps | None = None,
+        transport: Dialer | None = None,
     ) -> None:
+        if transport is not None:  # transport= (testkit, #17): opens connections instead of us
+            if not callable(getattr(transport, "connect", None)):
+                raise TypeError(
+                    "transport must have an async connect() (e.g. trio_retry.testing."
+                    f"MockTransport), got {type(transport).__name__}"
+                )
+            if proxy is not None:
+                raise ValueError("proxy= and transport= cannot be combined: the transport connects")
         if max_redirects < 0:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         if max_header_bytes < 1:
@@ -115,6 +125,7 @@ class Client:
             max_connections_per_origin=max_connections_per_origin,
             keepalive_expiry=keepalive_expiry,
             pool_timeout=pool_timeout,
+            transport=transport,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self.headers = Headers(

@@ -19,6 +19,7 @@ from .._core.engine import RetryEligibilityEngine
 from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
 from .._proxy import ProxyConfig
+from .._wire.dialer import Dialer
 
 __all__ = ["AttemptCallback", "ClientConfig", "JsonDumps", "RefreshableAuth"]
 
@@ -74,3 +75,5 @@ class ClientConfig:
     max_connections_per_origin: int | None
     keepalive_expiry: float | None
     pool_timeout: float | None
+    #: ``transport=``: opens connections instead of DNS/TCP/TLS (e.g. testing.MockTransport).
+    transport: Dialer | None = None

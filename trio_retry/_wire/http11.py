@@ -27,9 +27,9 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
-from .connector import VirtualSocket
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
+from .virtual import VirtualSocket
 
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 

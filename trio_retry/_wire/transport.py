@@ -21,8 +21,8 @@ import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .connector import VirtualSocket
 from .progress import AttemptProgress, WireError
+from .virtual import VirtualSocket
 
 __all__ = ["HAPPY_EYEBALLS_DELAY", "Transport", "open_transport"]
 
@@ -39,7 +39,7 @@ class Transport:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        sock: trio.socket.SocketType | VirtualSocket,  # VirtualSocket: see connector.py
+        sock: trio.socket.SocketType | VirtualSocket,  # see virtual.py
         alpn: str | None,
     ):
         self.stream = stream

@@ -23,7 +23,7 @@ import operator
 
 import trio
 
-from .._wire.connector import VirtualSocket
+from .._wire.virtual import VirtualSocket
 
 __all__ = ["DEFAULT_LIMIT", "MemoryEnd", "memory_connection"]
 

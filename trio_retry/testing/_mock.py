@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .._wire.connector import ConnectTarget
+from .._wire.dialer import ConnectTarget
 from .._wire.progress import AttemptProgress, WireError
 from .._wire.transport import Transport
 from ._memory import DEFAULT_LIMIT, MemoryEnd, memory_connection

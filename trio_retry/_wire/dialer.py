@@ -1,20 +1,17 @@
 """The seam where a client gets the byte stream under a new connection.
 
 By default the client opens sockets itself (``transport.open_transport``: DNS, TCP, TLS). A
-`Connector` replaces all of that for one client (``Client(transport=...)``): it is handed what
+`Dialer` replaces all of that for one client (``Client(transport=...)``): it is handed what
 the connection is for (`ConnectTarget`) and returns a `Transport` whose stream the HTTP/1.1 or
 HTTP/2 layer then drives exactly as it drives a socket. `trio_retry.testing.MockTransport` is
 the one implementation we ship: in-memory streams to a `FaultServer`, no socket at all.
 
-A connection without an OS socket under it hands the HTTP layers a `VirtualSocket` where they
-would find one. They use a socket for two things only: an abrupt synchronous close, and a
-non-blocking "is anything readable?" probe on an idle pooled HTTP/1.1 connection (the proof
-that a stale keep-alive connection was closed by its peer before a byte was written).
+A connection without an OS socket under it puts a `~.virtual.VirtualSocket` in its
+`Transport` where the socket would be.
 """
 
 from __future__ import annotations
 
-import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,7 +21,7 @@ if TYPE_CHECKING:
     from .progress import AttemptProgress
     from .transport import Transport
 
-__all__ = ["ConnectTarget", "Connector", "VirtualSocket"]
+__all__ = ["ConnectTarget", "Dialer"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +41,7 @@ class ConnectTarget:
     h2c: bool
 
 
-class Connector(Protocol):
+class Dialer(Protocol):
     """Opens the stream under one new client connection (the ``transport=`` of a Client)."""
 
     async def connect(
@@ -60,16 +57,3 @@ class Connector(Protocol):
         opened is left open.
         """
         ...
-
-
-class VirtualSocket(abc.ABC):
-    """Stands in for the OS socket of a connection that has none (an in-memory stream)."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Close the connection at once (synchronously), without any goodbye."""
-
-    @abc.abstractmethod
-    def readable(self) -> bool:
-        """True when a read would not block: bytes, an end of stream or an error are waiting
-        (what ``poll(POLLIN)`` answers for a socket)."""
