@@ -4,8 +4,10 @@ Each case runs twice with the same script and the same calls: once against a `Fa
 serving on loopback, once through ``Client(transport=MockTransport(...))`` with no socket.
 The trails must match attempt by attempt (stage, evidence, category, status, HTTP version,
 connection reuse), and so must the outcome of each call and the server's own record (what it
-received, on which connection and stream, and whether it executed it). Both protocols run:
-HTTP/1.1 and h2c (prior knowledge). Time is virtual (``autojump_clock``).
+received, on which connection and stream, and whether it executed it). Four modes run:
+HTTP/1.1 and h2c (prior knowledge) in cleartext, and HTTP/1.1 and HTTP/2 over ``https://``
+(a real TLS handshake and ALPN on loopback; in memory, the protocol ALPN would pick). Time is
+virtual (``autojump_clock``).
 """
 
 from __future__ import annotations
@@ -92,12 +94,12 @@ CASES = [
     Case("goaway-below", [GoAway(last_stream_id=0), Respond(200)], h2_only=True),
     Case("goaway-then-partial", [GoAway(then=PartialBody())], [GET, GET], h2_only=True),
 ]
-PROTOCOLS = ["h1", "h2c"]
+PROTOCOLS = ["h1", "h2c", "h1-tls", "h2-tls"]
 PARAMS = [
     pytest.param(case, protocol, id=f"{case.name}-{protocol}")
     for case in CASES
     for protocol in PROTOCOLS
-    if protocol == "h2c" or not case.h2_only
+    if protocol.startswith("h2") or not case.h2_only
 ]
 
 
@@ -163,24 +165,35 @@ def _record(server: FaultServer) -> list[tuple[object, ...]]:
     ] + [("connections", server.connections_accepted)]
 
 
-async def _loopback(case: Case, h2c: bool) -> tuple[list[tuple[object, ...]], list[object]]:
-    server = FaultServer()
+def _options(case: Case, protocol: str) -> dict[str, Any]:
+    return {
+        "retry": FAST,
+        "http2_prior_knowledge": protocol == "h2c",
+        "http2": protocol != "h1-tls",
+        **case.options,
+    }
+
+
+async def _loopback(case: Case, protocol: str) -> tuple[list[tuple[object, ...]], list[object]]:
+    server = FaultServer(tls=protocol.endswith("tls"))
     server.script(*case.script)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
-        options = {"retry": FAST, "http2_prior_knowledge": h2c, **case.options}
+        options = _options(case, protocol)
+        if server.tls:
+            options["ssl_context"] = server.client_ssl_context()
         async with trio_retry.Client(**options) as client:
             trail = await _run(client, server.url, case.calls)
         nursery.cancel_scope.cancel()
     return trail, _record(server)
 
 
-async def _in_memory(case: Case, h2c: bool) -> tuple[list[tuple[object, ...]], list[object]]:
+async def _in_memory(case: Case, protocol: str) -> tuple[list[tuple[object, ...]], list[object]]:
     transport = MockTransport()
     transport.server.script(*case.script)
-    options = {"retry": FAST, "http2_prior_knowledge": h2c, **case.options}
-    async with trio_retry.Client(transport=transport, **options) as client:
-        trail = await _run(client, "http://api.example", case.calls)
+    scheme = "https" if protocol.endswith("tls") else "http"
+    async with trio_retry.Client(transport=transport, **_options(case, protocol)) as client:
+        trail = await _run(client, f"{scheme}://api.example", case.calls)
     return trail, _record(transport.server)
 
 
@@ -188,9 +201,8 @@ async def _in_memory(case: Case, h2c: bool) -> tuple[list[tuple[object, ...]], l
 async def test_same_evidence_over_loopback_and_in_memory(
     case: Case, protocol: str, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h2c = protocol == "h2c"
-    real_trail, real_record = await _loopback(case, h2c)
-    mock_trail, mock_record = await _in_memory(case, h2c)
+    real_trail, real_record = await _loopback(case, protocol)
+    mock_trail, mock_record = await _in_memory(case, protocol)
     assert mock_trail == real_trail
     assert mock_record == real_record
     # The case exercised what it scripted (no action left over on either side).
@@ -212,7 +224,7 @@ def test_the_cases_cover_every_fault_the_server_has() -> None:
         for action in case.script:
             walk(action)
     assert set(script._ACTION_TYPES) <= exercised
-    assert len(PARAMS) >= 40
+    assert len(PARAMS) == 86  # 20 cases x 4 modes + 3 HTTP/2-only cases x 2
 
 
 # -- the stages an in-memory connection cannot reach: scripted instead ------------------------
