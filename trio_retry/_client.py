@@ -33,6 +33,7 @@ from ._errors import ClientStateError
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._proxy import ProxyConfig
 from ._tls import CertTypes, VerifyTypes, build_ssl_context
+from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
@@ -86,7 +87,16 @@ class Client:
         proxy: str | None = None,
         trust_env: bool = False,
         json_dumps: JsonDumps | None = None,
+        transport: Dialer | None = None,
     ) -> None:
+        if transport is not None:  # transport= (testkit, #17): opens connections instead of us
+            if not callable(getattr(transport, "connect", None)):
+                raise TypeError(
+                    "transport must have an async connect() (e.g. trio_retry.testing."
+                    f"MockTransport), got {type(transport).__name__}"
+                )
+            if proxy is not None:
+                raise ValueError("proxy= and transport= cannot be combined: the transport connects")
         if max_redirects < 0:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         if max_header_bytes < 1:
@@ -134,6 +144,7 @@ class Client:
             max_connections_per_origin=max_connections_per_origin,
             keepalive_expiry=keepalive_expiry,
             pool_timeout=pool_timeout,
+            transport=transport,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self.headers = Headers(
@@ -172,6 +183,7 @@ class Client:
         outer = await self._nursery_cm.__aenter__()
         self._nursery = await outer.start(self._keep_background)
         self._rt.connector.nursery = self._nursery
+        self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
         self._rt.lifecycle = Lifecycle.OPEN
         return self
 

@@ -139,9 +139,10 @@ class URL:
                 f"URL contains whitespace or control characters (CR, LF, NUL...): {_shown(url)}"
             )
         try:
+            url.encode("utf-8")  # a lone surrogate would fail the percent-encoding below
             parts = urlsplit(url)
             port = parts.port
-        except ValueError as exc:
+        except ValueError as exc:  # UnicodeEncodeError included
             raise _invalid(f"malformed URL {_shown(url)}: {exc}") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
@@ -177,7 +178,10 @@ class URL:
                 continue
             values = value if isinstance(value, (list, tuple)) else [value]
             pairs.extend((str(key), _param_str(v)) for v in values)
-        extra = urlencode(pairs)
+        try:
+            extra = urlencode(pairs)
+        except UnicodeEncodeError as exc:
+            raise _invalid(f"params cannot be encoded as UTF-8: {exc}") from None
         query = f"{self._parts.query}&{extra}" if self._parts.query else extra
         return URL(self._parts._replace(query=query).geturl())
 

@@ -382,7 +382,8 @@ async def test_an_idle_http2_connection_expires_after_keepalive_expiry(
             reused = await client.get(h2_server.url + "/b")
             await trio.sleep(0.1)
             fresh = await client.get(h2_server.url + "/c")
-            assert "1 active, 0 idle, 0 waiting" in repr(client)
+            # An HTTP/2 connection with no stream open is idle: the pool may close it for room.
+            assert "0 active, 1 idle, 0 waiting" in repr(client)
 
     assert reused.attempts[0].connection_reused is True
     assert fresh.attempts[0].connection_reused is False

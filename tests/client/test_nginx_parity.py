@@ -114,6 +114,18 @@ def _lines(nginx: Nginx, port: int) -> list[str]:
     return [line for line in nginx.executed() if line.startswith(f"{port} ")]
 
 
+async def _logged(nginx: Nginx, port: int | None, before: int, count: int) -> list[str]:
+    """The log lines after ``before``, once ``count`` are there: nginx writes its access log
+    line after the response has left, so the client can read it first (bounded: 100 x 20 ms)."""
+    lines: list[str] = []
+    for _ in range(100):
+        lines = (_lines(nginx, port) if port is not None else nginx.executed())[before:]
+        if len(lines) >= count:
+            break
+        await trio.sleep(0.02)
+    return lines
+
+
 @pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
 async def test_mutual_tls_with_nginx(nginx: Nginx, http2: bool) -> None:
     before = len(_lines(nginx, nginx.mtls_port))
@@ -126,7 +138,8 @@ async def test_mutual_tls_with_nginx(nginx: Nginx, http2: bool) -> None:
             response = await client.get(url)
     assert (response.status, response.content) == (200, b"executed\n")
     assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
-    assert _lines(nginx, nginx.mtls_port)[before:] == [f"{nginx.mtls_port} GET /mtls 200 SUCCESS"]
+    logged = await _logged(nginx, nginx.mtls_port, before, 1)
+    assert logged == [f"{nginx.mtls_port} GET /mtls 200 SUCCESS"]
 
 
 async def test_nginx_refuses_a_client_without_a_certificate(nginx: Nginx) -> None:
@@ -135,7 +148,8 @@ async def test_nginx_refuses_a_client_without_a_certificate(nginx: Nginx) -> Non
         with trio.fail_after(LIMIT):
             response = await client.get(f"https://localhost:{nginx.mtls_port}/mtls")
     assert response.status == 400  # nginx: "No required SSL certificate was sent"
-    assert _lines(nginx, nginx.mtls_port)[before:] == [f"{nginx.mtls_port} GET /mtls 400 NONE"]
+    logged = await _logged(nginx, nginx.mtls_port, before, 1)
+    assert logged == [f"{nginx.mtls_port} GET /mtls 400 NONE"]
 
 
 async def test_verify_ca_path_and_a_callers_context_with_nginx(nginx: Nginx) -> None:
@@ -163,5 +177,5 @@ async def test_unix_socket_with_nginx(nginx: Nginx) -> None:
             second = await client.get("http://localhost/uds")
     assert first.content == second.content == b"executed\n"
     assert second.attempts[0].connection_reused
-    lines = nginx.executed()[before:]
+    lines = await _logged(nginx, None, before, 2)
     assert [line.split(" ", 1)[1] for line in lines] == ["POST /uds 200 -", "GET /uds 200 -"]

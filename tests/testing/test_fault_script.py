@@ -19,8 +19,8 @@ from trio_retry.testing import (
     Respond,
     Stall,
 )
+from trio_retry.testing._routes import Script
 from trio_retry.testing._script import (
-    Script,
     body_allowed,
     h2_response_headers,
     paced_chunks,

@@ -21,6 +21,7 @@ from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
 from .._proxy import ProxyConfig
 from .._tls import CertTypes, VerifyTypes
+from .._wire.dialer import Dialer
 
 __all__ = ["AttemptCallback", "AuthTypes", "ClientConfig", "JsonDumps", "RefreshableAuth"]
 
@@ -88,3 +89,5 @@ class ClientConfig:
     max_connections_per_origin: int | None
     keepalive_expiry: float | None
     pool_timeout: float | None
+    #: ``transport=``: opens connections instead of DNS/TCP/TLS (e.g. testing.MockTransport).
+    transport: Dialer | None = None

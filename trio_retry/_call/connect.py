@@ -19,6 +19,7 @@ import trio
 from .._models import URL, Origin
 from .._proxy import ProxyConfig, proxy_from_env
 from .._tls import InsecureTLSWarning, build_ssl_context
+from .._wire.dialer import ConnectTarget, Dialer
 from .._wire.http2 import HTTP2Connection
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
@@ -111,20 +112,23 @@ class Connector:
         config = self._config
         timeouts = config.stage_timeouts
         origin = url.origin
-        transport = await self.open_transport(
-            origin.host,
-            origin.port,
-            progress=progress,
-            ssl_context=config.ssl_context if origin.tls else None,
-            connect_timeout=timeouts.connect,
-            tls_timeout=timeouts.tls,
-            proxy=proxy,
-            proxy_ssl_context=self._proxy_tls() if proxy is not None and proxy.tls else None,
-            http2=config.http2,
-            uds=config.uds,
-        )
         via_proxy = proxy is not None and proxy.forwards and not origin.tls
         h2c = not origin.tls and config.http2_prior_knowledge and not via_proxy
+        if config.transport is not None:
+            transport = await self._dial(config.transport, origin, h2c, progress)
+        else:
+            transport = await self.open_transport(
+                origin.host,
+                origin.port,
+                progress=progress,
+                ssl_context=config.ssl_context if origin.tls else None,
+                connect_timeout=timeouts.connect,
+                tls_timeout=timeouts.tls,
+                proxy=proxy,
+                proxy_ssl_context=self._proxy_tls() if proxy is not None and proxy.tls else None,
+                http2=config.http2,
+                uds=config.uds,
+            )
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.
             assert self.nursery is not None
@@ -139,6 +143,23 @@ class Connector:
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
             )
         return HTTP11Connection(transport, pool_key, config.max_header_bytes)
+
+    async def _dial(
+        self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress
+    ) -> Transport:
+        """``transport=``: the dialer opens the stream (its tasks in the client's nursery)."""
+        assert self.nursery is not None
+        target = ConnectTarget(
+            scheme=origin.scheme,
+            host=origin.host,
+            port=origin.port,
+            tls=origin.tls,
+            alpn=(("h2", "http/1.1") if self._config.http2 else ("http/1.1",))
+            if origin.tls
+            else (),
+            h2c=h2c,
+        )
+        return await dialer.connect(target, progress=progress, nursery=self.nursery)
 
     def expect_multiplexed(self, origin: Origin, proxy: ProxyConfig | None) -> bool:
         """Whether a new connection to ``origin`` will probably be HTTP/2 (the pool then waits

@@ -24,9 +24,15 @@ from .._core.evidence import Evidence, FailureCategory
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Multipart
-from .._errors import InvalidRequest, RequestFailed
+from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
-from .._redirects import CREDENTIAL_HEADERS, body_headers, redirect_method
+from .._redirects import (
+    CREDENTIAL_HEADERS,
+    InvalidLocation,
+    body_headers,
+    redirect_method,
+    resolve_location,
+)
 from .config import AuthTypes, ClientConfig, RefreshableAuth
 
 if TYPE_CHECKING:
@@ -142,6 +148,10 @@ def prepare(
             body.content_type = "application/x-www-form-urlencoded"
     except TypeError as exc:
         raise _invalid(str(exc)) from exc
+    except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
+        raise _invalid(
+            f"the request body (content=, json= or data=) cannot be encoded as UTF-8: {exc}"
+        ) from None
     # Checked on every call, whatever the headers' source: ``client.headers`` may have been
     # changed since the client was built (the name lookups use the Headers' own cache).
     if "transfer-encoding" in merged or "content-length" in merged:
@@ -232,9 +242,20 @@ def prepare_redirect(
     """The next request of a redirect chain (RFC 9110 §15.4; the rules are in ``_redirects``).
 
     Raises ``RequestFailed`` (``RetryDenied.body_not_replayable()``) when a 307/308 would have
-    to replay a one-shot body.
+    to replay a one-shot body; ``ProtocolFailed`` (``REMOTE_PROTOCOL``) when ``location`` is
+    not a valid URL (the server broke HTTP); ``InvalidRequest`` when it is a URL we do not
+    follow (another scheme). Nothing is sent for the next hop in any of these cases.
     """
-    url = request.url.join(location)
+    try:
+        url = resolve_location(request.url, location)
+    except InvalidLocation as exc:
+        raise ProtocolFailed(
+            f"{request.method} {request.url}: the {response.status} redirect's Location "
+            f"{location[:200]!r} is not a valid URL ({exc}); nothing was sent for it",
+            evidence=Evidence.RESPONSE_RECEIVED,
+            attempts=response.attempts,
+            category=FailureCategory.REMOTE_PROTOCOL,
+        ) from None
     method, keep_body = redirect_method(response.status, request.method)
     headers = request.headers.copy()
     body = request.body

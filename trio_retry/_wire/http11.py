@@ -19,7 +19,7 @@ returned to the pool.
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -29,6 +29,7 @@ import trio
 from .._core.evidence import FailureCategory, Stage
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
+from .virtual import VirtualSocket
 
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 
@@ -141,6 +142,8 @@ class HTTP11Connection:
         """
         if self.closed:
             return True
+        if isinstance(self._socket, VirtualSocket):  # an in-memory connection (MockTransport)
+            return self._socket.readable()
         try:
             poller = self._poller
             if poller is None:
@@ -335,6 +338,9 @@ class HTTP11Connection:
                             f"({self._max_header_bytes}); raise Client(max_header_bytes=...) if "
                             "the server legitimately sends large headers",
                         )
+                    framing = _framing_conflict(event.headers)
+                    if framing is not None:
+                        raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
                     progress.advance(Stage.RESPONSE_BODY)
                     return WireResponse(
                         event.status_code,
@@ -411,6 +417,31 @@ async def closing_body(body: AsyncIterable[bytes]) -> AsyncIterator[None]:
         aclose = getattr(body, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _framing_conflict(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Why a response head's framing is invalid, or ``None``: ``Transfer-Encoding`` together
+    with ``Content-Length``.
+
+    RFC 9112 §6.3 (3): such a message "ought to be handled as an error", and the connection
+    must not be reused: the two lengths disagree about where this response ends, which is
+    where request smuggling and response desync live. h11 reads the body as chunked and keeps
+    the connection; we refuse the response (the wire stage stays ``RESPONSE_HEAD``: no valid
+    response was received) and the connection is closed with it.
+    """
+    chunked = length = False
+    for name, _ in headers:  # lower-cased names; a handful of fields
+        if name == b"transfer-encoding":
+            chunked = True
+        elif name == b"content-length":
+            length = True
+    if chunked and length:
+        return (
+            "the server's response is not valid HTTP/1.1: it has both Transfer-Encoding and "
+            "Content-Length (RFC 9112 §6.3), so its length is ambiguous; the connection is "
+            "closed, not reused"
+        )
+    return None
 
 
 def _eof_error(exc: h11.RemoteProtocolError) -> bool:

@@ -526,6 +526,11 @@ class HTTP2Connection:
         """Streams the client has not finished with."""
         return len(self._streams)
 
+    @property
+    def stream_limit(self) -> int:
+        """The server's ``SETTINGS_MAX_CONCURRENT_STREAMS``: streams the pool lends at once."""
+        return self._h2.remote_settings.max_concurrent_streams
+
     def is_available(self) -> bool:
         """Alive, no GOAWAY received, and fewer open streams than the server allows."""
         return (

@@ -1,165 +1,100 @@
 """The connection pool: synchronous bookkeeping, with I/O kept outside it.
 
-State, all per :class:`Origin`:
+One job: decide which attempt gets which connection, or which attempt may open one, under
+``max_connections`` (across all origins) and ``max_connections_per_origin``. Every decision is
+made synchronously, in the method that changed the state; the only awaits are a waiter's sleep
+and the opener (which runs outside the bookkeeping). The synchronous bookkeeping is
+:mod:`.pool_state` (:class:`~.pool_state.PoolState`); this module adds acquire, release and the
+openings.
 
-- ``idle``: HTTP/1.1 connections between requests, a LIFO stack (the most recently used socket
-  is the warmest and the least likely to have been closed by the peer);
-- ``shared``: multiplexed (HTTP/2) connections, which take new streams while they have capacity;
-- counts of all connections (idle, busy and still connecting) per origin and in total, checked
-  against ``max_connections_per_origin`` and ``max_connections``;
-- a FIFO of waiters. A released connection is handed straight to the first waiter for its
-  origin; a freed slot goes to the first waiter allowed to open a connection.
+State:
 
-Taking and returning a connection is O(1): no scan of all connections per request. The one
-check before reusing an idle HTTP/1.1 connection is a single non-blocking ``recv(MSG_PEEK)``
-(:meth:`HTTP11Connection.peer_closed`): a connection the peer closed while it sat idle is
-dropped and the *same* attempt continues on a fresh one — it never turns into a request written
-into a dead socket, which would be ``SENT_NO_RESPONSE`` instead of the ``NOT_SENT`` it really is.
+- per origin (:class:`_Origin`): a count of its connections (idle, busy, multiplexed and being
+  opened), a LIFO stack of idle HTTP/1.1 connections (the warmest socket is the least likely to
+  have been closed by the peer), its HTTP/2 connections with the streams lent on each, a FIFO
+  of waiters, and at most one HTTP/2 connection being opened (:class:`_Opening`);
+- globally: the total count, every idle connection in least-recently-used order (HTTP/1.1
+  *and* HTTP/2 connections with no stream: either may be closed to make room), and a heap of
+  the origins whose first waiter could open a connection if a global slot were free, keyed by
+  that waiter's arrival number.
 
-Multiplexed (HTTP/2) connections stay in ``shared`` while they live: a stream that fails or is
-cancelled resets only itself, so ``discard`` of a multiplexed connection is a ``release``. The
-connection tells the pool when it dies or retires (after a GOAWAY, once its last stream
-finished) through its ``on_retired`` hook, which frees its slot at once. An HTTP/2 connection
-with no open stream expires after ``keepalive_expiry`` like an idle HTTP/1.1 one.
+The rules, in the order they are applied:
 
-When an attempt expects HTTP/2 (``acquire(..., expect_multiplexed=True)``) and another attempt
-is already connecting to the same origin, it waits for that connection instead of opening a
-parallel one, then shares it if it turned out multiplexed with a free stream slot (else it
-opens its own). Origins that answered HTTP/1.1 despite the expectation are remembered, so a
-burst to them is not serialised behind one connect.
+1. A connection of the caller's origin that can take the request is used at once (an idle
+   HTTP/1.1 one, or an HTTP/2 one with a free stream).
+2. An attempt that expects HTTP/2 joins the connection its origin is already opening: the
+   connection is shared, up to the server's concurrent-stream limit, instead of one connection
+   per waiter. The opening runs in a task of the nursery given to :meth:`bind`, not in the
+   attempt that started it, so cancelling that attempt does not lose the connection: it is
+   finished and handed to the others (or kept idle). A GOAWAY ends a connection's new streams;
+   the next attempts coalesce on one new opening in the same way.
+3. Otherwise, with room under both limits, the attempt opens a connection. At the global limit,
+   the least recently used idle connection of any origin is closed to make room.
+4. Otherwise the attempt waits. Waiters are served in arrival order across origins: a released
+   HTTP/1.1 connection goes to its origin's first waiter unless a waiter of another origin that
+   could use the slot arrived earlier, in which case the connection is closed and the slot
+   given to that waiter; a freed slot goes to the earliest waiter whose origin is under its own
+   limit. An HTTP/2 stream is not a slot: a finished stream goes to its origin's first waiter,
+   and a connection with no stream left is closed for an earlier waiter elsewhere.
 
-Cancellation: a waiter cancelled after it was granted a connection or slot gives it back, so the
-counts stay exact; :meth:`__repr__` ("1 active, 2 idle, 0 waiting") doubles as a test oracle.
+Invariant (checked by the property test after every step): no waiter sleeps while something it
+could use is free, i.e. while its origin has a usable connection, or its origin is under its
+limit and the pool has a free slot or an idle connection to close.
+
+Every request costs O(1) bookkeeping (O(log origins) on the heap): no scan of every connection
+or every waiter. The only loops are over one origin's HTTP/2 connections (at most
+``max_connections_per_origin``) and over the waiters actually served. :meth:`__repr__` ("1
+active, 2 idle, 0 waiting") is a test oracle.
+
+The one check before reusing an idle HTTP/1.1 connection is a single non-blocking poll
+(:meth:`HTTP11Connection.peer_closed`): a connection the peer closed while it sat idle is dropped
+and the *same* attempt continues on a fresh one — never a request written into a dead socket,
+which would be ``SENT_NO_RESPONSE`` instead of the ``NOT_SENT`` it really is.
+
+HTTP/2 connections tell the pool when they die or retire (after a GOAWAY, once their last
+stream finished) through their ``on_retired`` hook, which frees the slot at once. A failed or
+cancelled HTTP/2 stream resets only itself, so :meth:`discard` of one is a :meth:`release`.
+
+Cancellation: a waiter cancelled after it was granted a connection or slot gives it back, so
+the counts stay exact.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, cast
+import math
+from collections.abc import Callable
 
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .pool_state import (
+    _ATTACHED,
+    _CONN,
+    _FAILED,
+    _SLOT,
+    _WAITING,
+    MultiplexedConnection,
+    Opener,
+    PooledConnection,
+    PoolState,
+    _closed_error,
+    _Opening,
+    _Origin,
+    _Waiter,
+)
 from .progress import AttemptProgress, WireError
 
-if TYPE_CHECKING:
-    from .http11 import WireRequest, WireResponse
-
-__all__ = ["ConnectionPool", "PooledConnection"]
+__all__ = ["ConnectionPool", "MultiplexedConnection", "Opener", "PooledConnection"]
 
 
-class PooledConnection(Protocol):
-    """What the pool needs of a connection (HTTP/1.1 or HTTP/2)."""
+class ConnectionPool(PoolState):
+    """Keep-alive pool with global and per-origin limits; see the module docstring."""
 
-    @property
-    def origin_key(self) -> object: ...
-    @property
-    def multiplexed(self) -> bool: ...
-    @property
-    def closed(self) -> bool: ...
-
-    expires_at: float
-
-    def is_available(self) -> bool: ...
-    def is_reusable(self) -> bool: ...
-    def peer_closed(self) -> bool: ...
-    def close(self) -> None: ...
-    async def send_request(
-        self,
-        request: WireRequest,
-        progress: AttemptProgress,
-        *,
-        write_timeout: float | None = None,
-        first_byte_timeout: float | None = None,
-    ) -> WireResponse: ...
-
-
-class MultiplexedConnection(PooledConnection, Protocol):
-    """What the pool needs in addition of a connection whose ``multiplexed`` is true."""
-
-    on_retired: Callable[[], None] | None
-
-    @property
-    def active_streams(self) -> int: ...
-
-
-Opener = Callable[[AttemptProgress], Awaitable[PooledConnection]]
-
-
-class _Waiter:
-    __slots__ = ("conn", "event", "granted", "origin")
-
-    def __init__(self, origin: object) -> None:
-        self.origin = origin
-        self.event = trio.Event()
-        self.granted = False
-        self.conn: PooledConnection | None = None
-
-
-class ConnectionPool:
-    """Per-origin keep-alive pool with global and per-origin limits; see the module docstring."""
-
-    def __init__(
-        self,
-        *,
-        max_connections: int = 100,
-        max_connections_per_origin: int | None = None,
-        keepalive_expiry: float | None = 5.0,
-        pool_timeout: float | None = None,
-    ) -> None:
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
-        per_origin = max_connections_per_origin or max_connections
-        if per_origin < 1:
-            raise ValueError(f"max_connections_per_origin must be >= 1, got {per_origin}")
-        self.max_connections = max_connections
-        self.max_per_origin = min(per_origin, max_connections)
-        self.keepalive_expiry = keepalive_expiry
-        self.pool_timeout = pool_timeout
-        self._idle: dict[object, list[PooledConnection]] = {}
-        self._idle_lru: dict[PooledConnection, None] = {}  # insertion order = oldest first
-        self._shared: dict[object, list[PooledConnection]] = {}
-        self._count: dict[object, int] = {}
-        self._total = 0
-        self._waiters: deque[_Waiter] = deque()
-        # Origins with a connection being opened by an attempt that expects HTTP/2; set when
-        # that connect ends, however it ends.
-        self._opening: dict[object, trio.Event] = {}
-        # Origins that answered HTTP/1.1 when HTTP/2 was expected.
-        self._not_multiplexed: set[object] = set()
-        # HTTP/1.1 connections lent to an attempt (or being handed to a waiter): close() must
-        # reach them too, or a response body still being read would outlive the client.
-        self._lent: set[PooledConnection] = set()
-        self.closed = False
-
-    # --- inspection ------------------------------------------------------------------------
-
-    @property
-    def idle_count(self) -> int:
-        return len(self._idle_lru)
-
-    @property
-    def total(self) -> int:
-        return self._total
-
-    @property
-    def active_count(self) -> int:
-        """Connections not idle: busy, multiplexed or still connecting."""
-        return self._total - len(self._idle_lru)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def __repr__(self) -> str:
-        return (
-            f"<ConnectionPool {self.active_count} active, {self.idle_count} idle, "
-            f"{self.waiting} waiting; limits {self.max_connections} total, "
-            f"{self.max_per_origin} per origin>"
-        )
-
-    # --- acquire -----------------------------------------------------------------------------
+    def bind(self, nursery: trio.Nursery) -> None:
+        """Run HTTP/2 openings in ``nursery`` (the client's), so that they survive the
+        cancellation of the attempt that started them. Without it, every attempt opens its
+        own connections inline."""
+        self._nursery = nursery
 
     async def acquire(
         self,
@@ -169,157 +104,77 @@ class ConnectionPool:
         *,
         expect_multiplexed: bool = False,
     ) -> PooledConnection:
-        """A connection for ``origin``: a reusable one, or a new one from ``opener``.
+        """A connection for ``origin``: a usable pooled one, a shared or new one.
 
-        Waits at most ``pool_timeout`` for capacity (then ``WireError(POOL_TIMEOUT)``,
-        ``NOT_SENT``). ``progress.connection_reused`` says which it was. With
-        ``expect_multiplexed`` it first waits for a connection another attempt is opening to
-        the same origin (see the module docstring). If cancelled, any connection or slot
-        granted meanwhile is given back: the pool's counts stay exact. The connection must be
-        given back with :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
+        Waits at most ``pool_timeout`` in the queue (then ``WireError(POOL_TIMEOUT)``,
+        ``NOT_SENT``); the wait for an HTTP/2 connection being opened is bounded by the
+        opening itself (its connect and TLS timeouts) and the caller's deadline.
+        ``progress.connection_reused`` says whether the connection served a request before.
+        Failures of the opening are raised as :class:`WireError` (``NOT_SENT``), to every
+        attempt that waited for it.
+
+        If cancelled, anything granted meanwhile is given back and an HTTP/2 opening carries on
+        for the others: the counts stay exact. The connection must be given back with
+        :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
         """
-        conn = await self._acquire(origin, progress, opener, expect_multiplexed)
-        if not conn.multiplexed:
-            self._lent.add(conn)
-        return conn
+        progress.advance(Stage.POOL)
+        if self.closed:
+            raise _closed_error()
+        state = self._origins.get(origin)
+        if state is None:
+            state = self._origins[origin] = _Origin(origin)
+        conn = self._take(state)
+        if conn is not None:
+            progress.connection_reused = True
+            return conn
+        multiplexed = expect_multiplexed and origin not in self._not_multiplexed
+        waiter = _Waiter(state, next(self._seq), opener, multiplexed)
+        opening = state.opening
+        if multiplexed and opening is not None:
+            self._attach(waiter, opening)
+        elif self._reserve(state):
+            self._grant_slot(waiter)
+        else:
+            self._enqueue(waiter)
+        if waiter.state <= _ATTACHED:
+            await self._sleep(waiter)
+        return await self._outcome(waiter, progress)
 
     def take_idle(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
         """A connection for ``origin`` at once, or ``None``. Never blocks.
 
-        An idle HTTP/1.1 connection, or a shared (multiplexed) one with a free stream, as
-        :meth:`acquire` would hand out without waiting; give it back the same way. ``None``
-        when there is none: then :meth:`acquire` decides whether to wait or connect.
+        An idle HTTP/1.1 connection, or an HTTP/2 one with a free stream, as :meth:`acquire`
+        would hand out without waiting; give it back the same way. ``None`` when there is none:
+        then :meth:`acquire` decides whether to wait or connect.
         """
         if self.closed:
             return None
-        conn = self._take(origin)
+        state = self._origins.get(origin)
+        if state is None:
+            return None
+        conn = self._take(state)
         if conn is None:
             return None
         progress.advance(Stage.POOL)
         progress.connection_reused = True
-        if not conn.multiplexed:
-            self._lent.add(conn)
         return conn
 
-    async def _acquire(
-        self,
-        origin: object,
-        progress: AttemptProgress,
-        opener: Opener,
-        expect_multiplexed: bool,
-    ) -> PooledConnection:
-        progress.advance(Stage.POOL)
-        if self.closed:
-            raise WireError(
-                "the client is closed",
-                stage=Stage.POOL,
-                evidence=Evidence.NOT_SENT,
-                category=FailureCategory.ADMISSION,
-            )
-        conn = self._take(origin)
-        expect_multiplexed = expect_multiplexed and origin not in self._not_multiplexed
-        if conn is None and expect_multiplexed and origin in self._opening:
-            # Waiting once is enough: if that connection cannot carry us too (HTTP/1.1, full,
-            # or it failed), we open our own rather than queue behind another connect.
-            await self._opening[origin].wait()
-            conn = self._take(origin)
-        if conn is not None:
-            progress.connection_reused = True
-            return conn
-        if not self._reserve(origin):
-            conn = await self._wait(origin, progress)
-            if conn is not None:
-                progress.connection_reused = True
-                return conn
-        # We hold a slot: connect outside the bookkeeping.
-        opening: trio.Event | None = None
-        if expect_multiplexed and origin not in self._opening:
-            opening = self._opening[origin] = trio.Event()
+    async def _sleep(self, waiter: _Waiter) -> None:
+        limit = self.pool_timeout
+        deadline = math.inf
+        if waiter.state == _WAITING and limit is not None:
+            deadline = trio.current_time() + limit
+        waiter.scope = trio.CancelScope(deadline=deadline)
         try:
-            conn = await opener(progress)
-        except BaseException:
-            self._release_slot(origin)
-            raise
-        finally:
-            if opening is not None:
-                del self._opening[origin]
-                opening.set()
-        if expect_multiplexed and not conn.multiplexed:
-            self._not_multiplexed.add(origin)
-        elif conn.multiplexed:
-            self._not_multiplexed.discard(origin)
-        if self.closed:
-            conn.close()
-            self._release_slot(origin)
-            raise WireError(
-                "the client closed while connecting",
-                stage=progress.stage,
-                evidence=Evidence.NOT_SENT,
-                category=FailureCategory.ADMISSION,
-            )
-        if conn.multiplexed:
-            self._shared.setdefault(origin, []).append(conn)
-            shared = conn
-            cast(MultiplexedConnection, conn).on_retired = lambda: self._forget_shared(shared)
-        return conn
-
-    def _take(self, origin: object) -> PooledConnection | None:
-        shared = self._shared.get(origin)
-        if shared:
-            now = trio.current_time()
-            for conn in list(shared):
-                if conn.is_available():
-                    if conn.expires_at <= now and not _streams(conn):
-                        self._forget_shared(conn)  # idle longer than keepalive_expiry
-                        continue
-                    return conn
-        stack = self._idle.get(origin)
-        if not stack:
-            return None
-        now = trio.current_time()
-        while stack:
-            conn = stack.pop()
-            del self._idle_lru[conn]
-            if conn.expires_at > now and not conn.peer_closed():
-                return conn
-            self._drop(conn)
-        return None
-
-    def _can_open(self, origin: object) -> bool:
-        if self._count.get(origin, 0) >= self.max_per_origin:
-            return False
-        if self._total < self.max_connections:
-            return True
-        # At the global limit: make room by closing the oldest idle connection elsewhere.
-        for conn in self._idle_lru:
-            if conn.origin_key != origin:
-                self._idle[conn.origin_key].remove(conn)
-                del self._idle_lru[conn]
-                self._drop(conn, wake=False)
-                return True
-        return False
-
-    def _reserve(self, origin: object) -> bool:
-        if not self._can_open(origin):
-            return False
-        self._count[origin] = self._count.get(origin, 0) + 1
-        self._total += 1
-        return True
-
-    async def _wait(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
-        waiter = _Waiter(origin)
-        self._waiters.append(waiter)
-        limit = self.pool_timeout if self.pool_timeout is not None else float("inf")
-        try:
-            with trio.move_on_after(limit):
+            with waiter.scope:
                 await waiter.event.wait()
         except BaseException:
             self._abandon(waiter)
             raise
-        if not waiter.granted:
+        if waiter.state == _WAITING:
             self._abandon(waiter)
             raise WireError(
-                f"no connection to {origin} became available within pool_timeout "
+                f"no connection to {waiter.origin.key} became available within pool_timeout "
                 f"({self.pool_timeout}s); limits: max_connections={self.max_connections}, "
                 f"max_connections_per_origin={self.max_per_origin}, "
                 f"{self.active_count} active",
@@ -327,60 +182,188 @@ class ConnectionPool:
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.POOL_TIMEOUT,
             )
-        if waiter.conn is None and self.closed:
-            self._release_slot(origin)
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """``waiter`` leaves (cancelled, timed out): give back anything it was granted."""
+        state = waiter.state
+        if state == _WAITING:
+            self._dequeue(waiter)
+            self._forget_if_empty(waiter.origin)
+        elif state == _ATTACHED:
+            opening = waiter.origin.opening
+            assert opening is not None
+            del opening.waiters[waiter]
+            self._waiting -= 1
+        elif state == _SLOT:
+            self._count_down(waiter.origin)
+            self._grant_slots()
+        elif state == _CONN:
+            assert waiter.conn is not None
+            self.release(waiter.conn)
+        waiter.state = _FAILED  # nothing held any more
+
+    async def _outcome(self, waiter: _Waiter, progress: AttemptProgress) -> PooledConnection:
+        """What a waiter was given, as :meth:`acquire` returns it."""
+        if waiter.state == _CONN:
+            conn = waiter.conn
+            assert conn is not None
+            if waiter.opened is not None:  # a fresh connection, opened by the pool for us
+                _merge(progress, waiter.opened)
+            else:
+                progress.connection_reused = True
+            return conn
+        if waiter.state == _FAILED:
+            error = waiter.error
+            assert error is not None
+            if isinstance(error, WireError):
+                progress.advance(error.stage)
+                raise WireError(
+                    str(error), stage=error.stage, evidence=error.evidence, category=error.category
+                ) from error
+            raise error
+        assert waiter.state == _SLOT
+        return await self._open_inline(waiter.origin, progress, waiter.opener, waiter.multiplexed)
+
+    async def _open_inline(
+        self, state: _Origin, progress: AttemptProgress, opener: Opener, multiplexed: bool
+    ) -> PooledConnection:
+        """Open a connection in the calling task, under the slot it holds."""
+        try:
+            conn = await opener(progress)
+        except BaseException:
+            self._count_down(state)
+            self._grant_slots()
+            raise
+        self.opened += 1
+        if self.closed:
+            conn.close()
+            self._count_down(state)
             raise WireError(
-                "the client is closed",
-                stage=Stage.POOL,
+                "the client closed while connecting",
+                stage=progress.stage,
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.ADMISSION,
             )
-        return waiter.conn
-
-    def _abandon(self, waiter: _Waiter) -> None:
-        """A waiter leaves (timeout, cancellation): give back anything it was granted."""
-        if waiter.granted:
-            if waiter.conn is not None:
-                self.release(waiter.conn)
-            else:
-                self._release_slot(waiter.origin)
+        self._learn(state, conn, multiplexed)
+        if conn.multiplexed:
+            self._add_shared(state, conn, lent=1)
+            self._serve_streams(state, conn)
         else:
-            self._waiters.remove(waiter)
+            self._lent.add(conn)
+        return conn
 
-    # --- release -----------------------------------------------------------------------------
+    async def _open(self, opening: _Opening, opener: Opener) -> None:
+        """The background task of an opening: never raises (but for the nursery's own
+        cancellation, after the bookkeeping is done)."""
+        progress = AttemptProgress(trio.current_time())
+        progress.advance(Stage.POOL)
+        conn: PooledConnection | None = None
+        error: BaseException | None = None
+        try:
+            with opening.scope:
+                conn = await opener(progress)
+        except Exception as exc:  # delivered to the waiters, raised in their tasks
+            error = exc
+        except BaseException:
+            self._opening_done(opening, progress, None, _closed_error())
+            raise
+        if conn is None and error is None:  # the pool closed while connecting
+            error = _closed_error()
+        self._opening_done(opening, progress, conn, error)
+
+    def _opening_done(
+        self,
+        opening: _Opening,
+        progress: AttemptProgress,
+        conn: PooledConnection | None,
+        error: BaseException | None,
+    ) -> None:
+        state = opening.origin
+        state.opening = None
+        waiters = list(opening.waiters)
+        opening.waiters.clear()
+        if conn is not None:
+            self.opened += 1
+            if self.closed:
+                conn.close()
+                conn, error = None, _closed_error()
+            elif not conn.is_reusable():
+                conn.close()
+                conn = None
+                error = WireError(
+                    "the new connection closed before it could carry a request",
+                    stage=progress.stage,
+                    evidence=Evidence.NOT_SENT,
+                    category=FailureCategory.CONNECTION_BROKEN,
+                )
+        if conn is None:
+            self._count_down(state)
+            for waiter in waiters:
+                self._resolve(waiter, _FAILED, error=error)
+            self._grant_slots()
+            return
+        self._learn(state, conn, True)
+        left = iter(waiters)
+        if conn.multiplexed:
+            self._add_shared(state, conn, lent=0)
+            for waiter in left:
+                lent = state.shared[conn]
+                if not self._has_stream(conn, lent):
+                    self._requeue(waiter)
+                    break
+                state.shared[conn] = lent + 1
+                self._resolve(waiter, _CONN, conn=conn, opened=progress)
+            if state.shared.get(conn) == 0:
+                self._stream_returned(state, conn)
+        else:
+            first = next(left, None)
+            if first is None:
+                self._lent.add(conn)
+                self.release(conn)
+            else:
+                self._lent.add(conn)
+                self._resolve(first, _CONN, conn=conn, opened=progress)
+        for waiter in left:
+            self._requeue(waiter)
+        if state.waiting:
+            for other in list(state.shared):  # a stream freed elsewhere meanwhile
+                if other is not conn and state.waiting:
+                    self._serve_streams(state, other)
+            self._mark_ready(state)
+            self._grant_slots()
 
     def release(self, conn: PooledConnection) -> None:
-        """Return ``conn`` after a request: kept alive if reusable, else closed. Never blocks."""
+        """Give ``conn`` back after a request: kept if reusable, else closed. Never blocks."""
+        state = self._origins.get(conn.origin_key)
         if conn.multiplexed:
-            if conn.closed or not conn.is_reusable():
-                self._forget_shared(conn)
-                return
-            if not _streams(conn):
-                expiry = self.keepalive_expiry
-                if self.closed or (expiry is not None and expiry <= 0):
-                    self._forget_shared(conn)
-                    return
-                now = trio.current_time()
-                conn.expires_at = now + expiry if expiry is not None else float("inf")
-            self._grant_shared(conn)
+            lent = state.shared.get(conn) if state is not None else None
+            if state is None or lent is None:
+                return  # retired (or evicted) meanwhile: its slot is free already
+            state.shared[conn] = lent - 1
+            self._stream_returned(state, conn)
             return
         self._lent.discard(conn)
+        assert state is not None
         if self.closed or conn.closed or not conn.is_reusable():
-            self._drop(conn)
+            conn.close()
+            self._count_down(state)
+            self._grant_slots()
             return
-        for waiter in self._waiters:
-            if waiter.origin == conn.origin_key:
-                self._waiters.remove(waiter)
-                waiter.granted, waiter.conn = True, conn
-                self._lent.add(conn)
-                waiter.event.set()
-                return
+        mine = state.head()
+        other = self._eligible()
+        if mine is not None and (other is None or mine.seq <= other.seq):
+            self._dequeue(mine)
+            self._lent.add(conn)
+            self._resolve(mine, _CONN, conn=conn)
+            return
         expiry = self.keepalive_expiry
-        if expiry is not None and expiry <= 0:
-            self._drop(conn)
+        if other is not None or (expiry is not None and expiry <= 0):
+            conn.close()  # an earlier waiter elsewhere needs the slot, or no keep-alive
+            self._count_down(state)
+            self._grant_slots()
             return
-        conn.expires_at = trio.current_time() + (expiry if expiry is not None else float("inf"))
-        self._idle.setdefault(conn.origin_key, []).append(conn)
+        conn.expires_at = trio.current_time() + (expiry if expiry is not None else math.inf)
+        state.idle.append(conn)
         self._idle_lru[conn] = None
 
     def discard(self, conn: PooledConnection) -> None:
@@ -389,83 +372,77 @@ class ConnectionPool:
         A multiplexed connection is only closed if it is itself dead: a failed or cancelled
         HTTP/2 stream has already reset itself, and the connection carries the other streams.
         """
-        if conn.multiplexed:
-            self.release(conn)
-            return
-        self._lent.discard(conn)
-        conn.close()
-        self._drop(conn)
-
-    def _forget_shared(self, conn: PooledConnection) -> None:
-        """A multiplexed connection is finished with: close it and free its slot, once.
-
-        Also the connection's ``on_retired`` hook, so it may run from its reader task.
-        """
-        shared = self._shared.get(conn.origin_key)
-        if shared and conn in shared:
-            shared.remove(conn)
-            if not shared:
-                del self._shared[conn.origin_key]
+        if not conn.multiplexed:
             conn.close()
-            self._release_slot(conn.origin_key)
+        self.release(conn)
 
-    def _grant_shared(self, conn: PooledConnection) -> None:
-        """A stream finished on a multiplexed connection: wake a waiter for its origin."""
-        for waiter in self._waiters:
-            if waiter.origin == conn.origin_key and conn.is_available():
-                self._waiters.remove(waiter)
-                waiter.granted, waiter.conn = True, conn
-                waiter.event.set()
-                return
+    def _stream_returned(self, state: _Origin, conn: PooledConnection) -> None:
+        """A stream of ``conn`` ended (or the connection is new): serve a waiter, keep it
+        idle, or close it for an earlier waiter of another origin."""
+        if conn.closed or not conn.is_reusable() or self.closed:
+            self._forget_shared(conn)
+            return
+        if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
+            return
+        if state.shared[conn] > 0:
+            return
+        expiry = self.keepalive_expiry
+        if self._eligible() is not None or (expiry is not None and expiry <= 0):
+            self._forget_shared(conn)  # closed for an earlier waiter elsewhere, or no keep-alive
+            return
+        conn.expires_at = trio.current_time() + (expiry if expiry is not None else math.inf)
+        self._idle_lru[conn] = None
 
-    def _drop(self, conn: PooledConnection, *, wake: bool = True) -> None:
-        conn.close()
-        self._release_slot(conn.origin_key, wake=wake)
-
-    def _release_slot(self, origin: object, *, wake: bool = True) -> None:
-        remaining = self._count.get(origin, 0) - 1
-        if remaining > 0:
-            self._count[origin] = remaining
-        else:
-            self._count.pop(origin, None)
-        self._total -= 1
-        if wake:
-            self._wake()
-
-    def _wake(self) -> None:
-        """A slot is free: grant it to the first waiter that may open a connection."""
-        for waiter in self._waiters:
-            if self._reserve(waiter.origin):
-                self._waiters.remove(waiter)
-                waiter.granted = True
-                waiter.event.set()
-                return
-
-    # --- shutdown ----------------------------------------------------------------------------
+    def fail_waiters(self, make_error: Callable[[], BaseException]) -> int:
+        """End every attempt waiting in the pool with ``make_error()`` (one each); return how
+        many. Openings in progress carry on and their connections are kept. For ``drain()``:
+        attempts still waiting for a connection have sent nothing."""
+        failed = 0
+        for state in list(self._origins.values()):
+            while state.waiting:
+                waiter = next(iter(state.waiting))
+                self._dequeue(waiter)
+                self._resolve(waiter, _FAILED, error=make_error())
+                failed += 1
+            opening = state.opening
+            if opening is not None:
+                for waiter in list(opening.waiters):
+                    del opening.waiters[waiter]
+                    self._resolve(waiter, _FAILED, error=make_error())
+                    failed += 1
+        return failed
 
     def close(self) -> None:
-        """Close every connection, idle, shared or lent; waiters are released with an error.
+        """Close every connection, idle, shared or lent; waiters and openings end with an error.
 
         A lent connection is closed under its user, whose next read or write fails; its slot
         is freed when the user gives it back (:meth:`release` or :meth:`discard`).
         """
         self.closed = True
-        for conn in list(self._idle_lru):
-            self._idle[conn.origin_key].remove(conn)
-            del self._idle_lru[conn]
-            self._drop(conn, wake=False)
-        for conns in list(self._shared.values()):
-            for conn in list(conns):
+        self.fail_waiters(_closed_error)
+        for state in list(self._origins.values()):
+            if state.opening is not None:
+                state.opening.scope.cancel()
+            for conn in list(state.idle):
+                state.idle.remove(conn)
+                del self._idle_lru[conn]
                 conn.close()
+                self._count_down(state)
+            for conn in list(state.shared):
+                conn.close()  # its on_retired hook frees the slot
+                self._forget_shared(conn, grant=False)
         for conn in list(self._lent):
             conn.close()
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            waiter.granted = True  # a slot, refused again on wake-up because we are closed
-            self._count[waiter.origin] = self._count.get(waiter.origin, 0) + 1
-            self._total += 1
-            waiter.event.set()
+
+    def _start_opening(self, opening: _Opening, opener: Opener) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._open, opening, opener)
 
 
-def _streams(conn: PooledConnection) -> int:
-    return cast(MultiplexedConnection, conn).active_streams
+def _merge(progress: AttemptProgress, opened: AttemptProgress) -> None:
+    """An attempt served by a connection the pool opened for it takes the opening's stages and
+    timings, as if it had opened the connection itself."""
+    progress.advance(opened.stage)
+    for key in ("connect", "tls"):
+        if key in opened.timings:
+            progress.timings.setdefault(key, opened.timings[key])

@@ -24,6 +24,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .progress import AttemptProgress, WireError
 from .socks import socks5_handshake
+from .virtual import VirtualSocket
 
 __all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
 
@@ -37,7 +38,12 @@ class Transport:
 
     __slots__ = ("alpn", "socket", "stream")
 
-    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType, alpn: str | None):
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        sock: trio.socket.SocketType | VirtualSocket,  # see virtual.py
+        alpn: str | None,
+    ):
         self.stream = stream
         self.socket = sock
         self.alpn = alpn

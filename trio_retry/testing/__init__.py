@@ -1,13 +1,20 @@
-"""A fault-injecting HTTP/1.1 and HTTP/2 server for testing HTTP clients.
+"""Testing HTTP clients, and code that uses trio_retry: a fault server, an in-memory
+transport, and pytest fixtures.
 
 `FaultServer` answers each request with the next scripted action (`Respond`, `Stall`,
 `PartialBody`, `CloseBeforeRead`, `CloseAfterHead`, `CloseAfterBody`, `RefuseStream`,
-`GoAway`, and for hostile-server tests `Raw` and `EndlessBody`) and records every request it
-received in `FaultServer.requests`, with whether it was executed, so a test can count side
-effects. `refused_port` gives a port nobody listens on.
+`GoAway`, for hostile-server tests `Raw` and `EndlessBody`, or a `Handler` that computes the
+action from the request) and records every request it received in `FaultServer.requests`,
+with whether it was executed, so a test can count side effects. `refused_port` gives a port
+nobody listens on. `MockTransport` runs a real `trio_retry.Client` against a `FaultServer`
+over in-memory streams (``Client(transport=MockTransport(server))``); `ConnectFailure` scripts
+the connect stages it cannot model. The pytest plugin (`trio_retry.testing.pytest_plugin`,
+registered by the package's entry point) provides ready fixtures.
 See docs/testing.md.
 """
 
+from ._mock import ConnectFailure as ConnectFailure
+from ._mock import MockTransport as MockTransport
 from ._script import Action as Action
 from ._script import AfterBody as AfterBody
 from ._script import CloseAfterBody as CloseAfterBody
@@ -15,14 +22,17 @@ from ._script import CloseAfterHead as CloseAfterHead
 from ._script import CloseBeforeRead as CloseBeforeRead
 from ._script import EndlessBody as EndlessBody
 from ._script import GoAway as GoAway
+from ._script import Handler as Handler
 from ._script import PartialBody as PartialBody
 from ._script import Raw as Raw
 from ._script import RecordedRequest as RecordedRequest
 from ._script import RefuseStream as RefuseStream
+from ._script import RequestHandler as RequestHandler
 from ._script import Respond as Respond
 from ._script import ScriptError as ScriptError
 from ._script import Stall as Stall
 from ._server import FaultServer as FaultServer
+from ._server import UnusedScriptError as UnusedScriptError
 from ._server import refused_port as refused_port
 
 __all__ = [
@@ -31,15 +41,20 @@ __all__ = [
     "CloseAfterBody",
     "CloseAfterHead",
     "CloseBeforeRead",
+    "ConnectFailure",
     "EndlessBody",
     "FaultServer",
     "GoAway",
+    "Handler",
+    "MockTransport",
     "PartialBody",
     "Raw",
     "RecordedRequest",
     "RefuseStream",
+    "RequestHandler",
     "Respond",
     "ScriptError",
     "Stall",
+    "UnusedScriptError",
     "refused_port",
 ]

@@ -4,14 +4,17 @@ timeouts, and the request book-keeping that turns into `RecordedRequest` values.
 from __future__ import annotations
 
 import enum
+import inspect
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import h2.exceptions
 import h11
 import trio
 
-from ._script import Action, RecordedRequest, Script
+from ._routes import Script
+from ._script import Action, Handler, RecordedRequest, Resolved, ScriptError, check_resolved
 
 __all__ = ["DISCONNECTS", "ConnContext", "Ending", "Recorder", "Slot", "Timeouts", "ending_for"]
 
@@ -74,6 +77,7 @@ class Slot:
     stream_id: int | None
     time: float
     action: Action
+    params: Mapping[str, str]
     body: bytearray = field(default_factory=bytearray)
     executed: bool = False
 
@@ -89,6 +93,7 @@ class Slot:
             time=self.time,
             executed=self.executed,
             action=self.action,
+            params=self.params,
         )
 
 
@@ -109,6 +114,7 @@ class Recorder:
         http_version: str,
         stream_id: int | None,
         action: Action,
+        params: Mapping[str, str],
     ) -> Slot:
         """Record a request whose head just arrived (not executed yet)."""
         slot = Slot(
@@ -121,6 +127,7 @@ class Recorder:
             stream_id=stream_id,
             time=trio.current_time(),
             action=action,
+            params=params,
         )
         self.requests.append(slot.snapshot())
         return slot
@@ -128,6 +135,33 @@ class Recorder:
     def commit(self, slot: Slot) -> None:
         """Publish the slot's current state (body so far, executed) in `requests`."""
         self.requests[slot.index] = slot.snapshot()
+
+    async def resolve(self, slot: Slot, handler: Handler) -> Resolved:
+        """Call `handler` with the request's record (its body complete) and return the action
+        it chose, which becomes the record's action.
+
+        A handler that raises, or returns something other than an action, is a bug in the
+        test: `ScriptError` (with the handler's exception as its cause). Cancellation
+        propagates unchanged.
+        """
+        self.commit(slot)
+        where = f"{slot.method} {slot.path}"
+        try:
+            result = handler.handler(slot.snapshot())
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            raise ScriptError(f"handler {handler.name} failed on {where}: {exc!r}") from exc
+        try:
+            action = check_resolved(result)
+        except TypeError:
+            raise ScriptError(
+                f"handler {handler.name} returned {result!r} for {where}: a handler must "
+                "return an action (Respond(...), or any fault but another Handler)"
+            ) from None
+        slot.action = action
+        self.commit(slot)
+        return action
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import h11
 import trio
 
 from ._common import ConnContext, Ending, Slot, ending_for
+from ._routes import Pick
 from ._script import (
     AfterBody,
     CloseAfterBody,
@@ -13,6 +14,7 @@ from ._script import (
     CloseBeforeRead,
     EndlessBody,
     GoAway,
+    Handler,
     PartialBody,
     Raw,
     RefuseStream,
@@ -118,7 +120,8 @@ class H1Handler:
         # takes no scripted action. Recorded (not executed), answered 505 and closed, as an
         # HTTP/1.1-only server would refuse it.
         preface = method == "PRI" and target == "*"
-        action = CloseBeforeRead() if preface else recorder.script.pop(method, target)
+        pick = Pick(CloseBeforeRead(), {}) if preface else recorder.script.pick(method, target)
+        action = pick.action
         slot = recorder.open(
             method=method,
             path=target,
@@ -127,6 +130,7 @@ class H1Handler:
             http_version="HTTP/" + request.http_version.decode("ascii"),
             stream_id=None,
             action=action,
+            params=pick.params,
         )
         try:
             if preface:
@@ -137,6 +141,12 @@ class H1Handler:
                 except h11.LocalProtocolError:
                     pass
                 return ending_for(False)
+            body_read = False
+            if isinstance(action, Handler):
+                # A handler sees the whole request, so the body is read first.
+                await self._read_body(slot)
+                body_read = True
+                action = await recorder.resolve(slot, action)
             if isinstance(action, (RefuseStream, GoAway)):
                 raise ScriptError(
                     f"{type(action).__name__} is HTTP/2-only, but {method} {target} arrived"
@@ -145,9 +155,11 @@ class H1Handler:
             if isinstance(action, CloseBeforeRead):
                 return ending_for(action.reset)
             if isinstance(action, CloseAfterHead):
-                self._take_buffered_body(slot)
+                if not body_read:
+                    self._take_buffered_body(slot)
                 return ending_for(action.reset)
-            await self._read_body(slot)
+            if not body_read:
+                await self._read_body(slot)
             slot.executed = True
             recorder.commit(slot)
             return await self._after_body(action, method)

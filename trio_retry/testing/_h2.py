@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import h2.config
 import h2.connection
@@ -34,6 +34,7 @@ from ._script import (
     CloseBeforeRead,
     EndlessBody,
     GoAway,
+    Handler,
     PartialBody,
     Raw,
     RefuseStream,
@@ -317,7 +318,7 @@ class H2Handler:
         path = pseudo.get(":path", "")
         recorder = self._ctx.recorder
 
-        def record(action: Action) -> Slot:
+        def record(action: Action, params: Mapping[str, str] | None = None) -> Slot:
             slot = recorder.open(
                 method=method,
                 path=path,
@@ -326,6 +327,7 @@ class H2Handler:
                 http_version="HTTP/2",
                 stream_id=stream_id,
                 action=action,
+                params=params or {},
             )
             self._slots[stream_id] = slot
             return slot
@@ -335,8 +337,9 @@ class H2Handler:
             assert self._goaway_action is not None
             record(self._goaway_action)
             return
-        action = recorder.script.pop(method, path)
-        slot = record(action)
+        pick = recorder.script.pick(method, path)
+        action = pick.action
+        slot = record(action, pick.params)
         if isinstance(action, (CloseBeforeRead, CloseAfterHead)):
             self._finish(ending_for(action.reset))
             return
@@ -358,7 +361,9 @@ class H2Handler:
 
     # -- one stream -----------------------------------------------------------------------
 
-    async def _serve_stream(self, stream: _Stream, action: AfterBody, method: str) -> None:
+    async def _serve_stream(
+        self, stream: _Stream, action: AfterBody | Handler, method: str
+    ) -> None:
         try:
             with stream.scope:
                 if stream.abandoned:  # above a GOAWAY sent in the same batch of events
@@ -369,6 +374,11 @@ class H2Handler:
                     return
                 if stream.abandoned:  # woken by the body and abandoned in the same batch
                     return
+                if isinstance(action, Handler):
+                    chosen = await self._handled(stream, action)
+                    if chosen is None:
+                        return
+                    action = chosen
                 stream.slot.executed = True
                 self._ctx.recorder.commit(stream.slot)
                 await self._after_body(stream, action, method)
@@ -505,3 +515,28 @@ class H2Handler:
             await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
         if action.close_after:
             self._send_goaway(self._h2.highest_inbound_stream_id, 0, action)
+
+    # -- handlers (testkit) -----------------------------------------------------------------
+
+    async def _handled(self, stream: _Stream, handler: Handler) -> AfterBody | None:
+        """Ask `handler` (the body has arrived) and apply what acts at once; return what is
+        left to do after the body, or None when the stream is done with.
+
+        `CloseBeforeRead` / `CloseAfterHead` close the connection and `RefuseStream` refuses
+        the stream, as they would on its HEADERS (not executed); `GoAway` sends its GOAWAY
+        here and goes on with `then` when this stream is at or below the last stream id.
+        """
+        action = await self._ctx.recorder.resolve(stream.slot, handler)
+        if stream.abandoned:
+            return None
+        if isinstance(action, (CloseBeforeRead, CloseAfterHead)):
+            self._finish(ending_for(action.reset))
+            return None
+        if isinstance(action, RefuseStream):
+            self._reset_quietly(stream.stream_id, ErrorCodes.REFUSED_STREAM)
+            return None
+        if isinstance(action, GoAway):
+            last = stream.stream_id if action.last_stream_id is None else action.last_stream_id
+            self._send_goaway(last, action.error_code, action)
+            return None if stream.abandoned else action.then
+        return action

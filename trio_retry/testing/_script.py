@@ -4,8 +4,7 @@ This module is pure: no sockets, no Trio, no clock. It holds
 
 * the actions (`Respond`, `CloseBeforeRead`, ...), frozen values a test queues on a
   `FaultServer`;
-* `Script`, the queues those actions wait in (per-route first, then global, then the
-  default);
+* `Handler`, the action that asks a function of the test what to do;
 * `RecordedRequest`, the server's record of one request;
 * small helpers the wire code uses to turn an action into response headers and body chunks.
 
@@ -16,11 +15,13 @@ afterwards. Actions that act before the body is read never execute the request.
 
 from __future__ import annotations
 
+import json
 import math
-from collections import deque
-from collections.abc import Iterable, Mapping
+import types
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
+from urllib.parse import parse_qsl
 
 __all__ = [
     "Action",
@@ -30,25 +31,31 @@ __all__ = [
     "CloseBeforeRead",
     "EndlessBody",
     "GoAway",
+    "Handler",
     "HeaderPairs",
     "HeadersInput",
     "PartialBody",
     "Raw",
     "RecordedRequest",
     "RefuseStream",
+    "RequestHandler",
+    "Resolved",
     "Respond",
-    "Script",
     "ScriptError",
     "Stall",
     "body_allowed",
+    "check_action",
+    "check_resolved",
     "h2_response_headers",
     "normalize_headers",
     "paced_chunks",
+    "path_only",
     "reads_body",
     "response_headers",
 ]
 
 HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
+_NO_PARAMS: Mapping[str, str] = types.MappingProxyType({})
 HeadersInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
 
 # Connection-specific header fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); the HTTP/2
@@ -356,8 +363,56 @@ class GoAway:
             raise TypeError(f"GoAway.then must act after the body, got {self.then!r}")
 
 
+#: What `Handler` calls: the request's record in, an action (or an awaitable of one) out.
+RequestHandler: TypeAlias = Callable[["RecordedRequest"], "Resolved | Awaitable[Resolved]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """Read the whole request, call `handler` with its `RecordedRequest` (body complete, path
+    parameters in ``params``), then apply the action it returns (a plain function or an
+    ``async def``; `FaultServer.route` wraps a bare callable in one).
+
+    Unlike the other actions a `Handler` is not used up: it stays at the head of its queue and
+    answers every request that reaches it, or `times` requests when given. Whether the
+    request is executed is decided by the returned action: `CloseBeforeRead`,
+    `CloseAfterHead` and `RefuseStream` leave it not executed (the handler played a server
+    that refused it, after reading it all); any other action executes it when the handler
+    returns. A handler that raises, or returns something that is not an action (or another
+    `Handler`), is a `ScriptError`.
+    """
+
+    handler: RequestHandler
+    times: int | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.handler):
+            raise TypeError(f"Handler needs a callable, got {self.handler!r}")
+        if self.times is not None and (isinstance(self.times, bool) or self.times < 1):
+            raise ValueError(f"Handler times must be None or >= 1, got {self.times!r}")
+
+    @property
+    def name(self) -> str:
+        """The handler's name, for messages (``handler get_user``)."""
+        return getattr(self.handler, "__qualname__", None) or repr(self.handler)
+
+
 #: Anything a script may hold.
 Action: TypeAlias = (
+    Respond
+    | CloseBeforeRead
+    | CloseAfterHead
+    | CloseAfterBody
+    | Stall
+    | PartialBody
+    | RefuseStream
+    | GoAway
+    | Raw
+    | EndlessBody
+    | Handler
+)
+#: What a `Handler` may return: any action but another `Handler`.
+Resolved: TypeAlias = (
     Respond
     | CloseBeforeRead
     | CloseAfterHead
@@ -383,7 +438,9 @@ _ACTION_TYPES = (
     GoAway,
     Raw,
     EndlessBody,
+    Handler,
 )
+_RESOLVED_TYPES = _ACTION_TYPES[:-1]
 _AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody)
 
 
@@ -397,59 +454,23 @@ def reads_body(action: Action) -> bool:
     return not isinstance(action, (CloseBeforeRead, CloseAfterHead, RefuseStream))
 
 
-def _check_action(action: object) -> Action:
+def check_action(action: object) -> Action:
+    """`action` itself, or `TypeError` when it is not an action."""
     if not isinstance(action, _ACTION_TYPES):
         raise TypeError(f"not a fault-server action: {action!r}")
     return action
 
 
-def _path_only(target: str) -> str:
+def check_resolved(action: object) -> Resolved:
+    """`action` itself when a `Handler` may return it, else `TypeError`."""
+    if not isinstance(action, _RESOLVED_TYPES):
+        raise TypeError(f"not a fault-server action (a Handler must return one): {action!r}")
+    return action
+
+
+def path_only(target: str) -> str:
+    """`target` without its query string."""
     return target.split("?", 1)[0]
-
-
-class Script:
-    """The action queues of one server.
-
-    `pop(method, target)` returns, in order of preference: the next action queued for that
-    route (exact target first, then the target without its query string), the next action of
-    the global queue, or `default`. Routes are matched on the upper-cased method.
-    """
-
-    def __init__(self, default: Action | None = None) -> None:
-        self._global: deque[Action] = deque()
-        self._routes: dict[tuple[str, str], deque[Action]] = {}
-        self.default: Action = Respond(200, body=b"ok") if default is None else default
-
-    def extend(self, actions: Iterable[Action]) -> None:
-        """Append `actions` to the global queue."""
-        self._global.extend(_check_action(a) for a in actions)
-
-    def extend_route(self, method: str, path: str, actions: Iterable[Action]) -> None:
-        """Append `actions` to the queue of (`method`, `path`)."""
-        key = (method.upper(), path)
-        self._routes.setdefault(key, deque()).extend(_check_action(a) for a in actions)
-
-    def pop(self, method: str, target: str) -> Action:
-        """Take the action for one request (see the class docstring for the order)."""
-        method = method.upper()
-        for key in ((method, target), (method, _path_only(target))):
-            queue = self._routes.get(key)
-            if queue:
-                return queue.popleft()
-        if self._global:
-            return self._global.popleft()
-        return self.default
-
-    def pending(self) -> int:
-        """How many queued actions (global and routed) have not been used yet."""
-        return len(self._global) + sum(len(q) for q in self._routes.values())
-
-    def queued(self) -> tuple[Action, ...]:
-        """Every queued action not used yet: the global queue, then each route's queue."""
-        out: list[Action] = list(self._global)
-        for queue in self._routes.values():
-            out.extend(queue)
-        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,7 +483,9 @@ class RecordedRequest:
     arrived. `executed` is True once the request's side effect happened, that is once an action
     that reads the whole body has read it (see `reads_body`); a request whose body was not
     fully received is never executed. `action` is the action applied (for an HTTP/2 stream
-    above a GOAWAY's last stream id, that `GoAway`).
+    above a GOAWAY's last stream id, that `GoAway`; for a `Handler`, the action it returned,
+    once it has returned). `params` holds the path parameters of the route pattern that
+    matched (``{"id": "7"}`` for ``/users/{id}``), percent-decoded; empty otherwise.
     """
 
     method: str
@@ -475,6 +498,30 @@ class RecordedRequest:
     time: float
     executed: bool
     action: Action
+    params: Mapping[str, str] = field(default_factory=lambda: _NO_PARAMS, hash=False)
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The query string's parameters, decoded; the first value of a repeated name."""
+        out: dict[str, str] = {}
+        for name, value in self.query_items:
+            out.setdefault(name, value)
+        return out
+
+    @property
+    def query_items(self) -> tuple[tuple[str, str], ...]:
+        """Every (name, value) pair of the query string, decoded, in order."""
+        _, _, query = self.path.partition("?")
+        return tuple(parse_qsl(query, keep_blank_values=True))
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body parsed as JSON (``json.JSONDecodeError``, a `ValueError`, when it is not)."""
+        return json.loads(self.body)
 
     def header(self, name: str) -> str | None:
         """The first value of header `name` (case-insensitive), or None."""
@@ -489,7 +536,7 @@ class RecordedRequest:
         path without its query string); None matches anything."""
         if method is not None and self.method.upper() != method.upper():
             return False
-        return path is None or path in (self.path, _path_only(self.path))
+        return path is None or path in (self.path, path_only(self.path))
 
 
 def body_allowed(status: int, method: str) -> bool:

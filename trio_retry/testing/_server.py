@@ -8,7 +8,7 @@ import math
 import socket
 import ssl
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -16,18 +16,31 @@ import trio
 from ._common import DISCONNECTS, ConnContext, Ending, Recorder, Timeouts
 from ._h1 import H1Handler
 from ._h2 import PREFACE, H2Handler
+from ._memory import MemoryEnd
+from ._routes import Script
 from ._script import (
     Action,
     GoAway,
+    Handler,
     RecordedRequest,
     RefuseStream,
-    Script,
+    RequestHandler,
+    check_action,
 )
 
 if TYPE_CHECKING:
     import trustme
 
-__all__ = ["FaultServer", "refused_port"]
+__all__ = ["FaultServer", "UnusedScriptError", "refused_port"]
+
+
+class UnusedScriptError(AssertionError):
+    """Scripted actions were left unused (`FaultServer.assert_all_used`, strict mode).
+
+    An `AssertionError`, so that pytest reports it as a failed test, with the list in its
+    message.
+    """
+
 
 # Running out of file descriptors or buffers is transient: wait and accept again.
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -48,17 +61,45 @@ def refused_port(host: str = "127.0.0.1") -> int:
 
 
 class _Transport(trio.abc.HalfCloseableStream):
-    """The accepted socket, with the three ways a connection can end.
+    """The accepted connection, with the three ways a connection can end.
 
     `aclose` is a lingering close: FIN first, then read and discard until the client closes
     (or the linger time passes), then close. Closing a socket whose receive buffer still holds
     unread bytes makes the kernel send a RST instead of a FIN; a script that says "close"
     must look like a close on the client's side, so the server drains first.
+
+    `inner` is a TCP socket stream (`from_socket`) or one end of an in-memory connection
+    (`MemoryEnd`, for `MockTransport`); `reset` and `close_now` end it abruptly.
     """
 
-    def __init__(self, inner: trio.SocketStream, linger: float) -> None:
+    def __init__(
+        self,
+        inner: trio.abc.HalfCloseableStream,
+        linger: float,
+        *,
+        reset: Callable[[], None],
+        close_now: Callable[[], None],
+    ) -> None:
         self._inner = inner
         self._linger = linger
+        self._reset = reset
+        self._close_now = close_now
+
+    @classmethod
+    def from_socket(cls, inner: trio.SocketStream, linger: float) -> _Transport:
+        def reset() -> None:
+            """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
+            try:
+                inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass  # already closed by the peer's reset
+            inner.socket.close()
+
+        return cls(inner, linger, reset=reset, close_now=inner.socket.close)
+
+    @classmethod
+    def from_memory(cls, inner: MemoryEnd, linger: float) -> _Transport:
+        return cls(inner, linger, reset=inner.reset, close_now=inner.close)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self._inner.send_all(data)
@@ -70,7 +111,7 @@ class _Transport(trio.abc.HalfCloseableStream):
         await self._inner.send_eof()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return await self._inner.receive_some(max_bytes)
+        return bytes(await self._inner.receive_some(max_bytes))
 
     async def aclose(self) -> None:
         try:
@@ -85,15 +126,11 @@ class _Transport(trio.abc.HalfCloseableStream):
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
-        """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
-        try:
-            self._inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass  # already closed by the peer's reset
-        self.close_now()
+        """Abort with a RST."""
+        self._reset()
 
     def close_now(self) -> None:
-        self._inner.socket.close()
+        self._close_now()
 
 
 class FaultServer:
@@ -124,6 +161,7 @@ class FaultServer:
         idle_timeout: float = 30.0,
         read_timeout: float = 10.0,
         write_timeout: float = 10.0,
+        strict: bool = False,
     ) -> None:
         if max_concurrent_streams is not None and not 0 <= max_concurrent_streams < 2**32:
             raise ValueError(f"max_concurrent_streams out of range: {max_concurrent_streams}")
@@ -138,6 +176,9 @@ class FaultServer:
         self.http2 = http2
         self.max_concurrent_streams = max_concurrent_streams
         self.host = host
+        #: When true, `serve` fails (`UnusedScriptError`) if it ends with scripted actions
+        #: no request used; the pytest fixtures check it at the end of the test.
+        self.strict = strict
         self._timeouts = Timeouts(idle=idle_timeout, read=read_timeout, write=write_timeout)
         self._script = Script()
         self._recorder = Recorder(self._script)
@@ -154,8 +195,14 @@ class FaultServer:
             self._setup_tls()
 
     def _setup_tls(self) -> None:
-        # trustme is a test dependency: imported only when TLS is asked for.
-        import trustme
+        # trustme comes with the `testing` extra: imported only when TLS is asked for.
+        try:
+            import trustme
+        except ImportError as exc:
+            raise ImportError(
+                "FaultServer(tls=True) needs trustme to make its certificates; install it with "
+                "pip install 'trio_retry[testing]'"
+            ) from exc
 
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost")
@@ -182,24 +229,59 @@ class FaultServer:
         takes the next one."""
         self._script.extend(self._check(actions))
 
-    def route(self, method: str, path: str, *actions: Action) -> None:
-        """Append `actions` to the queue of requests with `method` (any case) and `path` (the
-        exact target, or the target without its query string). A request consults its route
-        queue first and falls back to the global queue, then to `default`, when it is empty."""
+    def route(self, method: str, path: str, *actions: Action | RequestHandler) -> None:
+        """Append `actions` to the queue of requests with `method` and `path`.
+
+        `method` is matched in any case; ``"*"`` matches every method. `path` is the exact
+        target (``/pay?id=1``), a path matched with or without the request's query string
+        (``/pay``), or a pattern (``/users/{id}``: one segment; ``/files/{rest:path}``: the
+        rest of the path) whose parameters the record carries in ``params``. A callable (sync
+        or async) is a `Handler`: it receives the request's record and returns the action,
+        and it answers every request of the route that reaches it. A request consults its
+        route's queue first and falls back to the global queue, then to `default`, when it is
+        empty (see docs/testing.md for the order among several matching routes).
+        """
         self._script.extend_route(method, path, self._check(actions))
+
+    def replace(self, method: str, path: str, *actions: Action | RequestHandler) -> None:
+        """Make `actions` the whole queue of (`method`, `path`), dropping what it held."""
+        self._script.replace_route(method, path, self._check(actions))
+
+    def clear(self, method: str | None = None, path: str | None = None) -> None:
+        """Empty the queue of (`method`, `path`), or, with no arguments, every queue (the
+        global one included). `default` is kept. Dropped actions do not count as unused."""
+        self._script.clear(method, path)
 
     @property
     def queued(self) -> tuple[Action, ...]:
-        """The scripted actions no request has used yet (global queue first, then routes)."""
+        """The scripted actions still queued (global queue first, then routes); a handler
+        stays queued while it answers its route."""
         return self._script.queued()
 
-    def _check(self, actions: Iterable[Action]) -> list[Action]:
-        actions = list(actions)
-        if not self.http2:
-            for action in actions:
-                if isinstance(action, (RefuseStream, GoAway)):
-                    raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
-        return actions
+    def unused(self) -> list[tuple[str, str]]:
+        """What was scripted and never used, as (queue, description) pairs: queued actions,
+        handlers never called, a `Handler(times=N)`'s calls left."""
+        return self._script.unused()
+
+    def assert_all_used(self) -> None:
+        """Raise `UnusedScriptError` (an `AssertionError`) listing every scripted action and
+        handler that no request used; return quietly when there is none."""
+        report = self._script.unused_report()
+        if report is not None:
+            raise UnusedScriptError(f"{self!r}: {report}")
+
+    def _check(self, actions: Iterable[Action | RequestHandler]) -> list[Action]:
+        checked: list[Action] = []
+        for action in actions:
+            if isinstance(action, type):
+                raise TypeError(f"pass an action or a handler, not the class {action.__name__}")
+            if callable(action):  # actions are frozen values, never callable: a handler
+                action = Handler(action)
+            action = check_action(action)
+            if not self.http2 and isinstance(action, (RefuseStream, GoAway)):
+                raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
+            checked.append(action)
+        return checked
 
     # -- observation ----------------------------------------------------------------------
 
@@ -280,16 +362,50 @@ class FaultServer:
                     self.connections_accepted += 1
                     nursery.start_soon(self._serve_connection, stream, self.connections_accepted)
         finally:
-            await trio.aclose_forcefully(listener)
+            try:
+                await trio.aclose_forcefully(listener)
+            finally:
+                if self.strict:
+                    # The test is over (serve is cancelled with its nursery): nothing may be
+                    # left. (A checkpoint above raises Cancelled, hence the inner finally.)
+                    self.assert_all_used()
 
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
-        transport = _Transport(sock, self._timeouts.linger)
+        transport = _Transport.from_socket(sock, self._timeouts.linger)
+        await self._serve_transport(transport, connection_id, self._server_context, None)
+
+    # -- in memory (MockTransport) ------------------------------------------------------------
+
+    def negotiate_alpn(self, offered: Sequence[str]) -> str | None:
+        """The protocol this server's ALPN would pick among `offered` (None: no overlap)."""
+        mine = ("h2", "http/1.1") if self.http2 else ("http/1.1",)
+        return next((protocol for protocol in mine if protocol in offered), None)
+
+    async def serve_memory(self, end: MemoryEnd, *, alpn: str | None) -> None:
+        """Serve one in-memory connection until it ends (for `MockTransport`).
+
+        `alpn` stands for the outcome of a TLS handshake that is not modelled: ``"h2"`` or
+        ``"http/1.1"`` fix the protocol; None sniffs it as in cleartext (h2c prior knowledge
+        or HTTP/1.1). Counts in `connections_accepted`. Raises only `ScriptError` (a broken
+        script, or a handler that failed); a misbehaving client costs only its connection.
+        Cancelled, it abandons the connection at once.
+        """
+        self.connections_accepted += 1
+        transport = _Transport.from_memory(end, self._timeouts.linger)
+        await self._serve_transport(transport, self.connections_accepted, None, alpn)
+
+    async def _serve_transport(
+        self,
+        transport: _Transport,
+        connection_id: int,
+        server_context: ssl.SSLContext | None,
+        alpn: str | None,
+    ) -> None:
         stream: trio.abc.Stream = transport
         ending = Ending.ABORT
         try:
-            alpn: str | None = None
-            if self._server_context is not None:
-                ssl_stream = trio.SSLStream(transport, self._server_context, server_side=True)
+            if server_context is not None:
+                ssl_stream = trio.SSLStream(transport, server_context, server_side=True)
                 stream = ssl_stream
                 with trio.fail_after(self._timeouts.read):
                     await ssl_stream.do_handshake()
