@@ -10,6 +10,8 @@ from ._client import RefreshableAuth as RefreshableAuth
 from ._core.attempt import Attempt as Attempt
 from ._core.backoff import Backoff as Backoff
 from ._core.backoff import parse_retry_after as parse_retry_after
+from ._core.breaker import CircuitBreaker as CircuitBreaker
+from ._core.breaker import CircuitState as CircuitState
 from ._core.budget import RetryBudget as RetryBudget
 from ._core.engine import AmbiguousFailure as AmbiguousFailure
 from ._core.engine import Decision as Decision
@@ -22,6 +24,7 @@ from ._core.engine import RetryEligibilityEngine as RetryEligibilityEngine
 from ._core.evidence import Evidence as Evidence
 from ._core.evidence import FailureCategory as FailureCategory
 from ._core.evidence import Stage as Stage
+from ._core.hedging import Hedging as Hedging
 from ._core.idempotency import Idempotency as Idempotency
 from ._core.policy import RetryPolicy as RetryPolicy
 from ._core.policy import Upstream as Upstream
@@ -29,6 +32,7 @@ from ._core.replay import Multipart as Multipart
 from ._core.replay import Reopenable as Reopenable
 from ._core.replay import Replayability as Replayability
 from ._core.replay import StreamFactory as StreamFactory
+from ._core.throttle import AdaptiveThrottle as AdaptiveThrottle
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import ClientStateError as ClientStateError
 from ._errors import ConnectFailed as ConnectFailed
@@ -47,16 +51,20 @@ from ._models import URL as URL
 from ._models import Headers as Headers
 from ._models import Response as Response
 from ._models import StageTimeouts as StageTimeouts
+from ._resilience import UpstreamStatus as UpstreamStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveThrottle",
     "AdmissionRejected",
     "AmbiguousFailure",
     "Attempt",
     "Backoff",
     "BasicAuth",
     "BearerAuth",
+    "CircuitBreaker",
+    "CircuitState",
     "Client",
     "ClientStateError",
     "ConnectFailed",
@@ -68,6 +76,7 @@ __all__ = [
     "Evidence",
     "FailureCategory",
     "Headers",
+    "Hedging",
     "HTTPStatusError",
     "HttpAmbiguousExecutionError",
     "Idempotency",
@@ -94,5 +103,6 @@ __all__ = [
     "TrioRetryError",
     "URL",
     "Upstream",
+    "UpstreamStatus",
     "parse_retry_after",
 ]

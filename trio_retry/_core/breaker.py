@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from .evidence import FailureCategory
 from .hedging import _check_int, _check_number
 
-__all__ = ["BreakerState", "BreakerVerdict", "CircuitBreaker", "Health", "State", "health_of"]
+__all__ = [
+    "BreakerState",
+    "BreakerVerdict",
+    "CircuitBreaker",
+    "CircuitState",
+    "Health",
+    "health_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +127,7 @@ def health_of(status: int | None, category: FailureCategory | None) -> Health:
     return Health.UNHEALTHY if status in _UNHEALTHY_STATUSES else Health.HEALTHY
 
 
-class State(enum.Enum):
+class CircuitState(enum.Enum):
     """The breaker's state."""
 
     CLOSED = "closed"
@@ -137,14 +144,14 @@ class BreakerVerdict:
 
     admitted: bool
     probe: bool = False
-    state: State = State.CLOSED
+    state: CircuitState = CircuitState.CLOSED
     retry_in: float = 0.0
     phase: int = 0  # which half-open period a probe belongs to
 
     def __str__(self) -> str:
         if self.admitted:
             return "admitted as a probe" if self.probe else "admitted"
-        if self.state is State.HALF_OPEN:
+        if self.state is CircuitState.HALF_OPEN:
             return "rejected: the breaker is half-open and its probes are in flight"
         return f"rejected: the breaker is open for {self.retry_in:.3g}s more"
 
@@ -155,7 +162,7 @@ class BreakerState:
     ``now`` than the latest seen is treated as the latest. Not thread-safe: one Trio run."""
 
     config: CircuitBreaker
-    state: State = field(default=State.CLOSED, init=False)
+    state: CircuitState = field(default=CircuitState.CLOSED, init=False)
     consecutive: int = field(default=0, init=False)
     openings: int = field(default=0, init=False)  # total, for display
     level: int = field(default=0, init=False)
@@ -180,11 +187,11 @@ class BreakerState:
             _, unhealthy = results.popleft()
             self._unhealthy_in_window -= unhealthy
 
-    def current(self, now: float) -> State:
+    def current(self, now: float) -> CircuitState:
         """The state at ``now`` (an open breaker whose cool-down ended is half-open)."""
         now = self._clock(now)
-        if self.state is State.OPEN and now >= self.open_until:
-            self.state = State.HALF_OPEN
+        if self.state is CircuitState.OPEN and now >= self.open_until:
+            self.state = CircuitState.HALF_OPEN
             self.phase += 1
             self.probes_in_flight = self.probes_passed = 0
         return self.state
@@ -193,9 +200,9 @@ class BreakerState:
         """May a call go to the upstream at ``now``? The verdict of a probe must be handed
         back to ``record`` (or ``release``), or its slot stays taken."""
         state = self.current(now)
-        if state is State.CLOSED:
+        if state is CircuitState.CLOSED:
             return BreakerVerdict(True)
-        if state is State.OPEN:
+        if state is CircuitState.OPEN:
             return BreakerVerdict(False, state=state, retry_in=self.open_until - self._latest)
         if self.probes_in_flight + self.probes_passed < self.config.probes:
             self.probes_in_flight += 1
@@ -207,7 +214,7 @@ class BreakerState:
             verdict is not None
             and verdict.probe
             and verdict.phase == self.phase
-            and self.state is State.HALF_OPEN
+            and self.state is CircuitState.HALF_OPEN
         )
 
     def release(self, verdict: BreakerVerdict) -> None:
@@ -222,12 +229,12 @@ class BreakerState:
         return min(seconds, config.max_cool_down)
 
     def _open(self, now: float) -> None:
-        if self.state is State.CLOSED:
+        if self.state is CircuitState.CLOSED:
             decay = math.floor((now - self._closed_at) / self.config.window)
             self.level = max(0, self.level - decay)
         self.level += 1
         self.openings += 1
-        self.state = State.OPEN
+        self.state = CircuitState.OPEN
         self.open_until = now + self.cool_down()
         self.probes_in_flight = self.probes_passed = 0
         self.consecutive = 0
@@ -235,7 +242,7 @@ class BreakerState:
         self._unhealthy_in_window = 0
 
     def _close(self, now: float) -> None:
-        self.state = State.CLOSED
+        self.state = CircuitState.CLOSED
         self._closed_at = now
         self.consecutive = 0
         self.probes_in_flight = self.probes_passed = 0
@@ -245,7 +252,7 @@ class BreakerState:
         ``admit`` said for it (a probe's result counts only in its own half-open period)."""
         now = self._clock(now)
         state = self.current(now)
-        if state is State.HALF_OPEN:
+        if state is CircuitState.HALF_OPEN:
             if not self._current_probe(verdict):
                 return  # admitted before the breaker opened, or an earlier period's probe
             self.probes_in_flight = max(0, self.probes_in_flight - 1)
@@ -256,7 +263,7 @@ class BreakerState:
                 if self.probes_passed >= self.config.probes:
                     self._close(now)
             return
-        if state is State.OPEN or health is Health.NEUTRAL:
+        if state is CircuitState.OPEN or health is Health.NEUTRAL:
             return
         unhealthy = health is Health.UNHEALTHY
         self._expire(now)
@@ -279,9 +286,9 @@ class BreakerState:
 
     def __repr__(self) -> str:
         text = f"BreakerState({self.state}"
-        if self.state is State.CLOSED:
+        if self.state is CircuitState.CLOSED:
             text += f", {self.consecutive} consecutive failures"
-        elif self.state is State.OPEN:
+        elif self.state is CircuitState.OPEN:
             text += f" until {self.open_until:g}"
         else:
             text += f", {self.probes_in_flight} probes in flight, {self.probes_passed} passed"
