@@ -14,7 +14,7 @@ from trio_retry._core.breaker import (
     BreakerVerdict,
     CircuitBreaker,
     Health,
-    State,
+    CircuitState,
     health_of,
 )
 from trio_retry._core.evidence import FailureCategory
@@ -349,10 +349,10 @@ def test_breaker_opens_after_consecutive_failures_and_4xx_resets_nothing_bad() -
                    Health.NEUTRAL, Health.UNHEALTHY):  # fmt: skip
         assert breaker.admit(0.0).admitted
         breaker.record(0.0, health)
-    assert breaker.state is State.CLOSED
+    assert breaker.state is CircuitState.CLOSED
     assert breaker.consecutive == 2  # the neutral one neither counted nor reset
     breaker.record(0.5, Health.UNHEALTHY)
-    assert breaker.state is State.OPEN
+    assert breaker.state is CircuitState.OPEN
     verdict = breaker.admit(0.75)
     assert (verdict.admitted, verdict.retry_in) == (False, 0.75)
     assert str(verdict) == "rejected: the breaker is open for 0.75s more"
@@ -370,30 +370,30 @@ def test_breaker_half_open_probes_close_or_reopen_with_a_growing_cool_down() -> 
         )
     )
     breaker.record(0.0, Health.UNHEALTHY)
-    assert (breaker.state, breaker.open_until) == (State.OPEN, 1.0)
-    assert breaker.current(1.0) is State.HALF_OPEN
+    assert (breaker.state, breaker.open_until) == (CircuitState.OPEN, 1.0)
+    assert breaker.current(1.0) is CircuitState.HALF_OPEN
     first, second, third = breaker.admit(1.0), breaker.admit(1.0), breaker.admit(1.0)
     assert (first.probe, second.probe, third.admitted) == (True, True, False)
     assert str(third) == "rejected: the breaker is half-open and its probes are in flight"
     breaker.record(1.05, Health.HEALTHY, second)  # one passed, one in flight: still full
     assert not breaker.admit(1.05).admitted
     breaker.record(1.1, Health.UNHEALTHY, first)
-    assert (breaker.state, breaker.open_until, breaker.level) == (State.OPEN, 3.1, 2)
-    assert breaker.current(3.1) is State.HALF_OPEN
+    assert (breaker.state, breaker.open_until, breaker.level) == (CircuitState.OPEN, 3.1, 2)
+    assert breaker.current(3.1) is CircuitState.HALF_OPEN
     breaker.record(3.1, Health.UNHEALTHY, second)  # the earlier period's probe: ignored
-    assert breaker.state is State.HALF_OPEN
+    assert breaker.state is CircuitState.HALF_OPEN
     a, b = breaker.admit(3.1), breaker.admit(3.1)
     breaker.record(3.2, Health.UNHEALTHY, a)
     assert (breaker.open_until, breaker.level) == (6.2, 3)  # 4 s capped at 3 s
-    assert breaker.current(6.2) is State.HALF_OPEN
+    assert breaker.current(6.2) is CircuitState.HALF_OPEN
     c, d = breaker.admit(6.2), breaker.admit(6.2)
     breaker.record(6.3, Health.NEUTRAL, c)  # gives its slot back
     e = breaker.admit(6.3)
     assert e.probe
     breaker.record(6.4, Health.HEALTHY, d)
-    assert breaker.state is State.HALF_OPEN
+    assert breaker.state is CircuitState.HALF_OPEN
     breaker.record(6.5, Health.HEALTHY, e)
-    assert breaker.state is State.CLOSED
+    assert breaker.state is CircuitState.CLOSED
     assert b.probe
     # The level decays by one per whole window closed: 25.5 s later, 3 - 2 = 1, so the
     # next opening is at level 2 (2 s).
@@ -408,14 +408,14 @@ def test_breaker_opens_on_failure_ratio_in_window() -> None:
     )
     for i, health in enumerate([Health.UNHEALTHY, Health.HEALTHY, Health.UNHEALTHY]):
         breaker.record(float(i), health)
-    assert breaker.state is State.CLOSED  # 3 results < min_calls
+    assert breaker.state is CircuitState.CLOSED  # 3 results < min_calls
     breaker.record(3.0, Health.HEALTHY)
-    assert breaker.state is State.CLOSED  # only an unhealthy result can open
+    assert breaker.state is CircuitState.CLOSED  # only an unhealthy result can open
     breaker.record(20.0, Health.UNHEALTHY)
-    assert breaker.state is State.CLOSED  # the old results expired: 1 result
+    assert breaker.state is CircuitState.CLOSED  # the old results expired: 1 result
     for t in (21.0, 22.0, 23.0):
         breaker.record(t, Health.UNHEALTHY if t != 22.0 else Health.HEALTHY)
-    assert breaker.state is State.OPEN  # 3 of 4 unhealthy
+    assert breaker.state is CircuitState.OPEN  # 3 of 4 unhealthy
 
 
 @settings(max_examples=200, deadline=None)
@@ -439,8 +439,8 @@ def test_a_breaker_never_admits_more_probes_than_configured(
             verdict = breaker.admit(now)
             if verdict.admitted:
                 in_flight.append(verdict)
-                assert verdict.probe == (before is State.HALF_OPEN)
-            elif before is State.CLOSED:
+                assert verdict.probe == (before is CircuitState.HALF_OPEN)
+            elif before is CircuitState.CLOSED:
                 pytest.fail("a closed breaker rejected a call")
         elif in_flight:
             probe = in_flight.pop(0)
@@ -449,7 +449,7 @@ def test_a_breaker_never_admits_more_probes_than_configured(
             else:
                 health = {"ok": Health.HEALTHY, "bad": Health.UNHEALTHY}.get(event, Health.NEUTRAL)
                 breaker.record(now, health, probe)
-        if breaker.state is State.HALF_OPEN:
+        if breaker.state is CircuitState.HALF_OPEN:
             assert breaker.probes_in_flight + breaker.probes_passed <= probes
             # Seen from outside: the unfinished probes of this half-open period.
             current = [v for v in in_flight if v.probe and v.phase == breaker.phase]
