@@ -13,8 +13,8 @@ from trio_retry._core.breaker import (
     BreakerState,
     BreakerVerdict,
     CircuitBreaker,
-    Health,
     CircuitState,
+    Health,
     health_of,
 )
 from trio_retry._core.evidence import FailureCategory
