@@ -256,20 +256,19 @@ def test_throttle_waits_for_a_token_or_rejects_past_the_deadline() -> None:
     state = ThrottleState(AdaptiveThrottle(min_rate=2.0, max_rate=2.0))
     state.observe(0.0, throttled=True)
     assert state.rate == 2.0
-    assert state.tokens == 0.0
+    assert state.capacity == pytest.approx(1.4)  # max(beta x 2, 1)
     first = state.acquire(0.0)
-    assert (first.wait, first.rejected) == (0.5, False)  # reserved: tokens now -1
+    assert (first.wait, first.rejected) == (0.5, False)  # the bucket starts empty
     second = state.acquire(0.0)
     assert second.wait == 1.0
     rejected = state.acquire(0.0, remaining=1.2)
     assert rejected.rejected
     assert rejected.wait == 1.5
     assert "1.500s away at 2/s" in str(rejected)
-    assert state.tokens == -2.0  # the rejection reserved nothing
-    # At t=2: -2 + 2 s x 2/s = 2 tokens, capped at the capacity (max(beta x 2, 1) = 1.4).
-    assert state.capacity == pytest.approx(1.4)
+    assert state.tat == pytest.approx(1.7)  # the rejection took no slot
+    # At t=2 the schedule is behind: one call goes now, the next 0.5 s - burst 0.2 s later.
     assert state.acquire(2.0).wait == 0.0
-    assert state.acquire(2.0).wait == pytest.approx(0.3)  # (1 - 0.4) / 2
+    assert state.acquire(2.0).wait == pytest.approx(0.3)
     limited = ThrottleState(AdaptiveThrottle(min_rate=2.0, max_rate=2.0, max_wait=0.1))
     limited.observe(0.0, throttled=True)
     assert limited.acquire(0.0).rejected
@@ -284,14 +283,14 @@ def test_throttle_waits_for_a_token_or_rejects_past_the_deadline() -> None:
     )
 )
 def test_the_rate_never_exceeds_its_bound(events: list[tuple[float, bool, bool]]) -> None:
-    """Whatever the responses, the fill rate stays within [min_rate, max_rate], and sends
-    (admission time + wait) over any span obey the bucket: <= capacity + max rate x span + 1."""
+    """Whatever the responses, the fill rate stays within [min_rate, max_rate], and for any
+    two admissions i < j: j - i <= r_max x (send_j - send_i) + r_max x burst_max."""
     config = AdaptiveThrottle(min_rate=1.0, max_rate=50.0)
     state = ThrottleState(config)
     now = 0.0
     sends: list[float] = []
     top_rate = config.min_rate
-    top_capacity = 1.0
+    top_burst = 0.0
     for step, respond, throttled in events:
         now += step
         bucket_on = state.enabled
@@ -303,11 +302,10 @@ def test_the_rate_never_exceeds_its_bound(events: list[tuple[float, bool, bool]]
         if state.rate is not None:
             assert config.min_rate <= state.rate <= 50.0
             top_rate = max(top_rate, state.rate)
-            top_capacity = max(top_capacity, state.capacity)
-    after = sorted(sends)
-    for i in range(len(after)):
-        for j in range(i, len(after)):
-            assert j - i + 1 <= top_capacity + top_rate * (after[j] - after[i]) + 1 + 1e-9
+            top_burst = max(top_burst, state.burst)
+    for i in range(len(sends)):
+        for j in range(i + 1, len(sends)):
+            assert j - i <= top_rate * (sends[j] - sends[i]) + top_rate * top_burst + 1e-6
 
 
 # --- circuit breaking ----------------------------------------------------------------------

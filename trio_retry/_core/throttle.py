@@ -18,12 +18,20 @@ Which responses throttle: 429, and 503 carrying ``Retry-After`` (the server said
 "broken"); that is execution evidence — a response was received and it says the request was
 not processed. Transport failures say nothing about the server's rate and are not counted.
 
-Admission: a call takes one token. With a token available it goes at once; otherwise it
-*reserves* the next one and waits for it — unless that wait would cross its deadline, when it
-is rejected at ``ADMISSION`` before a byte is sent (``NOT_SENT``), and its reservation is not
-taken. Reserving (tokens may go below zero) makes the bucket a strict bound: over any span of
-``T`` seconds at a fixed fill rate ``r``, admissions ≤ ``capacity + r x T`` (+1 for the token in
-hand).
+Admission: the token bucket is kept as a schedule (the generic cell rate algorithm of ITU-T
+I.371, a token bucket written as a "theoretical arrival time" ``tat``): a call admitted at
+``now`` is sent at ``max(now, tat - burst)`` and moves ``tat`` on by ``1 / rate`` (``burst`` =
+``(capacity - 1) / rate``). A call whose send time would cross its deadline is rejected at
+``ADMISSION`` before a byte is sent (``NOT_SENT``) and takes no slot. Because a slot, once
+given, keeps its time when the rate later changes, the schedule is a strict bound: for any two
+admissions i < j, ``j - i <= r_max x (send_j - send_i) + r_max x burst_max``, where ``r_max``
+and ``burst_max`` are the largest rate and burst in force meanwhile (a bucket that re-times
+reservations on a rate change, as a plain token count does, breaks that).
+
+One departure from the SDKs' controller: throttling responses within half a second (one
+measurement bucket) of the last cut do not cut again. Under concurrency, every request sent
+before the cut comes back 429, and cutting for each would multiply ``beta`` per response
+(0.7^10 after ten) instead of once per congestion event, as TCP does.
 """
 
 from __future__ import annotations
@@ -111,11 +119,10 @@ class ThrottleState:
     enabled: bool = field(default=False, init=False)
     fill_rate: float = field(default=0.0, init=False)
     capacity: float = field(default=_MIN_CAPACITY, init=False)
-    tokens: float = field(default=0.0, init=False)
+    tat: float = field(default=0.0, init=False)  # theoretical arrival time of the next slot
     measured_rate: float = field(default=0.0, init=False)
     last_max_rate: float = field(default=0.0, init=False)
     last_throttle: float = field(default=0.0, init=False)
-    _last_refill: float | None = field(default=None, init=False, repr=False)
     _bucket_start: float | None = field(default=None, init=False, repr=False)
     _bucket_count: int = field(default=0, init=False, repr=False)
     _measured: bool = field(default=False, init=False, repr=False)
@@ -126,32 +133,26 @@ class ThrottleState:
         self._latest = now
         return now
 
-    def _refill(self, now: float) -> None:
-        if self._last_refill is not None:
-            gained = (now - self._last_refill) * self.fill_rate
-            self.tokens = min(self.capacity, self.tokens + gained)
-        self._last_refill = now
+    @property
+    def burst(self) -> float:
+        """Seconds of sending the bucket may run ahead of its rate (``capacity - 1`` slots)."""
+        return (self.capacity - 1) / self.fill_rate
 
     def acquire(self, now: float, remaining: float | None = None) -> ThrottleVerdict:
         """Take a token for a call at ``now``; ``remaining``: seconds to its deadline.
 
-        Returns the wait before the call may send (reserved: the caller must then send, or
-        the token is spent anyway — a cancelled wait does not give it back, which errs on
-        the side of sending less), or a rejection when the wait would exceed ``remaining``
-        or ``max_wait`` (then nothing is reserved).
+        Returns the wait before the call may send (its slot is taken: a cancelled wait does
+        not give it back, which errs on the side of sending less), or a rejection when the
+        wait would exceed ``remaining`` or ``max_wait`` (then no slot is taken).
         """
         now = self._clock(now)
         if not self.enabled:
             return ThrottleVerdict(0.0)
-        self._refill(now)
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return ThrottleVerdict(0.0, rate=self.fill_rate)
-        wait = (1 - self.tokens) / self.fill_rate
+        wait = max(0.0, self.tat - self.burst - now)
         limit = self.config.max_wait
         if (remaining is not None and wait > remaining) or (limit is not None and wait > limit):
             return ThrottleVerdict(wait, rejected=True, rate=self.fill_rate)
-        self.tokens -= 1
+        self.tat = max(self.tat, now) + 1 / self.fill_rate
         return ThrottleVerdict(wait, rate=self.fill_rate)
 
     def _measure(self, now: float) -> None:
@@ -182,6 +183,12 @@ class ThrottleState:
         now = self._clock(now)
         self._measure(now)
         config = self.config
+        if throttled and self.enabled and now - self.last_throttle < _BUCKET:
+            # The same congestion event: requests sent before the last cut are still being
+            # answered 429. Cutting again for each would compound beta per response; like
+            # TCP (RFC 5681 §3.1, RFC 9438 §4.6), the rate is cut once per round trip, here
+            # once per measurement bucket.
+            return
         if throttled:
             rate = (
                 self.measured_rate if not self.enabled else min(self.measured_rate, self.fill_rate)
@@ -190,19 +197,22 @@ class ThrottleState:
             self.last_max_rate = rate
             self.last_throttle = now
             calculated = rate * config.beta
+            starting = not self.enabled
             self.enabled = True
         elif not self.enabled:
             return  # nothing to recover from: the bucket stays off
         else:
+            starting = False
             elapsed = now - self.last_throttle - self._window()
             calculated = config.scale * elapsed**3 + self.last_max_rate
         new_rate = min(calculated, 2 * self.measured_rate)
         if config.max_rate is not None:
             new_rate = min(new_rate, config.max_rate)
-        self._refill(now)
         self.fill_rate = max(new_rate, config.min_rate)
         self.capacity = max(new_rate, _MIN_CAPACITY)
-        self.tokens = min(self.tokens, self.capacity)
+        if starting:
+            # The bucket starts empty (as the SDKs' does): the next slot is one interval away.
+            self.tat = now + self.burst + 1 / self.fill_rate
 
     @property
     def rate(self) -> float | None:
@@ -213,6 +223,6 @@ class ThrottleState:
         if not self.enabled:
             return "ThrottleState(off)"
         return (
-            f"ThrottleState({self.fill_rate:.3g}/s, {self.tokens:.3g} of {self.capacity:.3g} "
-            f"tokens, measured {self.measured_rate:.3g}/s)"
+            f"ThrottleState({self.fill_rate:.3g}/s, burst {self.capacity:.3g}, next slot "
+            f"{self.tat - self.burst:.3f}, measured {self.measured_rate:.3g}/s)"
         )
