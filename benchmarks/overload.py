@@ -10,8 +10,8 @@ suite sets:
   a seeded RNG). Open loop, ``TAIL_RATE`` calls/s. Modes: the same server without its slow tail
   (``fast_server``, the reference the others aim at); no hedging; ``Hedging`` with a fixed
   50 ms delay; ``Hedging`` with the observed p95 as delay (at least 10 ms); a naive client
-  that always sends two copies and takes the first. Figures: p50/p99/p99.9 call latency, and extra load (requests
-  the server received / calls - 1).
+  that always sends two copies and takes the first. Figures: p50/p99/p99.9 call latency, and
+  extra load (requests the server received / calls - 1).
 - **throttle** (virtual time, ``MockClock``): the server answers 429 above a fixed rate
   (a token bucket of ``LIMIT`` requests/s, burst ``LIMIT / 10``). Open loop at twice that
   rate, every call in its own task, deadline 5 s, up to 4 attempts with backoff. Modes: a
