@@ -5,6 +5,7 @@ Public names only; see SPEC and docs/reference.md.
 
 from ._auth import BasicAuth as BasicAuth
 from ._auth import BearerAuth as BearerAuth
+from ._call.resilience import UpstreamStatus as UpstreamStatus
 from ._client import Client as Client
 from ._client import RefreshableAuth as RefreshableAuth
 from ._core.attempt import Attempt as Attempt
@@ -51,7 +52,6 @@ from ._models import URL as URL
 from ._models import Headers as Headers
 from ._models import Response as Response
 from ._models import StageTimeouts as StageTimeouts
-from ._resilience import UpstreamStatus as UpstreamStatus
 
 __version__ = "0.1.0"
 

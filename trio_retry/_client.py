@@ -25,6 +25,7 @@ import trio
 from ._call.config import AttemptCallback, ClientConfig, JsonDumps, RefreshableAuth
 from ._call.loop import send_following
 from ._call.prepare import PreparedRequest, RequestOptions, prepare
+from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
 from ._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
@@ -239,6 +240,12 @@ class Client:
         """The connection pool (for inspection: its repr summarises its state)."""
         return self._rt.pool
 
+    def upstream_status(self, origin: str) -> UpstreamStatus:
+        """The breaker, throttle and hedging state of ``origin`` (``"https://host[:port]"``)
+        now, as a snapshot (SPEC §15). An origin not called yet reports its settings' initial
+        state."""
+        return self._rt.upstreams.get(Origin.parse(origin)).guard.status()
+
     # --- public calls ----------------------------------------------------------------------
 
     async def request(
@@ -248,7 +255,8 @@ class Client:
 
         Options (:class:`RequestOptions`, all keyword-only): ``headers``, ``params``,
         ``content``, ``data`` (form fields), ``files``, ``json``, ``deadline``,
-        ``idempotency``, ``idempotency_key``, ``retry``, ``follow_redirects``. A bad option
+        ``idempotency``, ``idempotency_key``, ``retry``, ``follow_redirects``, ``hedging``
+        (a ``Hedging`` for this call, ``False`` to turn the upstream's off). A bad option
         raises ``InvalidRequest`` (or ``TypeError`` for an unknown one) before any I/O.
 
         Raises ``HttpAmbiguousExecutionError`` when a non-idempotent request may have run, a

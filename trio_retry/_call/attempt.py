@@ -28,6 +28,7 @@ import trio
 from .._cookies import cookie_header, store_cookies
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
+from .._core.breaker import BreakerVerdict
 from .._core.decision import Decision
 from .._core.evidence import Evidence, FailureCategory
 from .._errors import InvalidRequest
@@ -52,7 +53,7 @@ class Outcome:
     """How one attempt ended: a response (maybe with its body), or a classified failure; and
     what it still holds (a connection, a permit) until :func:`give_back`."""
 
-    __slots__ = ("body", "conn", "error", "permit", "response")
+    __slots__ = ("admission", "body", "conn", "error", "permit", "response")
 
     def __init__(self) -> None:
         self.response: WireResponse | None = None
@@ -60,6 +61,7 @@ class Outcome:
         self.error: BaseException | None = None
         self.conn: PooledConnection | None = None
         self.permit: Permit | None = None
+        self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
 
 
 async def run_attempt(
@@ -85,6 +87,7 @@ async def run_attempt(
     if (
         deadline == math.inf
         and state.limiter is None
+        and not state.guarded
         and rt.config.auth is None
         and request.body.known_length is not None
     ):
@@ -99,6 +102,11 @@ async def run_attempt(
         try:
             with scope:
                 await _exchange(rt, request, state, progress, streaming, outcome, proxy)
+        except BaseException:
+            # Outer cancellation (or the caller's own error): no result to learn from; a
+            # probe slot of the breaker is given back.
+            state.guard.release(outcome.admission)
+            raise
         finally:
             rt.scopes.discard(scope)
         timed_out = scope.cancelled_caught
@@ -188,6 +196,8 @@ async def _attempt_inner(
 ) -> None:
     url = request.url
     origin = url.origin
+    if state.guarded:  # the breaker and the throttle, before the bulkhead
+        outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
     if state.limiter is not None:
         outcome.permit = await admit(state, f"{request.method} {url}", origin)
     # Cleartext through a proxy: absolute-form target, one pool of proxy connections.

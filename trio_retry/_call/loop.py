@@ -3,8 +3,10 @@
 One call runs this loop (:func:`send`):
 
 1. admission: a draining client admits no new call (``AdmissionRejected``, ``NOT_SENT``);
-2. an attempt (:func:`~.attempt.run_attempt`) inside the call's deadline; the wire keeps an
-   ``AttemptProgress`` current, so however the attempt ends the stage reached is known;
+2. an attempt (:func:`~.attempt.run_attempt`, or :func:`~.hedge.hedged_attempt` when the
+   call is hedged) inside the call's deadline; the wire keeps an ``AttemptProgress`` current,
+   so however the attempt ends the stage reached is known; the origin's breaker, throttle and
+   hedging ledger learn from it (:func:`~.hedge.learn`);
 3. the :class:`Attempt` record; a response below 400 ends the loop without asking the engine;
 4. otherwise the engine decides on a ``RetryContext``. On ``RetryAllowed`` the attempt has
    *already* given back its connection and its bulkhead permit; the budget is debited and the
@@ -38,6 +40,7 @@ from .._wire.progress import AttemptProgress, WireError
 from .attempt import Outcome, give_back, observe, record, run_attempt
 from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .failures import ambiguous_status, failure
+from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
 from .upstream import UpstreamState
@@ -104,13 +107,25 @@ async def send(
     # matters when deciding about a retry, so it is read then (it costs a walk up the
     # cancel-scope chain, a measurable share of a small request).
     deadline = request.deadline
+    hedged = request.hedging is not None or state.upstream.hedging is not None
+    ledger = hedge_ledger(request, state, started) if hedged else None
+    guarded = state.guarded or ledger is not None
 
     while True:
         number = len(attempts) + 1
         progress = AttemptProgress(started if number == 1 else trio.current_time())
-        outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
+        if ledger is None:
+            outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
+        else:
+            outcome, progress, number = await hedged_attempt(
+                rt, request, state, progress, streaming, deadline, attempts, ledger, number,
+                _notify,
+            )  # fmt: skip
         ended = trio.current_time()
         evidence, category, retry_after = observe(outcome, config.wall_clock)
+        if guarded:
+            learn(state, outcome, progress, category, retry_after, ledger)
+        used = len(attempts) + 1  # attempts of this call so far, hedges included
         wire = outcome.response
         if wire is not None and outcome.error is None and wire.status < 400:
             attempt = record(number, progress, outcome, evidence, category, ended)
@@ -127,13 +142,13 @@ async def send(
 
         now = ended
         backoff = policy.backoff
-        proposed = backoff.delay(number, config.rng, previous_delay)
+        proposed = backoff.delay(used, config.rng, previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
         call_deadline = min(deadline, trio.current_effective_deadline())
         remaining = call_deadline - now
         context = build_context(  # RetryContext(...), built faster
-            attempt=number,
+            attempt=used,
             max_attempts=policy.max_attempts,
             budget_available=state.budget.available(now),
             replayability=request.body.replayability,

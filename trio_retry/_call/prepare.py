@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from .._body import PreparedBody, prepare_body
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
+from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Multipart
@@ -59,6 +60,7 @@ class RequestOptions(TypedDict, total=False):
     idempotency_key: str | bool | None
     retry: RetryPolicy | None
     follow_redirects: bool | None
+    hedging: Hedging | bool | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +81,7 @@ class PreparedRequest:
     deadline: float
     follow_redirects: bool = False
     apply_auth: bool = True
+    hedging: Hedging | bool | None = None  # a Hedging, False (off), None (the upstream's)
 
 
 def prepare(
@@ -99,6 +102,7 @@ def prepare(
     idempotency_key: str | bool | None = None,
     retry: RetryPolicy | None = None,
     follow_redirects: bool | None = None,
+    hedging: Hedging | bool | None = None,
 ) -> PreparedRequest:
     """The request ``method url`` with the call's options over the client's ``config`` and
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
@@ -106,6 +110,11 @@ def prepare(
     if not isinstance(method, str) or not method.isascii() or not method.isalpha():
         raise _invalid(f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'")
     method = method.upper()
+    if hedging is True or not (hedging is None or hedging is False or isinstance(hedging, Hedging)):
+        raise TypeError(
+            "hedging= must be a Hedging, False (no hedging for this call) or None (the "
+            f"upstream's setting), got {hedging!r}"
+        )
     base_url = config.base_url
     if isinstance(url, str) and base_url is not None and "://" not in url:
         full = base_url.join(url)
@@ -159,6 +168,7 @@ def prepare(
         retry=retry or config.retry,
         deadline=now + seconds if seconds is not None else math.inf,
         follow_redirects=config.follow_redirects if follow_redirects is None else follow_redirects,
+        hedging=hedging,
     )
 
 

@@ -28,12 +28,12 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ._core.breaker import BreakerState, BreakerVerdict, CircuitState, health_of
-from ._core.evidence import Evidence, FailureCategory, Stage
-from ._core.hedging import HedgeLedger, Hedging
-from ._core.policy import Upstream
-from ._core.throttle import ThrottleState, is_throttling
-from ._wire.progress import AttemptProgress, WireError
+from .._core.breaker import BreakerState, BreakerVerdict, CircuitState, health_of
+from .._core.evidence import Evidence, FailureCategory, Stage
+from .._core.hedging import HedgeLedger, Hedging
+from .._core.policy import Upstream
+from .._core.throttle import ThrottleState, is_throttling
+from .._wire.progress import AttemptProgress, WireError
 
 __all__ = [
     "NON_FINAL_STATUSES",
@@ -96,11 +96,6 @@ class Guard:
         self.name = (config.name if config is not None else None) or origin
         self.throttle = ThrottleState(upstream.throttle) if upstream.throttle else None
         self.ledgers: dict[Hedging, HedgeLedger] = {}
-
-    @property
-    def active(self) -> bool:
-        """True when admission or observation has anything to do."""
-        return self.breaker is not None or self.throttle is not None or bool(self.ledgers)
 
     def ledger(self, hedging: Hedging) -> HedgeLedger:
         """The ledger of calls hedged with ``hedging`` (one per distinct setting)."""
