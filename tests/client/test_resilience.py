@@ -20,6 +20,7 @@ from trio_retry import (
     CircuitState,
     Evidence,
     Hedging,
+    RetryBudget,
     RetryPolicy,
     Stage,
     Upstream,
@@ -142,6 +143,29 @@ async def test_hedges_respect_their_share(
     # Call k (1-based) may hedge while hedges so far < 0.5 x k.
     assert copies == [2, 1, 2, 1, 2, 1]
     assert len(server.requests) == 9
+
+
+@pytest.mark.parametrize(
+    "upstream",
+    [
+        # The only bulkhead permit is the stalled copy's: a hedge never queues for one.
+        Upstream(hedging=Hedging(0.1, max_share=1.0), max_concurrency=1),
+        # An empty retry budget: a hedge is a retry for accounting.
+        Upstream(hedging=Hedging(0.1, max_share=1.0), budget=RetryBudget(0.0, 0.0)),
+    ],
+    ids=["bulkhead", "budget"],
+)
+async def test_no_hedge_without_a_permit_or_budget(
+    server: FaultServer, autojump_clock: trio.testing.MockClock, upstream: Upstream
+) -> None:
+    server.script(Respond(200, delay=1.0))
+    async with trio_retry.Client(retry=THREE, default_upstream=upstream) as client:
+        start = trio.current_time()
+        response = await client.get(server.url + "/item")
+        took = trio.current_time() - start
+    assert len(response.attempts) == 1
+    assert len(server.requests) == 1
+    assert took == pytest.approx(1.0, abs=0.01)
 
 
 async def test_outer_cancellation_ends_every_copy(
