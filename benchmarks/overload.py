@@ -10,8 +10,9 @@ suite sets:
   a seeded RNG). Open loop, ``TAIL_RATE`` calls/s. Modes: the same server without its slow tail
   (``fast_server``, the reference the others aim at); no hedging; ``Hedging`` with a fixed
   50 ms delay; ``Hedging`` with the observed p95 as delay (at least 10 ms); a naive client
-  that always sends two copies and takes the first. Figures: p50/p99/p99.9 call latency, and
-  extra load (requests the server received / calls - 1).
+  that always sends two copies and takes the first; then, over HTTP/2 (h2c, ``FaultServer``,
+  ``TAIL_RATE_H2`` calls/s), the reference, no hedging and the p95 hedging. Figures:
+  p50/p99/p99.9 call latency, and extra load (requests the server received / calls - 1).
 - **throttle** (virtual time, ``MockClock``): the server answers 429 above a fixed rate
   (a token bucket of ``LIMIT`` requests/s, burst ``LIMIT / 10``). Open loop at twice that
   rate, every call in its own task, deadline 5 s, up to 4 attempts with backoff. Modes: a
@@ -58,8 +59,10 @@ from trio_retry import (
     RetryPolicy,
     Upstream,
 )
+from trio_retry.testing import FaultServer, Respond
 
 TAIL_RATE = 200.0  # calls/s offered in the tail suite (well below what one core serves)
+TAIL_RATE_H2 = 50.0  # the same over HTTP/2: pure-Python h2 on both sides costs more per call
 SLOW_SHARE = 0.05
 SLOW_DELAY = 0.2
 LIMIT = 50.0  # the throttling server's rate, requests/s
@@ -137,27 +140,49 @@ def _quantile(values: list[float], q: float) -> float:
 
 async def _tail_mode(mode: str, calls: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
+    h2 = mode.startswith("h2_")  # HTTP/2 (h2c): a hedge is a stream on the same connection
+    base_mode = mode.removeprefix("h2_")
 
     async def decide(method: str, target: str) -> tuple[int, list[tuple[str, str]]]:
-        if mode != "fast_server" and rng.random() < SLOW_SHARE:
+        if slow():
             await trio.sleep(SLOW_DELAY)
         return 200, []
 
+    def slow() -> bool:
+        return base_mode != "fast_server" and rng.random() < SLOW_SHARE
+
     server = Server(decide)
+    # Over HTTP/2 the same tail comes from a FaultServer script (one action per request, in
+    # arrival order, drawn from the same RNG): enough for the calls, their hedges, the warm-up.
+    fault = FaultServer(http2=True, idle_timeout=300, read_timeout=300)
+    fault.script(
+        *(
+            Respond(200, body=b"ok\n", delay=SLOW_DELAY if slow() else 0.0)
+            for _ in range(3 * calls + 100)
+        )
+    )
     hedging: Hedging | None = None
-    if mode == "hedging":
+    if base_mode == "hedging":
         hedging = Hedging(delay=0.05, max_share=0.1)
-    elif mode == "hedging_p95":
+    elif base_mode == "hedging_p95":
         hedging = Hedging(delay=0.01, percentile=0.95, max_share=0.1)
     upstream = Upstream(hedging=hedging)
     latencies: list[float] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(server.run)
-        url = server.url + "/item"
-        async with trio_retry.Client(default_upstream=upstream) as client:
+        if h2:
+            base = await nursery.start(fault.serve)
+        else:
+            await nursery.start(server.run)
+            base = server.url
+        url = base + "/item"
+
+        def received() -> int:
+            return len(fault.requests) if h2 else server.received
+
+        async with trio_retry.Client(default_upstream=upstream, http2_prior_knowledge=h2) as client:
             for _ in range(20):  # warm the pool (and the percentile)
                 await client.get(url)
-            server.received = 0
+            warm = received()
 
             async def one() -> None:
                 if mode != "naive_two":
@@ -182,8 +207,9 @@ async def _tail_mode(mode: str, calls: int, seed: int) -> dict[str, Any]:
             # stuck on slow responses, more of them compete and the median rises.)
             begin = trio.current_time()
             async with trio.open_nursery() as calls_nursery:
+                rate = TAIL_RATE_H2 if h2 else TAIL_RATE
                 for i in range(calls):
-                    await trio.sleep_until(begin + i / TAIL_RATE)
+                    await trio.sleep_until(begin + i / rate)
                     calls_nursery.start_soon(timed)
         nursery.cancel_scope.cancel()
     return {
@@ -192,15 +218,16 @@ async def _tail_mode(mode: str, calls: int, seed: int) -> dict[str, Any]:
         "p50_ms": _quantile(latencies, 0.5) * 1000,
         "p99_ms": _quantile(latencies, 0.99) * 1000,
         "p999_ms": _quantile(latencies, 0.999) * 1000,
-        "extra_load": server.received / len(latencies) - 1,
+        "extra_load": (received() - warm) / len(latencies) - 1,
     }
 
 
 def run_tail(smoke: bool) -> list[dict[str, Any]]:
-    calls = 200 if smoke else 3000
-    return [
-        trio.run(_tail_mode, mode, calls, 21)
-        for mode in ("fast_server", "none", "hedging", "hedging_p95", "naive_two")
+    calls, calls_h2 = (200, 50) if smoke else (3000, 1000)
+    h1 = ("fast_server", "none", "hedging", "hedging_p95", "naive_two")
+    h2 = ("h2_fast_server", "h2_none", "h2_hedging_p95")
+    return [trio.run(_tail_mode, mode, calls, 21) for mode in h1] + [
+        trio.run(_tail_mode, mode, calls_h2, 21) for mode in h2
     ]
 
 

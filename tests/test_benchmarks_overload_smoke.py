@@ -35,9 +35,12 @@ def test_overload_benchmarks_smoke(tmp_path: Path) -> None:
     assert set(suites) == {"tail", "throttle", "outage"}
 
     tail = suites["tail"]
-    assert set(tail) == {"fast_server", "none", "hedging", "hedging_p95", "naive_two"}
-    for row in tail.values():
-        assert row["calls"] == 200
+    assert set(tail) == {
+        "fast_server", "none", "hedging", "hedging_p95", "naive_two",
+        "h2_fast_server", "h2_none", "h2_hedging_p95",
+    }  # fmt: skip
+    for mode, row in tail.items():
+        assert row["calls"] == (50 if mode.startswith("h2_") else 200)
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
     assert tail["none"]["extra_load"] == 0.0
     assert tail["naive_two"]["extra_load"] > 0.9
