@@ -263,7 +263,8 @@ async def run_hedged(
                     break
                 done = [c for c in finished if c.outcome is not None and final(c.outcome)]
                 if done:
-                    winner = done[0]
+                    # The earliest to end: under load the round may wake after several ended.
+                    winner = min(done, key=lambda c: c.ended)
                     break
                 if not any(c.running for c in copies):
                     break
