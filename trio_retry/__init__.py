@@ -52,6 +52,11 @@ from ._models import URL as URL
 from ._models import Headers as Headers
 from ._models import Response as Response
 from ._models import StageTimeouts as StageTimeouts
+from ._observe.hooks import EventHooks as EventHooks
+from ._observe.hooks import HookRequest as HookRequest
+from ._observe.hooks import HookResponse as HookResponse
+from ._observe.otel import MissingExtra as MissingExtra
+from ._observe.otel import OpenTelemetry as OpenTelemetry
 
 __version__ = "0.1.0"
 
@@ -73,15 +78,20 @@ __all__ = [
     "Decision",
     "DefaultRetryEligibilityEngine",
     "DenyReason",
+    "EventHooks",
     "Evidence",
     "FailureCategory",
     "Headers",
     "Hedging",
     "HTTPStatusError",
+    "HookRequest",
+    "HookResponse",
     "HttpAmbiguousExecutionError",
     "Idempotency",
+    "MissingExtra",
     "InvalidRequest",
     "Multipart",
+    "OpenTelemetry",
     "PoolTimeout",
     "ProtocolFailed",
     "RefreshableAuth",
