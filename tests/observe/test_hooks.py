@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, HookRequest, HookResponse, Stage
@@ -165,3 +166,36 @@ def test_bad_event_hooks_are_refused_by_the_constructor(
     with pytest.raises(error) as info:
         trio_retry.Client(event_hooks=value)  # type: ignore[arg-type]
     assert words in str(info.value)
+
+
+async def test_closing_the_client_ends_a_call_waiting_in_a_hook(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A hook may wait, so hooked attempts always run in a scope aclose() can cancel, even on
+    a ready pooled connection with no deadline (the path that otherwise skips the scope)."""
+    block = trio.Event()
+
+    async def gate(request: HookRequest) -> None:
+        if request.url.target == "/blocked":
+            await block.wait()
+
+    errors: list[BaseException] = []
+
+    async def blocked(client: trio_retry.Client) -> None:
+        try:
+            await client.get(server.url + "/blocked")
+        except trio_retry.RequestFailed as exc:
+            errors.append(exc)
+
+    server.default = Respond(200)
+    with trio.fail_after(10):
+        async with trio_retry.Client(retry=FAST, event_hooks={"request": [gate]}) as client:
+            await client.get(server.url + "/warm")  # leaves an idle pooled connection
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(blocked, client)
+                await trio.sleep(1.0)
+                await client.aclose()
+    (error,) = errors
+    assert isinstance(error, trio_retry.ConnectionBroken)
+    assert error.evidence is Evidence.NOT_SENT
+    assert len(server.requests) == 1
