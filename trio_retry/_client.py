@@ -32,6 +32,8 @@ from ._core.policy import RetryPolicy, Upstream
 from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._observe.hooks import EventHooks, normalize_event_hooks
+from ._observe.otel import OpenTelemetry
 from ._proxy import ProxyConfig
 from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
@@ -84,6 +86,8 @@ class Client:
         trust_env: bool = False,
         json_dumps: JsonDumps | None = None,
         transport: Dialer | None = None,
+        event_hooks: EventHooks | None = None,
+        telemetry: OpenTelemetry | None = None,
     ) -> None:
         if transport is not None:  # transport= (testkit, #17): opens connections instead of us
             if not callable(getattr(transport, "connect", None)):
@@ -97,6 +101,10 @@ class Client:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         if max_header_bytes < 1:
             raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
+        if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+            raise TypeError(
+                f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
+            )
         if ssl_context is None:
             ssl_context = ssl.create_default_context()
         ssl_context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
@@ -127,6 +135,8 @@ class Client:
             keepalive_expiry=keepalive_expiry,
             pool_timeout=pool_timeout,
             transport=transport,
+            hooks=normalize_event_hooks(event_hooks),
+            instrumentation=telemetry.instrument() if telemetry is not None else None,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self.headers = Headers(
@@ -167,6 +177,8 @@ class Client:
         self._rt.connector.nursery = self._nursery
         self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
         self._rt.lifecycle = Lifecycle.OPEN
+        if self._config.instrumentation is not None:
+            self._config.instrumentation.watch_pool(self._rt.pool)
         return self
 
     async def _keep_background(
@@ -203,6 +215,8 @@ class Client:
         if rt.lifecycle is Lifecycle.CLOSED:
             return
         rt.lifecycle = Lifecycle.CLOSED
+        if self._config.instrumentation is not None:
+            self._config.instrumentation.forget_pool(rt.pool)
         rt.drain()
         for scope in list(rt.scopes):
             scope.cancel()

@@ -107,7 +107,7 @@ def test_constructing_a_client_without_telemetry_imports_no_opentelemetry() -> N
         import sys, trio, trio_retry
         async def main():
             async with trio_retry.Client() as client:
-                assert client._instrumentation is None and client._hooks is None
+                assert client.config.instrumentation is None and client.config.hooks is None
         trio.run(main)
         assert not [m for m in sys.modules if m.startswith("opentelemetry")], sys.modules
         """

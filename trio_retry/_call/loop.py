@@ -33,7 +33,7 @@ from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
 from .._core.engine import build_context
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .._errors import AdmissionRejected, TooManyRedirects
+from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Response
 from .._redirects import REDIRECT_STATUSES
 from .._wire.progress import AttemptProgress, WireError
@@ -114,13 +114,18 @@ async def send(
     while True:
         number = len(attempts) + 1
         progress = AttemptProgress(started if number == 1 else trio.current_time())
-        if ledger is None:
-            outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
-        else:
+        if ledger is not None:
+            # Hedged copies are not traced one span each yet (their attempts are recorded).
             outcome, progress, number = await hedged_attempt(
                 rt, request, state, progress, streaming, deadline, attempts, ledger, number,
                 _notify,
             )  # fmt: skip
+        elif request.trace is None:
+            outcome = await run_attempt(rt, request, state, progress, streaming, deadline, number)
+        else:
+            outcome = await _traced_attempt(
+                rt, request, state, progress, streaming, deadline, number
+            )
         ended = trio.current_time()
         evidence, category, retry_after = observe(outcome, config.wall_clock)
         if guarded:
@@ -138,7 +143,7 @@ async def send(
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
-            raise failure(request, attempts, outcome.error, None)
+            raise _counted(request, failure(request, attempts, outcome.error, None))
 
         now = ended
         backoff = policy.backoff
@@ -192,6 +197,50 @@ async def send(
         return _finish(request, outcome, attempts, decision)
 
 
+async def _traced_attempt(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    deadline: float,
+    number: int,
+) -> Outcome:
+    """:func:`run_attempt` inside its telemetry span (``telemetry=``): the span starts here
+    and ends when the attempt is recorded (:func:`_notify`), or here when the attempt is
+    interrupted — by cancellation (then marked so) or by the caller's own body or auth code."""
+    trace = request.trace
+    assert trace is not None
+    url = request.url
+    current = trace.current = trace.attempt(
+        method=request.method,
+        url=str(url),
+        scheme=url.scheme,
+        host=url.host,
+        port=url.port,
+        number=number,
+        idempotency=request.idempotency,
+        idempotency_key_present=request.idempotency_key is not None,
+    )
+    try:
+        return await run_attempt(rt, request, state, progress, streaming, deadline, number)
+    except BaseException as exc:
+        current.interrupt(
+            stage=progress.stage,
+            evidence_name=progress.evidence.name,
+            duration=trio.current_time() - progress.started,
+            cancelled=isinstance(exc, trio.Cancelled),
+        )
+        raise
+
+
+def _counted(request: PreparedRequest, error: Exception) -> Exception:
+    """``error``, counted in the ambiguous-outcomes metric when it is that (``telemetry=``)."""
+    if request.trace is not None and isinstance(error, HttpAmbiguousExecutionError):
+        request.trace.ended_ambiguous()
+    return error
+
+
 async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
     if rt.draining:
@@ -207,7 +256,11 @@ async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
 def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitable[object] | None:
     """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
     is for the caller to await (so that a client without an async callback awaits nothing).
+    With ``telemetry=``, the attempt's span ends here, with the attempt's record.
     """
+    trace = request.trace
+    if trace is not None and trace.current is not None:
+        trace.current.finish(attempt)
     if logger.isEnabledFor(logging.DEBUG):
         # The attempt trail only: no header values, so no credentials, ever reach the log.
         logger.debug(
@@ -268,10 +321,10 @@ def _finish(
     if outcome.response is not None and outcome.error is None:
         response = _response(request, outcome, attempts, decision)
         if isinstance(decision, AmbiguousFailure):
-            raise ambiguous_status(request, response, attempts, decision)
+            raise _counted(request, ambiguous_status(request, response, attempts, decision))
         return response, None
     assert outcome.error is not None
-    raise failure(request, attempts, outcome.error, decision)
+    raise _counted(request, failure(request, attempts, outcome.error, decision))
 
 
 def _deliver(

@@ -25,6 +25,7 @@ from .._core.policy import RetryPolicy
 from .._core.replay import Multipart
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
+from .._observe.otel import CallTrace
 from .._redirects import (
     CREDENTIAL_HEADERS,
     InvalidLocation,
@@ -82,6 +83,9 @@ class PreparedRequest:
     follow_redirects: bool = False
     apply_auth: bool = True
     hedging: Hedging | bool | None = None  # a Hedging, False (off), None (the upstream's)
+    #: The call's telemetry, shared by its redirect hops (``replace`` keeps it); ``None``
+    #: without ``telemetry=``.
+    trace: CallTrace | None = None
 
 
 def prepare(
@@ -169,6 +173,7 @@ def prepare(
         deadline=now + seconds if seconds is not None else math.inf,
         follow_redirects=config.follow_redirects if follow_redirects is None else follow_redirects,
         hedging=hedging,
+        trace=config.instrumentation.call() if config.instrumentation is not None else None,
     )
 
 

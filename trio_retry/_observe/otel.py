@@ -67,9 +67,13 @@ class MissingExtra(TrioRetryError, ImportError):
 
 
 def _version() -> str:
-    from .. import __version__
+    """The instrumentation scope's version: the installed distribution's ("" if unknown)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("trio_retry")
+    except PackageNotFoundError:
+        return ""
 
 
 class OpenTelemetry:
@@ -204,13 +208,22 @@ def _pool_key_attributes(key: object) -> tuple[str, str, int]:
     return (str(key.scheme), str(key.host), int(key.port))  # type: ignore[attr-defined]
 
 
+# One set of instruments per meter provider (the global one under the key None), so that
+# every client of a provider shares them: the meter is asked for once per provider.
 _INSTRUMENTS: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+_GLOBAL_INSTRUMENTS: list[_Instruments] = []
 
 
-def _instruments_for(meter: Meter) -> _Instruments:
-    found = _INSTRUMENTS.get(meter)
+def _instruments_for(provider: MeterProvider | None) -> _Instruments:
+    from opentelemetry import metrics
+
+    if provider is None:
+        if not _GLOBAL_INSTRUMENTS:  # the API's proxy meter follows the provider set later
+            _GLOBAL_INSTRUMENTS.append(_Instruments(metrics.get_meter(_SCOPE, _version())))
+        return _GLOBAL_INSTRUMENTS[0]
+    found = _INSTRUMENTS.get(provider)
     if found is None:
-        found = _INSTRUMENTS[meter] = _Instruments(meter)
+        found = _INSTRUMENTS[provider] = _Instruments(provider.get_meter(_SCOPE, _version()))
     return found
 
 
@@ -220,7 +233,7 @@ class Instrumentation:
     __slots__ = ("_instruments", "_propagator", "_sensitive", "_tracer")
 
     def __init__(self, config: OpenTelemetry) -> None:
-        from opentelemetry import metrics, trace
+        from opentelemetry import trace
 
         self._sensitive = config._sensitive
         self._propagator = config._propagator
@@ -234,13 +247,7 @@ class Instrumentation:
             )
         self._instruments: _Instruments | None = None
         if config.metrics:
-            meter_provider = config._meter_provider
-            meter = (
-                meter_provider.get_meter(_SCOPE, _version())
-                if meter_provider is not None
-                else metrics.get_meter(_SCOPE, _version())
-            )
-            self._instruments = _instruments_for(meter)
+            self._instruments = _instruments_for(config._meter_provider)
 
     def watch_pool(self, pool: ConnectionPool) -> None:
         """Report ``pool`` in the pool gauges until :meth:`forget_pool` (or it is collected)."""
