@@ -338,3 +338,22 @@ async def test_pool_gauges_report_a_waiting_attempt_per_origin(
     assert (waiting, active) == ([1], [1])
     # Once the client is closed its pool is no longer reported.
     assert not otel.metrics().get("trio_retry.client.pool.waiting")
+
+
+async def test_spans_and_propagation_over_the_in_memory_transport(otel: Otel) -> None:
+    """The same instrumentation with ``Client(transport=MockTransport())``: no socket."""
+    from trio_retry.testing import MockTransport
+
+    transport = MockTransport()
+    transport.server.script(Respond(503))
+    transport.server.default = Respond(200)
+    async with trio_retry.Client(
+        retry=FAST, telemetry=otel.telemetry, transport=transport
+    ) as client:
+        await client.get("http://api.example/orders")
+    spans = otel.spans()
+    assert [_attrs(s)["server.address"] for s in spans] == ["api.example", "api.example"]
+    assert [_attrs(s).get("http.request.resend_count") for s in spans] == [None, 1]
+    assert [r.header("traceparent") for r in transport.server.requests] == [
+        _traceparent(s) for s in spans
+    ]
