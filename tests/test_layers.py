@@ -6,7 +6,8 @@ functions: a circle that only a type checker sees is still a circle in the desig
 - ``_core``: the pure decision core (``tests/core/test_purity.py`` keeps trio out of it);
 - values: URLs, headers, responses, errors, bodies and the small pure helpers around them;
 - ``_wire``: Trio I/O around h11/h2;
-- ``_call``: one call (prepare, loop, attempt, body, connect, failures);
+- ``_call``: one call (prepare, loop, attempt, body, connect, failures), and ``_observe``
+  (event hooks, OpenTelemetry) which the call uses and which uses nothing of it;
 - ``_client``: the facade;
 - the package itself, the CLI and the demo.
 
@@ -39,7 +40,7 @@ def layer(module: str) -> int:
         return 1
     if head == "_wire":
         return 2
-    if head == "_call":
+    if head in ("_call", "_observe"):
         return 3
     if head == "_client":
         return 4

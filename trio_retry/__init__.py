@@ -8,11 +8,14 @@ from ._auth import BasicAuth as BasicAuth
 from ._auth import BearerAuth as BearerAuth
 from ._auth import DigestAuth as DigestAuth
 from ._auth import RequestAuth as RequestAuth
+from ._call.resilience import UpstreamStatus as UpstreamStatus
 from ._client import Client as Client
 from ._client import RefreshableAuth as RefreshableAuth
 from ._core.attempt import Attempt as Attempt
 from ._core.backoff import Backoff as Backoff
 from ._core.backoff import parse_retry_after as parse_retry_after
+from ._core.breaker import CircuitBreaker as CircuitBreaker
+from ._core.breaker import CircuitState as CircuitState
 from ._core.budget import RetryBudget as RetryBudget
 from ._core.engine import AmbiguousFailure as AmbiguousFailure
 from ._core.engine import Decision as Decision
@@ -25,6 +28,7 @@ from ._core.engine import RetryEligibilityEngine as RetryEligibilityEngine
 from ._core.evidence import Evidence as Evidence
 from ._core.evidence import FailureCategory as FailureCategory
 from ._core.evidence import Stage as Stage
+from ._core.hedging import Hedging as Hedging
 from ._core.idempotency import Idempotency as Idempotency
 from ._core.policy import RetryPolicy as RetryPolicy
 from ._core.policy import Upstream as Upstream
@@ -32,6 +36,7 @@ from ._core.replay import Multipart as Multipart
 from ._core.replay import Reopenable as Reopenable
 from ._core.replay import Replayability as Replayability
 from ._core.replay import StreamFactory as StreamFactory
+from ._core.throttle import AdaptiveThrottle as AdaptiveThrottle
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import ClientStateError as ClientStateError
 from ._errors import ConnectFailed as ConnectFailed
@@ -51,11 +56,17 @@ from ._models import Headers as Headers
 from ._models import Response as Response
 from ._models import SentRequest as SentRequest
 from ._models import StageTimeouts as StageTimeouts
+from ._observe.hooks import EventHooks as EventHooks
+from ._observe.hooks import HookRequest as HookRequest
+from ._observe.hooks import HookResponse as HookResponse
+from ._observe.otel import MissingExtra as MissingExtra
+from ._observe.otel import OpenTelemetry as OpenTelemetry
 from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveThrottle",
     "AdmissionRejected",
     "AmbiguousFailure",
     "AuthRequest",
@@ -63,6 +74,8 @@ __all__ = [
     "Backoff",
     "BasicAuth",
     "BearerAuth",
+    "CircuitBreaker",
+    "CircuitState",
     "Client",
     "ClientStateError",
     "ConnectFailed",
@@ -72,15 +85,21 @@ __all__ = [
     "DefaultRetryEligibilityEngine",
     "DenyReason",
     "DigestAuth",
+    "EventHooks",
     "Evidence",
     "FailureCategory",
     "Headers",
+    "Hedging",
     "HTTPStatusError",
+    "HookRequest",
+    "HookResponse",
     "HttpAmbiguousExecutionError",
     "Idempotency",
     "InsecureTLSWarning",
+    "MissingExtra",
     "InvalidRequest",
     "Multipart",
+    "OpenTelemetry",
     "PoolTimeout",
     "ProtocolFailed",
     "RefreshableAuth",
@@ -104,5 +123,6 @@ __all__ = [
     "TrioRetryError",
     "URL",
     "Upstream",
+    "UpstreamStatus",
     "parse_retry_after",
 ]

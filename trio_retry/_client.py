@@ -25,12 +25,15 @@ import trio
 from ._call.config import AttemptCallback, AuthTypes, ClientConfig, JsonDumps, RefreshableAuth
 from ._call.loop import send_following
 from ._call.prepare import PreparedRequest, RequestOptions, coerce_auth, prepare
+from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
 from ._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
 from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
+from ._observe.hooks import EventHooks, normalize_event_hooks
+from ._observe.otel import OpenTelemetry
 from ._proxy import ProxyConfig
 from ._tls import CertTypes, VerifyTypes, build_ssl_context
 from ._wire.dialer import Dialer
@@ -88,6 +91,8 @@ class Client:
         trust_env: bool = False,
         json_dumps: JsonDumps | None = None,
         transport: Dialer | None = None,
+        event_hooks: EventHooks | None = None,
+        telemetry: OpenTelemetry | None = None,
     ) -> None:
         if transport is not None:  # transport= (testkit, #17): opens connections instead of us
             if not callable(getattr(transport, "connect", None)):
@@ -101,6 +106,10 @@ class Client:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         if max_header_bytes < 1:
             raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
+        if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+            raise TypeError(
+                f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
+            )
         # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
         if ssl_context is not None:
             if verify is not True:
@@ -145,6 +154,8 @@ class Client:
             keepalive_expiry=keepalive_expiry,
             pool_timeout=pool_timeout,
             transport=transport,
+            hooks=normalize_event_hooks(event_hooks),
+            instrumentation=telemetry.instrument() if telemetry is not None else None,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self.headers = Headers(
@@ -185,6 +196,8 @@ class Client:
         self._rt.connector.nursery = self._nursery
         self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
         self._rt.lifecycle = Lifecycle.OPEN
+        if self._config.instrumentation is not None:
+            self._config.instrumentation.watch_pool(self._rt.pool)
         return self
 
     async def _keep_background(
@@ -221,6 +234,8 @@ class Client:
         if rt.lifecycle is Lifecycle.CLOSED:
             return
         rt.lifecycle = Lifecycle.CLOSED
+        if self._config.instrumentation is not None:
+            self._config.instrumentation.forget_pool(rt.pool)
         rt.drain()
         for scope in list(rt.scopes):
             scope.cancel()
@@ -258,6 +273,12 @@ class Client:
         """The connection pool (for inspection: its repr summarises its state)."""
         return self._rt.pool
 
+    def upstream_status(self, origin: str) -> UpstreamStatus:
+        """The breaker, throttle and hedging state of ``origin`` (``"https://host[:port]"``)
+        now, as a snapshot (SPEC §15). An origin not called yet reports its settings' initial
+        state."""
+        return self._rt.upstreams.get(Origin.parse(origin)).guard.status()
+
     # --- public calls ----------------------------------------------------------------------
 
     async def request(
@@ -267,7 +288,8 @@ class Client:
 
         Options (:class:`RequestOptions`, all keyword-only): ``headers``, ``params``,
         ``content``, ``data`` (form fields), ``files``, ``json``, ``deadline``,
-        ``idempotency``, ``idempotency_key``, ``retry``, ``follow_redirects``. A bad option
+        ``idempotency``, ``idempotency_key``, ``retry``, ``follow_redirects``, ``hedging``
+        (a ``Hedging`` for this call, ``False`` to turn the upstream's off). A bad option
         raises ``InvalidRequest`` (or ``TypeError`` for an unknown one) before any I/O.
 
         Raises ``HttpAmbiguousExecutionError`` when a non-idempotent request may have run, a

@@ -11,7 +11,7 @@
     │   ├── DeadlineExceeded          the call's deadline (or a stage timeout) fired
     │   ├── ConnectionBroken          reset, EOF or write error on an established connection
     │   ├── ProtocolFailed            the peer broke HTTP (or we would have)
-    │   └── AdmissionRejected         client draining, or bulkhead rejection
+    │   └── AdmissionRejected         draining, bulkhead, circuit breaker open, throttled
     ├── HttpAmbiguousExecutionError   a non-idempotent request may have run: NOT a RequestFailed
     ├── HTTPStatusError               raise_for_status() on a status >= 400
     ├── TooManyRedirects              more than max_redirects hops

@@ -366,7 +366,7 @@ def expect_failure(
 async def test_oversized_head_is_a_protocol_failure(any_server: FaultServer) -> None:
     any_server.default = Respond(200, headers={"X-Big": "a" * 70_000})
     async with client_for(any_server) as client:
-        result, elapsed = await call(client, "GET", any_server.url + "/big")
+        result, _ = await call(client, "GET", any_server.url + "/big")
         error = expect_failure(
             result,
             ProtocolFailed,
@@ -375,7 +375,9 @@ async def test_oversized_head_is_a_protocol_failure(any_server: FaultServer) -> 
             "max_header_bytes",
         )
         assert len(error.attempts) == 3  # a safe request, retried
-        assert elapsed < 2
+        # Each attempt ended on the oversized head itself, never by waiting for a timeout
+        # (a behaviour check: how long that took is for benchmarks/, not a test).
+        assert {a.category for a in error.attempts} == {FailureCategory.REMOTE_PROTOCOL}
         result, _ = await call(client, "POST", any_server.url + "/pay")
     error = expect_failure(
         result,
@@ -391,15 +393,15 @@ async def test_oversized_head_is_a_protocol_failure(any_server: FaultServer) -> 
 async def test_many_small_headers_count_against_the_limit(any_server: FaultServer) -> None:
     any_server.default = Respond(200, headers=[(f"X-H{i}", "v" * 30) for i in range(600)])
     async with client_for(any_server, max_header_bytes=16_384) as client:
-        result, elapsed = await call(client, "GET", any_server.url + "/many")
-    expect_failure(
+        result, _ = await call(client, "GET", any_server.url + "/many")
+    error = expect_failure(
         result,
         ProtocolFailed,
         FailureCategory.REMOTE_PROTOCOL,
         Evidence.SENT_NO_RESPONSE,
         "max_header_bytes",
     )
-    assert elapsed < 2
+    assert {a.category for a in error.attempts} == {FailureCategory.REMOTE_PROTOCOL}
 
 
 BAD_HEADS = [

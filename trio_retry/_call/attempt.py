@@ -6,11 +6,13 @@ response, perhaps with its body, or a classified ``WireError``) and the wire's
 :class:`AttemptProgress` says which stage was reached. The order inside an attempt:
 
 1. admission (:func:`~.upstream.admit`): the upstream's bulkhead permit, or a rejection;
-2. the headers of this attempt (:func:`attempt_headers`): ``Host``, ``auth``, cookies, proxy
-   credentials, added to the prepared request's headers — the one place per-attempt headers
-   are finalised;
+2. the headers of this attempt (:func:`attempt_headers`): the request event hooks (which
+   may change them, :mod:`trio_retry._observe.hooks`), then ``Host``, ``auth``, cookies,
+   proxy credentials, and last the trace context (``traceparent``) — the one place
+   per-attempt headers are finalised;
 3. a connection from the pool (opened by the :class:`~.connect.Connector` when needed);
-4. the exchange on it, and (buffered calls, or any status >= 400) the body.
+4. the exchange on it (the response event hooks see its head), and (buffered calls, or any
+   status >= 400) the body.
 
 The connection and the permit are given back before :func:`run_attempt` returns, except for a
 streamed response whose body the caller has yet to read (then :func:`give_back` runs when the
@@ -29,10 +31,12 @@ from .._auth import auth_headers
 from .._cookies import cookie_header, store_cookies
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
+from .._core.breaker import BreakerVerdict
 from .._core.decision import Decision
 from .._core.evidence import Evidence, FailureCategory
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
+from .._observe.hooks import HookRequest, HookResponse
 from .._proxy import ProxyConfig
 from .._wire.http11 import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
@@ -53,7 +57,7 @@ class Outcome:
     """How one attempt ended: a response (maybe with its body), or a classified failure; and
     what it still holds (a connection, a permit) until :func:`give_back`."""
 
-    __slots__ = ("body", "conn", "error", "permit", "response", "sent_headers")
+    __slots__ = ("admission", "body", "conn", "error", "permit", "response", "sent_headers")
 
     def __init__(self) -> None:
         self.response: WireResponse | None = None
@@ -63,6 +67,7 @@ class Outcome:
         self.permit: Permit | None = None
         #: The header block this attempt sent (``Response.request.headers``).
         self.sent_headers: list[tuple[bytes, bytes]] | None = None
+        self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
 
 
 async def run_attempt(
@@ -72,8 +77,10 @@ async def run_attempt(
     progress: AttemptProgress,
     streaming: bool,
     deadline: float,
+    number: int = 1,
 ) -> Outcome:
-    """One wire attempt inside the call deadline (absolute Trio time, ``inf`` for none).
+    """One wire attempt inside the call deadline (absolute Trio time, ``inf`` for none);
+    ``number`` is the attempt's, 1-based (for the event hooks).
 
     The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
     cancels. The common case needs none: with no deadline, nothing to wait for but a pooled
@@ -88,20 +95,27 @@ async def run_attempt(
     if (
         deadline == math.inf
         and state.limiter is None
+        and not state.guarded
         and rt.config.auth is None
         and request.body.known_length is not None
+        and rt.config.hooks is None  # a hook may wait: only a scoped attempt may wait
     ):
         outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
     unscoped = outcome.conn is not None
     timed_out = False
     if unscoped:
-        await _exchange(rt, request, state, progress, streaming, outcome, proxy)
+        await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
     else:
         scope = trio.CancelScope(deadline=deadline)
         rt.scopes.add(scope)
         try:
             with scope:
-                await _exchange(rt, request, state, progress, streaming, outcome, proxy)
+                await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
+        except BaseException:
+            # Outer cancellation (or the caller's own error): no result to learn from; a
+            # probe slot of the breaker is given back.
+            state.guard.release(outcome.admission)
+            raise
         finally:
             rt.scopes.discard(scope)
         timed_out = scope.cancelled_caught
@@ -130,13 +144,14 @@ async def _exchange(
     streaming: bool,
     outcome: Outcome,
     proxy: ProxyConfig | None,
+    number: int,
 ) -> None:
     """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
     response keeps its connection and permit until its body is consumed; anything else
     (an interrupted attempt included) gives them back before this returns or raises."""
     finished = False
     try:
-        await _attempt_inner(rt, request, state, progress, streaming, outcome, proxy)
+        await _attempt_inner(rt, request, state, progress, streaming, outcome, proxy, number)
         finished = True
     except WireError as exc:
         outcome.error = exc
@@ -150,12 +165,27 @@ async def attempt_headers(
     request: PreparedRequest,
     progress: AttemptProgress,
     via_proxy: ProxyConfig | None,
+    number: int = 1,
 ) -> list[tuple[bytes, bytes]]:
-    """The header block of this attempt, encoded: the prepared headers plus ``Host``, the
-    ``auth`` headers (a header the caller set wins), the cookie jar's ``Cookie`` and the
-    proxy's credentials. Anything that adds a header per attempt adds it here."""
+    """The header block of this attempt, encoded: the prepared headers as the request event
+    hooks left them, plus ``Host``, the ``auth`` headers (a header the caller set wins), the
+    cookie jar's ``Cookie``, the proxy's credentials and the trace context. Anything that adds
+    a header per attempt adds it here.
+
+    A raising hook raises a ``WireError`` (``NOT_SENT`` at ``ADMISSION``, not retryable):
+    nothing has been sent, no connection taken."""
     url = request.url
     prepared = request.headers
+    hooks = rt.config.hooks
+    if hooks is not None and hooks.request:
+        view = HookRequest(
+            method=request.method,
+            url=url,
+            headers=prepared.copy(),  # the hooks' changes are this attempt's only
+            attempt=number,
+            idempotency=request.idempotency,
+        )
+        prepared = await hooks.before_attempt(view, progress)
     headers = prepared.raw()  # a fresh list, encoded once per Headers
     if "host" not in prepared:
         headers.insert(0, (b"host", url.host_header.encode()))
@@ -185,6 +215,9 @@ async def attempt_headers(
             headers.append((b"cookie", cookie.encode("latin-1")))
     if via_proxy is not None and via_proxy.authorization is not None:
         headers.append((b"proxy-authorization", via_proxy.authorization.encode("latin-1")))
+    trace = request.trace
+    if trace is not None and trace.current is not None:
+        trace.current.inject(headers)  # the configured propagator: traceparent, ...
     return headers
 
 
@@ -196,16 +229,19 @@ async def _attempt_inner(
     streaming: bool,
     outcome: Outcome,
     proxy: ProxyConfig | None,
+    number: int,
 ) -> None:
     url = request.url
     origin = url.origin
+    if state.guarded:  # the breaker and the throttle, before the bulkhead
+        outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
     if state.limiter is not None:
         outcome.permit = await admit(state, f"{request.method} {url}", origin)
     # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
     # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
     # request is then as without a proxy.
     via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
-    headers = await attempt_headers(rt, request, progress, via_proxy)
+    headers = await attempt_headers(rt, request, progress, via_proxy, number)
     outcome.sent_headers = headers
     body, length = await request.body.open()
     target = str(url) if via_proxy else url.target
@@ -231,6 +267,20 @@ async def _attempt_inner(
         first_byte_timeout=timeouts.first_byte,
     )
     outcome.response = response
+    hooks = config.hooks
+    if hooks is not None and hooks.response:
+        await hooks.after_head(
+            HookResponse(
+                status=response.status,
+                reason=response.reason,
+                headers=Headers.from_wire(response.headers),
+                http_version=response.http_version,
+                url=url,
+                request_method=request.method,
+                attempt=number,
+            ),
+            progress,
+        )
     jar = rt.cookies
     if jar is not None:
         store_cookies(

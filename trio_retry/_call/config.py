@@ -19,6 +19,8 @@ from .._core.attempt import Attempt
 from .._core.engine import RetryEligibilityEngine
 from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
+from .._observe.hooks import Hooks
+from .._observe.otel import Instrumentation
 from .._proxy import ProxyConfig
 from .._tls import CertTypes, VerifyTypes
 from .._wire.dialer import Dialer
@@ -91,3 +93,7 @@ class ClientConfig:
     pool_timeout: float | None
     #: ``transport=``: opens connections instead of DNS/TCP/TLS (e.g. testing.MockTransport).
     transport: Dialer | None = None
+    #: ``event_hooks=`` validated (``None`` without any hook) and the ``telemetry=``
+    #: instrumentation (``None`` without it): each costs the hot path one ``is None`` check.
+    hooks: Hooks | None = None
+    instrumentation: Instrumentation | None = None

@@ -3,8 +3,10 @@
 One call runs this loop (:func:`send`):
 
 1. admission: a draining client admits no new call (``AdmissionRejected``, ``NOT_SENT``);
-2. an attempt (:func:`~.attempt.run_attempt`) inside the call's deadline; the wire keeps an
-   ``AttemptProgress`` current, so however the attempt ends the stage reached is known;
+2. an attempt (:func:`~.attempt.run_attempt`, or :func:`~.hedge.hedged_attempt` when the
+   call is hedged) inside the call's deadline; the wire keeps an ``AttemptProgress`` current,
+   so however the attempt ends the stage reached is known; the origin's breaker, throttle and
+   hedging ledger learn from it (:func:`~.hedge.learn`);
 3. the :class:`Attempt` record; a response below 400 ends the loop without asking the engine;
 4. otherwise the engine decides on a ``RetryContext``. On ``RetryAllowed`` the attempt has
    *already* given back its connection and its bulkhead permit; the budget is debited and the
@@ -33,7 +35,7 @@ from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
 from .._core.engine import build_context
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .._errors import AdmissionRejected, TooManyRedirects
+from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response, SentRequest
 from .._redirects import REDIRECT_STATUSES
 from .._wire.progress import AttemptProgress, WireError
@@ -41,6 +43,7 @@ from .attempt import Outcome, give_back, observe, record, run_attempt
 from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
+from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
 from .upstream import UpstreamState
@@ -108,13 +111,30 @@ async def send(
     # matters when deciding about a retry, so it is read then (it costs a walk up the
     # cancel-scope chain, a measurable share of a small request).
     deadline = request.deadline
+    hedged = request.hedging is not None or state.upstream.hedging is not None
+    ledger = hedge_ledger(request, state, started) if hedged else None
+    guarded = state.guarded or ledger is not None
 
     while True:
         number = len(attempts) + 1 - challenge_rounds
         progress = AttemptProgress(started if not attempts else trio.current_time())
-        outcome = await run_attempt(rt, request, state, progress, streaming, deadline)
+        if ledger is not None:
+            # Hedged copies are not traced one span each yet (their attempts are recorded).
+            outcome, progress, number = await hedged_attempt(
+                rt, request, state, progress, streaming, deadline, attempts, ledger, number,
+                _notify,
+            )  # fmt: skip
+        elif request.trace is None:
+            outcome = await run_attempt(rt, request, state, progress, streaming, deadline, number)
+        else:
+            outcome = await _traced_attempt(
+                rt, request, state, progress, streaming, deadline, number
+            )
         ended = trio.current_time()
         evidence, category, retry_after = observe(outcome, config.wall_clock)
+        if guarded:
+            learn(state, outcome, progress, category, retry_after, ledger)
+        used = len(attempts) + 1  # attempts of this call so far, hedges included
         wire = outcome.response
         if wire is not None and outcome.error is None and wire.status < 400:
             attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
@@ -143,17 +163,17 @@ async def send(
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
-            raise failure(request, attempts, outcome.error, None)
+            raise _counted(request, failure(request, attempts, outcome.error, None))
 
         now = ended
         backoff = policy.backoff
-        proposed = backoff.delay(number, config.rng, previous_delay)
+        proposed = backoff.delay(used, config.rng, previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
         call_deadline = min(deadline, trio.current_effective_deadline())
         remaining = call_deadline - now
         context = build_context(  # RetryContext(...), built faster
-            attempt=number,
+            attempt=used,
             max_attempts=policy.max_attempts,
             budget_available=state.budget.available(now),
             replayability=request.body.replayability,
@@ -211,6 +231,50 @@ async def _answer_challenge(request: PreparedRequest, headers: list[tuple[bytes,
     return answered
 
 
+async def _traced_attempt(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    deadline: float,
+    number: int,
+) -> Outcome:
+    """:func:`run_attempt` inside its telemetry span (``telemetry=``): the span starts here
+    and ends when the attempt is recorded (:func:`_notify`), or here when the attempt is
+    interrupted — by cancellation (then marked so) or by the caller's own body or auth code."""
+    trace = request.trace
+    assert trace is not None
+    url = request.url
+    current = trace.current = trace.attempt(
+        method=request.method,
+        url=str(url),
+        scheme=url.scheme,
+        host=url.host,
+        port=url.port,
+        number=number,
+        idempotency=request.idempotency,
+        idempotency_key_present=request.idempotency_key is not None,
+    )
+    try:
+        return await run_attempt(rt, request, state, progress, streaming, deadline, number)
+    except BaseException as exc:
+        current.interrupt(
+            stage=progress.stage,
+            evidence_name=progress.evidence.name,
+            duration=trio.current_time() - progress.started,
+            cancelled=isinstance(exc, trio.Cancelled),
+        )
+        raise
+
+
+def _counted(request: PreparedRequest, error: Exception) -> Exception:
+    """``error``, counted in the ambiguous-outcomes metric when it is that (``telemetry=``)."""
+    if request.trace is not None and isinstance(error, HttpAmbiguousExecutionError):
+        request.trace.ended_ambiguous()
+    return error
+
+
 async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
     if rt.draining:
@@ -226,7 +290,11 @@ async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
 def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitable[object] | None:
     """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
     is for the caller to await (so that a client without an async callback awaits nothing).
+    With ``telemetry=``, the attempt's span ends here, with the attempt's record.
     """
+    trace = request.trace
+    if trace is not None and trace.current is not None:
+        trace.current.finish(attempt)
     if logger.isEnabledFor(logging.DEBUG):
         # The attempt trail only: no header values, so no credentials, ever reach the log.
         logger.debug(
@@ -290,10 +358,10 @@ def _finish(
     if outcome.response is not None and outcome.error is None:
         response = _response(request, outcome, attempts, decision)
         if isinstance(decision, AmbiguousFailure):
-            raise ambiguous_status(request, response, attempts, decision)
+            raise _counted(request, ambiguous_status(request, response, attempts, decision))
         return response, None
     assert outcome.error is not None
-    raise failure(request, attempts, outcome.error, decision)
+    raise _counted(request, failure(request, attempts, outcome.error, decision))
 
 
 def _deliver(

@@ -21,11 +21,13 @@ from .._auth import BasicAuth, RequestAuth, netrc_auth
 from .._body import PreparedBody, prepare_body
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
+from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Multipart
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
+from .._observe.otel import CallTrace
 from .._redirects import (
     CREDENTIAL_HEADERS,
     InvalidLocation,
@@ -63,6 +65,7 @@ class RequestOptions(TypedDict, total=False):
     follow_redirects: bool | None
     cookies: Mapping[str, str] | None
     auth: AuthTypes | tuple[str, str] | None
+    hedging: Hedging | bool | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,10 @@ class PreparedRequest:
     cookies: tuple[tuple[str, str], ...] = ()
     #: Trio time at which the call started (``Response.elapsed`` counts from it).
     started: float = 0.0
+    hedging: Hedging | bool | None = None  # a Hedging, False (off), None (the upstream's)
+    #: The call's telemetry, shared by its redirect hops (``replace`` keeps it); ``None``
+    #: without ``telemetry=``.
+    trace: CallTrace | None = None
 
 
 def prepare(
@@ -111,6 +118,7 @@ def prepare(
     follow_redirects: bool | None = None,
     cookies: Mapping[str, str] | None = None,
     auth: AuthTypes | tuple[str, str] | None = None,
+    hedging: Hedging | bool | None = None,
 ) -> PreparedRequest:
     """The request ``method url`` with the call's options over the client's ``config`` and
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
@@ -118,6 +126,11 @@ def prepare(
     if not isinstance(method, str) or not method.isascii() or not method.isalpha():
         raise _invalid(f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'")
     method = method.upper()
+    if hedging is True or not (hedging is None or hedging is False or isinstance(hedging, Hedging)):
+        raise TypeError(
+            "hedging= must be a Hedging, False (no hedging for this call) or None (the "
+            f"upstream's setting), got {hedging!r}"
+        )
     base_url = config.base_url
     if isinstance(url, str) and base_url is not None and "://" not in url:
         full = base_url.join(url)
@@ -174,6 +187,8 @@ def prepare(
         auth=_call_auth(config, auth, full),
         cookies=_call_cookies(cookies),
         started=now,
+        hedging=hedging,
+        trace=config.instrumentation.call() if config.instrumentation is not None else None,
     )
 
 

@@ -5,7 +5,8 @@ retry budget and its bulkhead (``Upstream(max_concurrency=N)``, a ``trio.Capacit
 :func:`admit` is the one place an attempt may be turned away before it touches the pool; a
 rejection is a ``WireError`` at ``Stage.ADMISSION`` (``NOT_SENT``, category ``ADMISSION``), so
 the loop and the engine treat it like any other unsent failure. Checks that reject per upstream
-(a circuit breaker, a throttle) belong in :func:`admit`.
+(a circuit breaker, a throttle) run first: ``UpstreamState.guard`` (:mod:`.resilience`),
+before the bulkhead, so a call the breaker rejects never takes a permit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.policy import Upstream
 from .._models import Origin
 from .._wire.progress import WireError
+from .resilience import Guard
 
 __all__ = ["Permit", "UpstreamState", "Upstreams", "admit", "release"]
 
@@ -26,13 +28,17 @@ Permit = object
 
 
 class UpstreamState:
-    """One origin's settings, its own budget, its bulkhead and how many attempts wait on it."""
+    """One origin's settings, its own budget, its bulkhead and how many attempts wait on it,
+    and its breaker / throttle / hedging state (``guard``)."""
 
-    __slots__ = ("budget", "limiter", "upstream", "waiting")
+    __slots__ = ("budget", "guard", "guarded", "limiter", "upstream", "waiting")
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: Upstream, origin: str = "") -> None:
         self.upstream = upstream
         self.budget = upstream.budget
+        self.guard = Guard(upstream, origin)
+        # Admission has work to do (a breaker or a throttle): no unscoped fast path then.
+        self.guarded = upstream.breaker is not None or upstream.throttle is not None
         self.waiting = 0  # attempts waiting for a bulkhead permit
         self.limiter = (
             trio.CapacityLimiter(upstream.max_concurrency)
@@ -56,7 +62,8 @@ class Upstreams:
         state = self._states.get(origin)
         if state is None:
             config = self._config.get(origin)
-            state = UpstreamState(config if config is not None else self._default.fresh())
+            upstream = config if config is not None else self._default.fresh()
+            state = UpstreamState(upstream, str(origin))
             self._states[origin] = state
         return state
 

@@ -99,7 +99,9 @@ class ProtocolFailed(RequestFailed):
 
 
 class AdmissionRejected(RequestFailed):
-    """The call was not admitted: the client is draining or closed: nothing was sent."""
+    """The call was not admitted, so nothing was sent: the client is draining or closed, the
+    bulkhead's queue is full, the upstream's circuit breaker is open (the message names the
+    breaker), or the adaptive throttle's next slot is past the deadline."""
 
 
 class ClientStateError(TrioRetryError, RuntimeError):

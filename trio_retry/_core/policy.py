@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .backoff import Backoff
+from .breaker import CircuitBreaker
 from .budget import RetryBudget
+from .hedging import Hedging
+from .throttle import AdaptiveThrottle
 
 __all__ = ["RetryPolicy", "Upstream"]
 
@@ -39,14 +42,30 @@ class Upstream:
     ``max_queue``: with a bulkhead, at most this many attempts wait for a permit; one more is
     rejected at once (``ADMISSION``, ``NOT_SENT``; ``0``: never wait). ``None``: no limit, an
     attempt waits as long as its deadline allows.
+
+    Tail latency and overload (SPEC §15, each off by default): ``hedging`` sends extra copies
+    of slow, safely idempotent requests; ``throttle`` lowers the sending rate when the origin
+    throttles (429, 503 with Retry-After); ``breaker`` rejects calls at once while the origin
+    shows itself unhealthy. Each origin gets state of its own from these settings.
     """
 
     transient_500: bool = False
     budget: RetryBudget = field(default_factory=RetryBudget)
     max_concurrency: int | None = None
     max_queue: int | None = None
+    hedging: Hedging | None = None
+    throttle: AdaptiveThrottle | None = None
+    breaker: CircuitBreaker | None = None
 
     def __post_init__(self) -> None:
+        for name, kind in (
+            ("hedging", Hedging),
+            ("throttle", AdaptiveThrottle),
+            ("breaker", CircuitBreaker),
+        ):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"Upstream.{name} must be a {kind.__name__} or None, got {value!r}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(
                 f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"
@@ -63,5 +82,11 @@ class Upstream:
     def fresh(self) -> Upstream:
         """The same settings with a budget of its own."""
         return Upstream(
-            self.transient_500, self.budget.fresh(), self.max_concurrency, self.max_queue
+            self.transient_500,
+            self.budget.fresh(),
+            self.max_concurrency,
+            self.max_queue,
+            self.hedging,
+            self.throttle,
+            self.breaker,
         )

@@ -200,6 +200,23 @@ class PoolState:
         state = self._origins.get(origin)
         return state.count if state is not None else 0
 
+    def origin_counts(self) -> dict[object, tuple[int, int, int]]:
+        """``{pool key: (active, idle, waiting)}`` for each origin with a connection or a
+        waiter, counted as the pool-wide properties count (what the
+        ``trio_retry.client.pool.*`` gauges report; O(origins + idle connections))."""
+        idle: dict[object, int] = {}
+        for conn in self._idle_lru:
+            idle[conn.origin_key] = idle.get(conn.origin_key, 0) + 1
+        counts: dict[object, tuple[int, int, int]] = {}
+        for key, state in self._origins.items():
+            waiting = len(state.waiting) + (
+                len(state.opening.waiters) if state.opening is not None else 0
+            )
+            if state.count or waiting:
+                resting = idle.get(key, 0)
+                counts[key] = (state.count - resting, resting, waiting)
+        return counts
+
     def __repr__(self) -> str:
         return (
             f"<ConnectionPool {self.active_count} active, {self.idle_count} idle, "

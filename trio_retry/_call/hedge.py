@@ -1,0 +1,157 @@
+"""The loop's side of SPEC §15: learning from each attempt, and hedged attempts.
+
+:func:`learn` feeds a finished attempt's evidence to its origin's breaker, throttle and
+hedging ledger (:mod:`.resilience`). :func:`hedged_attempt` stands in for
+:func:`~.attempt.run_attempt` when the call is hedged: the same contract (an ``Outcome``,
+never an exception but outer cancellation or the caller's own), plus the copies that did not
+win, appended to the trail before the winner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from .._core.attempt import Attempt
+from .._core.evidence import FailureCategory
+from .._core.hedging import HedgeContext, HedgeLedger, Hedging, decide_hedge
+from .._wire.progress import AttemptProgress
+from .attempt import Outcome, observe, record, run_attempt
+from .prepare import PreparedRequest
+from .resilience import NON_FINAL_STATUSES, Copy, HedgeCancelled, run_hedged
+from .runtime import Runtime
+from .upstream import UpstreamState
+
+__all__ = ["hedge_ledger", "hedged_attempt", "learn"]
+
+Notify = Callable[[Runtime, Attempt, PreparedRequest], Awaitable[object] | None]
+
+
+def hedge_ledger(
+    request: PreparedRequest, state: UpstreamState, started: float
+) -> HedgeLedger | None:
+    """The ledger a call hedges with (the call's ``hedging=`` over the upstream's), after
+    counting the call in it; ``None`` when the call is not hedged. A call that may not be
+    hedged (not safely idempotent, or a body that cannot be sent again) still counts as a
+    call: the share is of all the origin's calls."""
+    hedging = request.hedging if request.hedging is not None else state.upstream.hedging
+    if not isinstance(hedging, Hedging):
+        return None
+    ledger = state.guard.ledger(hedging)
+    ledger.record_call(started)
+    if request.idempotency.safely_idempotent and request.body.replayability.replayable:
+        return ledger
+    return None
+
+
+def learn(
+    state: UpstreamState,
+    outcome: Outcome,
+    progress: AttemptProgress,
+    category: FailureCategory | None,
+    retry_after: float | None,
+    ledger: HedgeLedger | None,
+) -> None:
+    """Feed one finished attempt to the origin's breaker, throttle and hedging ledger."""
+    wire = outcome.response
+    verdict, outcome.admission = outcome.admission, None
+    state.guard.observe(
+        status=wire.status if wire is not None else None,
+        category=category,
+        retry_after=retry_after,
+        verdict=verdict,
+    )
+    if ledger is not None and wire is not None and category is None:
+        first_byte = progress.timings.get("first_byte")
+        if first_byte is not None:
+            ledger.observe_latency(first_byte)
+
+
+def _final(outcome: Outcome) -> bool:
+    wire = outcome.response
+    return wire is not None and outcome.error is None and wire.status not in NON_FINAL_STATUSES
+
+
+async def hedged_attempt(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    deadline: float,
+    attempts: list[Attempt],
+    ledger: HedgeLedger,
+    number: int,
+    notify: Notify,
+) -> tuple[Outcome, AttemptProgress, int]:
+    """One attempt, with hedged copies after ``ledger.delay()``; returns the winner's outcome,
+    progress and attempt number.
+
+    Copies that did not win are appended to ``attempts`` first (a cancelled one with a
+    ``HedgeCancelled`` error and the evidence of the stage it reached; one that ended on its
+    own with its outcome). Every copy has ended when this returns: on outer cancellation all
+    are cancelled and ``trio.Cancelled`` propagates, unwrapped.
+    """
+    policy = request.retry
+    hedging = ledger.hedging
+    limiter = state.limiter
+    sent = 0
+
+    def may_hedge(started: int) -> bool:
+        nonlocal sent
+        now = trio.current_time()
+        limit = min(deadline, trio.current_effective_deadline()) - now
+        calls, hedges = ledger.counts(now)
+        denial = decide_hedge(
+            HedgeContext(
+                idempotency=request.idempotency,
+                replayability=request.body.replayability,
+                hedges_sent=sent,
+                max_hedges=hedging.max_hedges,
+                attempts_started=len(attempts) + started,
+                max_attempts=policy.max_attempts,
+                remaining_deadline=limit if math.isfinite(limit) else None,
+                min_attempt_budget=policy.min_attempt_budget,
+                hedges_in_window=hedges,
+                calls_in_window=calls,
+                max_share=hedging.max_share,
+                budget_available=state.budget.available(now),
+                bulkhead_free=limiter is None
+                or (limiter.available_tokens > 0 and state.waiting == 0),
+            )
+        )
+        if denial is not None:
+            return False
+        state.budget.try_withdraw(now)  # a hedge is a retry for accounting
+        ledger.record_hedge(now)
+        sent += 1
+        return True
+
+    async def copy_attempt(copy_progress: AttemptProgress) -> Outcome:
+        return await run_attempt(rt, request, state, copy_progress, streaming, deadline)
+
+    winner, others = await run_hedged(
+        first=Copy(number, progress),
+        attempt=copy_attempt,
+        delay=ledger.delay,
+        may_hedge=may_hedge,
+        final=_final,
+    )
+    assert winner.outcome is not None
+    wall_clock = rt.config.wall_clock
+    for copy in sorted(others, key=lambda c: c.number):
+        outcome = copy.outcome
+        if outcome is None:  # lost the race: cancelled
+            outcome = Outcome()
+            outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
+            evidence, category = copy.progress.evidence, None
+        else:
+            evidence, category, retry_after = observe(outcome, wall_clock)
+            learn(state, outcome, copy.progress, category, retry_after, ledger)
+        attempt = record(copy.number, copy.progress, outcome, evidence, category, copy.ended)
+        attempts.append(attempt)
+        if (pending := notify(rt, attempt, request)) is not None:
+            await pending
+    return winner.outcome, winner.progress, winner.number
