@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http.cookiejar import CookieJar
@@ -22,19 +21,25 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ._call.config import AttemptCallback, ClientConfig, JsonDumps, RefreshableAuth
+from ._call.config import (
+    DEFAULT_STAGE_TIMEOUTS,
+    AttemptCallback,
+    ClientConfig,
+    JsonDumps,
+    RefreshableAuth,
+    configure,
+)
 from ._call.loop import send_following
 from ._call.prepare import PreparedRequest, RequestOptions, prepare
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
-from ._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
+from ._core.engine import RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
 from ._decoding import ACCEPT_ENCODING
-from ._errors import ClientStateError
+from ._errors import ClientStateError, InvalidRequest
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._observe.hooks import EventHooks, normalize_event_hooks
 from ._observe.otel import OpenTelemetry
-from ._proxy import ProxyConfig
 from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
@@ -69,7 +74,7 @@ class Client:
         http2_prior_knowledge: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         deadline: float | None = None,
-        auth: RefreshableAuth | None = None,
+        auth: RefreshableAuth | tuple[str, str] | None = None,
         engine: RetryEligibilityEngine | None = None,
         clock: Callable[[], float] | None = None,
         on_attempt: AttemptCallback | None = None,
@@ -78,7 +83,7 @@ class Client:
         headers: HeaderTypes = None,
         max_header_bytes: int = 65536,
         max_body_bytes: int | None = None,
-        stage_timeouts: StageTimeouts | None = None,
+        stage_timeouts: StageTimeouts | None = DEFAULT_STAGE_TIMEOUTS,
         follow_redirects: bool = False,
         max_redirects: int = 20,
         cookies: bool | CookieJar = False,
@@ -89,51 +94,36 @@ class Client:
         event_hooks: EventHooks | None = None,
         telemetry: OpenTelemetry | None = None,
     ) -> None:
-        if transport is not None:  # transport= (testkit, #17): opens connections instead of us
-            if not callable(getattr(transport, "connect", None)):
-                raise TypeError(
-                    "transport must have an async connect() (e.g. trio_retry.testing."
-                    f"MockTransport), got {type(transport).__name__}"
-                )
-            if proxy is not None:
-                raise ValueError("proxy= and transport= cannot be combined: the transport connects")
-        if max_redirects < 0:
-            raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
-        if max_header_bytes < 1:
-            raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
         if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
             raise TypeError(
                 f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
             )
-        if ssl_context is None:
-            ssl_context = ssl.create_default_context()
-        ssl_context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
-        self._config = ClientConfig(
-            retry=retry or RetryPolicy(),
-            default_upstream=default_upstream or Upstream(),
-            upstreams={Origin.parse(key): value for key, value in (upstreams or {}).items()},
-            deadline=deadline,
-            auth=auth,
-            engine=engine or DefaultRetryEligibilityEngine(),
-            wall_clock=clock or time.time,
-            on_attempt=on_attempt,
-            rng=rng or random.Random(),
-            base_url=URL(base_url) if base_url is not None else None,
-            max_header_bytes=max_header_bytes,
-            max_body_bytes=max_body_bytes,
-            stage_timeouts=stage_timeouts or StageTimeouts(),
-            follow_redirects=follow_redirects,
-            max_redirects=max_redirects,
-            proxy=ProxyConfig.parse(proxy) if proxy is not None else None,
-            trust_env=trust_env,
-            json_dumps=json_dumps,
+        self._config = configure(
+            retry=retry,
+            upstreams=upstreams,
+            default_upstream=default_upstream,
+            max_connections=max_connections,
+            max_connections_per_origin=max_connections_per_origin,
+            pool_timeout=pool_timeout,
+            keepalive_expiry=keepalive_expiry,
             http2=http2,
             http2_prior_knowledge=http2_prior_knowledge,
             ssl_context=ssl_context,
-            max_connections=max_connections,
-            max_connections_per_origin=max_connections_per_origin,
-            keepalive_expiry=keepalive_expiry,
-            pool_timeout=pool_timeout,
+            deadline=deadline,
+            auth=auth,
+            engine=engine,
+            clock=clock,
+            on_attempt=on_attempt,
+            rng=rng,
+            base_url=base_url,
+            max_header_bytes=max_header_bytes,
+            max_body_bytes=max_body_bytes,
+            stage_timeouts=stage_timeouts,
+            follow_redirects=follow_redirects,
+            max_redirects=max_redirects,
+            proxy=proxy,
+            trust_env=trust_env,
+            json_dumps=json_dumps,
             transport=transport,
             hooks=normalize_event_hooks(event_hooks),
             instrumentation=telemetry.instrument() if telemetry is not None else None,
@@ -142,7 +132,10 @@ class Client:
         self.headers = Headers(
             [("User-Agent", USER_AGENT), ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)]
         )
-        given = Headers(headers)
+        try:
+            given = Headers(headers)
+        except InvalidRequest as exc:  # at construction: a wrong argument, not a failed call
+            raise ValueError(f"headers: {exc}") from None
         for name in given:
             self.headers.remove(name)
         for name, value in given.multi_items():

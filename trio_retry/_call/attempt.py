@@ -49,6 +49,7 @@ from .upstream import Permit, UpstreamState, admit, release
 
 __all__ = ["Outcome", "attempt_headers", "give_back", "observe", "record", "run_attempt"]
 
+_FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
 
 
@@ -188,7 +189,21 @@ async def attempt_headers(
         headers.insert(0, (b"host", url.host_header.encode()))
     auth = rt.config.auth
     if auth is not None and request.apply_auth:
-        for name, value in Headers(await auth.headers()).multi_items():
+        try:
+            given = Headers(await auth.headers())
+        except InvalidRequest as exc:
+            raise WireError.at(
+                progress, FailureCategory.INVALID_REQUEST, f"auth.headers(): {exc}", retryable=False
+            ) from exc
+        for name, value in given.multi_items():
+            if name.lower() in _FRAMING:
+                # The client frames the body; framing from auth would make TE + CL possible.
+                raise WireError.at(
+                    progress,
+                    FailureCategory.INVALID_REQUEST,
+                    f"auth.headers() returned {name}; the client frames the body itself",
+                    retryable=False,
+                )
             if name not in prepared:
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies

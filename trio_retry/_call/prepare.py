@@ -34,6 +34,16 @@ from .._redirects import (
     resolve_location,
 )
 from .config import ClientConfig
+from .options import (
+    OptionError,
+    check_bool,
+    check_deadline,
+    check_fields,
+    check_idempotency,
+    check_idempotency_key,
+    check_retry,
+    shown,
+)
 
 if TYPE_CHECKING:
     from .._models import Response
@@ -119,6 +129,28 @@ def prepare(
             "hedging= must be a Hedging, False (no hedging for this call) or None (the "
             f"upstream's setting), got {hedging!r}"
         )
+    # The options that most calls leave out cost one ``is None`` each here.
+    try:
+        if deadline is not None:
+            deadline = check_deadline(deadline)
+        if idempotency is not None:
+            idempotency = check_idempotency(idempotency)
+        if idempotency_key is not None:
+            idempotency_key = check_idempotency_key(idempotency_key)
+        if retry is not None:
+            retry = check_retry(retry)
+        if follow_redirects is not None:
+            check_bool(follow_redirects, "follow_redirects")
+        if params is not None:
+            check_fields(params, "params", none_allowed=True)
+        if data is not None:
+            check_fields(data, "data", none_allowed=False)
+        if files is not None and not isinstance(files, Mapping):
+            raise OptionError(
+                f"files must be a mapping of field names to files, got {shown(files)}", "type"
+            )
+    except OptionError as exc:
+        raise _invalid(str(exc)) from None
     base_url = config.base_url
     if isinstance(url, str) and base_url is not None and "://" not in url:
         full = base_url.join(url)
@@ -140,14 +172,20 @@ def prepare(
     if key is not None:
         merged.set("Idempotency-Key", key)
     elif IDEMPOTENCY_KEY_HEADER in merged:
+        # A key given as a header is held to the rules of idempotency_key: an empty one would
+        # make the request count as idempotent with nothing a server could deduplicate on.
         key = merged[IDEMPOTENCY_KEY_HEADER]
+        try:
+            check_idempotency_key(key, "the Idempotency-Key header")
+        except OptionError as exc:
+            raise _invalid(str(exc)) from None
     try:
         if data is not None or files is not None:
             content = _form_content(content, data, files, json)
         body = prepare_body(content, json, json_dumps=config.json_dumps)
         if data is not None and files is None and body.content_type is None:
             body.content_type = "application/x-www-form-urlencoded"
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # the body's kind, or json_dumps refusing a value
         raise _invalid(str(exc)) from exc
     except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
         raise _invalid(
