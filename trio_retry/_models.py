@@ -11,7 +11,7 @@ import json as _json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.attempt import Attempt
@@ -207,7 +207,12 @@ def _param_str(value: Any) -> str:
 
 
 HeaderTypes: TypeAlias = Union[
-    "Headers", Mapping[str, str], Sequence[tuple[str, str]], Mapping[bytes, bytes], None
+    "Headers",
+    Mapping[str, str],
+    Sequence[tuple[str, str]],
+    Mapping[bytes, bytes],
+    Sequence[tuple[bytes, bytes]],
+    None,
 ]
 
 
@@ -411,12 +416,20 @@ class _Chunks:
         return self._chunks.pop(0)
 
 
+class BodyDecoder(Protocol):
+    """Decodes a body's ``Content-Encoding`` chunk by chunk (``flush()`` at the end)."""
+
+    def decode(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
 class _Decoded:
     """Decodes a raw chunk stream on the fly (see ``trio_retry._decoding``)."""
 
     __slots__ = ("_decoder", "_done", "_raw")
 
-    def __init__(self, raw: AsyncIterator[bytes], decoder: Any) -> None:
+    def __init__(self, raw: AsyncIterator[bytes], decoder: BodyDecoder) -> None:
         self._raw = raw
         self._decoder = decoder
         self._done = False
@@ -474,7 +487,7 @@ class Response:
         attempts: Sequence[Attempt] = (),
         retry_decision: Decision | None = None,
         stream: AsyncIterator[bytes] | None = None,
-        decoder: Any = None,
+        decoder: BodyDecoder | None = None,
     ) -> None:
         self.status = status
         self.reason = reason

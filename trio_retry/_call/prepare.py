@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from urllib.parse import urlencode
 
 from .._body import PreparedBody, prepare_body
@@ -22,7 +22,7 @@ from .._core.evidence import Evidence, FailureCategory
 from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
-from .._core.replay import Multipart
+from .._core.replay import Body, Multipart
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
 from .._observe.otel import CallTrace
@@ -57,15 +57,27 @@ __all__ = [
 ]
 
 
+#: One query or form value (``True``/``False`` are sent as ``true``/``false``).
+ParamValue: TypeAlias = "str | int | float | bool"
+#: ``params=``: names to a value, a list of values (repeated), or ``None`` (left out); or pairs.
+QueryParams: TypeAlias = (
+    "Mapping[str, ParamValue | Sequence[ParamValue] | None] | Sequence[tuple[str, ParamValue]]"
+)
+#: ``data=``: form fields, names to a value or a list of values.
+FormData: TypeAlias = "Mapping[str, ParamValue | Sequence[ParamValue]]"
+#: ``files=``: field names to a file object, a path, or ``(filename, body[, content_type])``.
+Files: TypeAlias = "Mapping[str, object]"
+
+
 class RequestOptions(TypedDict, total=False):
     """The per-call options of ``request``, ``stream`` and every verb (all optional)."""
 
     headers: HeaderTypes
-    params: Any
-    content: object
-    data: Mapping[str, Any] | None
-    files: Mapping[str, Any] | None
-    json: Any
+    params: QueryParams | None
+    content: Body | None
+    data: FormData | None
+    files: Files | None
+    json: object
     deadline: float | None
     idempotency: Idempotency | None
     idempotency_key: str | bool | None
@@ -106,11 +118,11 @@ def prepare(
     now: float,
     *,
     headers: HeaderTypes = None,
-    params: Any = None,
-    content: object = None,
-    data: Mapping[str, Any] | None = None,
-    files: Mapping[str, Any] | None = None,
-    json: Any = None,
+    params: QueryParams | None = None,
+    content: Body | None = None,
+    data: FormData | None = None,
+    files: Files | None = None,
+    json: object = None,
     deadline: float | None = None,
     idempotency: Idempotency | None = None,
     idempotency_key: str | bool | None = None,
@@ -180,17 +192,18 @@ def prepare(
         except OptionError as exc:
             raise _invalid(str(exc)) from None
     try:
+        source: object = content
         if data is not None or files is not None:
-            content = _form_content(content, data, files, json)
-        body = prepare_body(content, json, json_dumps=config.json_dumps)
+            source = _form_content(content, data, files, json)
+        body = prepare_body(source, json, json_dumps=config.json_dumps)
         if data is not None and files is None and body.content_type is None:
             body.content_type = "application/x-www-form-urlencoded"
-    except (TypeError, ValueError) as exc:  # the body's kind, or json_dumps refusing a value
-        raise _invalid(str(exc)) from exc
     except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
         raise _invalid(
             f"the request body (content=, json= or data=) cannot be encoded as UTF-8: {exc}"
         ) from None
+    except (TypeError, ValueError) as exc:  # the body's kind, or json_dumps refusing a value
+        raise _invalid(str(exc)) from exc
     # Checked on every call, whatever the headers' source: ``client.headers`` may have been
     # changed since the client was built (the name lookups use the Headers' own cache).
     if "transfer-encoding" in merged or "content-length" in merged:
