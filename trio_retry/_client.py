@@ -345,4 +345,4 @@ class Client:
                     "client:` (it owns a nursery and connections that must be closed)"
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
-        return prepare(self._config, self.headers, method, url, trio.current_time(), **options)
+        return prepare(self._config, self.headers, method, url, trio.current_time, **options)

@@ -341,6 +341,13 @@ class Headers(Mapping[str, str]):
             names = self._names = frozenset(k.lower() for k, _ in self._items)
         return name.lower() in names
 
+    def has_any(self, lowercase_names: frozenset[str]) -> bool:
+        """Whether any of ``lowercase_names`` is present (one set operation, cached names)."""
+        names = self._names
+        if names is None:
+            names = self._names = frozenset(k.lower() for k, _ in self._items)
+        return not names.isdisjoint(lowercase_names)
+
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()
         for k, _ in self._items:

@@ -1,6 +1,7 @@
 """Options -> :class:`PreparedRequest`: everything about a call decided before any I/O.
 
-Pure apart from reading its arguments: no socket, no clock (the caller passes ``now``), no
+Pure apart from reading its arguments: no socket, no clock of its own (the caller passes one,
+read only when a deadline applies: most calls have none), no
 await. A bad option raises here, so it can never put a byte on the wire: ``InvalidRequest``
 (evidence ``NOT_SENT``, category ``INVALID_REQUEST``) for a bad value, ``TypeError`` for an
 unknown option. The next request of a redirect chain is prepared here too
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from urllib.parse import urlencode
@@ -110,12 +111,15 @@ class PreparedRequest:
     trace: CallTrace | None = None
 
 
+_SPECIAL_HEADERS = frozenset({"transfer-encoding", "content-length", IDEMPOTENCY_KEY_HEADER})
+
+
 def prepare(
     config: ClientConfig,
     client_headers: Headers,
     method: str,
     url: str | URL,
-    now: float,
+    clock: Callable[[], float],
     *,
     headers: HeaderTypes = None,
     params: QueryParams | None = None,
@@ -176,6 +180,8 @@ def prepare(
             merged.remove(name)
         for name, value in given.multi_items():
             merged.add(name, value)
+    # One set operation tells whether the headers need the framing or key checks below.
+    special = merged.has_any(_SPECIAL_HEADERS)
     key: str | None = None
     if idempotency_key is True:
         key = str(uuid.uuid4())
@@ -183,7 +189,7 @@ def prepare(
         key = idempotency_key
     if key is not None:
         merged.set("Idempotency-Key", key)
-    elif IDEMPOTENCY_KEY_HEADER in merged:
+    elif special and IDEMPOTENCY_KEY_HEADER in merged:
         # A key given as a header is held to the rules of idempotency_key: an empty one would
         # make the request count as idempotent with nothing a server could deduplicate on.
         key = merged[IDEMPOTENCY_KEY_HEADER]
@@ -206,7 +212,7 @@ def prepare(
         raise _invalid(str(exc)) from exc
     # Checked on every call, whatever the headers' source: ``client.headers`` may have been
     # changed since the client was built (the name lookups use the Headers' own cache).
-    if "transfer-encoding" in merged or "content-length" in merged:
+    if special:
         check_framing(merged, body)
     if body.content_type and "content-type" not in merged:
         merged.set("Content-Type", body.content_type)
@@ -221,7 +227,7 @@ def prepare(
         ),
         idempotency_key=key,
         retry=retry or config.retry,
-        deadline=now + seconds if seconds is not None else math.inf,
+        deadline=clock() + seconds if seconds is not None else math.inf,
         follow_redirects=config.follow_redirects if follow_redirects is None else follow_redirects,
         hedging=hedging,
         trace=config.instrumentation.call() if config.instrumentation is not None else None,
