@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http.cookiejar import CookieJar
@@ -22,20 +21,27 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._call.config import AttemptCallback, AuthTypes, ClientConfig, JsonDumps, RefreshableAuth
+from ._call.config import (
+    DEFAULT_STAGE_TIMEOUTS,
+    AttemptCallback,
+    AuthTypes,
+    ClientConfig,
+    JsonDumps,
+    RefreshableAuth,
+    configure,
+)
 from ._call.loop import send_following
-from ._call.prepare import PreparedRequest, RequestOptions, coerce_auth, prepare
+from ._call.prepare import PreparedRequest, RequestOptions, prepare
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
-from ._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
+from ._core.engine import RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
 from ._decoding import ACCEPT_ENCODING
-from ._errors import ClientStateError
+from ._errors import ClientStateError, InvalidRequest
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._observe.hooks import EventHooks, normalize_event_hooks
 from ._observe.otel import OpenTelemetry
-from ._proxy import ProxyConfig
-from ._tls import CertTypes, VerifyTypes, build_ssl_context
+from ._tls import CertTypes, VerifyTypes
 from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
@@ -83,7 +89,7 @@ class Client:
         headers: HeaderTypes = None,
         max_header_bytes: int = 65536,
         max_body_bytes: int | None = None,
-        stage_timeouts: StageTimeouts | None = None,
+        stage_timeouts: StageTimeouts | None = DEFAULT_STAGE_TIMEOUTS,
         follow_redirects: bool = False,
         max_redirects: int = 20,
         cookies: bool | CookieJar = False,
@@ -94,65 +100,40 @@ class Client:
         event_hooks: EventHooks | None = None,
         telemetry: OpenTelemetry | None = None,
     ) -> None:
-        if transport is not None:  # transport= (testkit, #17): opens connections instead of us
-            if not callable(getattr(transport, "connect", None)):
-                raise TypeError(
-                    "transport must have an async connect() (e.g. trio_retry.testing."
-                    f"MockTransport), got {type(transport).__name__}"
-                )
-            if proxy is not None:
-                raise ValueError("proxy= and transport= cannot be combined: the transport connects")
-        if max_redirects < 0:
-            raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
-        if max_header_bytes < 1:
-            raise ValueError(f"max_header_bytes must be >= 1, got {max_header_bytes}")
         if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
             raise TypeError(
                 f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
             )
-        # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
-        if ssl_context is not None:
-            if verify is not True:
-                raise ValueError("pass either ssl_context= or verify=, not both")
-            verify = ssl_context
-        owned_context, owns_context = build_ssl_context(verify, cert, http2=http2)
-        if uds is not None and not isinstance(uds, str):
-            raise TypeError(
-                f"uds= must be the path of a Unix socket (str), got {type(uds).__name__}"
-            )
-        if uds is not None and proxy is not None:
-            raise ValueError("uds= and proxy= cannot be combined: the Unix socket is the route")
-        self._config = ClientConfig(
-            retry=retry or RetryPolicy(),
-            default_upstream=default_upstream or Upstream(),
-            upstreams={Origin.parse(key): value for key, value in (upstreams or {}).items()},
-            deadline=deadline,
-            auth=coerce_auth(auth, "auth") if auth is not None else None,
-            engine=engine or DefaultRetryEligibilityEngine(),
-            wall_clock=clock or time.time,
-            on_attempt=on_attempt,
-            rng=rng or random.Random(),
-            base_url=URL(base_url) if base_url is not None else None,
-            max_header_bytes=max_header_bytes,
-            max_body_bytes=max_body_bytes,
-            stage_timeouts=stage_timeouts or StageTimeouts(),
-            follow_redirects=follow_redirects,
-            max_redirects=max_redirects,
-            proxy=ProxyConfig.parse(proxy) if proxy is not None else None,
-            trust_env=trust_env,
-            json_dumps=json_dumps,
+        self._config = configure(
+            retry=retry,
+            upstreams=upstreams,
+            default_upstream=default_upstream,
+            max_connections=max_connections,
+            max_connections_per_origin=max_connections_per_origin,
+            pool_timeout=pool_timeout,
+            keepalive_expiry=keepalive_expiry,
             http2=http2,
             http2_prior_knowledge=http2_prior_knowledge,
-            ssl_context=owned_context,
-            owns_ssl_context=owns_context,
+            ssl_context=ssl_context,
+            deadline=deadline,
+            auth=auth,
+            engine=engine,
+            clock=clock,
+            on_attempt=on_attempt,
+            rng=rng,
+            base_url=base_url,
+            max_header_bytes=max_header_bytes,
+            max_body_bytes=max_body_bytes,
+            stage_timeouts=stage_timeouts,
+            follow_redirects=follow_redirects,
+            max_redirects=max_redirects,
+            proxy=proxy,
+            trust_env=trust_env,
+            json_dumps=json_dumps,
             verify=verify,
             cert=cert,
             uds=uds,
-            params=_client_params(params),
-            max_connections=max_connections,
-            max_connections_per_origin=max_connections_per_origin,
-            keepalive_expiry=keepalive_expiry,
-            pool_timeout=pool_timeout,
+            params=params,
             transport=transport,
             hooks=normalize_event_hooks(event_hooks),
             instrumentation=telemetry.instrument() if telemetry is not None else None,
@@ -161,7 +142,10 @@ class Client:
         self.headers = Headers(
             [("User-Agent", USER_AGENT), ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)]
         )
-        given = Headers(headers)
+        try:
+            given = Headers(headers)
+        except InvalidRequest as exc:  # at construction: a wrong argument, not a failed call
+            raise ValueError(f"headers: {exc}") from None
         for name in given:
             self.headers.remove(name)
         for name, value in given.multi_items():
@@ -371,22 +355,4 @@ class Client:
                     "client:` (it owns a nursery and connections that must be closed)"
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
-        return prepare(self._config, self.headers, method, url, trio.current_time(), **options)
-
-
-def _client_params(
-    params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None,
-) -> tuple[tuple[str, Any], ...]:
-    """``Client(params=...)`` as pairs (a mapping or a sequence of pairs)."""
-    if not params:
-        return ()
-    if isinstance(params, Mapping):
-        return tuple((str(key), value) for key, value in params.items())
-    if isinstance(params, (list, tuple)) and all(
-        isinstance(p, tuple) and len(p) == 2 for p in params
-    ):
-        return tuple((str(key), value) for key, value in params)
-    raise TypeError(
-        "params= must be a mapping or a sequence of (name, value) pairs, got "
-        f"{type(params).__name__}"
-    )
+        return prepare(self._config, self.headers, method, url, trio.current_time, **options)

@@ -211,7 +211,12 @@ def _param_str(value: Any) -> str:
 
 
 HeaderTypes: TypeAlias = Union[
-    "Headers", Mapping[str, str], Sequence[tuple[str, str]], Mapping[bytes, bytes], None
+    "Headers",
+    Mapping[str, str],
+    Sequence[tuple[str, str]],
+    Mapping[bytes, bytes],
+    Sequence[tuple[bytes, bytes]],
+    None,
 ]
 
 
@@ -223,6 +228,11 @@ def check_header(name: str, value: str) -> str:
     field value (RFC 9110 §5.5), so a recipient would drop it anyway (and HTTP/2 strips it,
     RFC 9113 §8.2.1): it is removed here, the same for both protocols.
     """
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise _invalid(
+            f"header {name!r}: names and values must be str (or bytes where headers are "
+            f"given as pairs), got {type(name).__name__} and {type(value).__name__}"
+        )
     if not _TOKEN.fullmatch(name):
         raise _invalid(
             f"invalid header name {name!r}: names are tokens (letters, digits and "
@@ -241,6 +251,21 @@ def check_header(name: str, value: str) -> str:
             "not allowed in header values (CR/LF would let one header smuggle another)"
         )
     return value.strip(" \t")
+
+
+def _check_pair(pair: object) -> None:
+    """A header given by the caller: a pair of ``str`` or ``bytes`` (``None`` is refused: it
+    would otherwise be sent as the text ``None``)."""
+    if not (isinstance(pair, tuple) and len(pair) == 2):
+        raise _invalid(f"headers must be (name, value) pairs, got the item {pair!r}")
+    name, value = pair
+    if not isinstance(name, (str, bytes)):
+        raise _invalid(f"header names must be str or bytes, got {name!r} ({type(name).__name__})")
+    if not isinstance(value, (str, bytes)):
+        raise _invalid(
+            f"the value of header {_to_str(name)!r} must be str or bytes, got {value!r} "
+            f"({type(value).__name__}); leave the header out instead of passing None"
+        )
 
 
 def _to_str(value: str | bytes) -> str:
@@ -269,10 +294,19 @@ class Headers(Mapping[str, str]):
             items = headers._items.copy()
             self._names, self._raw = headers._names, headers._raw
         elif headers:
-            pairs: Iterable[tuple[Any, Any]] = (
-                headers.items() if isinstance(headers, Mapping) else headers
-            )
-            for name, value in pairs:
+            if isinstance(headers, Mapping):
+                pairs: Iterable[tuple[Any, Any]] = headers.items()
+            elif isinstance(headers, (list, tuple)):
+                pairs = headers
+            else:
+                raise _invalid(
+                    "headers must be a mapping or a sequence of (name, value) pairs, got "
+                    f"{type(headers).__name__}"
+                )
+            for pair in pairs:
+                if validate:
+                    _check_pair(pair)
+                name, value = pair
                 name_s, value_s = _to_str(name), _to_str(value)
                 if validate:
                     value_s = check_header(name_s, value_s)
@@ -310,6 +344,13 @@ class Headers(Mapping[str, str]):
         if names is None:
             names = self._names = frozenset(k.lower() for k, _ in self._items)
         return name.lower() in names
+
+    def has_any(self, lowercase_names: frozenset[str]) -> bool:
+        """Whether any of ``lowercase_names`` is present (one set operation, cached names)."""
+        names = self._names
+        if names is None:
+            names = self._names = frozenset(k.lower() for k, _ in self._items)
+        return not names.isdisjoint(lowercase_names)
 
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -386,9 +427,9 @@ class _Chunks:
         return self._chunks.pop(0)
 
 
-class _StreamDecoder(Protocol):
+class BodyDecoder(Protocol):
     """What :class:`_Decoded` needs of a decoder (``trio_retry._decoding.Decoder``, or the
-    client's wrapper that reports its errors as broken bodies)."""
+    client's wrapper that reports its errors as broken bodies): bounded chunks per step."""
 
     def decode(self, data: bytes) -> Iterator[bytes]: ...
 
@@ -401,7 +442,7 @@ class _Decoded:
 
     __slots__ = ("_decoder", "_done", "_pending", "_raw")
 
-    def __init__(self, raw: AsyncIterator[bytes], decoder: _StreamDecoder) -> None:
+    def __init__(self, raw: AsyncIterator[bytes], decoder: BodyDecoder) -> None:
         self._raw = raw
         self._decoder = decoder
         self._pending: Iterator[bytes] | None = None
@@ -547,7 +588,7 @@ class Response:
         attempts: Sequence[Attempt] = (),
         retry_decision: Decision | None = None,
         stream: AsyncIterator[bytes] | None = None,
-        decoder: _StreamDecoder | None = None,
+        decoder: BodyDecoder | None = None,
         request: SentRequest | None = None,
         elapsed: timedelta = timedelta(0),
     ) -> None:

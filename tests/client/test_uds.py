@@ -104,7 +104,7 @@ async def test_connect_failure_is_not_sent(tmp_path: Path, method: str) -> None:
 
 
 def test_bad_uds_options() -> None:
-    with pytest.raises(TypeError, match="uds="):
+    with pytest.raises(TypeError, match="uds"):
         trio_retry.Client(uds=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot be combined"):
         trio_retry.Client(uds="/tmp/x.sock", proxy="http://127.0.0.1:3128")

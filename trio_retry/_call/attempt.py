@@ -50,6 +50,7 @@ from .upstream import Permit, UpstreamState, admit, release
 
 __all__ = ["Outcome", "attempt_headers", "give_back", "observe", "record", "run_attempt"]
 
+_FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
 
 
@@ -102,12 +103,12 @@ async def run_attempt(
     ):
         outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
     unscoped = outcome.conn is not None
-    timed_out = False
+    timed_out = drained = False
     if unscoped:
         await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
     else:
         scope = trio.CancelScope(deadline=deadline)
-        rt.scopes.add(scope)
+        rt.scopes[scope] = progress
         try:
             with scope:
                 await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
@@ -117,9 +118,19 @@ async def run_attempt(
             state.guard.release(outcome.admission)
             raise
         finally:
-            rt.scopes.discard(scope)
+            del rt.scopes[scope]
         timed_out = scope.cancelled_caught
-    if rt.closed and (timed_out or (unscoped and outcome.error is not None)):
+        if rt.drained and progress in rt.drained:
+            rt.drained.discard(progress)
+            drained = timed_out and not rt.closed
+            if drained:
+                # drain() ended it while it waited for a permit or a pooled connection;
+                # nothing was sent (see Runtime.drain). Not retried.
+                outcome.response = None
+                outcome.error = _drained(request, progress)
+    if drained:
+        pass
+    elif rt.closed and (timed_out or (unscoped and outcome.error is not None)):
         # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
         # closed. Not retried.
         outcome.response = None
@@ -191,7 +202,21 @@ async def attempt_headers(
         headers.insert(0, (b"host", url.host_header.encode()))
     auth = request.auth
     if auth is not None and request.apply_auth:
-        for name, value in Headers(await auth_headers(auth, request)).multi_items():
+        try:
+            signed = Headers(await auth_headers(auth, request))
+        except InvalidRequest as exc:
+            raise WireError.at(
+                progress, FailureCategory.INVALID_REQUEST, f"auth: {exc}", retryable=False
+            ) from exc
+        for name, value in signed.multi_items():
+            if name.lower() in _FRAMING:
+                # The client frames the body; framing from auth would make TE + CL possible.
+                raise WireError.at(
+                    progress,
+                    FailureCategory.INVALID_REQUEST,
+                    f"auth returned {name}; the client frames the body itself",
+                    retryable=False,
+                )
             if name not in prepared:
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies
@@ -237,6 +262,8 @@ async def _attempt_inner(
         outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
     if state.limiter is not None:
         outcome.permit = await admit(state, f"{request.method} {url}", origin)
+        if rt.drained and progress in rt.drained:
+            raise _drained(request, progress)  # admitted just as drain() was called
     # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
     # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
     # request is then as without a proxy.
@@ -258,6 +285,10 @@ async def _attempt_inner(
             expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
         )
         outcome.conn = conn
+        if rt.drained and progress in rt.drained:
+            # drain() cancelled the wait just as a connection was granted: stop before the
+            # first byte (the next await would be a write, and its cancellation ambiguous).
+            raise _drained(request, progress)
     config = rt.config
     timeouts = config.stage_timeouts
     response = await conn.send_request(
@@ -291,6 +322,17 @@ async def _attempt_inner(
     limit = config.max_body_bytes
     reader = BodyReader(response.source, progress, limit, timeouts.read, _BUFFERED_HINT)
     outcome.body = await read_all(reader, decoder_for(request.method, response.headers, limit))
+
+
+def _drained(request: PreparedRequest, progress: AttemptProgress) -> WireError:
+    return WireError(
+        f"{request.method} {request.url} not admitted: the client is draining (the attempt "
+        f"was still waiting at {progress.stage})",
+        stage=progress.stage,
+        evidence=Evidence.NOT_SENT,
+        category=FailureCategory.ADMISSION,
+        retryable=False,
+    )
 
 
 def give_back(rt: Runtime, state: UpstreamState, outcome: Outcome) -> None:

@@ -10,22 +10,33 @@ from __future__ import annotations
 
 import random
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeAlias, runtime_checkable
 
-from .._auth import RequestAuth
+from .._auth import BasicAuth, RequestAuth
 from .._core.attempt import Attempt
-from .._core.engine import RetryEligibilityEngine
+from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
+from .._core.errors import InvalidRequest
 from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
 from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
 from .._proxy import ProxyConfig
-from .._tls import CertTypes, VerifyTypes
+from .._tls import CertTypes, VerifyTypes, build_ssl_context
 from .._wire.dialer import Dialer
+from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
-__all__ = ["AttemptCallback", "AuthTypes", "ClientConfig", "JsonDumps", "RefreshableAuth"]
+__all__ = [
+    "DEFAULT_STAGE_TIMEOUTS",
+    "AttemptCallback",
+    "AuthTypes",
+    "ClientConfig",
+    "JsonDumps",
+    "RefreshableAuth",
+    "configure",
+]
 
 
 @runtime_checkable
@@ -97,3 +108,218 @@ class ClientConfig:
     #: instrumentation (``None`` without it): each costs the hot path one ``is None`` check.
     hooks: Hooks | None = None
     instrumentation: Instrumentation | None = None
+
+
+#: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: no call waits
+#: forever on a server that accepts and never answers (``stage_timeouts=None`` or
+#: ``StageTimeouts()`` removes them; docs/guide.md compares httpx and aiohttp). ``write`` and
+#: ``read`` stay unset by default: each is a cancel scope around every request (every body
+#: read), which measured +35-55% CPU per small request with all three set; connect and TLS
+#: cost nothing on a kept-alive connection, and first_byte is the one scope paid per request.
+DEFAULT_STAGE_TIMEOUTS = StageTimeouts(connect=10.0, tls=10.0, first_byte=30.0)
+
+
+def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoReturn:
+    """A wrong ``Client(...)`` argument: ``TypeError`` for a wrong type, else ``ValueError``."""
+    message = str(exc) if option is None else f"{option}: {exc}"
+    if isinstance(exc, OptionError) and exc.kind == "type":
+        raise TypeError(message) from None
+    raise ValueError(message) from None
+
+
+def _auth(value: object) -> AuthTypes | None:
+    if value is None or isinstance(value, (RefreshableAuth, RequestAuth)):
+        return value
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(part, str) for part in value)
+    ):
+        return BasicAuth(value[0], value[1])
+    raise TypeError(
+        "auth must be a RefreshableAuth (BasicAuth(user, password), BearerAuth(token), "
+        "DigestAuth(user, password), or an object with async headers() and refresh()), a "
+        "RequestAuth (async sign(request)), or a (user, password) tuple of str, got "
+        f"{type(value).__name__}"
+    )
+
+
+def _count(value: object, option: str, *, minimum: int, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{option} must be an int{' or None' if optional else ''}, got {shown(value)}"
+        )
+    if value < minimum:
+        raise ValueError(f"{option} must be >= {minimum}, got {value}")
+    return value
+
+
+def _instance(value: object, kind: type, option: str, accepted: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"{option} must be {accepted} or None, got {shown(value)}")
+
+
+def configure(
+    *,
+    retry: object,
+    upstreams: object,
+    default_upstream: object,
+    max_connections: object,
+    max_connections_per_origin: object,
+    pool_timeout: object,
+    keepalive_expiry: object,
+    http2: object,
+    http2_prior_knowledge: object,
+    ssl_context: object,
+    deadline: object,
+    auth: object,
+    engine: object,
+    clock: Callable[[], float] | None,
+    on_attempt: AttemptCallback | None,
+    rng: object,
+    base_url: object,
+    max_header_bytes: object,
+    max_body_bytes: object,
+    stage_timeouts: object,
+    follow_redirects: object,
+    max_redirects: object,
+    proxy: object,
+    trust_env: object,
+    json_dumps: JsonDumps | None,
+    verify: VerifyTypes = True,
+    cert: CertTypes = None,
+    uds: object = None,
+    params: object = None,
+    transport: Dialer | None = None,
+    hooks: Hooks | None = None,
+    instrumentation: Instrumentation | None = None,
+) -> ClientConfig:
+    """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
+    raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
+    opened here."""
+    if transport is not None:  # transport= (testkit, #17): opens connections instead of us
+        if not callable(getattr(transport, "connect", None)):
+            raise TypeError(
+                "transport must have an async connect() (e.g. trio_retry.testing."
+                f"MockTransport), got {type(transport).__name__}"
+            )
+        if proxy is not None:
+            raise ValueError("proxy= and transport= cannot be combined: the transport connects")
+    try:
+        checked_retry = check_retry(retry)
+        checked_deadline = check_deadline(deadline)
+        pool_wait = None if pool_timeout == 0 else check_deadline(pool_timeout, "pool_timeout")
+        checked_http2 = bool(check_bool(http2, "http2"))
+        h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))
+        redirects = bool(check_bool(follow_redirects, "follow_redirects"))
+        env = bool(check_bool(trust_env, "trust_env"))
+    except OptionError as exc:
+        _refuse(exc)
+    if keepalive_expiry is not None and (
+        isinstance(keepalive_expiry, bool) or not isinstance(keepalive_expiry, (int, float))
+    ):
+        raise TypeError(
+            f"keepalive_expiry must be a number of seconds or None, got {shown(keepalive_expiry)}"
+        )
+    if keepalive_expiry is not None and not keepalive_expiry >= 0:
+        raise ValueError(f"keepalive_expiry must be >= 0 or None, got {keepalive_expiry!r}")
+    _instance(default_upstream, Upstream, "default_upstream", "an Upstream")
+    _instance(stage_timeouts, StageTimeouts, "stage_timeouts", "a StageTimeouts")
+    _instance(ssl_context, ssl.SSLContext, "ssl_context", "an ssl.SSLContext")
+    _instance(rng, random.Random, "rng", "a random.Random")
+    if engine is not None and not isinstance(engine, RetryEligibilityEngine):
+        raise TypeError(f"engine must have a decide(context) method, got {shown(engine)}")
+    if upstreams is not None and not isinstance(upstreams, Mapping):
+        raise TypeError(
+            f"upstreams must be a mapping of origin to Upstream, got {shown(upstreams)}"
+        )
+    origins: dict[Origin, Upstream] = {}
+    for key, value in (upstreams or {}).items():
+        if not isinstance(key, str):
+            raise TypeError(f"upstreams keys must be origins as str, got {shown(key)}")
+        if not isinstance(value, Upstream):
+            raise TypeError(f"upstreams[{key!r}] must be an Upstream, got {shown(value)}")
+        try:
+            origins[Origin.parse(key)] = value
+        except InvalidRequest as exc:
+            _refuse(exc, f"upstreams key {key!r}")
+    if base_url is not None and not isinstance(base_url, (str, URL)):
+        raise TypeError(f"base_url must be an absolute http(s) URL as str, got {shown(base_url)}")
+    try:
+        parsed_base = URL(base_url) if base_url is not None else None
+    except InvalidRequest as exc:
+        _refuse(exc, "base_url")
+    if proxy is not None and not isinstance(proxy, str):
+        raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
+    try:
+        parsed_proxy = ProxyConfig.parse(proxy) if proxy is not None else None
+    except InvalidRequest as exc:
+        _refuse(exc, "proxy")
+    # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
+    if ssl_context is not None:
+        if verify is not True:
+            raise ValueError("pass either ssl_context= or verify=, not both")
+        assert isinstance(ssl_context, ssl.SSLContext)  # checked above
+        verify = ssl_context
+    owned_context, owns_context = build_ssl_context(verify, cert, http2=checked_http2)
+    if uds is not None and not isinstance(uds, str):
+        raise TypeError(f"uds must be the path of a Unix socket (str), got {shown(uds)}")
+    if uds is not None and proxy is not None:
+        raise ValueError("uds= and proxy= cannot be combined: the Unix socket is the route")
+    if stage_timeouts is None:
+        stage_timeouts = StageTimeouts()
+    assert isinstance(stage_timeouts, StageTimeouts)
+    return ClientConfig(
+        retry=checked_retry or RetryPolicy(),
+        default_upstream=default_upstream if isinstance(default_upstream, Upstream) else Upstream(),
+        upstreams=origins,
+        deadline=checked_deadline,
+        auth=_auth(auth),
+        engine=engine
+        if isinstance(engine, RetryEligibilityEngine)
+        else DefaultRetryEligibilityEngine(),
+        wall_clock=clock or time.time,
+        on_attempt=on_attempt,
+        rng=rng if isinstance(rng, random.Random) else random.Random(),
+        base_url=parsed_base,
+        max_header_bytes=_count(max_header_bytes, "max_header_bytes", minimum=1) or 1,
+        max_body_bytes=_count(max_body_bytes, "max_body_bytes", minimum=0, optional=True),
+        stage_timeouts=stage_timeouts,
+        follow_redirects=redirects,
+        max_redirects=_count(max_redirects, "max_redirects", minimum=0) or 0,
+        proxy=parsed_proxy,
+        trust_env=env,
+        json_dumps=json_dumps,
+        http2=checked_http2,
+        http2_prior_knowledge=h2c,
+        ssl_context=owned_context,
+        owns_ssl_context=owns_context,
+        verify=verify,
+        cert=cert,
+        uds=uds,
+        params=_client_params(params),
+        max_connections=_count(max_connections, "max_connections", minimum=1) or 1,
+        max_connections_per_origin=_count(
+            max_connections_per_origin, "max_connections_per_origin", minimum=1, optional=True
+        ),
+        keepalive_expiry=float(keepalive_expiry) if keepalive_expiry is not None else None,
+        pool_timeout=pool_wait,
+        transport=transport,
+        hooks=hooks,
+        instrumentation=instrumentation,
+    )
+
+
+def _client_params(params: object) -> tuple[tuple[str, Any], ...]:
+    """``Client(params=...)`` as pairs (a mapping or a sequence of pairs)."""
+    if not params:
+        return ()
+    if isinstance(params, Mapping):
+        return tuple((str(key), value) for key, value in params.items())
+    if isinstance(params, Sequence) and all(isinstance(p, tuple) and len(p) == 2 for p in params):
+        return tuple((str(key), value) for key, value in params)
+    raise TypeError(
+        f"params must be a mapping or a sequence of (name, value) pairs, got {shown(params)}"
+    )

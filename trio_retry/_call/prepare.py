@@ -1,6 +1,7 @@
 """Options -> :class:`PreparedRequest`: everything about a call decided before any I/O.
 
-Pure apart from reading its arguments: no socket, no clock (the caller passes ``now``), no
+Pure apart from reading its arguments: no socket, no clock of its own (the caller passes one,
+read only when a deadline applies: most calls have none), no
 await. A bad option raises here, so it can never put a byte on the wire: ``InvalidRequest``
 (evidence ``NOT_SENT``, category ``INVALID_REQUEST``) for a bad value, ``TypeError`` for an
 unknown option. The next request of a redirect chain is prepared here too
@@ -12,9 +13,9 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from urllib.parse import urlencode
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
@@ -24,7 +25,7 @@ from .._core.evidence import Evidence, FailureCategory
 from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
-from .._core.replay import Multipart
+from .._core.replay import Body, Multipart
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
 from .._observe.otel import CallTrace
@@ -36,6 +37,16 @@ from .._redirects import (
     resolve_location,
 )
 from .config import AuthTypes, ClientConfig, RefreshableAuth
+from .options import (
+    OptionError,
+    check_bool,
+    check_deadline,
+    check_fields,
+    check_idempotency,
+    check_idempotency_key,
+    check_retry,
+    shown,
+)
 
 if TYPE_CHECKING:
     from .._models import Response
@@ -49,15 +60,27 @@ __all__ = [
 ]
 
 
+#: One query or form value (``True``/``False`` are sent as ``true``/``false``).
+ParamValue: TypeAlias = "str | int | float | bool"
+#: ``params=``: names to a value, a list of values (repeated), or ``None`` (left out); or pairs.
+QueryParams: TypeAlias = (
+    "Mapping[str, ParamValue | Sequence[ParamValue] | None] | Sequence[tuple[str, ParamValue]]"
+)
+#: ``data=``: form fields, names to a value or a list of values.
+FormData: TypeAlias = "Mapping[str, ParamValue | Sequence[ParamValue]]"
+#: ``files=``: field names to a file object, a path, or ``(filename, body[, content_type])``.
+Files: TypeAlias = "Mapping[str, object]"
+
+
 class RequestOptions(TypedDict, total=False):
     """The per-call options of ``request``, ``stream`` and every verb (all optional)."""
 
     headers: HeaderTypes
-    params: Any
-    content: object
-    data: Mapping[str, Any] | None
-    files: Mapping[str, Any] | None
-    json: Any
+    params: QueryParams | None
+    content: Body | None
+    data: FormData | None
+    files: Files | None
+    json: object
     deadline: float | None
     idempotency: Idempotency | None
     idempotency_key: str | bool | None
@@ -98,19 +121,22 @@ class PreparedRequest:
     trace: CallTrace | None = None
 
 
+_SPECIAL_HEADERS = frozenset({"transfer-encoding", "content-length", IDEMPOTENCY_KEY_HEADER})
+
+
 def prepare(
     config: ClientConfig,
     client_headers: Headers,
     method: str,
     url: str | URL,
-    now: float,
+    clock: Callable[[], float],
     *,
     headers: HeaderTypes = None,
-    params: Any = None,
-    content: object = None,
-    data: Mapping[str, Any] | None = None,
-    files: Mapping[str, Any] | None = None,
-    json: Any = None,
+    params: QueryParams | None = None,
+    content: Body | None = None,
+    data: FormData | None = None,
+    files: Files | None = None,
+    json: object = None,
     deadline: float | None = None,
     idempotency: Idempotency | None = None,
     idempotency_key: str | bool | None = None,
@@ -131,6 +157,28 @@ def prepare(
             "hedging= must be a Hedging, False (no hedging for this call) or None (the "
             f"upstream's setting), got {hedging!r}"
         )
+    # The options that most calls leave out cost one ``is None`` each here.
+    try:
+        if deadline is not None:
+            deadline = check_deadline(deadline)
+        if idempotency is not None:
+            idempotency = check_idempotency(idempotency)
+        if idempotency_key is not None:
+            idempotency_key = check_idempotency_key(idempotency_key)
+        if retry is not None:
+            retry = check_retry(retry)
+        if follow_redirects is not None:
+            check_bool(follow_redirects, "follow_redirects")
+        if params is not None:
+            check_fields(params, "params", none_allowed=True)
+        if data is not None:
+            check_fields(data, "data", none_allowed=False)
+        if files is not None and not isinstance(files, Mapping):
+            raise OptionError(
+                f"files must be a mapping of field names to files, got {shown(files)}", "type"
+            )
+    except OptionError as exc:
+        raise _invalid(str(exc)) from None
     base_url = config.base_url
     if isinstance(url, str) and base_url is not None and "://" not in url:
         full = base_url.join(url)
@@ -144,6 +192,8 @@ def prepare(
             merged.remove(name)
         for name, value in given.multi_items():
             merged.add(name, value)
+    # One set operation tells whether the headers need the framing or key checks below.
+    special = merged.has_any(_SPECIAL_HEADERS)
     key: str | None = None
     if idempotency_key is True:
         key = str(uuid.uuid4())
@@ -151,27 +201,35 @@ def prepare(
         key = idempotency_key
     if key is not None:
         merged.set("Idempotency-Key", key)
-    elif IDEMPOTENCY_KEY_HEADER in merged:
+    elif special and IDEMPOTENCY_KEY_HEADER in merged:
+        # A key given as a header is held to the rules of idempotency_key: an empty one would
+        # make the request count as idempotent with nothing a server could deduplicate on.
         key = merged[IDEMPOTENCY_KEY_HEADER]
+        try:
+            check_idempotency_key(key, "the Idempotency-Key header")
+        except OptionError as exc:
+            raise _invalid(str(exc)) from None
     try:
+        source: object = content
         if data is not None or files is not None:
-            content = _form_content(content, data, files, json)
-        body = prepare_body(content, json, json_dumps=config.json_dumps)
+            source = _form_content(content, data, files, json)
+        body = prepare_body(source, json, json_dumps=config.json_dumps)
         if data is not None and files is None and body.content_type is None:
             body.content_type = "application/x-www-form-urlencoded"
-    except TypeError as exc:
-        raise _invalid(str(exc)) from exc
     except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
         raise _invalid(
             f"the request body (content=, json= or data=) cannot be encoded as UTF-8: {exc}"
         ) from None
+    except (TypeError, ValueError) as exc:  # the body's kind, or json_dumps refusing a value
+        raise _invalid(str(exc)) from exc
     # Checked on every call, whatever the headers' source: ``client.headers`` may have been
     # changed since the client was built (the name lookups use the Headers' own cache).
-    if "transfer-encoding" in merged or "content-length" in merged:
+    if special:
         check_framing(merged, body)
     if body.content_type and "content-type" not in merged:
         merged.set("Content-Type", body.content_type)
     seconds = deadline if deadline is not None else config.deadline
+    now = clock()  # one read: the call's start (Response.elapsed) and its deadline
     return PreparedRequest(
         method=method,
         url=full,
@@ -196,7 +254,10 @@ def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None
     """The call's ``auth=``, else the client's, else (``trust_env``) the netrc entry of the
     URL's host."""
     if auth is not None:
-        return coerce_auth(auth, "auth")
+        try:
+            return coerce_auth(auth, "auth")
+        except TypeError as exc:  # a call-time mistake: refused before any I/O (SPEC §11)
+            raise _invalid(str(exc)) from None
     if config.auth is not None or not config.trust_env:
         return config.auth
     try:
@@ -237,7 +298,7 @@ def _call_cookies(cookies: Mapping[str, str] | None) -> tuple[tuple[str, str], .
     if not cookies:
         return ()
     if not isinstance(cookies, Mapping):
-        raise TypeError(f"cookies= must be a mapping of names to values, got {type(cookies)}")
+        raise _invalid(f"cookies must be a mapping of names to values, got {shown(cookies)}")
     pairs = []
     for name, value in cookies.items():
         if not isinstance(name, str) or not _COOKIE_NAME.fullmatch(name):

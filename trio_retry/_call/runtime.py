@@ -11,7 +11,9 @@ from http.cookiejar import CookieJar
 
 import trio
 
+from .._core.evidence import Stage
 from .._wire.pool import ConnectionPool
+from .._wire.progress import AttemptProgress
 from .config import ClientConfig
 from .connect import Connector
 from .upstream import Upstreams
@@ -39,6 +41,7 @@ class Runtime:
         "connector",
         "cookies",
         "drain_event",
+        "drained",
         "draining",
         "lifecycle",
         "pool",
@@ -60,8 +63,11 @@ class Runtime:
         self.lifecycle = Lifecycle.NEW
         self.draining = False
         self.drain_event = trio.Event()
-        #: The cancel scopes of attempts in flight, cancelled by ``aclose()``.
-        self.scopes: set[trio.CancelScope] = set()
+        #: The cancel scopes of attempts in flight (with their progress): ``aclose()`` cancels
+        #: them all, ``drain()`` those not yet past the pool (see :meth:`drain`).
+        self.scopes: dict[trio.CancelScope, AttemptProgress] = {}
+        #: The progress of each attempt ``drain()`` cancelled (see :meth:`drain`).
+        self.drained: set[AttemptProgress] = set()
         self.calls = 0
 
     @property
@@ -69,6 +75,18 @@ class Runtime:
         return self.lifecycle is Lifecycle.CLOSED
 
     def drain(self) -> None:
-        """Stop admitting calls and wake every call waiting in backoff."""
+        """Stop admitting calls, wake every call waiting in backoff, and end the attempts
+        still waiting to be admitted (a bulkhead permit) or for a pooled connection.
+
+        An attempt at ``Stage.ADMISSION`` or ``Stage.POOL`` has sent nothing and is not yet
+        on a connection, so cancelling its scope ends it ``NOT_SENT`` at once (the attempt
+        reports it as ``ADMISSION``: see ``attempt.run_attempt``). One that is connecting or
+        exchanging is left to finish. The stage read here is exact: ``drain()`` is synchronous
+        and the attempts' tasks are parked at an await.
+        """
         self.draining = True
         self.drain_event.set()
+        for scope, progress in self.scopes.items():
+            if progress.stage <= Stage.POOL:
+                self.drained.add(progress)
+                scope.cancel()

@@ -43,6 +43,7 @@ from .. import (
     TooManyRedirects,
     TrioRetryError,
 )
+from .._core.replay import Body
 from .._trail import Hop, attempt_table, execution_line, trail_json
 from .args import PROG, Options, UsageError, parse
 from .output import Sink, Streams, file_body, response_head, stdin_body
@@ -64,7 +65,7 @@ class _Prepared:
 
     url: str
     headers: list[tuple[str, str]]
-    content: object = None
+    content: Body | None = None
     auth: BasicAuth | None = None
     ssl_context: ssl.SSLContext | None = None
     proxy: str | None = None
@@ -165,7 +166,7 @@ def _body(opts: Options, streams: Streams, prepared: _Prepared) -> None:
     headers = prepared.headers
     show_bar = streams.err_tty and not opts.silent
 
-    def streamed(option: str, path: str) -> object:
+    def streamed(option: str, path: str) -> Body:
         try:
             size = os.stat(path).st_size
             if not os.path.isfile(path):

@@ -20,7 +20,7 @@ import enum
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, Union
+from typing import Any, Protocol, TypeAlias, Union
 
 __all__ = [
     "Body",
@@ -103,6 +103,12 @@ class Multipart:
                 )
 
 
+class BinaryReader(Protocol):
+    """A binary file object opened for reading (``open(path, "rb")``, ``io.BytesIO``)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
 #: Anything accepted as a request body.
 Body: TypeAlias = Union[
     bytes,
@@ -115,7 +121,7 @@ Body: TypeAlias = Union[
     "os.PathLike[str]",
     AsyncIterable[bytes],
     Iterator[bytes],
-    Any,
+    BinaryReader,
 ]
 
 ACCEPTED_BODY_KINDS = (

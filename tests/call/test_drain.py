@@ -1,0 +1,84 @@
+"""drain() ends the calls still waiting to be admitted — for a bulkhead permit or a pooled
+connection — at once, NOT_SENT, category ADMISSION; attempts already on the wire finish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trio_retry
+from trio_retry import Evidence, FailureCategory, RetryPolicy, Stage, Upstream
+from trio_retry.testing import FaultServer, Stall
+
+SINGLE = RetryPolicy(max_attempts=1)
+
+
+async def run_holder_and_queued(
+    server: FaultServer, client: trio_retry.Client, *, drain_at: float
+) -> tuple[dict[str, Any], dict[str, float]]:
+    outcomes: dict[str, Any] = {}
+    ended: dict[str, float] = {}
+
+    async def call(name: str, delay: float) -> None:
+        await trio.sleep(delay)
+        try:
+            outcomes[name] = await client.get(server.url + "/" + name, deadline=30)
+        except trio_retry.TrioRetryError as exc:
+            outcomes[name] = exc
+        ended[name] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, "holder", 0.0)  # on the wire for 1 s
+        nursery.start_soon(call, "queued", 0.1)  # waits behind it
+        await trio.sleep(drain_at)
+        client.drain()
+    return outcomes, ended
+
+
+@pytest.mark.parametrize("waiting_for", ["bulkhead permit", "pooled connection"])
+async def test_drain_ends_waiting_calls_at_once(
+    server: FaultServer, autojump_clock: trio.testing.MockClock, waiting_for: str
+) -> None:
+    server.default = Stall(1.0)
+    if waiting_for == "bulkhead permit":
+        options: dict[str, Any] = {"upstreams": {server.url: Upstream(max_concurrency=1)}}
+        stage = Stage.ADMISSION
+    else:
+        options = {"max_connections": 1}
+        stage = Stage.POOL
+    async with trio_retry.Client(retry=SINGLE, **options) as client:
+        outcomes, ended = await run_holder_and_queued(server, client, drain_at=0.3)
+    queued = outcomes["queued"]
+    assert isinstance(queued, trio_retry.AdmissionRejected), queued
+    assert (queued.evidence, queued.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
+    assert [a.stage for a in queued.attempts] == [stage]
+    assert "draining" in str(queued)
+    assert ended["queued"] == pytest.approx(0.3, abs=0.001)  # at once, not after the holder
+    # The attempt already on the wire finished as it would have.
+    assert isinstance(outcomes["holder"], trio_retry.Response)
+    assert ended["holder"] == pytest.approx(1.0, abs=0.01)
+    assert [r.path for r in server.requests] == ["/holder"]
+
+
+async def test_drain_leaves_a_connecting_attempt_to_finish(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Past the pool (connecting, then on the wire), an attempt is in flight: drain() lets it
+    # finish, and the connection goes back to the pool as usual.
+    server.default = Stall(1.0)
+    async with trio_retry.Client(retry=SINGLE) as client:
+        async with trio.open_nursery() as nursery:
+            results: list[trio_retry.Response] = []
+
+            async def call() -> None:
+                results.append(await client.get(server.url + "/", deadline=30))
+
+            nursery.start_soon(call)
+            await trio.sleep(0.5)
+            client.drain()
+        assert results[0].status == 200
+        assert trio.current_time() == pytest.approx(1.0, abs=0.01)
+        assert client.pool.idle_count == 1

@@ -1,0 +1,149 @@
+"""Every per-call option is checked before any I/O, and every Client option at construction.
+
+A call-time mistake raises ``InvalidRequest`` (``NOT_SENT``, ``INVALID_REQUEST``, no attempts)
+whose message names the option and shows what was given; the server never sees a connection.
+A constructor mistake raises ``TypeError`` (wrong type) or ``ValueError`` (wrong value).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import trio_retry
+from trio_retry import Evidence, FailureCategory, Idempotency, InvalidRequest, RetryPolicy
+from trio_retry.testing import FaultServer, Respond
+
+# (options, words the message must contain)
+BAD_CALL_OPTIONS: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+    ({"deadline": "2"}, ("deadline", "'2' (str)", "positive number")),
+    ({"deadline": 0}, ("deadline", "0")),
+    ({"deadline": -1.5}, ("deadline", "-1.5")),
+    ({"deadline": math.nan}, ("deadline", "nan")),
+    ({"deadline": True}, ("deadline", "True (bool)")),
+    ({"idempotency": "IDEMPOTENT"}, ("idempotency", "'IDEMPOTENT' (str)", "Idempotency.")),
+    ({"idempotency_key": ""}, ("idempotency_key", "empty string")),
+    ({"idempotency_key": "   "}, ("idempotency_key", "'   '")),
+    ({"idempotency_key": "a b"}, ("idempotency_key", "'a b'")),
+    ({"idempotency_key": b"key-1"}, ("idempotency_key", "(bytes)")),
+    ({"idempotency_key": 5}, ("idempotency_key", "5 (int)")),
+    ({"idempotency_key": "k" * 256}, ("idempotency_key", "256 characters", "at most 255")),
+    ({"idempotency_key": "caf\u00e9"}, ("idempotency_key", "visible ASCII")),
+    ({"retry": 3}, ("retry", "3 (int)", "RetryPolicy")),
+    ({"follow_redirects": "yes"}, ("follow_redirects", "'yes' (str)")),
+    ({"headers": {"X-Trace": None}}, ("X-Trace", "None", "str or bytes")),
+    ({"headers": {None: "v"}}, ("header names", "None")),
+    ({"headers": "X-A: 1"}, ("headers", "str")),
+    ({"headers": {"Idempotency-Key": ""}}, ("Idempotency-Key", "empty string")),
+    ({"params": {"a": object()}}, ("params['a']", "object")),
+    ({"params": {"a": [1, None]}}, ("params['a']", "None")),
+    ({"params": "a=1"}, ("params", "'a=1' (str)")),
+    ({"params": {"a": math.inf}}, ("params['a']", "inf")),
+    ({"data": b"raw"}, ("data", "(bytes)", "content=")),
+    ({"data": {"a": None}}, ("data['a']", "None")),
+    ({"data": {"a": object()}}, ("data['a']", "object")),
+    ({"files": [("f", b"x")]}, ("files", "mapping")),
+]
+
+
+@pytest.mark.parametrize(("options", "says"), BAD_CALL_OPTIONS)
+async def test_a_bad_call_option_is_refused_before_any_io(
+    server: FaultServer, options: dict[str, Any], says: tuple[str, ...]
+) -> None:
+    async with trio_retry.Client() as client:
+        with pytest.raises(InvalidRequest) as info:
+            await client.post(server.url + "/pay", **options)
+    error = info.value
+    assert (error.evidence, error.category, error.attempts) == (
+        Evidence.NOT_SENT,
+        FailureCategory.INVALID_REQUEST,
+        [],
+    )
+    for word in says:
+        assert word in str(error), (word, str(error))
+    assert server.connections_accepted == 0
+
+
+async def test_an_unknown_option_is_a_type_error_naming_it(server: FaultServer) -> None:
+    async with trio_retry.Client() as client:
+        with pytest.raises(TypeError, match="header"):
+            await client.get(server.url + "/", header={"X-A": "1"})  # type: ignore[call-arg]
+    assert server.connections_accepted == 0
+
+
+async def test_an_empty_idempotency_key_can_no_longer_cause_a_second_execution(
+    server: FaultServer,
+) -> None:
+    # Before: "" was sent as an empty Idempotency-Key and the POST retried as idempotent,
+    # so the 503'd payment ran twice. Now nothing is sent at all.
+    server.route("POST", "/pay", Respond(503), Respond(200))
+    async with trio_retry.Client() as client:
+        for key in ("", "  "):
+            with pytest.raises(InvalidRequest, match="idempotency_key"):
+                await client.post(server.url + "/pay", content=b"{}", idempotency_key=key)
+    assert server.executed_count("POST", "/pay") == 0
+
+
+async def test_valid_options_still_go_through(server: FaultServer) -> None:
+    async with trio_retry.Client() as client:
+        response = await client.post(
+            server.url + "/pay",
+            content=b"{}",
+            deadline=5,
+            idempotency=Idempotency.IDEMPOTENT,
+            idempotency_key="order-17_v2",
+            retry=RetryPolicy(max_attempts=1),
+            follow_redirects=False,
+            params={"a": 1, "b": [True, 2.5, "x"], "c": None},
+            headers=[(b"X-Bytes", b"yes")],
+        )
+        assert response.status == 200
+        await client.post(server.url + "/form", data={"n": 3, "tags": ["a", "b"]})
+    first, second = server.requests
+    assert first.header("idempotency-key") == "order-17_v2"
+    assert first.path == "/pay?a=1&b=true&b=2.5&b=x"
+    assert second.body == b"n=3&tags=a&tags=b"
+
+
+# (Client keyword arguments, the exception, words of its message)
+BAD_CLIENT_OPTIONS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"deadline": "2"}, TypeError, "deadline"),
+    ({"deadline": 0}, ValueError, "deadline"),
+    ({"retry": 3}, TypeError, "retry"),
+    ({"auth": "user:pw"}, TypeError, "auth"),
+    ({"auth": ("user", 5)}, TypeError, "auth"),
+    ({"base_url": 5}, TypeError, "base_url"),
+    ({"base_url": "ftp://files.example"}, ValueError, "base_url"),
+    ({"proxy": "ftp://127.0.0.1:21"}, ValueError, "proxy"),
+    ({"proxy": 3128}, TypeError, "proxy"),
+    ({"headers": {"X-A": None}}, ValueError, "X-A"),
+    ({"headers": {"X-A": "a\r\nX-B: 1"}}, ValueError, "X-A"),
+    ({"stage_timeouts": 5}, TypeError, "stage_timeouts"),
+    ({"upstreams": {"https://api.example": 3}}, TypeError, "upstreams"),
+    ({"upstreams": {"ftp://api.example": trio_retry.Upstream()}}, ValueError, "upstreams"),
+    ({"max_connections": 0}, ValueError, "max_connections"),
+    ({"max_body_bytes": "1MB"}, TypeError, "max_body_bytes"),
+    ({"max_redirects": -1}, ValueError, "max_redirects"),
+    ({"http2": "yes"}, TypeError, "http2"),
+    ({"pool_timeout": -1}, ValueError, "pool_timeout"),
+    ({"keepalive_expiry": "5"}, TypeError, "keepalive_expiry"),
+    ({"engine": object()}, TypeError, "engine"),
+]
+
+
+@pytest.mark.parametrize(("options", "kind", "says"), BAD_CLIENT_OPTIONS)
+def test_a_bad_client_option_is_refused_at_construction(
+    options: dict[str, Any], kind: type[Exception], says: str
+) -> None:
+    with pytest.raises(kind, match=says) as info:
+        trio_retry.Client(**options)
+    assert type(info.value) is kind  # not InvalidRequest: nothing was being sent
+
+
+async def test_client_auth_as_a_pair_means_basic_auth(server: FaultServer) -> None:
+    async with trio_retry.Client(auth=("aladdin", "opensesame")) as client:
+        await client.get(server.url + "/")
+    assert server.requests[0].header("authorization") == "Basic YWxhZGRpbjpvcGVuc2VzYW1l"
+    assert "opensesame" not in repr(trio_retry.Client(auth=("aladdin", "opensesame")).config)
