@@ -20,6 +20,7 @@ from .progress import AttemptProgress, WireError
 
 __all__ = [
     "BODY_METHODS",
+    "RECONNECT_TRIES",
     "TRANSPORT_ERRORS",
     "BodySource",
     "WireRequest",
@@ -29,6 +30,11 @@ __all__ = [
     "content_length",
     "head_too_large",
 ]
+
+#: How many times one call may send an attempt again on a fresh connection without counting it,
+#: after a ``WireError(reconnect=True)`` (a routine HTTP/2 GOAWAY rotation, an idle connection
+#: that failed its PING); past that, such a failure counts as an attempt like any other.
+RECONNECT_TRIES = 3
 
 #: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
