@@ -592,7 +592,14 @@ class HTTP2Connection:
         handed = self._writer.handed
         self._writer.stop()
         self._socket.close()
-        unsent = Failure(death.category, f"{death.message} (before the request was sent)", True)
+        # Never handed to the transport: the connection failed, not the request, so the
+        # client may send it again on a fresh connection without counting (``reconnect``).
+        unsent = Failure(
+            death.category,
+            f"{death.message} (before the request was sent)",
+            not_sent=True,
+            reconnect=True,
+        )
         for stream in list(self._streams.values()):
             never_left = (
                 handed <= stream.first_offset and stream.progress.stage < Stage.RESPONSE_HEAD
