@@ -142,7 +142,9 @@ async def connect(nursery: trio.Nursery) -> AsyncIterator[Connect]:
     """``await connect(settings)``: a handshaken connection and its server; closed after."""
     opened: list[tuple[HTTP2Connection, Server]] = []
 
-    async def open_pair(settings: dict[int, int] | None = None) -> tuple[HTTP2Connection, Server]:
+    async def open_pair(
+        settings: dict[int, int] | None = None, **options: float | None
+    ) -> tuple[HTTP2Connection, Server]:
         a, b = trio.socket.socketpair()
         server = Server(trio.SocketStream(b), settings)
         nursery.start_soon(server.run)
@@ -155,6 +157,7 @@ async def connect(nursery: trio.Nursery) -> AsyncIterator[Connect]:
                 max_header_bytes=65536,
                 nursery=nursery,
                 progress=AttemptProgress(trio.current_time()),
+                **options,
             )
         opened.append((conn, server))
         return conn, server
