@@ -284,3 +284,16 @@ async def test_an_idle_connection_that_answers_its_ping_is_reused(
     assert (first.status, second.status) == (200, 200)
     assert second.attempts[0].connection_reused
     assert server.connections_accepted == 1
+
+
+async def test_a_deadline_holds_in_real_time_when_the_server_stops_reading(
+    server: FaultServer,
+) -> None:
+    """The same on the real clock (bounded): deadline=1.0 ends the POST by about 1.1 s."""
+    server.script(StopReading(seconds=5))
+    async with client_for(server) as client:
+        start = trio.current_time()
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.HttpAmbiguousExecutionError):
+            await client.post(server.url + "/up", content=b"u" * (32 * MiB), deadline=1.0)
+        elapsed = trio.current_time() - start
+    assert 1.0 <= elapsed < 1.5
