@@ -22,7 +22,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .progress import AttemptProgress, WireError
 
 if TYPE_CHECKING:
-    from .http11 import WireRequest, WireResponse
+    from .exchange import WireRequest, WireResponse
 
 __all__ = ["MultiplexedConnection", "Opener", "PoolState", "PooledConnection"]
 
