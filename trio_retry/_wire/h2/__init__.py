@@ -4,7 +4,9 @@
 - ``headers.py``    the request's header block; the response's validated (stream errors)
 - ``stream.py``     one exchange: a state enum, its proof (first failure wins), its body
 - ``writer.py``     the one task that writes to the socket
-- ``connection.py`` the connection: streams, the reader, GOAWAY, health checks, the pool hooks
+- ``outbound.py``   the request side: a stream opened, its request written, its head read
+- ``inbound.py``    what each inbound frame and h2 event does: GOAWAY, resets, stream errors
+- ``connection.py`` the connection: opening, the request path, health checks, the pool hooks
 """
 
 from __future__ import annotations

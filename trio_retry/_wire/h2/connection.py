@@ -46,13 +46,15 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
-from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body, head_too_large
+from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from ..transport import Transport
-from .frames import DroppedData, FrameError, GoAway, InboundFrames
-from .headers import REASONS, content_length, head_size, malformed, request_headers
-from .stream import Failure, Stream, StreamState
-from .writer import STALL_TIMEOUT, Writer, WriterBroken
+from . import outbound
+from .frames import InboundFrames
+from .headers import head_size, request_headers
+from .inbound import receive
+from .stream import Failure, Stream
+from .writer import STALL_TIMEOUT, Writer
 
 __all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection"]
 
@@ -66,11 +68,6 @@ PING_AFTER_IDLE = 2.0
 #: ... and closed if the answer takes longer than this.
 PING_TIMEOUT = 1.0
 _DEFAULT_WINDOW = 65535
-_PING = b"trio-rt!"
-
-
-def _no_length_check(*_args: object) -> None:
-    """Stands in for h2's per-stream Content-Length checks (see ``_open_stream``)."""
 
 
 class HTTP2Connection:
@@ -293,7 +290,7 @@ class HTTP2Connection:
             and not self._streams
             and trio.current_time() - self._last_read >= self._ping_after_idle
         ):
-            await self._health_check(progress)
+            await outbound.health_check(self, progress)
         headers = request_headers(request, scheme=self._scheme, authority=self._authority)
         limit = self._h2.remote_settings.max_header_list_size
         if limit is not None and (size := head_size(headers)) > limit:
@@ -304,7 +301,8 @@ class HTTP2Connection:
                 f"SETTINGS_MAX_HEADER_LIST_SIZE ({limit})",
             )
         body = request.body
-        stream = await self._open_stream(
+        stream = await outbound.open_stream(
+            self,
             progress,
             headers,
             end_stream=isinstance(body, bytes) and not body,
@@ -312,215 +310,13 @@ class HTTP2Connection:
         )
         try:
             with stage_timeout(write_timeout) as scope:
-                await self._write_body(stream, request, progress)
+                await outbound.write_body(self, stream, request, progress)
             if scope.cancelled_caught:
                 raise stage_timed_out(progress, "write", write_timeout)
-            return await self._read_head(stream, progress, first_byte_timeout)
+            return await outbound.read_head(self, stream, progress, first_byte_timeout)
         except BaseException:
             stream.abandon()
             raise
-
-    async def _health_check(self, progress: AttemptProgress) -> None:
-        """PING an idle connection; close it if the answer does not come in time (then the
-        request was not sent: ``reconnect``). Concurrent callers share one PING."""
-        if self._pings_sent == self._pings_answered:
-            self._h2.ping(_PING)
-            self._pings_sent += 1
-            self._writer.collect()
-        wanted = self._pings_sent
-        with trio.move_on_after(self._ping_timeout):
-            while self._pings_answered < wanted and not self.closed:
-                await self._ping_lot.park()
-        if self._pings_answered >= wanted:
-            return
-        self._die(
-            Failure(
-                FailureCategory.CONNECTION_BROKEN,
-                f"the idle connection did not answer a PING within {self._ping_timeout}s",
-            )
-        )
-        raise WireError.at(
-            progress,
-            FailureCategory.CONNECTION_BROKEN,
-            f"the idle HTTP/2 connection did not answer a PING within {self._ping_timeout}s; "
-            "nothing of the request was sent",
-            reconnect=True,
-        )
-
-    async def _open_stream(
-        self,
-        progress: AttemptProgress,
-        headers: list[tuple[bytes, bytes]],
-        *,
-        end_stream: bool,
-        head_request: bool,
-    ) -> Stream:
-        """Wait for a free stream slot, then queue the HEADERS frame (the writer sends it).
-
-        Allocating the id and queueing HEADERS happen with no await in between: h2 hands out
-        the same id until HEADERS are sent, and ids must reach the wire in increasing order.
-        """
-        while True:
-            if self.closed or self._goaway_last is not None:
-                # Nothing of this request was written: the stage (POOL) says NOT_SENT.
-                category = (
-                    FailureCategory.GOAWAY
-                    if self._goaway_last is not None
-                    else FailureCategory.CONNECTION_BROKEN
-                )
-                raise WireError.at(
-                    progress,
-                    category,
-                    "the HTTP/2 connection no longer accepts new streams",
-                    reconnect=self._goaway_last is not None,
-                )
-            if self._in_use() < self._h2.remote_settings.max_concurrent_streams:
-                break
-            # The pool hands out a connection with a free slot, but another task may have
-            # taken it meanwhile: wait for a stream to finish (bounded by the call deadline).
-            await self._capacity.park()
-        try:
-            stream_id = self._h2.get_next_available_stream_id()
-        except h2.exceptions.NoAvailableStreamIDError as exc:
-            # 2**30 streams used: like a GOAWAY from ourselves, finish the others, then retire.
-            self._goaway_last = self._h2.highest_outbound_stream_id
-            if not self._streams:
-                self.close()
-            raise WireError.at(
-                progress,
-                FailureCategory.GOAWAY,
-                "the HTTP/2 connection ran out of stream ids",
-                reconnect=True,
-            ) from exc
-        first_offset = self._writer.collect()  # other streams' frames go first
-        try:
-            self._h2.send_headers(stream_id, headers, end_stream=end_stream)
-        except h2.exceptions.ProtocolError as exc:
-            raise WireError.at(
-                progress, FailureCategory.LOCAL_PROTOCOL, f"invalid HTTP/2 request: {exc}"
-            ) from exc
-        # h2 checks a response's Content-Length inside its stream and fails the *connection*
-        # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
-        # (stream.py), so h2's checks are switched off for this stream.
-        h2_stream = self._h2.streams[stream_id]
-        h2_stream.__dict__["_initialize_content_length"] = _no_length_check
-        h2_stream.__dict__["_track_content_length"] = _no_length_check
-        stream = Stream(
-            stream_id, progress, first_offset=first_offset, head_request=head_request, owner=self
-        )
-        self._streams[stream_id] = stream
-        self._awaiting_head.add(stream_id)
-        self.requests += 1
-        return stream
-
-    async def _write_body(
-        self, stream: Stream, request: WireRequest, progress: AttemptProgress
-    ) -> None:
-        body = request.body
-        stream_id = stream.stream_id
-        if isinstance(body, bytes):
-            if body and len(body) <= self._send_window(stream_id):
-                # One write for small requests: the body leaves with the head.
-                self._h2.send_data(stream_id, body, end_stream=True)
-                await self._send(stream, progress, Stage.REQUEST_BODY)
-            else:
-                await self._send(stream, progress, Stage.REQUEST_HEAD)
-                if body:
-                    await self._send_data(stream, progress, body)
-                    await self._end_stream(stream, progress)
-        else:
-            await self._send(stream, progress, Stage.REQUEST_HEAD)
-            async with closing_body(body):
-                async for chunk in body:
-                    if chunk:
-                        await self._send_data(stream, progress, bytes(chunk))
-            await self._end_stream(stream, progress)
-        progress.advance(Stage.AWAITING_RESPONSE)
-
-    def _send_window(self, stream_id: int) -> int:
-        try:
-            window = self._h2.local_flow_control_window(stream_id)
-        except h2.exceptions.ProtocolError:
-            return 0
-        return min(window, self._h2.max_outbound_frame_size)
-
-    async def _send_data(self, stream: Stream, progress: AttemptProgress, data: bytes) -> None:
-        """Send ``data`` as the server's flow-control windows allow, a frame at a time."""
-        offset = 0
-        while offset < len(data):
-            size = await self._wait_send_window(stream, progress)
-            if not size:
-                return  # the server already sent its whole response: it wants no more
-            self._writer.collect()
-            try:
-                self._h2.send_data(stream.stream_id, data[offset : offset + size])
-            except h2.exceptions.ProtocolError as exc:
-                raise self._unusable(stream, progress, exc) from exc
-            await self._send(stream, progress, Stage.REQUEST_BODY)
-            offset += size
-
-    async def _end_stream(self, stream: Stream, progress: AttemptProgress) -> None:
-        if stream.state is StreamState.ENDED:
-            return
-        self._writer.collect()
-        try:
-            self._h2.end_stream(stream.stream_id)
-        except h2.exceptions.ProtocolError as exc:
-            raise self._unusable(stream, progress, exc) from exc
-        await self._send(stream, progress, Stage.REQUEST_BODY)
-
-    def _unusable(self, stream: Stream, progress: AttemptProgress, exc: Exception) -> WireError:
-        """h2 refused to send on the stream: it was reset or the connection failed."""
-        if stream.failure is not None:
-            return stream.failure.error(progress)
-        if self._death is not None:
-            return self._death.error(progress)
-        return WireError.at(
-            progress, FailureCategory.CONNECTION_BROKEN, f"the stream was closed: {exc}"
-        )
-
-    async def _wait_send_window(self, stream: Stream, progress: AttemptProgress) -> int:
-        """The bytes that may be sent now (``0``: the response ended, stop sending)."""
-        while True:
-            stream.check(progress)  # the stream's own proof first, then the connection's
-            if self._death is not None:
-                raise self._death.error(progress)
-            if stream.state is StreamState.ENDED:
-                return 0
-            size = self._send_window(stream.stream_id)
-            if size > 0:
-                return size
-            # Woken by WINDOW_UPDATE (stream or connection), a SETTINGS change, or a failure.
-            await stream.wait()
-
-    async def _send(self, stream: Stream, progress: AttemptProgress, stage: Stage) -> None:
-        """The one path for request bytes: advance the stage, queue what h2 produced for the
-        writer, and wait until it is written. A cancelled wait leaves the frames queued."""
-        before = self._writer.queued
-        mark = self._writer.collect()
-        progress.advance(stage)
-        try:
-            await self._writer.wait_written(mark)
-        except WriterBroken:
-            stream.check(progress)  # a stream's own proof wins over the connection's death
-            assert self._death is not None
-            raise self._death.error(progress) from None
-        progress.bytes_sent += mark - before
-        stream.check(progress)
-
-    async def _read_head(
-        self, stream: Stream, progress: AttemptProgress, limit: float | None
-    ) -> WireResponse:
-        with stage_timeout(limit) as scope:
-            while stream.head is None:
-                stream.check(progress)
-                await stream.wait()
-        if scope.cancelled_caught:
-            raise stage_timed_out(progress, "first_byte", limit)
-        # headers.malformed let through only heads that start with their one :status.
-        head = stream.head
-        status = int(head[0][1])
-        return WireResponse(status, REASONS.get(status, ""), head[1:], self.http_version, stream)
 
     # --- stream bookkeeping (the StreamOwner protocol) ---------------------------------------
 
@@ -674,7 +470,7 @@ class HTTP2Connection:
             )
             return
         self._last_read = trio.current_time()
-        self._receive(bytes(data))
+        receive(self, bytes(data))
 
     async def _read_loop(self) -> None:
         """The connection's reader task, in the client's nursery, until the connection ends.
@@ -711,163 +507,6 @@ class HTTP2Connection:
         finally:
             self._die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
 
-    def _receive(self, data: bytes) -> None:
-        try:
-            for part in self._inbound.feed(data):
-                if self.closed:
-                    return
-                if isinstance(part, bytes):
-                    try:
-                        events = self._h2.receive_data(part)
-                    except h2.exceptions.ProtocolError as exc:
-                        self._die(Failure(FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc)))
-                        return
-                    for event in events:
-                        self._on_event(event)
-                elif isinstance(part, GoAway):
-                    self._on_goaway(part)
-                else:
-                    self._on_dropped(part)
-        except FrameError as exc:
-            self._die(Failure(FailureCategory.REMOTE_PROTOCOL, str(exc)))
-
-    def _on_dropped(self, dropped: DroppedData) -> None:
-        """DATA before the final head: a stream error (the frame never reached h2, so its
-        connection-level flow-control credit is handed back here)."""
-        if dropped.length:
-            self._h2.increment_flow_control_window(dropped.length)
-        stream = self._streams.get(dropped.stream_id)
-        if stream is not None:
-            self.stream_error(stream, "DATA before its response head")
-
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.DataReceived):
-            stream = self._streams.get(event.stream_id or 0)
-            flow = event.flow_controlled_length or 0
-            if stream is not None and stream.open:
-                stream.on_data(bytes(event.data or b""), flow)
-            elif flow:
-                self.consumed(event.stream_id or 0, flow)
-        elif isinstance(event, h2.events.ResponseReceived):
-            stream = self._streams.get(event.stream_id or 0)
-            if stream is None:
-                return
-            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
-            problem = malformed(headers, trailers=False)
-            length = content_length(headers) if problem is None else None
-            if isinstance(length, str):
-                problem = length
-            if problem is not None:
-                self.stream_error(stream, problem)
-                return
-            self._awaiting_head.discard(stream.stream_id)
-            stream.on_head(headers, length if isinstance(length, int) else None)
-        elif isinstance(event, h2.events.InformationalResponseReceived):
-            stream = self._streams.get(event.stream_id or 0)
-            if stream is None:
-                return
-            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
-            problem = malformed(headers, trailers=False)
-            if problem is not None:
-                self.stream_error(stream, problem)
-            else:
-                stream.on_first_byte()
-        elif isinstance(event, h2.events.TrailersReceived):
-            stream = self._streams.get(event.stream_id or 0)
-            headers = [(bytes(n), bytes(v)) for n, v in event.headers or ()]
-            problem = malformed(headers, trailers=True)
-            if problem is not None and stream is not None:
-                self.stream_error(stream, problem)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = self._streams.get(event.stream_id or 0)
-            if stream is not None:
-                if stream.state is StreamState.OPEN:
-                    self.stream_error(stream, "no final head before the end of the stream")
-                else:
-                    stream.on_end()
-        elif isinstance(event, h2.events.StreamReset):
-            stream = self._streams.get(event.stream_id or 0)
-            if stream is not None:
-                self._on_reset(stream, int(event.error_code or 0), bool(event.remote_reset))
-            self._capacity.unpark_all()
-        elif isinstance(event, h2.events.WindowUpdated):
-            if event.stream_id:
-                stream = self._streams.get(event.stream_id)
-                if stream is not None:
-                    stream.wake()
-            else:
-                for stream in self._streams.values():
-                    stream.wake()
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
-            # MAX_CONCURRENT_STREAMS and INITIAL_WINDOW_SIZE may have changed.
-            self._settings_received = True
-            for stream in self._streams.values():
-                stream.wake()
-            self._capacity.unpark_all()
-        elif isinstance(event, h2.events.PingAckReceived):
-            self._pings_answered = self._pings_sent
-            self._ping_lot.unpark_all()
-        elif isinstance(event, h2.events.ConnectionTerminated):  # pragma: no cover - filtered
-            self._on_goaway(GoAway(event.last_stream_id or 0, int(event.error_code or 0)))
-        # Pings are answered by h2 itself; priorities, (valid) trailers, ALTSVC and unknown
-        # frames change nothing for a client.
-
-    def _on_reset(self, stream: Stream, code: int, remote: bool) -> None:
-        self._awaiting_head.discard(stream.stream_id)
-        name = _code_name(code)
-        if not remote:
-            failure = Failure(
-                FailureCategory.REMOTE_PROTOCOL,
-                f"the server broke HTTP/2 on stream {stream.stream_id} (reset with {name})",
-            )
-        elif code == ErrorCodes.REFUSED_STREAM and stream.progress.stage < Stage.RESPONSE_HEAD:
-            # RFC 9113 §8.7: REFUSED_STREAM means no application processing happened. Claimed
-            # only before any response byte: a server that answered and then "refused" lied.
-            failure = Failure(
-                FailureCategory.REFUSED_STREAM,
-                f"the server refused stream {stream.stream_id} (RST_STREAM REFUSED_STREAM) "
-                "before processing it",
-                not_sent=True,
-            )
-        else:
-            failure = Failure(
-                FailureCategory.CONNECTION_BROKEN,
-                f"the server reset stream {stream.stream_id} ({name})",
-            )
-        stream.fail(failure)
-
-    def _on_goaway(self, goaway: GoAway) -> None:
-        """From this moment the connection takes no new stream (``is_available`` is false
-        before any other task runs); streams above the last-stream-id are proven unsent."""
-        last = goaway.last_stream_id
-        if self._goaway_last is not None:
-            last = min(last, self._goaway_last)  # it may only go down (RFC 9113 §6.8)
-        self._goaway_last = last
-        code = _code_name(goaway.error_code)
-        refused = 0
-        for stream_id, stream in list(self._streams.items()):
-            if stream_id > last:
-                # Above the last-stream-id the server promises it did nothing; a stream that
-                # already got response bytes proves otherwise, and keeps its stage.
-                not_sent = stream.progress.stage < Stage.RESPONSE_HEAD
-                refused += not_sent
-                stream.fail(
-                    Failure(
-                        FailureCategory.GOAWAY,
-                        f"the server sent GOAWAY ({code}, last stream {last}): stream "
-                        f"{stream_id} was not processed",
-                        not_sent=not_sent,
-                        # A rotation (the connection served streams, or the attempt reused
-                        # it): sending it again on a fresh connection is routine.
-                        reconnect=last > 0 or stream.progress.connection_reused,
-                    )
-                )
-        if refused and goaway.error_code == ErrorCodes.NO_ERROR and last > 0:
-            self.accepted_streams = (last + 1) // 2  # client streams are the odd ids from 1
-        self._capacity.unpark_all()
-        if not self._streams:
-            self._die(Failure(FailureCategory.GOAWAY, f"the server sent GOAWAY ({code})", True))
-
     def __repr__(self) -> str:
         if self.closed:
             state = "closed"
@@ -880,16 +519,3 @@ class HTTP2Connection:
             f"<HTTP2Connection {self.origin_key} {state} streams={len(self._streams)}/{limit} "
             f"requests={self.requests}>"
         )
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCodes(code).name
-    except ValueError:
-        return f"error code {code:#x}"
-
-
-def _protocol_message(exc: h2.exceptions.ProtocolError) -> str:
-    if isinstance(exc, h2.exceptions.DenialOfServiceError) and "header" in str(exc).lower():
-        return head_too_large(str(exc))
-    return f"the server broke HTTP/2: {exc}"
