@@ -6,6 +6,7 @@
 - ``writer.py``     the one task that writes to the socket
 - ``outbound.py``   the request side: a stream opened, its request written, its head read
 - ``inbound.py``    what each inbound frame and h2 event does: GOAWAY, resets, stream errors
+- ``shared.py``     the connection state those two halves share (a protocol)
 - ``connection.py`` the connection: opening, the request path, health checks, the pool hooks
 """
 

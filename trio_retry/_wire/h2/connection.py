@@ -49,10 +49,10 @@ from ..._core.evidence import FailureCategory, Stage
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from ..transport import Transport
-from . import outbound
 from .frames import InboundFrames
 from .headers import head_size, request_headers
 from .inbound import receive
+from .outbound import health_check, open_stream, read_head, write_body
 from .stream import Failure, Stream
 from .writer import STALL_TIMEOUT, Writer
 
@@ -290,7 +290,7 @@ class HTTP2Connection:
             and not self._streams
             and trio.current_time() - self._last_read >= self._ping_after_idle
         ):
-            await outbound.health_check(self, progress)
+            await health_check(self, progress)
         headers = request_headers(request, scheme=self._scheme, authority=self._authority)
         limit = self._h2.remote_settings.max_header_list_size
         if limit is not None and (size := head_size(headers)) > limit:
@@ -301,7 +301,7 @@ class HTTP2Connection:
                 f"SETTINGS_MAX_HEADER_LIST_SIZE ({limit})",
             )
         body = request.body
-        stream = await outbound.open_stream(
+        stream = await open_stream(
             self,
             progress,
             headers,
@@ -310,10 +310,10 @@ class HTTP2Connection:
         )
         try:
             with stage_timeout(write_timeout) as scope:
-                await outbound.write_body(self, stream, request, progress)
+                await write_body(self, stream, request, progress)
             if scope.cancelled_caught:
                 raise stage_timed_out(progress, "write", write_timeout)
-            return await outbound.read_head(self, stream, progress, first_byte_timeout)
+            return await read_head(self, stream, progress, first_byte_timeout)
         except BaseException:
             stream.abandon()
             raise

@@ -16,8 +16,6 @@ raises (a broken peer ends the connection through ``conn._die``). The rules it a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import h2.events
 import h2.exceptions
 from h2.errors import ErrorCodes
@@ -26,15 +24,13 @@ from ..._core.evidence import FailureCategory, Stage
 from ..exchange import head_too_large
 from .frames import DroppedData, FrameError, GoAway
 from .headers import content_length, malformed
+from .shared import ConnectionState
 from .stream import Failure, Stream, StreamState
-
-if TYPE_CHECKING:
-    from .connection import HTTP2Connection
 
 __all__ = ["on_goaway", "receive"]
 
 
-def receive(conn: HTTP2Connection, data: bytes) -> None:
+def receive(conn: ConnectionState, data: bytes) -> None:
     """Process what the socket gave: frame by frame (``frames.py``), GOAWAY and dropped DATA
     handled here, every other frame through h2 and its events to the streams."""
     try:
@@ -57,7 +53,7 @@ def receive(conn: HTTP2Connection, data: bytes) -> None:
         conn._die(Failure(FailureCategory.REMOTE_PROTOCOL, str(exc)))
 
 
-def _on_dropped(conn: HTTP2Connection, dropped: DroppedData) -> None:
+def _on_dropped(conn: ConnectionState, dropped: DroppedData) -> None:
     """DATA before the final head: a stream error (the frame never reached h2, so its
     connection-level flow-control credit is handed back here)."""
     if dropped.length:
@@ -67,7 +63,7 @@ def _on_dropped(conn: HTTP2Connection, dropped: DroppedData) -> None:
         conn.stream_error(stream, "DATA before its response head")
 
 
-def _on_event(conn: HTTP2Connection, event: h2.events.Event) -> None:
+def _on_event(conn: ConnectionState, event: h2.events.Event) -> None:
     if isinstance(event, h2.events.DataReceived):
         stream = conn._streams.get(event.stream_id or 0)
         flow = event.flow_controlled_length or 0
@@ -140,7 +136,7 @@ def _on_event(conn: HTTP2Connection, event: h2.events.Event) -> None:
     # frames change nothing for a client.
 
 
-def _on_reset(conn: HTTP2Connection, stream: Stream, code: int, remote: bool) -> None:
+def _on_reset(conn: ConnectionState, stream: Stream, code: int, remote: bool) -> None:
     conn._awaiting_head.discard(stream.stream_id)
     name = _code_name(code)
     if not remote:
@@ -165,7 +161,7 @@ def _on_reset(conn: HTTP2Connection, stream: Stream, code: int, remote: bool) ->
     stream.fail(failure)
 
 
-def on_goaway(conn: HTTP2Connection, goaway: GoAway) -> None:
+def on_goaway(conn: ConnectionState, goaway: GoAway) -> None:
     """From this moment the connection takes no new stream (``is_available`` is false
     before any other task runs); streams above the last-stream-id are proven unsent."""
     last = goaway.last_stream_id

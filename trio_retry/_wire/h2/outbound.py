@@ -9,8 +9,6 @@ frames queued and whole. A failure raised here is the stream's own first (its pr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import h2.exceptions
 import trio
 
@@ -18,11 +16,9 @@ from ..._core.evidence import FailureCategory, Stage
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .headers import REASONS
+from .shared import ConnectionState
 from .stream import Failure, Stream, StreamState
 from .writer import WriterBroken
-
-if TYPE_CHECKING:
-    from .connection import HTTP2Connection
 
 _PING = b"trio-rt!"
 
@@ -31,7 +27,7 @@ def _no_length_check(*_args: object) -> None:
     """Stands in for h2's per-stream Content-Length checks (see :func:`open_stream`)."""
 
 
-async def health_check(conn: HTTP2Connection, progress: AttemptProgress) -> None:
+async def health_check(conn: ConnectionState, progress: AttemptProgress) -> None:
     """PING an idle connection; close it if the answer does not come in time (then the
     request was not sent: ``reconnect``). Concurrent callers share one PING."""
     if conn._pings_sent == conn._pings_answered:
@@ -60,7 +56,7 @@ async def health_check(conn: HTTP2Connection, progress: AttemptProgress) -> None
 
 
 async def open_stream(
-    conn: HTTP2Connection,
+    conn: ConnectionState,
     progress: AttemptProgress,
     headers: list[tuple[bytes, bytes]],
     *,
@@ -127,7 +123,7 @@ async def open_stream(
 
 
 async def write_body(
-    conn: HTTP2Connection, stream: Stream, request: WireRequest, progress: AttemptProgress
+    conn: ConnectionState, stream: Stream, request: WireRequest, progress: AttemptProgress
 ) -> None:
     body = request.body
     stream_id = stream.stream_id
@@ -151,7 +147,7 @@ async def write_body(
     progress.advance(Stage.AWAITING_RESPONSE)
 
 
-def send_window(conn: HTTP2Connection, stream_id: int) -> int:
+def send_window(conn: ConnectionState, stream_id: int) -> int:
     try:
         window = conn._h2.local_flow_control_window(stream_id)
     except h2.exceptions.ProtocolError:
@@ -160,7 +156,7 @@ def send_window(conn: HTTP2Connection, stream_id: int) -> int:
 
 
 async def send_data(
-    conn: HTTP2Connection, stream: Stream, progress: AttemptProgress, data: bytes
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, data: bytes
 ) -> None:
     """Send ``data`` as the server's flow-control windows allow, a frame at a time."""
     offset = 0
@@ -177,7 +173,7 @@ async def send_data(
         offset += size
 
 
-async def end_stream(conn: HTTP2Connection, stream: Stream, progress: AttemptProgress) -> None:
+async def end_stream(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> None:
     if stream.state is StreamState.ENDED:
         return
     conn._writer.collect()
@@ -189,7 +185,7 @@ async def end_stream(conn: HTTP2Connection, stream: Stream, progress: AttemptPro
 
 
 def unusable(
-    conn: HTTP2Connection, stream: Stream, progress: AttemptProgress, exc: Exception
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, exc: Exception
 ) -> WireError:
     """h2 refused to send on the stream: it was reset or the connection failed."""
     if stream.failure is not None:
@@ -201,7 +197,7 @@ def unusable(
     )
 
 
-async def wait_send_window(conn: HTTP2Connection, stream: Stream, progress: AttemptProgress) -> int:
+async def wait_send_window(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> int:
     """The bytes that may be sent now (``0``: the response ended, stop sending)."""
     while True:
         stream.check(progress)  # the stream's own proof first, then the connection's
@@ -217,7 +213,7 @@ async def wait_send_window(conn: HTTP2Connection, stream: Stream, progress: Atte
 
 
 async def send(
-    conn: HTTP2Connection, stream: Stream, progress: AttemptProgress, stage: Stage
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, stage: Stage
 ) -> None:
     """The one path for request bytes: advance the stage, queue what h2 produced for the
     writer, and wait until it is written. A cancelled wait leaves the frames queued."""
@@ -235,7 +231,7 @@ async def send(
 
 
 async def read_head(
-    conn: HTTP2Connection, stream: Stream, progress: AttemptProgress, limit: float | None
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, limit: float | None
 ) -> WireResponse:
     with stage_timeout(limit) as scope:
         while stream.head is None:
