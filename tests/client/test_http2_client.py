@@ -202,7 +202,6 @@ async def test_cancelling_one_stream_leaves_the_connection_and_other_streams_hea
         with trio.fail_after(LIMIT):
             others: list[trio_retry.Response] = []
             async with trio.open_nursery() as inner:
-
                 victim_scope = trio.CancelScope()
 
                 async def victim() -> None:
