@@ -232,8 +232,13 @@ class HTTP2Connection:
 
     @property
     def stream_limit(self) -> int:
-        """The server's ``SETTINGS_MAX_CONCURRENT_STREAMS``: streams the pool lends at once."""
-        return self._h2.remote_settings.max_concurrent_streams
+        """Streams the pool may lend at once: the server's ``SETTINGS_MAX_CONCURRENT_STREAMS``,
+        and, under a learned ``request_limit``, no more than the streams open now plus those
+        the connection may still take (a stream lent but not yet opened uses one of those)."""
+        limit = self._h2.remote_settings.max_concurrent_streams
+        if self.request_limit is not None:
+            limit = min(limit, len(self._streams) + max(0, self.request_limit - self.requests))
+        return limit
 
     def is_available(self) -> bool:
         """Alive, no GOAWAY received, under the learned request limit, and fewer open streams
