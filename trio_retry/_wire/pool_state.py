@@ -417,7 +417,8 @@ class PoolState:
         state.shared[conn] = lent
         multiplexed = cast(MultiplexedConnection, conn)
         multiplexed.on_retired = lambda: self._forget_shared(conn)
-        multiplexed.request_limit = self._stream_limits.get(state.key)  # h2 (#13)
+        if (limit := self._stream_limits.get(state.key)) is not None:  # h2 (#13)
+            multiplexed.request_limit = limit
 
     def _requeue(self, waiter: _Waiter) -> None:
         """An attached waiter the new connection could not carry goes back to its origin's
@@ -464,7 +465,8 @@ class PoolState:
         state = self._origins.get(conn.origin_key)
         if state is None or conn not in state.shared:
             return
-        accepted = cast(MultiplexedConnection, conn).accepted_streams  # h2 (#13)
+        # h2 (#13); getattr: a connection that never learns limits need not carry the field.
+        accepted: int | None = getattr(conn, "accepted_streams", None)
         if accepted:
             self._stream_limits[state.key] = accepted
         del state.shared[conn]
