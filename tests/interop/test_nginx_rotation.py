@@ -57,6 +57,7 @@ async def test_rotation_every_10_streams_250_mixed_calls(nginx: StartNginx) -> N
     assert failures == []
     assert outcomes == {"200": CALLS}
     log = server.log(expect=CALLS)
+    assert {entry.protocol for entry in log.entries} == {"HTTP/2.0"}
     executed = log.by_request_id()
     posts = {f"r{i}" for i in range(0, CALLS, 2)}
     assert {rid: n for rid, n in executed.items() if rid in posts} == dict.fromkeys(posts, 1)

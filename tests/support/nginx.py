@@ -157,9 +157,11 @@ class RunningNginx:
     def h2c_url(self, path: str) -> str:
         return self.url("h2c", path)
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """A client context that trusts this server's certificate (and verifies it)."""
+    def ssl_context(self, *, http2: bool = True) -> ssl.SSLContext:
+        """A client context that trusts this server's certificate (and verifies it), offering
+        ``h2`` by ALPN unless ``http2=False`` (the client uses a caller's context as given)."""
         context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
+        context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
         return context
 
     def log(self, *, expect: int | None = None, timeout: float = 5.0) -> NginxLog:
