@@ -202,18 +202,24 @@ async def test_cancelling_one_stream_leaves_the_connection_and_other_streams_hea
         with trio.fail_after(LIMIT):
             others: list[trio_retry.Response] = []
             async with trio.open_nursery() as inner:
+                victim_scope = trio.CancelScope()
 
                 async def victim() -> None:
-                    with trio.move_on_after(0.05) as scope:
+                    with victim_scope:
                         await client.get(server.url + "/victim")
-                    assert scope.cancelled_caught
+                    assert victim_scope.cancelled_caught
 
                 async def other() -> None:
                     others.append(await client.get(server.url + "/other"))
 
                 inner.start_soon(victim)
-                await trio.sleep(0.01)
+                # The victim's stream must be open on the connection (not still connecting,
+                # which a loaded machine can stretch past any fixed sleep) before it is cut.
+                while not any(r.path == "/victim" for r in server.requests):
+                    await trio.sleep(0.005)  # bounded by fail_after(LIMIT)
                 inner.start_soon(other)
+                await trio.sleep(0.04)
+                victim_scope.cancel()
 
             # The call deadline cancels a stream the same way.
             with pytest.raises(trio_retry.DeadlineExceeded) as info:

@@ -41,6 +41,7 @@ from trio_retry import (
     RequestFailed,
     Response,
 )
+from trio_retry._wire.exchange import RECONNECT_TRIES
 from trio_retry.testing import Action, GoAway, RecordedRequest, Respond, Stall
 
 __all__ = [
@@ -230,8 +231,20 @@ def check_call(
         # Consistency of the trail itself.
         if [a.number for a in attempts] != list(range(1, len(attempts) + 1)):
             broken.append(f"attempt numbers {[a.number for a in attempts]} are not 1..n")
-        if len(attempts) > spec.max_attempts:
-            broken.append(f"{len(attempts)} attempts, max_attempts is {spec.max_attempts}")
+        # Tries refused by the connection (a rotation GOAWAY, a failed PING) and sent again
+        # on a fresh one do not count (SPEC §3): NOT_SENT, and no engine decision although
+        # another attempt followed. At most RECONNECT_TRIES of them per call.
+        uncounted = [
+            a
+            for a in attempts[:-1]
+            if a.decision is None and a.evidence is Evidence.NOT_SENT and a.category is not None
+        ]
+        if len(uncounted) > RECONNECT_TRIES:
+            broken.append(f"{len(uncounted)} uncounted tries, at most {RECONNECT_TRIES}")
+        if len(attempts) - len(uncounted) > spec.max_attempts:
+            broken.append(
+                f"{len(attempts) - len(uncounted)} attempts, max_attempts is {spec.max_attempts}"
+            )
         if spec.one_shot and len(attempts) > 1:
             broken.append(f"a ONE_SHOT body was sent in {len(attempts)} attempts")
     elif records and kind is Kind.CLOSED:

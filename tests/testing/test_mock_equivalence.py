@@ -223,7 +223,11 @@ def test_the_cases_cover_every_fault_the_server_has() -> None:
     for case in CASES:
         for action in case.script:
             walk(action)
-    assert set(script._ACTION_TYPES) <= exercised
+    # The HTTP/2 frame-level faults (h2, #13) are about TCP backpressure and flow-control
+    # windows (StopReading, ShutWindow) or hand-made frames (StreamFrames): not part of the
+    # equivalence yet; they are tested on real sockets in tests/wire/test_h2_truth.py.
+    frame_level = {script.StopReading, script.ShutWindow, script.StreamFrames}
+    assert set(script._ACTION_TYPES) - frame_level <= exercised
     assert len(PARAMS) == 86  # 20 cases x 4 modes + 3 HTTP/2-only cases x 2
 
 

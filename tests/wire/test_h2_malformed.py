@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_retry._wire.http2 import _malformed
+from trio_retry._wire.h2.headers import malformed as _malformed
 
 OK = [(b":status", b"200"), (b"content-type", b"text/plain"), (b"x-empty", b"")]
 

@@ -21,8 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.http2 import HTTP2Connection, _FrameError, _GoAway, _GoAwayFilter
-from trio_retry._wire.http11 import WireRequest
+from trio_retry._wire.exchange import WireRequest
+from trio_retry._wire.h2 import HTTP2Connection
+from trio_retry._wire.h2.frames import FrameError, GoAway, InboundFrames
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.transport import Transport
 
@@ -53,10 +54,10 @@ STREAM = [
 ]
 
 
-def run_filter(data: bytes, cuts: list[int]) -> list[bytes | _GoAway]:
-    parts: list[bytes | _GoAway] = []
+def run_filter(data: bytes, cuts: list[int]) -> list[bytes | GoAway]:
+    parts: list[bytes | GoAway] = []
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
-    filt = _GoAwayFilter()
+    filt = InboundFrames(set())
     for start, end in itertools.pairwise(bounds):
         parts.extend(filt.feed(data[start:end]))
     return parts
@@ -67,7 +68,7 @@ def test_goaway_filter_keeps_order_at_any_read_boundaries(cuts: list[int]) -> No
     data = b"".join(STREAM)
     parts = run_filter(data, cuts)
     # Merge consecutive byte runs: where reads split them is not significant.
-    merged: list[bytes | _GoAway] = []
+    merged: list[bytes | GoAway] = []
     for part in parts:
         if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):
             merged[-1] += part
@@ -75,17 +76,17 @@ def test_goaway_filter_keeps_order_at_any_read_boundaries(cuts: list[int]) -> No
             merged.append(part)
     assert merged == [
         STREAM[0] + STREAM[1],
-        _GoAway(1, 0),
+        GoAway(1, 0),
         STREAM[3],
-        _GoAway(0, 2),
+        GoAway(0, 2),
     ]
 
 
 def test_goaway_filter_rejects_malformed_goaway() -> None:
-    with pytest.raises(_FrameError):
-        _GoAwayFilter().feed(frame(0x7, 0, b"short"))
-    with pytest.raises(_FrameError):
-        _GoAwayFilter().feed(frame(0x7, 3, struct.pack(">II", 1, 0)))
+    with pytest.raises(FrameError):
+        list(InboundFrames(set()).feed(frame(0x7, 0, b"short")))
+    with pytest.raises(FrameError):
+        list(InboundFrames(set()).feed(frame(0x7, 3, struct.pack(">II", 1, 0))))
 
 
 # --- a scripted server --------------------------------------------------------------------------
@@ -141,7 +142,9 @@ async def connect(nursery: trio.Nursery) -> AsyncIterator[Connect]:
     """``await connect(settings)``: a handshaken connection and its server; closed after."""
     opened: list[tuple[HTTP2Connection, Server]] = []
 
-    async def open_pair(settings: dict[int, int] | None = None) -> tuple[HTTP2Connection, Server]:
+    async def open_pair(
+        settings: dict[int, int] | None = None, **options: float | None
+    ) -> tuple[HTTP2Connection, Server]:
         a, b = trio.socket.socketpair()
         server = Server(trio.SocketStream(b), settings)
         nursery.start_soon(server.run)
@@ -154,6 +157,7 @@ async def connect(nursery: trio.Nursery) -> AsyncIterator[Connect]:
                 max_header_bytes=65536,
                 nursery=nursery,
                 progress=AttemptProgress(trio.current_time()),
+                **options,
             )
         opened.append((conn, server))
         return conn, server
@@ -326,7 +330,7 @@ async def test_stage_is_advanced_before_the_write(pair: tuple[HTTP2Connection, S
     conn, _ = pair
     seen: list[Stage] = []
     progress = progress_at_pool()
-    original = conn._stream
+    original = conn._writer._stream  # the writer task does every write
 
     class Spy(trio.abc.Stream):
         async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -342,10 +346,10 @@ async def test_stage_is_advanced_before_the_write(pair: tuple[HTTP2Connection, S
         async def aclose(self) -> None:  # pragma: no cover
             await original.aclose()
 
-    conn._stream = Spy()
+    conn._writer._stream = Spy()
     with trio.fail_after(LIMIT), trio.move_on_after(0.05):
         await conn.send_request(get("/s", b"x" * 100_000, "POST"), progress)
-    conn._stream = original
+    conn._writer._stream = original
     assert seen[0] is Stage.REQUEST_HEAD
     assert set(seen[1:]) == {Stage.REQUEST_BODY}
     assert progress.stage is Stage.AWAITING_RESPONSE

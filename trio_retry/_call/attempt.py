@@ -38,7 +38,7 @@ from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
 from .._proxy import ProxyConfig
-from .._wire.http11 import WireRequest, WireResponse
+from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
 from .body import BodyReader, decoder_for, read_all

@@ -22,7 +22,7 @@ import trio
 
 from .._core.evidence import FailureCategory
 from .._decoding import DecodeError, Decoder, make_decoder
-from .._wire.http11 import BodySource
+from .._wire.exchange import BodySource
 from .._wire.progress import AttemptProgress, WireError
 
 __all__ = ["BodyReader", "CheckedDecoder", "StreamedBody", "decoder_for", "read_all"]

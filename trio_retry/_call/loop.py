@@ -38,6 +38,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response, SentRequest
 from .._redirects import REDIRECT_STATUSES
+from .._wire.exchange import RECONNECT_TRIES
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import Outcome, give_back, observe, record, run_attempt
 from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
@@ -114,6 +115,7 @@ async def send(
     hedged = request.hedging is not None or state.upstream.hedging is not None
     ledger = hedge_ledger(request, state, started) if hedged else None
     guarded = state.guarded or ledger is not None
+    uncounted = 0  # tries sent again on a fresh connection without counting (below)
 
     while True:
         number = len(attempts) + 1 - challenge_rounds
@@ -132,9 +134,28 @@ async def send(
             )
         ended = trio.current_time()
         evidence, category, retry_after = observe(outcome, config.wall_clock)
+        # A try refused by the connection, not the request (a routine HTTP/2 GOAWAY rotation,
+        # a dead idle connection: ``WireError.reconnect``, always NOT_SENT) goes again at once
+        # on a fresh connection, like a stale pooled HTTP/1.1 connection (SPEC §3): no attempt
+        # counted, no budget, no backoff, at most RECONNECT_TRIES per call. It stays in the
+        # trail, with decision None (the engine was not consulted).
+        if (
+            isinstance(outcome.error, WireError)
+            and outcome.error.reconnect
+            and uncounted < RECONNECT_TRIES
+            and request.body.replayability.replayable
+            and not rt.draining
+        ):
+            uncounted += 1
+            attempt = record(number, progress, outcome, evidence, category, ended)
+            attempts.append(attempt)
+            if (pending := _notify(rt, attempt, request)) is not None:
+                await pending
+            continue
         if guarded:
             learn(state, outcome, progress, category, retry_after, ledger)
         used = len(attempts) + 1  # attempts of this call so far, hedges included
+        counted = used - uncounted  # the uncounted tries above are not attempts
         wire = outcome.response
         if wire is not None and outcome.error is None and wire.status < 400:
             attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
@@ -167,13 +188,13 @@ async def send(
 
         now = ended
         backoff = policy.backoff
-        proposed = backoff.delay(used, config.rng, previous_delay)
+        proposed = backoff.delay(counted, config.rng, previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
         call_deadline = min(deadline, trio.current_effective_deadline())
         remaining = call_deadline - now
         context = build_context(  # RetryContext(...), built faster
-            attempt=used,
+            attempt=counted,
             max_attempts=policy.max_attempts,
             budget_available=state.budget.available(now),
             replayability=request.body.replayability,

@@ -19,77 +19,32 @@ returned to the pool.
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from contextlib import asynccontextmanager
-from typing import Protocol
+from collections.abc import Iterable
 
 import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
+from .exchange import (
+    TRANSPORT_ERRORS,
+    BodySource,
+    WireRequest,
+    WireResponse,
+    closing_body,
+    content_length,
+    head_too_large,
+)
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .transport import Transport
 from .virtual import VirtualSocket
 
+# WireRequest, WireResponse, BodySource and closing_body live in exchange.py (shared with
+# HTTP/2); they are re-exported here for the importers that know them from this module.
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 
 RECEIVE_SIZE = 65536
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
-#: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-
-class WireRequest:
-    """A request ready for the wire: validated, headers encoded, body as bytes or a stream."""
-
-    __slots__ = ("body", "content_length", "headers", "method", "target")
-
-    def __init__(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes | AsyncIterable[bytes],
-        content_length: int | None,
-    ) -> None:
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.body = body
-        self.content_length = content_length
-
-
-class BodySource(Protocol):
-    """What a response body is read from: a connection (HTTP/1.1) or a stream (HTTP/2)."""
-
-    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
-        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``)."""
-        ...
-
-    def abandon(self) -> None:
-        """Stop reading: the rest of the body is not wanted (closes or resets as needed)."""
-        ...
-
-
-class WireResponse:
-    """Response head plus the source its body is read from."""
-
-    __slots__ = ("headers", "http_version", "reason", "source", "status")
-
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        headers: list[tuple[bytes, bytes]],
-        http_version: str,
-        source: BodySource,
-    ) -> None:
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.http_version = http_version
-        self.source = source
 
 
 class HTTP11Connection:
@@ -170,7 +125,7 @@ class HTTP11Connection:
         progress.advance(stage)
         try:
             await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
@@ -220,12 +175,10 @@ class HTTP11Connection:
     async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
         body = request.body
         headers = request.headers
-        if isinstance(body, bytes):
-            if body or request.method in _BODY_METHODS:
-                headers = [*headers, (b"content-length", str(len(body)).encode())]
-        elif request.content_length is not None:
-            headers = [*headers, (b"content-length", str(request.content_length).encode())]
-        else:
+        length = content_length(request)
+        if length is not None:
+            headers = [*headers, (b"content-length", length)]
+        elif not isinstance(body, bytes):
             headers = [*headers, (b"transfer-encoding", b"chunked")]
         try:
             # The header names and values were validated when they entered the client (see
@@ -286,7 +239,7 @@ class HTTP11Connection:
                 return event
             try:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 raise WireError.at(
                     progress,
                     FailureCategory.CONNECTION_BROKEN,
@@ -334,9 +287,7 @@ class HTTP11Connection:
                         raise WireError.at(
                             progress,
                             FailureCategory.REMOTE_PROTOCOL,
-                            f"the response head ({size} bytes) is larger than max_header_bytes "
-                            f"({self._max_header_bytes}); raise Client(max_header_bytes=...) if "
-                            "the server legitimately sends large headers",
+                            head_too_large(f"{size} bytes > {self._max_header_bytes}"),
                         )
                     framing = _framing_conflict(event.headers)
                     if framing is not None:
@@ -402,23 +353,6 @@ class HTTP11Connection:
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
 
 
-@asynccontextmanager
-async def closing_body(body: AsyncIterable[bytes]) -> AsyncIterator[None]:
-    """Finalise a streamed request body however its upload ends.
-
-    Each attempt opens a fresh body stream and nothing reads it after the attempt, so the
-    writer closes it: an async generator abandoned half-way (a failed or cancelled write) would
-    otherwise be finalised by the garbage collector, with a ``ResourceWarning``, and whatever
-    its ``finally`` releases (an open file) would stay held until then.
-    """
-    try:
-        yield
-    finally:
-        aclose = getattr(body, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
 def _framing_conflict(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """Why a response head's framing is invalid, or ``None``: ``Transfer-Encoding`` together
     with ``Content-Length``.
@@ -451,8 +385,5 @@ def _eof_error(exc: h11.RemoteProtocolError) -> bool:
 def _protocol_message(exc: h11.RemoteProtocolError) -> str:
     text = str(exc)
     if "too long" in text.lower() or "exceeds" in text.lower():
-        return (
-            f"the response head is larger than max_header_bytes ({text}); raise "
-            "Client(max_header_bytes=...) if the server legitimately sends large headers"
-        )
+        return head_too_large(text)
     return f"the server's response is not valid HTTP/1.1: {text}"

@@ -22,7 +22,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .progress import AttemptProgress, WireError
 
 if TYPE_CHECKING:
-    from .http11 import WireRequest, WireResponse
+    from .exchange import WireRequest, WireResponse
 
 __all__ = ["MultiplexedConnection", "Opener", "PoolState", "PooledConnection"]
 
@@ -62,6 +62,11 @@ class MultiplexedConnection(PooledConnection, Protocol):
     """
 
     on_retired: Callable[[], None] | None
+    #: h2 (#13): streams the connection may take in all, set by the pool from what the origin
+    #: allowed before (``None``: no limit known); ``is_available()`` honours it.
+    request_limit: int | None
+    #: Set by the connection when a rotation GOAWAY refused streams: how many it was allowed.
+    accepted_streams: int | None
 
     @property
     def stream_limit(self) -> int: ...
@@ -169,6 +174,10 @@ class PoolState:
         self._waiting = 0  # waiters asleep: queued or attached to an opening
         # Origins that answered HTTP/1.1 when HTTP/2 was expected: not coalesced.
         self._not_multiplexed: set[object] = set()
+        # h2 (#13): per origin, how many streams an HTTP/2 connection was allowed before the
+        # server rotated it (GOAWAY refusing the rest, e.g. nginx keepalive_requests): new
+        # connections take no more, so a burst spreads over connections, not refusals.
+        self._stream_limits: dict[object, int] = {}
         # HTTP/1.1 connections lent to an attempt (or being handed to a waiter): close() must
         # reach them too, or a response body still being read would outlive the client.
         self._lent: set[PooledConnection] = set()
@@ -406,7 +415,10 @@ class PoolState:
 
     def _add_shared(self, state: _Origin, conn: PooledConnection, *, lent: int) -> None:
         state.shared[conn] = lent
-        cast(MultiplexedConnection, conn).on_retired = lambda: self._forget_shared(conn)
+        multiplexed = cast(MultiplexedConnection, conn)
+        multiplexed.on_retired = lambda: self._forget_shared(conn)
+        if (limit := self._stream_limits.get(state.key)) is not None:  # h2 (#13)
+            multiplexed.request_limit = limit
 
     def _requeue(self, waiter: _Waiter) -> None:
         """An attached waiter the new connection could not carry goes back to its origin's
@@ -453,6 +465,10 @@ class PoolState:
         state = self._origins.get(conn.origin_key)
         if state is None or conn not in state.shared:
             return
+        # h2 (#13); getattr: a connection that never learns limits need not carry the field.
+        accepted: int | None = getattr(conn, "accepted_streams", None)
+        if accepted:
+            self._stream_limits[state.key] = accepted
         del state.shared[conn]
         self._idle_lru.pop(conn, None)
         cast(MultiplexedConnection, conn).on_retired = None

@@ -66,6 +66,11 @@ class WireError(Exception):
 
     ``retryable=False`` marks failures that must end the call without consulting the engine
     (a response larger than ``max_body_bytes``: trying again would fetch the same body).
+
+    ``reconnect=True`` marks a ``NOT_SENT`` failure caused by the connection, not the request:
+    an HTTP/2 stream refused by a routine GOAWAY on a reused connection, or a connection that
+    failed its idle health check. Like a pooled HTTP/1.1 connection found closed, the client
+    sends the same attempt again on a fresh connection without counting it (a few times).
     """
 
     def __init__(
@@ -76,12 +81,14 @@ class WireError(Exception):
         evidence: Evidence,
         category: FailureCategory,
         retryable: bool = True,
+        reconnect: bool = False,
     ) -> None:
         super().__init__(message)
         self.stage = stage
         self.evidence = evidence
         self.category = category
         self.retryable = retryable
+        self.reconnect = reconnect
 
     @classmethod
     def at(
@@ -91,6 +98,7 @@ class WireError(Exception):
         message: str,
         *,
         retryable: bool = True,
+        reconnect: bool = False,
     ) -> WireError:
         """A failure at the progress's current stage, with the evidence that stage proves."""
         return cls(
@@ -99,6 +107,7 @@ class WireError(Exception):
             evidence=progress.evidence,
             category=category,
             retryable=retryable,
+            reconnect=reconnect,
         )
 
 

@@ -20,7 +20,10 @@ from ._script import (
     RefuseStream,
     Respond,
     ScriptError,
+    ShutWindow,
     Stall,
+    StopReading,
+    StreamFrames,
     body_allowed,
     paced_chunks,
     response_headers,
@@ -147,7 +150,7 @@ class H1Handler:
                 await self._read_body(slot)
                 body_read = True
                 action = await recorder.resolve(slot, action)
-            if isinstance(action, (RefuseStream, GoAway)):
+            if isinstance(action, (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)):
                 raise ScriptError(
                     f"{type(action).__name__} is HTTP/2-only, but {method} {target} arrived"
                     " over HTTP/1.1"
@@ -208,6 +211,8 @@ class H1Handler:
             return await self._raw(action)
         if isinstance(action, EndlessBody):
             return await self._endless(action, method)
+        if isinstance(action, StreamFrames):  # h2 (#13): as the `then` of a Stall
+            raise ScriptError("StreamFrames is HTTP/2-only, but arrived over HTTP/1.1")
         return await self._respond(action, method)
 
     async def _raw(self, action: Raw) -> Ending:

@@ -22,6 +22,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import trio
 from h2.errors import ErrorCodes
 
@@ -39,13 +40,25 @@ from ._script import (
     Raw,
     RefuseStream,
     Respond,
+    ScriptError,
+    ShutWindow,
     Stall,
+    StopReading,
+    StreamFrames,
     body_allowed,
     h2_response_headers,
     paced_chunks,
 )
 
-__all__ = ["PREFACE", "H2Handler", "goaway_frame"]
+__all__ = [
+    "PREFACE",
+    "H2Handler",
+    "data_frame",
+    "frame",
+    "goaway_frame",
+    "headers_frame",
+    "rst_stream_frame",
+]
 
 #: The client connection preface that announces HTTP/2 with prior knowledge (RFC 9113 §3.4).
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -57,6 +70,43 @@ def goaway_frame(last_stream_id: int, error_code: int) -> bytes:
     payload = struct.pack(">II", last_stream_id & 0x7FFFFFFF, error_code)
     # 24-bit length, type 0x7, no flags, stream 0.
     return struct.pack(">I", len(payload))[1:] + bytes((0x7, 0)) + struct.pack(">I", 0) + payload
+
+
+# --- hand-made frames (for `StreamFrames`), h2 (#13) -----------------------------------------
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    """One serialized frame (RFC 9113 §4.1): nothing checks it."""
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes((kind, flags))
+        + struct.pack(">I", stream_id & 0x7FFFFFFF)
+        + payload
+    )
+
+
+def headers_frame(
+    stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool = False
+) -> bytes:
+    """A HEADERS frame (END_HEADERS set) carrying `headers` exactly as given, in order and
+    case. Encoded as HPACK literals that are never indexed, so the client's HPACK table is
+    left as it was and the connection's other streams decode as before."""
+    encoder = hpack.Encoder()
+    block = encoder.encode(
+        [
+            hpack.NeverIndexedHeaderTuple(n.encode("latin-1"), v.encode("latin-1"))
+            for n, v in headers
+        ]
+    )
+    return frame(0x1, 0x4 | (0x1 if end_stream else 0), stream_id, block)
+
+
+def data_frame(stream_id: int, data: bytes, *, end_stream: bool = False) -> bytes:
+    return frame(0x0, 0x1 if end_stream else 0, stream_id, data)
+
+
+def rst_stream_frame(stream_id: int, error_code: int) -> bytes:
+    return frame(0x3, 0, stream_id, struct.pack(">I", error_code))
 
 
 class _GoAwayFilter:
@@ -147,6 +197,8 @@ class H2Handler:
         self._ending: Ending | None = None
         self._nursery: trio.Nursery | None = None
         self._idle_scope: trio.CancelScope | None = None
+        self._shut_windows: set[int] = set()  # ShutWindow streams: no stream WINDOW_UPDATE
+        self._stop_reading: float | None = None  # StopReading: seconds to stop reading for
 
     async def run(self) -> Ending:
         self._h2.initiate_connection()
@@ -230,6 +282,11 @@ class H2Handler:
                 self._finish(Ending.ABORT)
                 return
             self._feed(bytes(data))
+            if self._stop_reading is not None:
+                # StopReading: the client's bytes pile up in the kernel buffers meanwhile.
+                await trio.sleep(self._stop_reading)
+                self._finish(Ending.RESET)
+                return
 
     def _idle_deadline(self) -> float:
         return math.inf if self._streams else trio.current_time() + self._ctx.timeouts.idle
@@ -286,7 +343,10 @@ class H2Handler:
         if isinstance(event, h2.events.RequestReceived):
             self._on_request(event)
         elif isinstance(event, h2.events.DataReceived):
-            if event.flow_controlled_length:
+            if event.flow_controlled_length and event.stream_id in self._shut_windows:
+                # ShutWindow: the connection's window is reopened, the stream's never.
+                self._h2.increment_flow_control_window(event.flow_controlled_length)
+            elif event.flow_controlled_length:
                 # Hand the window back at once: the body is buffered in memory, never applied
                 # as backpressure, so uploads of any size flow.
                 self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -346,6 +406,17 @@ class H2Handler:
         if isinstance(action, RefuseStream):
             self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
+        if isinstance(action, StopReading):
+            wide = 2**31 - 1
+            codes = h2.settings.SettingCodes
+            self._h2.update_settings({codes.INITIAL_WINDOW_SIZE: wide})
+            self._h2.increment_flow_control_window(wide - self._h2.inbound_flow_control_window)
+            self._stop_reading = action.seconds
+            self._kick()
+            return
+        if isinstance(action, ShutWindow):
+            self._shut_windows.add(stream_id)
+            action = Respond()  # answered only if the body ever ends: it cannot
         then = action.then if isinstance(action, GoAway) else action
         expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
         stream = _Stream(stream_id, slot, expect_100)
@@ -470,6 +541,11 @@ class H2Handler:
                 self._finish_after_flush(Ending.CLOSE)
             else:
                 self._kick()
+        elif isinstance(action, StreamFrames):
+            # Hand-made frames for this stream, outside h2, after what h2 queued so far.
+            self._pending += self._h2.data_to_send()
+            self._pending += action.build(stream_id)
+            self._kick()
         elif isinstance(action, EndlessBody):
             await self._endless(stream_id, action, method)
         else:
@@ -539,4 +615,9 @@ class H2Handler:
             last = stream.stream_id if action.last_stream_id is None else action.last_stream_id
             self._send_goaway(last, action.error_code, action)
             return None if stream.abandoned else action.then
+        if isinstance(action, (StopReading, ShutWindow)):  # h2 (#13): they act on HEADERS
+            raise ScriptError(
+                f"handler {handler.name} returned {action!r}, which acts when a stream's "
+                "HEADERS arrive, before its body: a handler cannot return it"
+            )
         return action

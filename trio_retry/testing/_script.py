@@ -31,6 +31,7 @@ __all__ = [
     "CloseBeforeRead",
     "EndlessBody",
     "GoAway",
+    "H2_ONLY",
     "Handler",
     "HeaderPairs",
     "HeadersInput",
@@ -42,7 +43,10 @@ __all__ = [
     "Resolved",
     "Respond",
     "ScriptError",
+    "ShutWindow",
     "Stall",
+    "StopReading",
+    "StreamFrames",
     "body_allowed",
     "check_action",
     "check_resolved",
@@ -397,6 +401,36 @@ class Handler:
         return getattr(self.handler, "__qualname__", None) or repr(self.handler)
 
 
+# --- HTTP/2 frame-level faults (h2, #13); served by _h2.py, HTTP/2 only ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StopReading:
+    """HTTP/2 only: when the stream's HEADERS arrive, open the flow-control windows as wide as
+    they go (so the client's upload is limited by TCP alone), then stop reading the socket for
+    `seconds`: the client's writes back up in the kernel buffers. Then the connection is reset.
+    Never executed (the body is never read)."""
+
+    seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShutWindow:
+    """HTTP/2 only: never reopen this stream's flow-control window (no stream WINDOW_UPDATE
+    for its DATA; the connection's window is still reopened, so siblings go on). The upload
+    stalls once the initial window is used. Never executed; the stream is reset (CANCEL)
+    after the server's read timeout, or when the client resets it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFrames:
+    """HTTP/2 only: read the request (executed), then write ``build(stream_id)`` verbatim:
+    hand-made frames for this stream (see the builders in ``_h2.py``), which the server's own
+    h2 never sees. The connection's other streams go on as scripted."""
+
+    build: Callable[[int], bytes]
+
+
 #: Anything a script may hold.
 Action: TypeAlias = (
     Respond
@@ -409,6 +443,9 @@ Action: TypeAlias = (
     | GoAway
     | Raw
     | EndlessBody
+    | StopReading
+    | ShutWindow
+    | StreamFrames
     | Handler
 )
 #: What a `Handler` may return: any action but another `Handler`.
@@ -423,9 +460,14 @@ Resolved: TypeAlias = (
     | GoAway
     | Raw
     | EndlessBody
+    | StopReading
+    | ShutWindow
+    | StreamFrames
 )
 #: Actions that run once the whole request has been read (allowed as `Stall.then`).
-AfterBody: TypeAlias = Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody
+AfterBody: TypeAlias = (
+    Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody | StreamFrames
+)
 
 _ACTION_TYPES = (
     Respond,
@@ -438,10 +480,15 @@ _ACTION_TYPES = (
     GoAway,
     Raw,
     EndlessBody,
+    StopReading,
+    ShutWindow,
+    StreamFrames,
     Handler,
 )
 _RESOLVED_TYPES = _ACTION_TYPES[:-1]
-_AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody)
+#: Actions only an HTTP/2 stream can carry out (a `ScriptError` on an HTTP/1.1 request).
+H2_ONLY: tuple[type, ...] = (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)
+_AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamFrames)
 
 
 def reads_body(action: Action) -> bool:
@@ -451,7 +498,9 @@ def reads_body(action: Action) -> bool:
     reads the body of its own stream (and hands it to `then`) when that stream is at or below
     the last stream id.
     """
-    return not isinstance(action, (CloseBeforeRead, CloseAfterHead, RefuseStream))
+    return not isinstance(
+        action, (CloseBeforeRead, CloseAfterHead, RefuseStream, StopReading, ShutWindow)
+    )
 
 
 def check_action(action: object) -> Action:

@@ -19,11 +19,10 @@ from ._h2 import PREFACE, H2Handler
 from ._memory import MemoryEnd
 from ._routes import Script
 from ._script import (
+    H2_ONLY,
     Action,
-    GoAway,
     Handler,
     RecordedRequest,
-    RefuseStream,
     RequestHandler,
     check_action,
 )
@@ -278,7 +277,7 @@ class FaultServer:
             if callable(action):  # actions are frozen values, never callable: a handler
                 action = Handler(action)
             action = check_action(action)
-            if not self.http2 and isinstance(action, (RefuseStream, GoAway)):
+            if not self.http2 and isinstance(action, H2_ONLY):
                 raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
             checked.append(action)
         return checked

@@ -1,0 +1,415 @@
+"""A real nginx for tests: started by the test itself on loopback, configured as production is.
+
+Use the ``nginx`` fixture (a factory) from :mod:`tests.support.fixtures`, or :func:`start_nginx`
+directly::
+
+    server = nginx(NginxConfig(keepalive_requests=10))
+    async with trio_retry.Client(http2=True, ssl_context=server.ssl_context()) as client:
+        await client.post(server.h2_url("/post"), headers={"x-request-id": "p1"})
+    assert server.log().count(request_id="p1") == 1
+
+What it starts: one worker, from a configuration generated into a fresh directory, listening on
+free 127.0.0.1 ports — HTTP/1.1 cleartext, HTTP/1.1 over TLS, HTTP/2 over TLS (ALPN) and, where
+the nginx version allows ``http2`` on a cleartext listen, h2c with prior knowledge. The
+certificate comes from ``trustme``. The knobs a test needs are :class:`NginxConfig` fields:
+``keepalive_requests`` (also the HTTP/2 rotation: nginx sends GOAWAY after that many streams),
+``http2_max_concurrent_streams``, ``client_max_body_size`` and the rest.
+
+Routes, the same on every listener:
+
+- ``/get``    ``200 "ok"`` for any method;
+- ``/post``   ``200 "posted"``, from a backend ``proxy_pass`` reaches once nginx has read the
+  whole request body (so a logged ``/post`` was received whole);
+- ``/upload`` the same under ``upload_max_body_size``: a larger declared length is answered
+  ``413`` at once, before the body is read;
+- ``/proxy``  ``proxy_pass`` to a loopback port nothing listens on: ``502``;
+- anything else ``404``.
+
+The access log (:meth:`RunningNginx.log`) is what nginx says it executed: one line per request
+it finished, with the ``x-request-id`` request header, so a test counts side effects per
+request id, and ``$connection`` / ``$connection_requests``, so it counts the connections used.
+
+When nginx cannot be had, :func:`find_nginx` returns ``None`` and the fixture skips with the
+reason (``.ci/run`` installs it from the OS packages when it can).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "LogEntry",
+    "NginxConfig",
+    "NginxLog",
+    "NginxUnavailable",
+    "RunningNginx",
+    "find_nginx",
+    "nginx_version",
+    "start_nginx",
+]
+
+HOST = "127.0.0.1"
+SKIP_REASON = (
+    "nginx is not installed (looked for `nginx` on PATH and in /usr/sbin, /usr/local/sbin); "
+    "`apt-get install -y nginx` (.ci/run does it when run as root) to run the interop tests"
+)
+#: One access-log line: tab-separated fields, in this order (see :class:`LogEntry`).
+_LOG_FORMAT = (
+    "$connection\\t$connection_requests\\t$server_protocol\\t$request_method\\t$uri\\t"
+    "$status\\t$http_x_request_id\\t$request_length\\t$body_bytes_sent"
+)
+
+
+class NginxUnavailable(Exception):
+    """nginx is not installed here, or would not start; the message says which."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NginxConfig:
+    """What a test may vary. The defaults are nginx's own where nginx has one."""
+
+    keepalive_requests: int = 1000
+    keepalive_timeout: str = "75s"
+    http2_max_concurrent_streams: int = 128
+    client_max_body_size: str = "1m"
+    #: ``client_max_body_size`` of ``/upload`` only (where the early 413 is tested).
+    upload_max_body_size: str = "1m"
+    #: Extra directives inserted in the ``http`` block, verbatim.
+    extra_http: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One request nginx finished, as its access log says."""
+
+    connection: int
+    connection_requests: int
+    protocol: str
+    method: str
+    uri: str
+    status: int
+    request_id: str | None
+    request_length: int
+    body_bytes_sent: int
+
+
+@dataclass(frozen=True)
+class NginxLog:
+    """The access log at one moment: what nginx executed."""
+
+    entries: tuple[LogEntry, ...]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def count(self, *, request_id: str) -> int:
+        """How many times nginx executed the request with this ``x-request-id``."""
+        return sum(1 for entry in self.entries if entry.request_id == request_id)
+
+    def by_request_id(self) -> Counter[str]:
+        return Counter(entry.request_id for entry in self.entries if entry.request_id)
+
+    def connections(self) -> set[int]:
+        """nginx's serial numbers of the connections that carried a logged request."""
+        return {entry.connection for entry in self.entries}
+
+
+@dataclass
+class RunningNginx:
+    """A started nginx. :meth:`stop` ends it (the fixture does, even if the test failed)."""
+
+    version: tuple[int, ...]
+    ports: dict[str, int]
+    workdir: Path
+    ca_pem: bytes
+    process: subprocess.Popen[bytes]
+    config: NginxConfig
+    _ssl_contexts: list[ssl.SSLContext] = field(default_factory=list)
+
+    @property
+    def h2c(self) -> bool:
+        """Whether this nginx also listens for h2c (prior knowledge)."""
+        return "h2c" in self.ports
+
+    def url(self, listener: str, path: str) -> str:
+        scheme = "https" if listener.endswith("tls") else "http"
+        return f"{scheme}://{HOST}:{self.ports[listener]}{path}"
+
+    def h1_url(self, path: str) -> str:
+        return self.url("h1", path)
+
+    def h2_url(self, path: str) -> str:
+        """HTTP/2 over TLS (ALPN ``h2``); needs :meth:`ssl_context`."""
+        return self.url("h2_tls", path)
+
+    def h2c_url(self, path: str) -> str:
+        return self.url("h2c", path)
+
+    def ssl_context(self, *, http2: bool = True) -> ssl.SSLContext:
+        """A client context that trusts this server's certificate (and verifies it), offering
+        ``h2`` by ALPN unless ``http2=False`` (the client uses a caller's context as given)."""
+        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
+        context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+        return context
+
+    def log(self, *, expect: int | None = None, timeout: float = 5.0) -> NginxLog:
+        """The access log. nginx writes a line once it finished a request, which may be just
+        after the client got the response: with ``expect``, wait (at most ``timeout`` seconds)
+        until at least that many lines are there; otherwise until the file stops growing for
+        0.1 s (bounded by ``timeout`` too)."""
+        path = self.workdir / "access.log"
+        end = time.monotonic() + timeout
+        last = -1
+        while True:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            lines = [line for line in text.splitlines() if line]
+            now = time.monotonic()
+            if now >= end:
+                break
+            if expect is not None and len(lines) >= expect:
+                break
+            if expect is None and len(text) == last:
+                break
+            last = len(text)
+            time.sleep(0.1)
+        return NginxLog(tuple(_parse(line) for line in lines))
+
+    def error_log(self) -> str:
+        path = self.workdir / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        """Stop nginx (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _parse(line: str) -> LogEntry:
+    conn, conn_requests, proto, method, uri, status, rid, length, sent = line.split("\t")
+    return LogEntry(
+        connection=int(conn),
+        connection_requests=int(conn_requests),
+        protocol=proto,
+        method=method,
+        uri=uri,
+        status=int(status),
+        request_id=None if rid == "-" else rid,
+        request_length=int(length),
+        body_bytes_sent=int(sent),
+    )
+
+
+def find_nginx() -> str | None:
+    """The nginx binary, or ``None`` when it is not installed."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def nginx_version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
+    match = re.search(r"nginx/(\d+(?:\.\d+)+)", out.stderr or out.stdout)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else (0,)
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out (bound, then closed): free unless taken meanwhile, in
+    which case nginx fails to bind and :func:`start_nginx` tries again with new ones."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind((HOST, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def _locations(config: NginxConfig, ports: dict[str, int]) -> str:
+    return f"""\
+        location = /get {{
+            default_type text/plain;
+            return 200 "ok";
+        }}
+        location = /post {{
+            # Proxied to our own backend: nginx reads the whole request body before it
+            # forwards it (proxy_request_buffering), so a logged /post had its body read.
+            proxy_pass http://{HOST}:{ports["backend"]}/posted;
+        }}
+        location = /upload {{
+            client_max_body_size {config.upload_max_body_size};
+            proxy_pass http://{HOST}:{ports["backend"]}/posted;
+        }}
+        location = /proxy {{
+            proxy_pass http://{HOST}:{ports["dead"]};
+            proxy_connect_timeout 2s;
+        }}
+        location / {{
+            return 404;
+        }}
+"""
+
+
+def _config(
+    workdir: Path, ports: dict[str, int], config: NginxConfig, version: tuple[int, ...]
+) -> str:
+    locations = _locations(config, ports)
+    tls_lines = (
+        f"        ssl_certificate {workdir / 'server.pem'};\n"
+        f"        ssl_certificate_key {workdir / 'server.key'};\n"
+        "        ssl_protocols TLSv1.2 TLSv1.3;\n"
+    )
+    modern = version >= (1, 25, 1)  # `http2 on;` replaced the listen parameter
+    h2_tls = (
+        f"        listen {HOST}:{ports['h2_tls']} ssl;\n        http2 on;\n"
+        if modern
+        else f"        listen {HOST}:{ports['h2_tls']} ssl http2;\n"
+    )
+    servers = [
+        f"        listen {HOST}:{ports['h1']};\n",
+        f"        listen {HOST}:{ports['h1_tls']} ssl;\n{tls_lines}",
+        f"{h2_tls}{tls_lines}",
+    ]
+    if "h2c" in ports:
+        servers.append(
+            f"        listen {HOST}:{ports['h2c']};\n        http2 on;\n"
+            if modern
+            else f"        listen {HOST}:{ports['h2c']} http2;\n"
+        )
+    body = "".join(f"    server {{\n{listen}{locations}    }}\n" for listen in servers)
+    # The backend of /post and /upload: not logged, so the log holds client requests only.
+    body += (
+        f"    server {{\n        listen {HOST}:{ports['backend']};\n"
+        "        access_log off;\n"
+        "        location / {\n            default_type text/plain;\n"
+        '            return 200 "posted";\n        }\n    }\n'
+    )
+    tmp = workdir / "tmp"
+    return (
+        "# Generated by tests/support/nginx.py; deleted when the test ends.\n"
+        "worker_processes 1;\n" + ("user root;\n" if os.geteuid() == 0 else "") + "daemon off;\n"
+        # Started as root, nginx would hand its workers to `nobody`, which cannot write the
+        # body buffers in our private directory.
+        f"pid {workdir / 'nginx.pid'};\n"
+        f"error_log {workdir / 'error.log'} info;\n"
+        "events {\n    worker_connections 1024;\n}\n"
+        "http {\n"
+        f"    log_format trio_retry '{_LOG_FORMAT}';\n"
+        f"    access_log {workdir / 'access.log'} trio_retry;\n"
+        "    server_tokens off;\n"
+        f"    keepalive_requests {config.keepalive_requests};\n"
+        f"    keepalive_timeout {config.keepalive_timeout};\n"
+        f"    http2_max_concurrent_streams {config.http2_max_concurrent_streams};\n"
+        f"    client_max_body_size {config.client_max_body_size};\n"
+        f"    client_body_temp_path {tmp / 'body'};\n"
+        f"    proxy_temp_path {tmp / 'proxy'};\n"
+        f"    fastcgi_temp_path {tmp / 'fastcgi'};\n"
+        f"    uwsgi_temp_path {tmp / 'uwsgi'};\n"
+        f"    scgi_temp_path {tmp / 'scgi'};\n"
+        f"{config.extra_http}" + body + "}\n"
+    )
+
+
+def _wait_listening(ports: list[int], proc: subprocess.Popen[bytes], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    pending = list(ports)
+    while pending:
+        if proc.poll() is not None:
+            raise NginxUnavailable(f"nginx exited with status {proc.returncode}")
+        if time.monotonic() > end:
+            raise NginxUnavailable(f"nginx did not listen on {pending} within {timeout}s")
+        try:
+            with socket.create_connection((HOST, pending[0]), timeout=0.5):
+                pending.pop(0)
+        except OSError:
+            time.sleep(0.02)
+
+
+def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
+    """Start nginx with ``config``; raises :class:`NginxUnavailable` (not installed, or it
+    failed to start three times: the message carries its error log)."""
+    import trustme  # a test dependency
+
+    config = config or NginxConfig()
+    binary = find_nginx()
+    if binary is None:
+        raise NginxUnavailable(SKIP_REASON)
+    version = nginx_version(binary)
+    workdir = Path(tempfile.mkdtemp(prefix="trio-retry-nginx-"))
+    (workdir / "tmp").mkdir()
+    (workdir / "html").mkdir()
+    ca = trustme.CA()
+    cert = ca.issue_cert(HOST)
+    cert.private_key_pem.write_to_path(str(workdir / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(workdir / "server.pem"))
+    for blob in cert.cert_chain_pems[1:]:
+        with open(workdir / "server.pem", "ab") as chain:
+            chain.write(blob.bytes())
+    names = ["h1", "h1_tls", "h2_tls", "dead", "backend"]
+    if version >= (1, 9, 5):  # h2c (prior knowledge) on a cleartext `http2` listen
+        names.append("h2c")
+    error = "no attempt"
+    for _ in range(3):  # a free port may be taken between probing and binding
+        ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        conf = workdir / "nginx.conf"
+        conf.write_text(_config(workdir, ports, config, version))
+        cmd = [binary, "-p", str(workdir), "-c", str(conf)]
+        if version >= (1, 19, 5):
+            cmd[1:1] = ["-e", str(workdir / "error.log")]
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        listening = [port for name, port in ports.items() if name != "dead"]
+        try:
+            _wait_listening(listening, proc, timeout=10)
+        except NginxUnavailable as exc:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            _, err = proc.communicate(timeout=5)
+            log = workdir / "error.log"
+            tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+            error = f"{exc}: {err.decode(errors='replace').strip()} {tail.strip()}"
+            continue
+        return RunningNginx(
+            version=version,
+            ports=ports,
+            workdir=workdir,
+            ca_pem=ca.cert_pem.bytes(),
+            process=proc,
+            config=config,
+        )
+    shutil.rmtree(workdir, ignore_errors=True)
+    raise NginxUnavailable(f"nginx failed to start: {error}")
+
+
+@contextlib.contextmanager
+def running_nginx(config: NginxConfig | None = None) -> Iterator[RunningNginx]:
+    """:func:`start_nginx`, stopped on exit."""
+    server = start_nginx(config)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,162 @@
+"""The h2 package's parts on their own (#13): inbound frame cutting, the stream's first proof,
+GOAWAY closing the connection to new streams at once, the idle PING check."""
+
+from __future__ import annotations
+
+import itertools
+
+import h2.events
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_retry._core.evidence import Evidence, FailureCategory, Stage
+from trio_retry._wire.h2.frames import DroppedData, GoAway, InboundFrames
+from trio_retry._wire.h2.stream import Failure, Stream, StreamState
+from trio_retry._wire.progress import AttemptProgress, WireError
+
+from .test_http2 import LIMIT, Connect, connect, frame, get, goaway, progress_at_pool
+
+__all__ = ["connect"]  # the fixture, shared with test_http2.py
+
+FRAMES = [
+    frame(0x4, 0, b""),  # SETTINGS
+    frame(0x1, 1, b"\x88", flags=0x4),  # HEADERS :status 200
+    frame(0x0, 1, b"a" * 300),
+    goaway(1),
+    frame(0x0, 3, b"early"),  # DATA for a stream still awaiting its head: dropped
+    frame(0x0, 1, b"b", flags=0x1),
+]
+
+
+@given(st.lists(st.integers(min_value=0), max_size=12))
+def test_each_run_ends_at_most_one_frame_whatever_the_reads(cuts: list[int]) -> None:
+    data = b"".join(FRAMES)
+    bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
+    inbound = InboundFrames({3})
+    parts: list[bytes | GoAway | DroppedData] = []
+    for start, end in itertools.pairwise(bounds):
+        parts.extend(inbound.feed(data[start:end]))
+    handed = b"".join(p for p in parts if isinstance(p, bytes))
+    assert handed == FRAMES[0] + FRAMES[1] + FRAMES[2] + FRAMES[5]
+    assert [p for p in parts if not isinstance(p, bytes)] == [GoAway(1, 0), DroppedData(3, 5)]
+    # Frame ends seen so far never exceed one per run: re-split the handed bytes at frame
+    # boundaries and check no run crosses one.
+    ends = set(itertools.accumulate(len(f) for f in (FRAMES[0], FRAMES[1], FRAMES[2], FRAMES[5])))
+    offset = 0
+    for part in parts:
+        if isinstance(part, bytes):
+            inside = [e for e in ends if offset < e <= offset + len(part)]
+            assert len(inside) <= 1
+            offset += len(part)
+
+
+class _Owner:
+    def consumed(self, stream_id: int, flow_controlled: int) -> None: ...
+    def stream_done(self, stream: Stream, unread: int) -> None: ...
+    def stream_error(self, stream: Stream, problem: str) -> None: ...
+
+
+async def test_a_stream_keeps_its_first_proof() -> None:
+    progress = progress_at_pool()
+    progress.advance(Stage.REQUEST_BODY)
+    stream = Stream(1, progress, first_offset=0, head_request=False, owner=_Owner())
+    stream.fail(Failure(FailureCategory.GOAWAY, "above the last stream id", not_sent=True))
+    stream.fail(Failure(FailureCategory.CONNECTION_BROKEN, "then the server closed"))
+    assert stream.state is StreamState.FAILED
+    with pytest.raises(WireError) as info:
+        stream.check(progress)
+    assert (info.value.evidence, info.value.category) == (Evidence.NOT_SENT, FailureCategory.GOAWAY)
+
+
+async def test_goaway_then_eof_in_one_read_keeps_streams_above_it_not_sent(
+    connect: Connect,
+) -> None:
+    """GOAWAY(last=1) and the end of the connection arrive together while stream 3 is in
+    flight (its whole request written): stream 3 is NOT_SENT (GOAWAY), not SENT_NO_RESPONSE
+    (the EOF); stream 1, which the server kept, is SENT_NO_RESPONSE."""
+    conn, server = await connect()
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            outcome: dict[int, WireError] = {}
+
+            async def call(path: str) -> None:
+                progress = progress_at_pool()
+                with pytest.raises(WireError) as info:
+                    await conn.send_request(get(path, b"x" * 10, "POST"), progress)
+                outcome[len(outcome)] = info.value
+
+            nursery.start_soon(call, "/one")
+            await server.next(h2.events.RequestReceived)
+            nursery.start_soon(call, "/three")
+            await server.next(h2.events.RequestReceived)
+            await server.flush(goaway(1))
+            server.stream.socket.close()
+    by_category = {e.category: e for e in outcome.values()}
+    assert by_category[FailureCategory.GOAWAY].evidence is Evidence.NOT_SENT
+    assert by_category[FailureCategory.CONNECTION_BROKEN].evidence is Evidence.SENT_NO_RESPONSE
+
+
+async def test_a_goaway_is_applied_before_the_next_stream_is_opened(connect: Connect) -> None:
+    conn, server = await connect()
+    with trio.fail_after(LIMIT):
+        await server.flush(goaway(0))
+        while conn.is_available():  # bounded by fail_after: the reader parses it promptly
+            await trio.sleep(0.001)
+        with pytest.raises(WireError) as info:
+            await conn.send_request(get(), progress_at_pool())
+    assert (info.value.evidence, info.value.category) == (Evidence.NOT_SENT, FailureCategory.GOAWAY)
+
+
+async def test_an_idle_connection_that_does_not_answer_its_ping_is_discarded(
+    connect: Connect, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The server stops reading (a dead peer that kept its socket): after the idle threshold
+    the next request first PINGs, gets no answer within ping_timeout, closes the connection
+    and fails NOT_SENT with ``reconnect`` set, so the client sends it on a fresh connection
+    instead of waiting on a dead one."""
+    conn, server = await connect(ping_after_idle=2.0, ping_timeout=1.0)
+    progress = AttemptProgress(trio.current_time())
+    progress.advance(Stage.POOL)
+    # Silence the server: it reads no more, so it never answers the PING.
+    server_task_blocker = trio.Event()
+    original = server.stream.receive_some
+
+    async def never(max_bytes: int | None = None) -> bytes:
+        await server_task_blocker.wait()
+        return await original(max_bytes)
+
+    server.stream.receive_some = never  # type: ignore[method-assign]
+    await trio.sleep(3.0)
+    start = trio.current_time()
+    with pytest.raises(WireError) as info:
+        await conn.send_request(get(), progress)
+    assert trio.current_time() - start == pytest.approx(1.0, abs=0.01)
+    assert info.value.evidence is Evidence.NOT_SENT
+    assert info.value.reconnect
+    assert conn.closed
+    server_task_blocker.set()
+
+
+async def test_an_idle_connection_that_answers_is_used(connect: Connect) -> None:
+    conn, server = await connect(ping_after_idle=0.05, ping_timeout=2.0)
+    with trio.fail_after(LIMIT):
+        await trio.sleep(0.1)
+        async with trio.open_nursery() as nursery:
+
+            async def answer() -> None:
+                await server.next(h2.events.PingReceived)
+                received = await server.next(h2.events.RequestReceived)
+                await server.respond(received.stream_id or 0)
+
+            nursery.start_soon(answer)
+            progress = progress_at_pool()
+            response = await conn.send_request(get(), progress)
+            assert response.status == 200
+    assert not conn.closed
+
+
+def test_frames_module_takes_goaway_payload_fields() -> None:
+    parts = list(InboundFrames(set()).feed(goaway(7, 2, b"debug")))
+    assert parts == [GoAway(7, 2)]

@@ -1,0 +1,150 @@
+"""The exchange contract HTTP/1.1 (``http11.py``) and HTTP/2 (``h2/``) share.
+
+One place for what does not depend on the protocol: the request as the wire sees it
+(:class:`WireRequest`), the response head and where its body comes from (:class:`WireResponse`,
+:class:`BodySource`), how a request body is framed (:func:`content_length`), how a failed Trio
+stream operation becomes a :class:`~.progress.WireError` (:data:`TRANSPORT_ERRORS`,
+:func:`broken`), and the words of the "response head too large" failure (:func:`head_too_large`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+import trio
+
+from .._core.evidence import FailureCategory
+from .progress import AttemptProgress, WireError
+
+__all__ = [
+    "BODY_METHODS",
+    "RECONNECT_TRIES",
+    "TRANSPORT_ERRORS",
+    "BodySource",
+    "WireRequest",
+    "WireResponse",
+    "broken",
+    "closing_body",
+    "content_length",
+    "head_too_large",
+]
+
+#: How many times one call may send an attempt again on a fresh connection without counting it,
+#: after a ``WireError(reconnect=True)`` (a routine HTTP/2 GOAWAY rotation, an idle connection
+#: that failed its PING); past that, such a failure counts as an attempt like any other.
+RECONNECT_TRIES = 3
+
+#: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+#: What a Trio byte stream raises when the connection under it is gone; :func:`broken` turns
+#: each into ``CONNECTION_BROKEN`` with the evidence of the stage reached.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
+
+
+class WireRequest:
+    """A request ready for the wire: validated, headers encoded, body as bytes or a stream."""
+
+    __slots__ = ("body", "content_length", "headers", "method", "target")
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | AsyncIterable[bytes],
+        content_length: int | None,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.content_length = content_length
+
+
+class BodySource(Protocol):
+    """What a response body is read from: a connection (HTTP/1.1) or a stream (HTTP/2)."""
+
+    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
+        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``)."""
+        ...
+
+    def abandon(self) -> None:
+        """Stop reading: the rest of the body is not wanted (closes or resets as needed)."""
+        ...
+
+
+class WireResponse:
+    """Response head plus the source its body is read from."""
+
+    __slots__ = ("headers", "http_version", "reason", "source", "status")
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        headers: list[tuple[bytes, bytes]],
+        http_version: str,
+        source: BodySource,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.http_version = http_version
+        self.source = source
+
+
+def content_length(request: WireRequest) -> bytes | None:
+    """The ``Content-Length`` value the request is framed with, or ``None`` when its length is
+    unknown (HTTP/1.1 then sends it chunked, HTTP/2 ends it with END_STREAM). A body in memory
+    always has one, except an empty body of a method that carries none (a GET)."""
+    body = request.body
+    if isinstance(body, bytes):
+        if body or request.method in BODY_METHODS:
+            return str(len(body)).encode()
+        return None
+    if request.content_length is not None:
+        return str(request.content_length).encode()
+    return None
+
+
+def broken(progress: AttemptProgress, when: str, exc: BaseException) -> WireError:
+    """The failure of a transport operation (one of :data:`TRANSPORT_ERRORS`) ``when`` (e.g.
+    ``"while sending"``): ``CONNECTION_BROKEN``, with the evidence of the stage reached."""
+    return WireError.at(
+        progress,
+        FailureCategory.CONNECTION_BROKEN,
+        f"connection broke {when}: {exc.__cause__ or exc}",
+    )
+
+
+def head_too_large(detail: str) -> str:
+    """The message for a response head over ``max_header_bytes``, the same for both protocols;
+    ``detail`` says what was measured (``"12345 bytes"`` or the parser's own words)."""
+    return (
+        f"the response head ({detail}) is larger than max_header_bytes; raise "
+        "Client(max_header_bytes=...) if the server legitimately sends large headers"
+    )
+
+
+@asynccontextmanager
+async def closing_body(body: AsyncIterable[bytes]) -> AsyncIterator[None]:
+    """Finalise a streamed request body however its upload ends.
+
+    Each attempt opens a fresh body stream and nothing reads it after the attempt, so the
+    writer closes it: an async generator abandoned half-way (a failed or cancelled write) would
+    otherwise be finalised by the garbage collector, with a ``ResourceWarning``, and whatever
+    its ``finally`` releases (an open file) would stay held until then.
+    """
+    try:
+        yield
+    finally:
+        aclose = getattr(body, "aclose", None)
+        if aclose is not None:
+            await aclose()

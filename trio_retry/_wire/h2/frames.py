@@ -1,0 +1,133 @@
+"""Inbound HTTP/2 bytes, cut at frame boundaries before h2 sees them.
+
+Three jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's):
+
+- **GOAWAY is taken out.** h2 moves its whole connection to CLOSED on a received GOAWAY and from
+  then on rejects every frame, including the responses of the streams the GOAWAY promised to
+  finish; the connection handles GOAWAY itself (:class:`GoAway`).
+- **One frame per h2 call.** Every byte run handed on ends at most one frame. h2 processes a
+  run all-or-nothing: a run holding a valid response head and a broken DATA frame after it
+  would raise before the head's event is delivered, and the stream's evidence would depend on
+  how TCP split the bytes. Fed frame by frame, the head is seen first, whatever the reads.
+- **DATA before a final head is a stream error.** h2 treats it as a connection error, which
+  fails every sibling; RFC 9113 §8.1.1 makes it malformed, a stream error. A DATA frame for a
+  stream in ``awaiting_head`` is not handed on at all: :class:`DroppedData` tells the
+  connection to reset that stream and give the frame's flow-control credit back.
+
+The frame size is checked here, on the header: h2 checks it only once the whole frame has
+arrived, so a peer that is not speaking HTTP/2 at all (an HTTP/1.1 answer reads as a 4.7 MB
+frame header) would otherwise hold the connection until a deadline fired.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+
+__all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames"]
+
+#: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest frame we accept.
+MAX_FRAME = 16384
+_FRAME_HEADER = 9
+_DATA = 0x0
+_GOAWAY = 0x7
+_HEAD = struct.Struct(">IBI")  # 24-bit length + 8-bit type, flags, R + 31-bit stream id
+_GOAWAY_FIELDS = struct.Struct(">II")  # last-stream-id, error code
+
+
+@dataclass(frozen=True, slots=True)
+class GoAway:
+    last_stream_id: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedData:
+    """A DATA frame for a stream still awaiting its final head: not given to h2."""
+
+    stream_id: int
+    #: Its flow-controlled length (the whole payload, padding included).
+    length: int
+
+
+class FrameError(Exception):
+    """A malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
+    peer)."""
+
+
+class InboundFrames:
+    """Feed it what the socket gave; iterate what to do with it, in the order it arrived.
+
+    :meth:`feed` is a generator on purpose: a DATA frame is judged against ``awaiting_head``
+    when its header is reached, after everything before it has been processed by the caller.
+    """
+
+    __slots__ = ("_buffer", "_dropping", "_passthrough", "awaiting_head")
+
+    def __init__(self, awaiting_head: Container[int]) -> None:
+        self.awaiting_head = awaiting_head
+        self._buffer = bytearray()  # an incomplete frame header (or GOAWAY) from the last read
+        self._passthrough = 0  # bytes of the current frame still to hand on
+        self._dropping = False  # ... or to skip (a dropped DATA frame)
+
+    def feed(self, data: bytes) -> Iterator[bytes | GoAway | DroppedData]:
+        """Yields byte runs for h2 (each ends at most one frame), :class:`GoAway` and
+        :class:`DroppedData`; raises :class:`FrameError` on a frame we refuse."""
+        if not self._buffer and self._passthrough > len(data) and not self._dropping:
+            # The common case on a download: the middle of a large DATA frame.
+            self._passthrough -= len(data)
+            yield data
+            return
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
+        pos = 0
+        end = len(data)
+        while pos < end:
+            if self._passthrough:
+                take = min(self._passthrough, end - pos)
+                if not self._dropping:
+                    yield data if pos == 0 and take == end else data[pos : pos + take]
+                pos += take
+                self._passthrough -= take
+                if self._passthrough:
+                    return
+                self._dropping = False
+                continue
+            if end - pos < _FRAME_HEADER:
+                break
+            head, _flags, stream_id = _HEAD.unpack_from(data, pos)
+            length = head >> 8
+            kind = head & 0xFF
+            stream_id &= 0x7FFFFFFF
+            if length > MAX_FRAME:
+                raise FrameError(
+                    f"the server sent a frame of {length} bytes, more than our "
+                    f"SETTINGS_MAX_FRAME_SIZE ({MAX_FRAME})"
+                )
+            if kind == _GOAWAY:
+                if length < 8:
+                    raise FrameError(f"the server sent a GOAWAY frame of invalid size {length}")
+                if end - pos < _FRAME_HEADER + length:
+                    break  # held until complete
+                if stream_id:
+                    raise FrameError("the server sent a GOAWAY frame on a stream")
+                last, code = _GOAWAY_FIELDS.unpack_from(data, pos + _FRAME_HEADER)
+                yield GoAway(last & 0x7FFFFFFF, code)
+                pos += _FRAME_HEADER + length
+                continue
+            if kind == _DATA and stream_id in self.awaiting_head:
+                yield DroppedData(stream_id, length)
+                self._dropping = True
+                pos += _FRAME_HEADER
+                self._passthrough = length
+                if not length:
+                    self._dropping = False
+                continue
+            # Handed on whole when it is all here (the usual small frame), else header first
+            # and the rest as it comes.
+            self._passthrough = _FRAME_HEADER + length
+        if pos < end:
+            self._buffer += data[pos:]  # kept until the rest of the frame header arrives

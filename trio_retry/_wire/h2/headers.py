@@ -1,0 +1,135 @@
+"""HTTP/2 header blocks: the request's, built and checked; the response's, validated.
+
+Validation is ours, not h2's (h2 runs with ``validate_inbound_headers=False``): a malformed
+response is a stream error (RFC 9113 §8.1.1) that resets that stream only, while h2 would treat
+it as a connection error and fail every sibling. The same holds for ``Content-Length``, which
+h2 checks inside its stream and turns into a connection error too: :func:`content_length`
+parses it here and the stream tracks the body against it (``stream.py``).
+"""
+
+from __future__ import annotations
+
+import http
+import re
+
+from hpack import NeverIndexedHeaderTuple
+
+from ..exchange import WireRequest
+from ..exchange import content_length as framed_length
+
+__all__ = ["REASONS", "content_length", "malformed", "request_headers"]
+
+#: Connection-specific fields, forbidden in HTTP/2 (RFC 9113 §8.2.2).
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+#: Request fields not forwarded as such: the connection-specific ones, and ``host``, which
+#: becomes ``:authority``.
+_NOT_FORWARDED = _CONNECTION_SPECIFIC | {b"host"}
+_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
+#: HTTP/2 has no reason phrase: the standard one for the status.
+REASONS = {status.value: status.phrase for status in http.HTTPStatus}
+#: What a field name may not contain (RFC 9113 §8.2.1): controls, space, upper case, non-ASCII.
+_BAD_NAME_BYTE = re.compile(rb"[\x00-\x20\x41-\x5a\x7f-\xff]")
+_UPPER_CASE = re.compile(rb"[A-Z]")
+_BAD_VALUE_BYTE = re.compile(rb"[\x00\r\n]")
+
+
+def request_headers(
+    request: WireRequest, *, scheme: bytes, authority: bytes
+) -> list[tuple[bytes, bytes]]:
+    """The request's header block: pseudo-headers first, then the fields (lower case, the
+    connection-specific ones and ``host`` left out, ``TE`` only as ``trailers``), with a
+    ``content-length`` when the body's length is known; credentials never indexed."""
+    fields: list[tuple[bytes, bytes]] = []
+    has_length = False
+    given = authority
+    for name, value in request.headers:
+        lower = name.lower()
+        if lower in _NOT_FORWARDED:
+            if lower == b"host" and authority is given:  # the first Host wins
+                authority = value
+            continue
+        if lower == b"te" and value.strip().lower() != b"trailers":
+            continue  # RFC 9113 §8.2.2: TE may only say "trailers"
+        has_length = has_length or lower == b"content-length"
+        if lower in _NEVER_INDEXED or (lower == b"cookie" and len(value) < 20):
+            # Kept out of HPACK's tables (RFC 7541 §7.1.3), as h2's own normalisation does:
+            # a compression oracle could otherwise guess a credential byte by byte.
+            fields.append(NeverIndexedHeaderTuple(lower, value))
+        else:
+            fields.append((lower, value))
+    if not has_length:
+        length = framed_length(request)
+        if length is not None:
+            fields.append((b"content-length", length))
+    return [
+        (b":method", request.method.encode("ascii")),
+        (b":scheme", scheme),
+        (b":authority", authority),
+        (b":path", request.target.encode("ascii")),
+        *fields,
+    ]
+
+
+def head_size(headers: list[tuple[bytes, bytes]]) -> int:
+    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 §6.5.2)."""
+    return sum(len(name) + len(value) + 32 for name, value in headers)
+
+
+def malformed(headers: list[tuple[bytes, bytes]], *, trailers: bool) -> str | None:
+    """Why a response's header block is malformed (RFC 9113 §8.1.1, §8.2, §8.3), or ``None``.
+
+    A head that passes starts with its one ``:status`` and has no other pseudo-header.
+    """
+    regular = False
+    status = False
+    for name, value in headers:
+        if not name:
+            return "an empty header name"
+        if name[0] == 0x3A:  # ":": a pseudo-header
+            if trailers:
+                return f"the pseudo-header {name!r} in trailers"
+            if regular:
+                return f"the pseudo-header {name!r} after a regular header"
+            if name != b":status":
+                return f"the pseudo-header {name!r} in a response"
+            if status:
+                return "a duplicate :status pseudo-header"
+            if len(value) != 3 or not value.isdigit():
+                return f"an invalid :status {value!r}"
+            status = True
+            continue
+        regular = True
+        if _BAD_NAME_BYTE.search(name) or b":" in name:
+            kind = "an uppercase" if _UPPER_CASE.search(name) else "an invalid"
+            return f"{kind} header name {name!r}"
+        if value and (
+            _BAD_VALUE_BYTE.search(value) or value[0] in (0x20, 0x09) or value[-1] in (0x20, 0x09)
+        ):
+            return f"an invalid value for header {name!r}"
+        if name in _CONNECTION_SPECIFIC:
+            return f"the connection-specific header field {name!r}"
+        if name == b"te" and value.lower() != b"trailers":
+            return f"TE: {value!r} (only 'trailers' is allowed)"
+    if not trailers and not status:
+        return "no :status pseudo-header"
+    return None
+
+
+def content_length(headers: list[tuple[bytes, bytes]]) -> int | str | None:
+    """The response's declared body length: an ``int``, ``None`` when it declares none, or a
+    ``str`` saying why the declaration is malformed (not digits, or two that differ)."""
+    found: int | None = None
+    for name, value in headers:
+        if name != b"content-length":
+            continue
+        # RFC 9110 §8.6: 1*DIGIT. A list of equal values ("5, 5") is tolerated by some; here
+        # each field must be a single number, and all must agree.
+        if not value.isdigit():
+            return f"an invalid content-length {value!r}"
+        number = int(value)
+        if found is not None and number != found:
+            return f"conflicting content-length values {found} and {number}"
+        found = number
+    return found

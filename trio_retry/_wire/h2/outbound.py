@@ -1,0 +1,245 @@
+"""The request side of an HTTP/2 connection: a stream opened, its request written, its head read.
+
+Functions of :class:`~.connection.HTTP2Connection` (``conn``), used by its ``send_request``.
+Every write goes one way (:func:`send`): advance the stage, queue the frames with h2, hand them
+to the writer (``writer.py``) and wait until they are written; a cancelled wait leaves the
+frames queued and whole. A failure raised here is the stream's own first (its proof wins, as
+``stream.py`` says), then the connection's.
+"""
+
+from __future__ import annotations
+
+import h2.exceptions
+import trio
+
+from ..._core.evidence import FailureCategory, Stage
+from ..exchange import WireRequest, WireResponse, closing_body
+from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+from .headers import REASONS
+from .shared import ConnectionState
+from .stream import Failure, Stream, StreamState
+from .writer import WriterBroken
+
+_PING = b"trio-rt!"
+
+
+def _no_length_check(*_args: object) -> None:
+    """Stands in for h2's per-stream Content-Length checks (see :func:`open_stream`)."""
+
+
+async def health_check(conn: ConnectionState, progress: AttemptProgress) -> None:
+    """PING an idle connection; close it if the answer does not come in time (then the
+    request was not sent: ``reconnect``). Concurrent callers share one PING."""
+    if conn._pings_sent == conn._pings_answered:
+        conn._h2.ping(_PING)
+        conn._pings_sent += 1
+        conn._writer.collect()
+    wanted = conn._pings_sent
+    with trio.move_on_after(conn._ping_timeout):
+        while conn._pings_answered < wanted and not conn.closed:
+            await conn._ping_lot.park()
+    if conn._pings_answered >= wanted:
+        return
+    conn._die(
+        Failure(
+            FailureCategory.CONNECTION_BROKEN,
+            f"the idle connection did not answer a PING within {conn._ping_timeout}s",
+        )
+    )
+    raise WireError.at(
+        progress,
+        FailureCategory.CONNECTION_BROKEN,
+        f"the idle HTTP/2 connection did not answer a PING within {conn._ping_timeout}s; "
+        "nothing of the request was sent",
+        reconnect=True,
+    )
+
+
+async def open_stream(
+    conn: ConnectionState,
+    progress: AttemptProgress,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    end_stream: bool,
+    head_request: bool,
+) -> Stream:
+    """Wait for a free stream slot, then queue the HEADERS frame (the writer sends it).
+
+    Allocating the id and queueing HEADERS happen with no await in between: h2 hands out
+    the same id until HEADERS are sent, and ids must reach the wire in increasing order.
+    """
+    while True:
+        if conn.closed or conn._goaway_last is not None:
+            # Nothing of this request was written: the stage (POOL) says NOT_SENT.
+            category = (
+                FailureCategory.GOAWAY
+                if conn._goaway_last is not None
+                else FailureCategory.CONNECTION_BROKEN
+            )
+            raise WireError.at(
+                progress,
+                category,
+                "the HTTP/2 connection no longer accepts new streams",
+                reconnect=conn._goaway_last is not None,
+            )
+        if conn._in_use() < conn._h2.remote_settings.max_concurrent_streams:
+            break
+        # The pool hands out a connection with a free slot, but another task may have
+        # taken it meanwhile: wait for a stream to finish (bounded by the call deadline).
+        await conn._capacity.park()
+    try:
+        stream_id = conn._h2.get_next_available_stream_id()
+    except h2.exceptions.NoAvailableStreamIDError as exc:
+        # 2**30 streams used: like a GOAWAY from ourselves, finish the others, then retire.
+        conn._goaway_last = conn._h2.highest_outbound_stream_id
+        if not conn._streams:
+            conn.close()
+        raise WireError.at(
+            progress,
+            FailureCategory.GOAWAY,
+            "the HTTP/2 connection ran out of stream ids",
+            reconnect=True,
+        ) from exc
+    first_offset = conn._writer.collect()  # other streams' frames go first
+    try:
+        conn._h2.send_headers(stream_id, headers, end_stream=end_stream)
+    except h2.exceptions.ProtocolError as exc:
+        raise WireError.at(
+            progress, FailureCategory.LOCAL_PROTOCOL, f"invalid HTTP/2 request: {exc}"
+        ) from exc
+    # h2 checks a response's Content-Length inside its stream and fails the *connection*
+    # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
+    # (stream.py), so h2's checks are switched off for this stream.
+    h2_stream = conn._h2.streams[stream_id]
+    h2_stream.__dict__["_initialize_content_length"] = _no_length_check
+    h2_stream.__dict__["_track_content_length"] = _no_length_check
+    stream = Stream(
+        stream_id, progress, first_offset=first_offset, head_request=head_request, owner=conn
+    )
+    conn._streams[stream_id] = stream
+    conn._awaiting_head.add(stream_id)
+    conn.requests += 1
+    return stream
+
+
+async def write_body(
+    conn: ConnectionState, stream: Stream, request: WireRequest, progress: AttemptProgress
+) -> None:
+    body = request.body
+    stream_id = stream.stream_id
+    if isinstance(body, bytes):
+        if body and len(body) <= send_window(conn, stream_id):
+            # One write for small requests: the body leaves with the head.
+            conn._h2.send_data(stream_id, body, end_stream=True)
+            await send(conn, stream, progress, Stage.REQUEST_BODY)
+        else:
+            await send(conn, stream, progress, Stage.REQUEST_HEAD)
+            if body:
+                await send_data(conn, stream, progress, body)
+                await end_stream(conn, stream, progress)
+    else:
+        await send(conn, stream, progress, Stage.REQUEST_HEAD)
+        async with closing_body(body):
+            async for chunk in body:
+                if chunk:
+                    await send_data(conn, stream, progress, bytes(chunk))
+        await end_stream(conn, stream, progress)
+    progress.advance(Stage.AWAITING_RESPONSE)
+
+
+def send_window(conn: ConnectionState, stream_id: int) -> int:
+    try:
+        window = conn._h2.local_flow_control_window(stream_id)
+    except h2.exceptions.ProtocolError:
+        return 0
+    return min(window, conn._h2.max_outbound_frame_size)
+
+
+async def send_data(
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, data: bytes
+) -> None:
+    """Send ``data`` as the server's flow-control windows allow, a frame at a time."""
+    offset = 0
+    while offset < len(data):
+        size = await wait_send_window(conn, stream, progress)
+        if not size:
+            return  # the server already sent its whole response: it wants no more
+        conn._writer.collect()
+        try:
+            conn._h2.send_data(stream.stream_id, data[offset : offset + size])
+        except h2.exceptions.ProtocolError as exc:
+            raise unusable(conn, stream, progress, exc) from exc
+        await send(conn, stream, progress, Stage.REQUEST_BODY)
+        offset += size
+
+
+async def end_stream(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> None:
+    if stream.state is StreamState.ENDED:
+        return
+    conn._writer.collect()
+    try:
+        conn._h2.end_stream(stream.stream_id)
+    except h2.exceptions.ProtocolError as exc:
+        raise unusable(conn, stream, progress, exc) from exc
+    await send(conn, stream, progress, Stage.REQUEST_BODY)
+
+
+def unusable(
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, exc: Exception
+) -> WireError:
+    """h2 refused to send on the stream: it was reset or the connection failed."""
+    if stream.failure is not None:
+        return stream.failure.error(progress)
+    if conn._death is not None:
+        return conn._death.error(progress)
+    return WireError.at(
+        progress, FailureCategory.CONNECTION_BROKEN, f"the stream was closed: {exc}"
+    )
+
+
+async def wait_send_window(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> int:
+    """The bytes that may be sent now (``0``: the response ended, stop sending)."""
+    while True:
+        stream.check(progress)  # the stream's own proof first, then the connection's
+        if conn._death is not None:
+            raise conn._death.error(progress)
+        if stream.state is StreamState.ENDED:
+            return 0
+        size = send_window(conn, stream.stream_id)
+        if size > 0:
+            return size
+        # Woken by WINDOW_UPDATE (stream or connection), a SETTINGS change, or a failure.
+        await stream.wait()
+
+
+async def send(
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, stage: Stage
+) -> None:
+    """The one path for request bytes: advance the stage, queue what h2 produced for the
+    writer, and wait until it is written. A cancelled wait leaves the frames queued."""
+    before = conn._writer.queued
+    mark = conn._writer.collect()
+    progress.advance(stage)
+    try:
+        await conn._writer.wait_written(mark)
+    except WriterBroken:
+        stream.check(progress)  # a stream's own proof wins over the connection's death
+        assert conn._death is not None
+        raise conn._death.error(progress) from None
+    progress.bytes_sent += mark - before
+    stream.check(progress)
+
+
+async def read_head(
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress, limit: float | None
+) -> WireResponse:
+    with stage_timeout(limit) as scope:
+        while stream.head is None:
+            stream.check(progress)
+            await stream.wait()
+    if scope.cancelled_caught:
+        raise stage_timed_out(progress, "first_byte", limit)
+    # headers.malformed let through only heads that start with their one :status.
+    head = stream.head
+    status = int(head[0][1])
+    return WireResponse(status, REASONS.get(status, ""), head[1:], conn.http_version, stream)

@@ -1,0 +1,237 @@
+"""One request/response exchange on an HTTP/2 connection: its state, its proof, its body.
+
+The connection's reader fills a :class:`Stream` (``on_*``); the attempt's task consumes it,
+parked on the stream's own :class:`trio.lowlevel.ParkingLot`. The stream has one ``state``
+(:class:`StreamState`) and these legal moves::
+
+    OPEN ──head──> RECEIVING ──end──> ENDED ──┐
+      │                │                      ├──> DONE (the client is finished with it)
+      └──fail──> FAILED <─fail──┘ ────────────┘
+
+``FAILED`` keeps the *first* failure: a stream proven ``NOT_SENT`` (REFUSED_STREAM, or above a
+GOAWAY's last-stream-id) stays so whatever the connection does afterwards (an EOF, a reset, a
+write error): the stream's own proof wins over the connection's later death. A stream whose
+response ENDED keeps its response (its whole body is buffered here).
+
+The body is checked against its declared ``Content-Length`` here (h2's own check is a
+connection error; here a mismatch resets this stream only, RFC 9113 §8.1.1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from ..._core.evidence import FailureCategory, Stage
+from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+
+__all__ = ["Failure", "Stream", "StreamOwner", "StreamState"]
+
+
+class StreamOwner(Protocol):
+    """What a stream asks of its connection."""
+
+    def consumed(self, stream_id: int, flow_controlled: int) -> None:
+        """The client read ``flow_controlled`` bytes: hand the credit back to the server."""
+
+    def stream_done(self, stream: Stream, unread: int) -> None:
+        """The client is done with ``stream`` (reset it if still open, credit ``unread``)."""
+
+    def stream_error(self, stream: Stream, problem: str) -> None:
+        """The response broke HTTP on this stream only: reset it with PROTOCOL_ERROR."""
+
+
+class StreamState(enum.Enum):
+    OPEN = "open"  # the request is being sent or awaits its final head
+    RECEIVING = "receiving"  # final head in, body arriving
+    ENDED = "ended"  # the whole response arrived
+    FAILED = "failed"  # ``failure`` says why; first failure wins
+    DONE = "done"  # the client is finished with it; the connection forgot it
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a stream (or the whole connection) cannot go on; turned into a :class:`WireError`
+    by the stream's own task, with the stage *that* task's progress reached."""
+
+    category: FailureCategory
+    message: str
+    not_sent: bool = False
+    #: Proven NOT_SENT for a reason of the connection, not of the request (a routine GOAWAY
+    #: rotation): the client may send it again on a fresh connection without counting it.
+    reconnect: bool = False
+
+    def error(self, progress: AttemptProgress) -> WireError:
+        if self.not_sent:
+            progress.proven_not_sent = True
+        return WireError.at(
+            progress, self.category, self.message, reconnect=self.reconnect and self.not_sent
+        )
+
+
+class Stream:
+    """See the module docstring. ``progress`` is the attempt's: the reader records the first
+    byte and the final head there as they arrive."""
+
+    __slots__ = (
+        "_chunks",
+        "_lot",
+        "_owner",
+        "expected_length",
+        "failure",
+        "first_offset",
+        "head",
+        "head_request",
+        "progress",
+        "received",
+        "state",
+        "stream_id",
+    )
+
+    def __init__(
+        self,
+        stream_id: int,
+        progress: AttemptProgress,
+        *,
+        first_offset: int,
+        head_request: bool,
+        owner: StreamOwner,
+    ) -> None:
+        self.stream_id = stream_id
+        self.progress = progress
+        #: The writer's byte count when this stream's HEADERS were queued: if the connection
+        #: dies before the writer handed that many bytes to the transport, nothing of this
+        #: request left us.
+        self.first_offset = first_offset
+        self.head_request = head_request
+        self.state = StreamState.OPEN
+        self.head: list[tuple[bytes, bytes]] | None = None
+        self.failure: Failure | None = None
+        self.expected_length: int | None = None
+        self.received = 0
+        self._chunks: deque[tuple[bytes, int]] = deque()
+        self._lot = trio.lowlevel.ParkingLot()
+        self._owner = owner
+
+    # --- reader side -------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._lot.unpark_all()
+
+    def on_first_byte(self) -> None:
+        progress = self.progress
+        if "first_byte" not in progress.timings:
+            progress.advance(Stage.RESPONSE_HEAD)
+            progress.timings["first_byte"] = trio.current_time() - progress.started
+        self.wake()
+
+    def on_head(self, headers: list[tuple[bytes, bytes]], expected_length: int | None) -> None:
+        if self.state is not StreamState.OPEN:
+            return
+        self.on_first_byte()
+        self.head = headers
+        self.expected_length = None if self.head_request else expected_length
+        self.state = StreamState.RECEIVING
+        self.progress.advance(Stage.RESPONSE_BODY)
+
+    def on_data(self, data: bytes, flow_controlled: int) -> None:
+        self._chunks.append((data, flow_controlled))
+        self.received += len(data)
+        if self.expected_length is not None and self.received > self.expected_length:
+            self._owner.stream_error(
+                self,
+                f"more body ({self.received} bytes so far) than its content-length "
+                f"({self.expected_length})",
+            )
+        self.wake()
+
+    def on_end(self) -> None:
+        if self.state is not StreamState.RECEIVING:
+            return  # a failed stream stays failed; a stream without a head was reported
+        if self.expected_length is not None and self.received != self.expected_length:
+            self._owner.stream_error(
+                self,
+                f"a body of {self.received} bytes where its content-length said "
+                f"{self.expected_length}",
+            )
+            return
+        self.state = StreamState.ENDED
+        self.wake()
+
+    def fail(self, failure: Failure) -> None:
+        """Fail the stream unless it already failed (the first proof wins) or ended."""
+        if self.state is StreamState.OPEN or self.state is StreamState.RECEIVING:
+            self.failure = failure
+            self.state = StreamState.FAILED
+            self.wake()
+
+    # --- attempt side ------------------------------------------------------------------------
+
+    @property
+    def open(self) -> bool:
+        """Still expecting response frames (OPEN or RECEIVING)."""
+        return self.state is StreamState.OPEN or self.state is StreamState.RECEIVING
+
+    def check(self, progress: AttemptProgress) -> None:
+        """Raise this stream's failure, if it has one."""
+        if self.failure is not None:
+            raise self.failure.error(progress)
+
+    async def wait(self) -> None:
+        """Until the reader next changes something for this stream."""
+        await self._lot.park()
+
+    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
+        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``).
+
+        Reading hands the bytes' flow-control credit back to the server, so an unread body
+        holds at most one stream window. Raises :class:`WireError` (``PARTIAL_RESPONSE`` by
+        stage) when the stream breaks. On cancellation or any error the stream is reset
+        (``CANCEL``) and the connection carries on.
+        """
+        try:
+            with stage_timeout(read_limit) as scope:
+                while True:
+                    if self._chunks:
+                        data, flow_controlled = self._chunks.popleft()
+                        self._owner.consumed(self.stream_id, flow_controlled)
+                        progress.bytes_received += len(data)
+                        if data:
+                            return data
+                        continue
+                    state = self.state
+                    if state is StreamState.ENDED:
+                        progress.advance(Stage.COMPLETE)
+                        self._finish(0)
+                        return b""
+                    if state is StreamState.FAILED:
+                        self.check(progress)
+                    if state is StreamState.DONE:
+                        raise WireError.at(
+                            progress,
+                            FailureCategory.CONNECTION_BROKEN,
+                            "the response body was abandoned",
+                        )
+                    await self._lot.park()
+            assert scope.cancelled_caught
+            raise stage_timed_out(progress, "read", read_limit)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def abandon(self) -> None:
+        """Stop the exchange: reset the stream (``CANCEL``) unless it already ended, give its
+        unread bytes' credit back, and free its slot. The connection carries on."""
+        if self.state is not StreamState.DONE:
+            unread = sum(flow for _, flow in self._chunks)
+            self._chunks.clear()
+            self._finish(unread)
+
+    def _finish(self, unread: int) -> None:
+        if self.state is not StreamState.DONE:
+            self.state = StreamState.DONE
+            self._owner.stream_done(self, unread)

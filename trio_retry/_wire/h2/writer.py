@@ -1,0 +1,136 @@
+"""The one task that writes to an HTTP/2 connection's socket.
+
+Everything that sends — a stream's HEADERS and DATA, the reader's WINDOW_UPDATE, SETTINGS and
+PING acknowledgements, a RST_STREAM — only asks h2 to queue frames and then asks the writer to
+flush (:meth:`Writer.collect` returns the *mark*: how many bytes will have been written once
+those frames are out). The writer task, in the client's nursery, takes what h2 queued and
+writes it, at most :data:`WRITE_CHUNK` per ``send_all``, so frames leave whole and in order.
+
+Why one writer rather than each caller writing its own frames: a caller's deadline (or its
+cancel scope) must cancel only *its* wait (:meth:`Writer.wait_written`), never a ``send_all``
+in the middle of a frame (a cut frame corrupts the connection for every stream; a cancelled TLS
+write breaks the TLS stream). So no write is shielded and no write runs in a caller's scope:
+a call whose deadline fires leaves at once, its frames still queued, and its stream is reset
+behind them.
+
+A peer that stops reading stalls the writer, not the callers. When one ``send_all`` makes no
+progress for ``stall_timeout`` seconds, the writer gives the connection up (``on_broken``):
+every stream fails with the evidence of the stage it reached, and a stream none of whose bytes
+had been handed to the transport (:attr:`Writer.handed`) is proven ``NOT_SENT``.
+
+Waking costs no allocation: the writer and the callers park in two :class:`trio.lowlevel.
+ParkingLot` objects made once per connection (no ``trio.Event`` per wake).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import h2.connection
+import trio
+
+from ..exchange import TRANSPORT_ERRORS
+
+__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Writer", "WriterBroken"]
+
+#: The most one ``send_all`` writes: the unit of progress the stall bound is measured in.
+WRITE_CHUNK = 65536
+#: How long one ``send_all`` may make no progress before the connection is given up.
+STALL_TIMEOUT = 10.0
+
+
+class WriterBroken(Exception):
+    """The connection can no longer write; the connection's own failure says why."""
+
+
+class Writer:
+    """Owns the socket's send side; see the module docstring."""
+
+    __slots__ = (
+        "_h2",
+        "_on_broken",
+        "_outbox",
+        "_stream",
+        "_wake_callers",
+        "_wake_writer",
+        "broken",
+        "handed",
+        "queued",
+        "stall_timeout",
+        "written",
+    )
+
+    def __init__(
+        self,
+        stream: trio.abc.SendStream,
+        conn: h2.connection.H2Connection,
+        on_broken: Callable[[str], None],
+        *,
+        stall_timeout: float = STALL_TIMEOUT,
+    ) -> None:
+        self._stream = stream
+        self._h2 = conn
+        self._on_broken = on_broken
+        self._outbox = bytearray()
+        self._wake_writer = trio.lowlevel.ParkingLot()
+        self._wake_callers = trio.lowlevel.ParkingLot()
+        self.stall_timeout = stall_timeout
+        #: Bytes taken from h2 so far / handed to ``send_all`` so far / written so far.
+        self.queued = 0
+        self.handed = 0
+        self.written = 0
+        self.broken = False
+
+    def collect(self) -> int:
+        """Take what h2 queued (in order) and wake the writer; returns the mark at which all
+        of it will have been written."""
+        data = self._h2.data_to_send()
+        if data and not self.broken:
+            self._outbox += data
+            self.queued += len(data)
+            self._wake_writer.unpark_all()
+        return self.queued
+
+    async def wait_written(self, mark: int) -> None:
+        """Wait until ``mark`` bytes were written. Raises :class:`WriterBroken` if the
+        connection failed first. Cancellation cancels this wait only: the bytes stay queued
+        and are written (the frames are never cut)."""
+        while self.written < mark:
+            if self.broken:
+                raise WriterBroken
+            await self._wake_callers.park()
+
+    def stop(self) -> None:
+        """The connection is over: drop what is queued, release every waiter."""
+        self.broken = True
+        self._outbox.clear()
+        self._wake_callers.unpark_all()
+        self._wake_writer.unpark_all()
+
+    async def run(self) -> None:
+        """The writer task: until :meth:`stop` (or a failed write, reported to ``on_broken``).
+        Never raises but ``trio.Cancelled`` (when the client's nursery closes)."""
+        while not self.broken:
+            if not self._outbox:
+                self.collect()
+                if not self._outbox:
+                    await self._wake_writer.park()
+                    continue
+            chunk = bytes(self._outbox[:WRITE_CHUNK])
+            del self._outbox[:WRITE_CHUNK]
+            self.handed += len(chunk)
+            try:
+                with trio.move_on_after(self.stall_timeout) as scope:
+                    await self._stream.send_all(chunk)
+            except TRANSPORT_ERRORS as exc:
+                if not self.broken:
+                    self._on_broken(f"connection broke while sending: {exc.__cause__ or exc}")
+                return
+            if scope.cancelled_caught:
+                self._on_broken(
+                    f"the server read nothing for {self.stall_timeout}s while we wrote; the "
+                    "connection was given up"
+                )
+                return
+            self.written += len(chunk)
+            self._wake_callers.unpark_all()
