@@ -48,6 +48,7 @@ from ._errors import InvalidRequest as InvalidRequest
 from ._errors import PoolTimeout as PoolTimeout
 from ._errors import ProtocolFailed as ProtocolFailed
 from ._errors import RequestFailed as RequestFailed
+from ._errors import ResponseNotJSON as ResponseNotJSON
 from ._errors import TLSFailed as TLSFailed
 from ._errors import TooManyRedirects as TooManyRedirects
 from ._errors import TrioRetryError as TrioRetryError
@@ -78,6 +79,7 @@ __all__ = [
     "CircuitState",
     "Client",
     "ClientStateError",
+    "ResponseNotJSON",
     "ConnectFailed",
     "ConnectionBroken",
     "DeadlineExceeded",

@@ -15,7 +15,8 @@
     ├── HttpAmbiguousExecutionError   a non-idempotent request may have run: NOT a RequestFailed
     ├── HTTPStatusError               raise_for_status() on a status >= 400
     ├── TooManyRedirects              more than max_redirects hops
-    └── ClientStateError              the client used outside ``async with`` or after close
+    ├── ClientStateError              the client used outside ``async with`` or after close
+    └── ResponseNotJSON               Response.json() on a body that is not JSON (a ValueError)
 
 ``HttpAmbiguousExecutionError`` is deliberately a sibling of ``RequestFailed``: code that catches
 "failed" (and perhaps retries on its own) must not swallow "it may have happened".
@@ -43,6 +44,7 @@ from ._core.errors import InvalidRequest as InvalidRequest
 from ._core.errors import PoolTimeout as PoolTimeout
 from ._core.errors import ProtocolFailed as ProtocolFailed
 from ._core.errors import RequestFailed as RequestFailed
+from ._core.errors import ResponseNotJSON as ResponseNotJSON
 from ._core.errors import TLSFailed as TLSFailed
 from ._core.errors import TrioRetryError as TrioRetryError
 from ._core.evidence import Evidence, FailureCategory
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdmissionRejected",
     "ClientStateError",
+    "ResponseNotJSON",
     "ConnectFailed",
     "ConnectionBroken",
     "DeadlineExceeded",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.attempt import Attempt
-from ._core.errors import InvalidRequest, TrioRetryError
+from ._core.errors import InvalidRequest, ResponseNotJSON, TrioRetryError
 from ._core.evidence import Evidence, FailureCategory
 
 if TYPE_CHECKING:
@@ -676,7 +676,14 @@ class Response:
         return _Lines(self.aiter_text())
 
     def json(self, **kwargs: Any) -> Any:
-        return _json.loads(self.content, **kwargs)
+        """``content`` parsed as JSON (``kwargs`` go to ``json.loads``). A body that is not
+        JSON raises :class:`ResponseNotJSON` (a ``TrioRetryError`` and a ``ValueError``)."""
+        try:
+            return _json.loads(self.content, **kwargs)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ResponseNotJSON(
+                f"the body of {self.request_method} {self.url} ({self.status}) is not JSON: {exc}"
+            ) from exc
 
     def raise_for_status(self) -> Response:
         """Raise :class:`HTTPStatusError` when ``status >= 400``; otherwise return ``self``."""

@@ -792,3 +792,23 @@ async def test_a_refused_port_is_not_sent_and_quick() -> None:
         result, elapsed = await call(client, "POST", f"http://127.0.0.1:{refused_port()}/")
     expect_failure(result, ConnectFailed, FailureCategory.CONNECT, Evidence.NOT_SENT, "connect")
     assert elapsed < 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>not json</html>", b"", b'{"a": ', b"\xff\xfe\x00garbage"],
+    ids=["html", "empty", "truncated", "not-utf8"],
+)
+async def test_a_body_that_is_not_json_is_a_trio_retry_error(
+    nursery: trio.Nursery, body: bytes
+) -> None:
+    server = server_for("h1")
+    server.default = Respond(200, body=body, headers={"Content-Type": "application/json"})
+    await nursery.start(server.serve)
+    async with trio_retry.Client() as client:
+        response = await client.get(server.url + "/api")
+    with pytest.raises(trio_retry.ResponseNotJSON, match="is not JSON") as info:
+        response.json()
+    assert isinstance(info.value, trio_retry.TrioRetryError)
+    assert isinstance(info.value, ValueError)  # as json.JSONDecodeError is
+    assert isinstance(info.value.__cause__, ValueError)

@@ -106,3 +106,10 @@ class AdmissionRejected(RequestFailed):
 
 class ClientStateError(TrioRetryError, RuntimeError):
     """The client was used outside ``async with`` (not yet entered, or already closed)."""
+
+
+class ResponseNotJSON(TrioRetryError, ValueError):
+    """``Response.json()`` on a body that is not JSON (or not text in its charset). Also a
+    ``ValueError``, as the standard library's ``json.JSONDecodeError`` is, so code written
+    against other clients' ``except ValueError`` keeps working; the parser's own error is
+    ``__cause__``."""
