@@ -11,7 +11,7 @@ import pytest
 
 from .nginx import NginxConfig, NginxUnavailable, RunningNginx, find_nginx, start_nginx
 
-__all__ = ["nginx"]
+__all__ = ["StartNginx", "nginx"]
 
 StartNginx = Callable[..., RunningNginx]
 

@@ -29,6 +29,13 @@ The access log (:meth:`RunningNginx.log`) is what nginx says it executed: one li
 it finished, with the ``x-request-id`` request header, so a test counts side effects per
 request id, and ``$connection`` / ``$connection_requests``, so it counts the connections used.
 
+A test that needs more adds it as configuration text (:class:`NginxConfig` ``extra_http`` and
+``servers``) in which ``{{name}}`` placeholders are filled in: ``{{host}}``, ``{{workdir}}``,
+``{{tls}}`` (the ``ssl_certificate`` lines), the port of every listener (``{{h1}}``, and the extra
+ones named in ``listeners``), ``{{NAME}}`` of every ``unix_listeners`` entry (``unix:/path``), and
+any ``values`` the test gives (a backend's port, say). ``files`` are written into the working
+directory first (``html/`` is the ``root`` of a static server). nginx waits for every listener.
+
 When nginx cannot be had, :func:`find_nginx` returns ``None`` and the fixture skips with the
 reason (``.ci/run`` installs it from the OS packages when it can).
 """
@@ -45,7 +52,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,8 +75,10 @@ SKIP_REASON = (
 #: One access-log line: tab-separated fields, in this order (see :class:`LogEntry`).
 _LOG_FORMAT = (
     "$connection\\t$connection_requests\\t$server_protocol\\t$request_method\\t$uri\\t"
-    "$status\\t$http_x_request_id\\t$request_length\\t$body_bytes_sent"
+    "$status\\t$http_x_request_id\\t$request_length\\t$body_bytes_sent\\t$server_port\\t"
+    "$bytes_sent\\t$ssl_client_verify\\t$http_traceparent"
 )
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
 class NginxUnavailable(Exception):
@@ -86,8 +95,18 @@ class NginxConfig:
     client_max_body_size: str = "1m"
     #: ``client_max_body_size`` of ``/upload`` only (where the early 413 is tested).
     upload_max_body_size: str = "1m"
-    #: Extra directives inserted in the ``http`` block, verbatim.
+    #: Extra directives inserted in the ``http`` block (placeholders filled in).
     extra_http: str = ""
+    #: Extra ``server {}`` blocks (or any ``http``-level text), placeholders filled in.
+    servers: str = ""
+    #: Names of extra loopback ports to allocate (``{{name}}`` in the text); nginx must listen.
+    listeners: tuple[str, ...] = ()
+    #: Names of Unix sockets (``{{name}}`` is ``unix:<workdir>/<name>.sock``); nginx must listen.
+    unix_listeners: tuple[str, ...] = ()
+    #: More placeholder values, e.g. the port of a backend the test started.
+    values: Mapping[str, object] = field(default_factory=dict)
+    #: Files written (relative to the working directory) before nginx starts.
+    files: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +122,12 @@ class LogEntry:
     request_id: str | None
     request_length: int
     body_bytes_sent: int
+    #: ``$server_port``; ``None`` on a Unix socket.
+    server_port: int | None
+    bytes_sent: int
+    #: ``$ssl_client_verify``; ``None`` off TLS.
+    ssl_client_verify: str | None
+    traceparent: str | None
 
 
 @dataclass(frozen=True)
@@ -142,6 +167,10 @@ class RunningNginx:
     def h2c(self) -> bool:
         """Whether this nginx also listens for h2c (prior knowledge)."""
         return "h2c" in self.ports
+
+    def unix_socket(self, name: str) -> str:
+        """The path of the Unix socket listener ``name``."""
+        return str(self.workdir / f"{name}.sock")
 
     def url(self, listener: str, path: str) -> str:
         scheme = "https" if listener.endswith("tls") else "http"
@@ -205,7 +234,9 @@ class RunningNginx:
 
 
 def _parse(line: str) -> LogEntry:
-    conn, conn_requests, proto, method, uri, status, rid, length, sent = line.split("\t")
+    fields = line.split("\t")
+    conn, conn_requests, proto, method, uri, status, rid, length, sent = fields[:9]
+    port, total, verify, traceparent = (None if v in ("", "-") else v for v in fields[9:])
     return LogEntry(
         connection=int(conn),
         connection_requests=int(conn_requests),
@@ -216,6 +247,10 @@ def _parse(line: str) -> LogEntry:
         request_id=None if rid == "-" else rid,
         request_length=int(length),
         body_bytes_sent=int(sent),
+        server_port=None if port is None else int(port),
+        bytes_sent=int(total or 0),
+        ssl_client_verify=verify,
+        traceparent=traceparent,
     )
 
 
@@ -299,7 +334,20 @@ def _config(
             if modern
             else f"        listen {HOST}:{ports['h2c']} http2;\n"
         )
+    values: dict[str, object] = {"host": HOST, "workdir": workdir, "tls": tls_lines, **ports}
+    values.update((name, f"unix:{workdir / name}.sock") for name in config.unix_listeners)
+    values.update(config.values)
+
+    def fill(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            if match.group(1) not in values:
+                raise ValueError(f"nginx config: no value for {{{{{match.group(1)}}}}}")
+            return str(values[match.group(1)])
+
+        return _PLACEHOLDER.sub(one, text)
+
     body = "".join(f"    server {{\n{listen}{locations}    }}\n" for listen in servers)
+    body += fill(config.servers)
     # The backend of /post and /upload: not logged, so the log holds client requests only.
     body += (
         f"    server {{\n        listen {HOST}:{ports['backend']};\n"
@@ -329,11 +377,12 @@ def _config(
         f"    fastcgi_temp_path {tmp / 'fastcgi'};\n"
         f"    uwsgi_temp_path {tmp / 'uwsgi'};\n"
         f"    scgi_temp_path {tmp / 'scgi'};\n"
-        f"{config.extra_http}" + body + "}\n"
+        f"{fill(config.extra_http)}" + body + "}\n"
     )
 
 
-def _wait_listening(ports: list[int], proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_listening(ports: list[int | str], proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until nginx accepts a connection on every port (or Unix socket path)."""
     end = time.monotonic() + timeout
     pending = list(ports)
     while pending:
@@ -341,9 +390,15 @@ def _wait_listening(ports: list[int], proc: subprocess.Popen[bytes], timeout: fl
             raise NginxUnavailable(f"nginx exited with status {proc.returncode}")
         if time.monotonic() > end:
             raise NginxUnavailable(f"nginx did not listen on {pending} within {timeout}s")
+        target = pending[0]
         try:
-            with socket.create_connection((HOST, pending[0]), timeout=0.5):
-                pending.pop(0)
+            if isinstance(target, str):
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(0.5)
+                    sock.connect(target)
+            else:
+                socket.create_connection((HOST, target), timeout=0.5).close()
+            pending.pop(0)
         except OSError:
             time.sleep(0.02)
 
@@ -362,18 +417,25 @@ def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
     (workdir / "tmp").mkdir()
     (workdir / "html").mkdir()
     ca = trustme.CA()
-    cert = ca.issue_cert(HOST)
+    cert = ca.issue_cert(HOST, "localhost")
     cert.private_key_pem.write_to_path(str(workdir / "server.key"))
     cert.cert_chain_pems[0].write_to_path(str(workdir / "server.pem"))
     for blob in cert.cert_chain_pems[1:]:
         with open(workdir / "server.pem", "ab") as chain:
             chain.write(blob.bytes())
+    ca.cert_pem.write_to_path(str(workdir / "ca.pem"))
+    for relative, content in config.files.items():
+        (workdir / relative).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / relative).write_bytes(content)
     names = ["h1", "h1_tls", "h2_tls", "dead", "backend"]
     if version >= (1, 9, 5):  # h2c (prior knowledge) on a cleartext `http2` listen
         names.append("h2c")
+    names.extend(config.listeners)
     error = "no attempt"
     for _ in range(3):  # a free port may be taken between probing and binding
         ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        for name in config.unix_listeners:  # left by a failed attempt
+            (workdir / f"{name}.sock").unlink(missing_ok=True)
         conf = workdir / "nginx.conf"
         conf.write_text(_config(workdir, ports, config, version))
         cmd = [binary, "-p", str(workdir), "-c", str(conf)]
@@ -382,7 +444,8 @@ def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        listening = [port for name, port in ports.items() if name != "dead"]
+        listening: list[int | str] = [port for name, port in ports.items() if name != "dead"]
+        listening += [str(workdir / f"{name}.sock") for name in config.unix_listeners]
         try:
             _wait_listening(listening, proc, timeout=10)
         except NginxUnavailable as exc:
