@@ -1,5 +1,6 @@
 """The round-two transports against a server we did not write: nginx, started by the test on
-loopback from a generated config, counting what its own access log says it executed.
+loopback from a generated config (:mod:`tests.support.nginx`), counting what its own access log
+says it executed.
 
 - mutual TLS: ``ssl_verify_client on`` with a trustme client CA; ``cert=`` gets in, a client
   without a certificate is refused (nginx answers 400 and executes nothing);
@@ -9,157 +10,95 @@ loopback from a generated config, counting what its own access log says it execu
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
+import ssl
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 import trustme
 
 import trio_retry
+from tests.support.nginx import (
+    SKIP_REASON,
+    NginxConfig,
+    RunningNginx,
+    find_nginx,
+    running_nginx,
+)
 
 from .conftest import FAST
 
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed")
 LIMIT = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-class Nginx:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.server_ca = trustme.CA()
-        self.client_ca = trustme.CA()
-        self.mtls_port = _free_port()
-        self.tls_port = _free_port()
-        self.uds = str(root / "nginx.sock")
-        self.log = root / "access.log"
-
-    def files(self) -> None:
-        cert = self.server_ca.issue_cert("127.0.0.1", "localhost")
-        cert.cert_chain_pems[0].write_to_path(str(self.root / "server.crt"))
-        for blob in cert.cert_chain_pems[1:]:
-            blob.write_to_path(str(self.root / "server.crt"), append=True)
-        cert.private_key_pem.write_to_path(str(self.root / "server.key"))
-        self.client_ca.cert_pem.write_to_path(str(self.root / "client-ca.pem"))
-        self.server_ca.cert_pem.write_to_path(str(self.root / "ca.pem"))
-        client = self.client_ca.issue_cert("client@example.test")
-        (self.root / "client.pem").write_bytes(
-            b"".join(b.bytes() for b in client.cert_chain_pems) + client.private_key_pem.bytes()
-        )
-        tls = f"ssl_certificate {self.root}/server.crt; ssl_certificate_key {self.root}/server.key;"
-        location = 'location / { return 200 "executed\\n"; }'
-        (self.root / "nginx.conf").write_text(
-            "worker_processes 1; daemon off;\n"
-            f"pid {self.root}/nginx.pid; error_log {self.root}/error.log warn;\n"
-            "events { worker_connections 64; }\n"
-            "http {\n"
-            "  log_format t '$server_port $request_method $request_uri $status "
-            "$ssl_client_verify';\n"
-            f"  access_log {self.log} t;\n"
-            f"  client_body_temp_path {self.root}/tmp;\n"
-            f"  server {{ listen 127.0.0.1:{self.mtls_port} ssl http2; {tls}\n"
-            f"    ssl_client_certificate {self.root}/client-ca.pem; ssl_verify_client on;\n"
-            f"    {location} }}\n"
-            f"  server {{ listen 127.0.0.1:{self.tls_port} ssl http2; {tls} {location} }}\n"
-            f"  server {{ listen unix:{self.uds}; {location} }}\n"
-            "}\n"
-        )
-
-    def executed(self) -> list[str]:
-        if not self.log.exists():
-            return []
-        return self.log.read_text().splitlines()
+SERVERS = """
+  server { listen {{host}}:{{mtls}} ssl http2; {{tls}}
+    ssl_client_certificate {{workdir}}/client-ca.pem; ssl_verify_client on;
+    LOCATION }
+  server { listen {{host}}:{{tls_port}} ssl http2; {{tls}} LOCATION }
+  server { listen {{uds}}; LOCATION }
+""".replace("LOCATION", 'location / { return 200 "executed\\n"; }')
 
 
 @pytest.fixture(scope="module")
-def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
-    root = tmp_path_factory.mktemp("nginx")
-    os.chmod(root, 0o755)  # nginx workers run unprivileged when we are root
-    (root / "tmp").mkdir()
-    server = Nginx(root)
-    server.files()
-    proc = subprocess.Popen(
-        [str(NGINX), "-p", str(root), "-c", str(root / "nginx.conf")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def nginx() -> Iterator[RunningNginx]:
+    """One nginx for the module: the mutual-TLS, TLS and Unix-socket servers above."""
+    if find_nginx() is None:
+        pytest.skip(SKIP_REASON)
+    client_ca = trustme.CA()
+    client = client_ca.issue_cert("client@example.test")
+    pem = b"".join(b.bytes() for b in client.cert_chain_pems) + client.private_key_pem.bytes()
+    config = NginxConfig(
+        servers=SERVERS,
+        listeners=("mtls", "tls_port"),
+        unix_listeners=("uds",),
+        files={"client-ca.pem": client_ca.cert_pem.bytes(), "client.pem": pem},
     )
-    try:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(server.uds):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                error = (root / "error.log").read_text() if (root / "error.log").exists() else ""
-                pytest.skip(f"nginx did not start: {error[-500:]}")
-            time.sleep(0.05)
-        os.chmod(server.uds, 0o777)
+    with running_nginx(config) as server:
         yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
-def _lines(nginx: Nginx, port: int) -> list[str]:
-    return [line for line in nginx.executed() if line.startswith(f"{port} ")]
-
-
-async def _logged(nginx: Nginx, port: int | None, before: int, count: int) -> list[str]:
-    """The log lines after ``before``, once ``count`` are there: nginx writes its access log
-    line after the response has left, so the client can read it first (bounded: 100 x 20 ms)."""
-    lines: list[str] = []
-    for _ in range(100):
-        lines = (_lines(nginx, port) if port is not None else nginx.executed())[before:]
-        if len(lines) >= count:
-            break
-        await trio.sleep(0.02)
-    return lines
+def _logged(
+    nginx: RunningNginx, port: str | None, before: int, count: int
+) -> list[tuple[int | None, str, str, int, str | None]]:
+    """The log lines after the first ``before`` (of ``port``'s listener, if given), once
+    ``count`` are there: nginx writes its access log line after the response has left, so the
+    client can read it first (bounded by the helper)."""
+    entries = nginx.log(expect=before + count).entries[before:]
+    lines = [(e.server_port, e.method, e.uri, e.status, e.ssl_client_verify) for e in entries]
+    return [line for line in lines if port is None or line[0] == nginx.ports[port]]
 
 
 @pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
-async def test_mutual_tls_with_nginx(nginx: Nginx, http2: bool) -> None:
-    before = len(_lines(nginx, nginx.mtls_port))
-    url = f"https://localhost:{nginx.mtls_port}/mtls"
+async def test_mutual_tls_with_nginx(nginx: RunningNginx, http2: bool) -> None:
+    before = len(nginx.log())
+    url = f"https://localhost:{nginx.ports['mtls']}/mtls"
     async with trio_retry.Client(
-        retry=FAST, http2=http2, verify=str(nginx.root / "ca.pem"),
-        cert=str(nginx.root / "client.pem"),
+        retry=FAST, http2=http2, verify=str(nginx.workdir / "ca.pem"),
+        cert=str(nginx.workdir / "client.pem"),
     ) as client:  # fmt: skip
         with trio.fail_after(LIMIT):
             response = await client.get(url)
     assert (response.status, response.content) == (200, b"executed\n")
     assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
-    logged = await _logged(nginx, nginx.mtls_port, before, 1)
-    assert logged == [f"{nginx.mtls_port} GET /mtls 200 SUCCESS"]
+    logged = _logged(nginx, "mtls", before, 1)
+    assert logged == [(nginx.ports["mtls"], "GET", "/mtls", 200, "SUCCESS")]
 
 
-async def test_nginx_refuses_a_client_without_a_certificate(nginx: Nginx) -> None:
-    before = len(_lines(nginx, nginx.mtls_port))
-    async with trio_retry.Client(retry=FAST, verify=str(nginx.root / "ca.pem")) as client:
+async def test_nginx_refuses_a_client_without_a_certificate(nginx: RunningNginx) -> None:
+    before = len(nginx.log())
+    async with trio_retry.Client(retry=FAST, verify=str(nginx.workdir / "ca.pem")) as client:
         with trio.fail_after(LIMIT):
-            response = await client.get(f"https://localhost:{nginx.mtls_port}/mtls")
+            response = await client.get(f"https://localhost:{nginx.ports['mtls']}/mtls")
     assert response.status == 400  # nginx: "No required SSL certificate was sent"
-    logged = await _logged(nginx, nginx.mtls_port, before, 1)
-    assert logged == [f"{nginx.mtls_port} GET /mtls 400 NONE"]
+    logged = _logged(nginx, "mtls", before, 1)
+    assert logged == [(nginx.ports["mtls"], "GET", "/mtls", 400, "NONE")]
 
 
-async def test_verify_ca_path_and_a_callers_context_with_nginx(nginx: Nginx) -> None:
-    url = f"https://127.0.0.1:{nginx.tls_port}/ca"
-    async with trio_retry.Client(retry=FAST, verify=str(nginx.root / "ca.pem")) as client:
+async def test_verify_ca_path_and_a_callers_context_with_nginx(nginx: RunningNginx) -> None:
+    url = f"https://127.0.0.1:{nginx.ports['tls_port']}/ca"
+    async with trio_retry.Client(retry=FAST, verify=str(nginx.workdir / "ca.pem")) as client:
         with trio.fail_after(LIMIT):
             assert (await client.get(url)).http_version == "HTTP/2"
-    import ssl
-
-    context = ssl.create_default_context(cafile=str(nginx.root / "ca.pem"))
+    context = ssl.create_default_context(cafile=str(nginx.workdir / "ca.pem"))
     async with trio_retry.Client(retry=FAST, verify=context) as client:
         with trio.fail_after(LIMIT):
             # No ALPN on the caller's context, and the client added none: HTTP/1.1.
@@ -169,13 +108,13 @@ async def test_verify_ca_path_and_a_callers_context_with_nginx(nginx: Nginx) -> 
             await client.get(url)
 
 
-async def test_unix_socket_with_nginx(nginx: Nginx) -> None:
-    before = len(nginx.executed())
-    async with trio_retry.Client(retry=FAST, uds=nginx.uds) as client:
+async def test_unix_socket_with_nginx(nginx: RunningNginx) -> None:
+    before = len(nginx.log())
+    async with trio_retry.Client(retry=FAST, uds=nginx.unix_socket("uds")) as client:
         with trio.fail_after(LIMIT):
             first = await client.post("http://localhost/uds", content=b"x")
             second = await client.get("http://localhost/uds")
     assert first.content == second.content == b"executed\n"
     assert second.attempts[0].connection_reused
-    lines = await _logged(nginx, None, before, 2)
-    assert [line.split(" ", 1)[1] for line in lines] == ["POST /uds 200 -", "GET /uds 200 -"]
+    lines = _logged(nginx, None, before, 2)
+    assert [line[1:] for line in lines] == [("POST", "/uds", 200, None), ("GET", "/uds", 200, None)]
