@@ -431,23 +431,6 @@ class StreamFrames:
     build: Callable[[int], bytes]
 
 
-#: Anything a script may hold.
-Action: TypeAlias = (
-    Respond
-    | CloseBeforeRead
-    | CloseAfterHead
-    | CloseAfterBody
-    | Stall
-    | PartialBody
-    | RefuseStream
-    | GoAway
-    | Raw
-    | EndlessBody
-    | StopReading
-    | ShutWindow
-    | StreamFrames
-    | Handler
-)
 #: What a `Handler` may return: any action but another `Handler`.
 Resolved: TypeAlias = (
     Respond
@@ -464,6 +447,8 @@ Resolved: TypeAlias = (
     | ShutWindow
     | StreamFrames
 )
+#: Anything a script may hold.
+Action: TypeAlias = Resolved | Handler
 #: Actions that run once the whole request has been read (allowed as `Stall.then`).
 AfterBody: TypeAlias = (
     Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody | StreamFrames
