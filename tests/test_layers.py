@@ -26,7 +26,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "trio_retry"
 
 VALUES = ("_models", "_errors", "_body", "_decoding", "_auth", "_cookies", "_proxy",
-          "_redirects", "_trail", "_tls")  # fmt: skip
+          "_redirects", "_trail", "_tls", "_streams")  # fmt: skip
 TOP = ("__init__", "__main__", "_cli", "_demo")
 
 

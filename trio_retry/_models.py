@@ -13,12 +13,13 @@ import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
 from ._core.attempt import Attempt
 from ._core.errors import InvalidRequest, ResponseNotJSON, TrioRetryError
 from ._core.evidence import Evidence, FailureCategory
+from ._streams import BodyDecoder, Chunks, Decoded, Lines, Text
 
 if TYPE_CHECKING:
     from ._core.decision import Decision
@@ -49,7 +50,6 @@ _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
-_LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 _USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
 
 
@@ -410,145 +410,12 @@ class Headers(Mapping[str, str]):
         return f"Headers({redact_headers(self._items)!r})"
 
 
-class _Chunks:
-    """An async iterator over chunks already in memory."""
-
-    __slots__ = ("_chunks",)
-
-    def __init__(self, chunks: list[bytes]) -> None:
-        self._chunks = chunks
-
-    def __aiter__(self) -> _Chunks:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if not self._chunks:
-            raise StopAsyncIteration
-        return self._chunks.pop(0)
-
-
-class BodyDecoder(Protocol):
-    """What :class:`_Decoded` needs of a decoder (``trio_retry._decoding.Decoder``, or the
-    client's wrapper that reports its errors as broken bodies): bounded chunks per step."""
-
-    def decode(self, data: bytes) -> Iterator[bytes]: ...
-
-    def finish(self) -> Iterator[bytes]: ...
-
-
-class _Decoded:
-    """Decodes a raw chunk stream on the fly (see ``trio_retry._decoding``), one bounded
-    chunk per step: a network read that inflates a lot is handed out over several steps."""
-
-    __slots__ = ("_decoder", "_done", "_pending", "_raw")
-
-    def __init__(self, raw: AsyncIterator[bytes], decoder: BodyDecoder) -> None:
-        self._raw = raw
-        self._decoder = decoder
-        self._pending: Iterator[bytes] | None = None
-        self._done = False
-
-    def __aiter__(self) -> _Decoded:
-        return self
-
-    async def __anext__(self) -> bytes:
-        while True:
-            if self._pending is not None:
-                try:
-                    chunk = next(self._pending, None)
-                except BaseException:
-                    self._pending, self._done = None, True
-                    raise
-                if chunk is not None:
-                    return chunk
-                self._pending = None
-            if self._done:
-                raise StopAsyncIteration
-            try:
-                raw = await self._raw.__anext__()
-            except StopAsyncIteration:
-                self._done = True
-                self._pending = self._decoder.finish()
-                continue
-            self._pending = self._decoder.decode(raw)
-
-
 class HTTPStatusError(TrioRetryError):
     """Raised by ``Response.raise_for_status()`` for a status >= 400; ``.response`` is it."""
 
     def __init__(self, message: str, *, response: Response) -> None:
         super().__init__(message)
         self.response = response
-
-
-class _Text:
-    """Decoded text chunks from byte chunks: one incremental decoder, so a character split
-    across two chunks comes out whole."""
-
-    __slots__ = ("_bytes", "_decoder", "_done")
-
-    def __init__(self, chunks: AsyncIterator[bytes], encoding: str) -> None:
-        self._bytes = chunks
-        self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
-        self._done = False
-
-    def __aiter__(self) -> _Text:
-        return self
-
-    async def __anext__(self) -> str:
-        while not self._done:
-            try:
-                chunk = await self._bytes.__anext__()
-            except StopAsyncIteration:
-                self._done = True
-                tail: str = self._decoder.decode(b"", final=True)
-                if tail:
-                    return tail
-                break
-            text: str = self._decoder.decode(chunk)
-            if text:
-                return text
-        raise StopAsyncIteration
-
-
-class _Lines:
-    """Lines (without their ending) from text chunks. ``\n``, ``\r\n`` and ``\r`` each end a
-    line; a ``\r`` at the end of a chunk is held until the next chunk shows whether a ``\n``
-    follows, so a ``\r\n`` split across chunks is one line break."""
-
-    __slots__ = ("_buffer", "_done", "_ready", "_text")
-
-    def __init__(self, text: AsyncIterator[str]) -> None:
-        self._text = text
-        self._buffer = ""
-        self._ready: list[str] = []
-        self._done = False
-
-    def __aiter__(self) -> _Lines:
-        return self
-
-    async def __anext__(self) -> str:
-        while not self._ready:
-            if self._done:
-                raise StopAsyncIteration
-            try:
-                chunk = await self._text.__anext__()
-            except StopAsyncIteration:
-                self._done = True
-                if self._buffer:
-                    # A final "\r" ends the last line; anything else is an unterminated line.
-                    self._ready.append(self._buffer.removesuffix("\r"))
-                    self._buffer = ""
-                continue
-            buffer = self._buffer + chunk
-            # Hold a trailing "\r": it may be the first half of "\r\n".
-            held = buffer.endswith("\r")
-            if held:
-                buffer = buffer[:-1]
-            lines = _LINE_BREAKS.split(buffer)
-            self._buffer = lines.pop() + ("\r" if held else "")
-            self._ready.extend(lines)
-        return self._ready.pop(0)
 
 
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -668,12 +535,12 @@ class Response:
         """The decoded body (``aiter_bytes()``) as text, in chunks, decoded incrementally with
         ``encoding`` (the ``Content-Type`` charset, else UTF-8); undecodable bytes become
         U+FFFD. Same consumption rules as ``aiter_bytes()``."""
-        return _Text(self.aiter_bytes(), self.encoding)
+        return Text(self.aiter_bytes(), self.encoding)
 
     def aiter_lines(self) -> AsyncIterator[str]:
         """The text body line by line, without line endings (``\\n``, ``\\r\\n`` or ``\\r``,
         also when split across chunks): for NDJSON and server-sent events."""
-        return _Lines(self.aiter_text())
+        return Lines(self.aiter_text())
 
     def json(self, **kwargs: Any) -> Any:
         """``content`` parsed as JSON (``kwargs`` go to ``json.loads``). A body that is not
@@ -703,9 +570,9 @@ class Response:
         to be finalised later; the ``client.stream()`` block closes the connection.
         """
         if self._content is not None:
-            return _Chunks([self._content] if self._content else [])
+            return Chunks([self._content] if self._content else [])
         raw = self.aiter_raw()
-        return raw if self._decoder is None else _Decoded(raw, self._decoder)
+        return raw if self._decoder is None else Decoded(raw, self._decoder)
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body as it came off the wire, not decoded (streamed calls only)."""
