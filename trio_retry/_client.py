@@ -178,6 +178,8 @@ class Client:
         outer = await self._nursery_cm.__aenter__()
         self._nursery = await outer.start(self._keep_background)
         self._rt.connector.nursery = self._nursery
+        if self._rt.timers.needed:
+            self._rt.timers.start(self._nursery)
         self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
         self._rt.lifecycle = Lifecycle.OPEN
         if self._config.instrumentation is not None:

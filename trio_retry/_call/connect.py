@@ -24,6 +24,7 @@ from .._wire.h2 import HTTP2Connection
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
+from .._wire.timers import StageTimers
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
@@ -63,12 +64,14 @@ def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
 class Connector:
     """Opens the client's connections; HTTP/2 reader tasks live in the client's nursery."""
 
-    __slots__ = ("_config", "_proxy_ssl_context", "nursery", "open_transport")
+    __slots__ = ("_config", "_proxy_ssl_context", "nursery", "open_transport", "timers")
 
     def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
         self._config = config
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
+        #: The client's stage-timeout lanes, handed to each HTTP/1.1 connection.
+        self.timers: StageTimers | None = None
         self._proxy_ssl_context: ssl.SSLContext | None = None
 
     def _proxy_tls(self) -> ssl.SSLContext:
@@ -142,7 +145,7 @@ class Connector:
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
             )
-        return HTTP11Connection(transport, pool_key, config.max_header_bytes)
+        return HTTP11Connection(transport, pool_key, config.max_header_bytes, self.timers)
 
     async def _dial(
         self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress

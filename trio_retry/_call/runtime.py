@@ -14,6 +14,7 @@ import trio
 from .._core.evidence import Stage
 from .._wire.pool import ConnectionPool
 from .._wire.progress import AttemptProgress
+from .._wire.timers import StageTimers
 from .config import ClientConfig
 from .connect import Connector
 from .upstream import Upstreams
@@ -46,6 +47,7 @@ class Runtime:
         "lifecycle",
         "pool",
         "scopes",
+        "timers",
         "upstreams",
     )
 
@@ -53,6 +55,11 @@ class Runtime:
         self.config = config
         self.cookies = cookies
         self.connector = Connector(config)
+        timeouts = config.stage_timeouts
+        #: Stage timeouts without a cancel scope per stage (``_wire/timers.py``); its task
+        #: runs in the client's background nursery.
+        self.timers = StageTimers(timeouts.write, timeouts.first_byte, timeouts.read)
+        self.connector.timers = self.timers
         self.upstreams = Upstreams(config.upstreams, config.default_upstream)
         self.pool = ConnectionPool(
             max_connections=config.max_connections,

@@ -35,6 +35,7 @@ from .exchange import (
     head_too_large,
 )
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+from .timers import StageTimers
 from .transport import Transport
 from .virtual import VirtualSocket
 
@@ -54,11 +55,13 @@ class HTTP11Connection:
     multiplexed = False
 
     __slots__ = (
+        "_expired",
         "_h11",
         "_max_header_bytes",
         "_poller",
         "_socket",
         "_stream",
+        "_timers",
         "busy",
         "closed",
         "expires_at",
@@ -66,12 +69,22 @@ class HTTP11Connection:
         "requests",
     )
 
-    def __init__(self, transport: Transport, origin_key: object, max_header_bytes: int) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        origin_key: object,
+        max_header_bytes: int,
+        timers: StageTimers | None = None,
+    ) -> None:
         self._stream = transport.stream
         self._socket = transport.socket
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
         self._max_header_bytes = max_header_bytes
         self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
+        #: The client's stage lanes (``timers.py``): used instead of a cancel scope per stage
+        #: while they run. ``_expired`` names the stage a lane timed out (then it is closed).
+        self._timers = timers
+        self._expired: str | None = None
         self.origin_key = origin_key
         self.busy = False
         self.closed = False
@@ -108,6 +121,20 @@ class HTTP11Connection:
         except (OSError, ValueError):
             return True
 
+    def stage_expired(self, which: str) -> None:
+        """A stage lane ran out (``timers.py``): close now, so the request's wait ends at once
+        and is reported as that stage's timeout (:meth:`_timed_out`)."""
+        self._expired = which
+        self.close()
+
+    def _timed_out(self, progress: AttemptProgress) -> WireError | None:
+        """The stage timeout that closed this connection, if a lane did."""
+        which = self._expired
+        if which is None or self._timers is None:
+            return None
+        lane = getattr(self._timers, which)
+        return stage_timed_out(progress, which, lane.limit if lane is not None else None)
+
     def close(self) -> None:
         """Close at once, without a TLS close_notify (safe to call twice)."""
         if not self.closed:
@@ -126,6 +153,9 @@ class HTTP11Connection:
         try:
             await self._stream.send_all(data)
         except TRANSPORT_ERRORS as exc:
+            timed_out = self._timed_out(progress)
+            if timed_out is not None:
+                raise timed_out from exc
             raise WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
@@ -163,10 +193,19 @@ class HTTP11Connection:
         self.requests += 1
         progress.http_version = self.http_version
         try:
-            with stage_timeout(write_timeout) as scope:
-                await self._write(request, progress)
-            if scope.cancelled_caught:
-                raise stage_timed_out(progress, "write", write_timeout)
+            timers = self._timers
+            lane = timers.write if timers is not None and timers.running else None
+            if write_timeout is not None and lane is not None:
+                lane.arm(self)
+                try:
+                    await self._write(request, progress)
+                finally:
+                    lane.disarm(self)
+            else:
+                with stage_timeout(write_timeout) as scope:
+                    await self._write(request, progress)
+                if scope.cancelled_caught:
+                    raise stage_timed_out(progress, "write", write_timeout)
             return await self._read_head(progress, first_byte_timeout)
         except BaseException:
             self.close()
@@ -240,6 +279,9 @@ class HTTP11Connection:
             try:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
             except TRANSPORT_ERRORS as exc:
+                timed_out = self._timed_out(progress)
+                if timed_out is not None:
+                    raise timed_out from exc
                 raise WireError.at(
                     progress,
                     FailureCategory.CONNECTION_BROKEN,
@@ -272,62 +314,85 @@ class HTTP11Connection:
             self._h11.receive_data(bytes(data))
 
     async def _read_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
+        timers = self._timers
+        lane = timers.first_byte if timers is not None and timers.running else None
+        if limit is not None and lane is not None:
+            lane.arm(self)
+            try:
+                return await self._head(progress)
+            finally:
+                lane.disarm(self)
         with stage_timeout(limit) as scope:
-            while True:
-                event = await self._next_event(progress)
-                if isinstance(event, h11.InformationalResponse):
-                    continue
-                if isinstance(event, h11.Response):
-                    # h11 bounds only *incomplete* heads; a large head that arrived in one read
-                    # is measured here, so the limit holds however the bytes were chunked.
-                    size = progress.bytes_received  # cheap bound first: usually all we need
-                    if size > self._max_header_bytes:
-                        size = sum(len(name) + len(value) + 4 for name, value in event.headers)
-                    if size > self._max_header_bytes:
-                        raise WireError.at(
-                            progress,
-                            FailureCategory.REMOTE_PROTOCOL,
-                            head_too_large(f"{size} bytes > {self._max_header_bytes}"),
-                        )
-                    framing = _framing_conflict(event.headers)
-                    if framing is not None:
-                        raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
-                    progress.advance(Stage.RESPONSE_BODY)
-                    return WireResponse(
-                        event.status_code,
-                        event.reason.decode("latin-1"),
-                        event.headers.raw_items(),
-                        self.http_version,
-                        self,
-                    )
-                raise WireError.at(  # pragma: no cover - h11 only yields the above here
-                    progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
-                )
+            return await self._head(progress)
         assert scope.cancelled_caught
         raise stage_timed_out(progress, "first_byte", limit)
+
+    async def _head(self, progress: AttemptProgress) -> WireResponse:
+        """Read up to the final response head (1xx skipped), checked."""
+        while True:
+            event = await self._next_event(progress)
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                # h11 bounds only *incomplete* heads; a large head that arrived in one read
+                # is measured here, so the limit holds however the bytes were chunked.
+                size = progress.bytes_received  # cheap bound first: usually all we need
+                if size > self._max_header_bytes:
+                    size = sum(len(name) + len(value) + 4 for name, value in event.headers)
+                if size > self._max_header_bytes:
+                    raise WireError.at(
+                        progress,
+                        FailureCategory.REMOTE_PROTOCOL,
+                        head_too_large(f"{size} bytes > {self._max_header_bytes}"),
+                    )
+                framing = _framing_conflict(event.headers)
+                if framing is not None:
+                    raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
+                progress.advance(Stage.RESPONSE_BODY)
+                return WireResponse(
+                    event.status_code,
+                    event.reason.decode("latin-1"),
+                    event.headers.raw_items(),
+                    self.http_version,
+                    self,
+                )
+            raise WireError.at(  # pragma: no cover - h11 only yields the above here
+                progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
+            )
 
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
         try:
+            timers = self._timers
+            lane = timers.read if timers is not None and timers.running else None
+            if read_limit is not None and lane is not None:
+                lane.arm(self)
+                try:
+                    return await self._body_chunk(progress)
+                finally:
+                    lane.disarm(self)
             with stage_timeout(read_limit) as scope:
-                while True:
-                    event = await self._next_event(progress)
-                    if isinstance(event, h11.Data):
-                        if event.data:
-                            return bytes(event.data)
-                        continue
-                    if isinstance(event, h11.EndOfMessage):
-                        progress.advance(Stage.COMPLETE)
-                        self._finish_cycle()
-                        return b""
-                    raise WireError.at(
-                        progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
-                    )
+                return await self._body_chunk(progress)
             assert scope.cancelled_caught
             raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.close()
             raise
+
+    async def _body_chunk(self, progress: AttemptProgress) -> bytes:
+        while True:
+            event = await self._next_event(progress)
+            if isinstance(event, h11.Data):
+                if event.data:
+                    return bytes(event.data)
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                progress.advance(Stage.COMPLETE)
+                self._finish_cycle()
+                return b""
+            raise WireError.at(
+                progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
+            )
 
     def abandon(self) -> None:
         """The caller stopped reading mid-body: the connection cannot be reused."""

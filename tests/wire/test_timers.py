@@ -1,0 +1,135 @@
+"""Stage timeouts on lanes (``_wire/timers.py``): exact expiry on MockClock, in arm order, with
+the evidence of the stage reached, and no cancel scope per stage on HTTP/1.1."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import trio_retry
+from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+from trio_retry._wire.timers import Lane, StageTimers
+
+
+class Target:
+    def __init__(self, name: str, log: list[tuple[str, str, float]]) -> None:
+        self.name = name
+        self.log = log
+
+    def stage_expired(self, which: str) -> None:
+        self.log.append((self.name, which, trio.current_time()))
+
+
+async def test_lanes_expire_each_target_at_its_due_time_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log: list[tuple[str, str, float]] = []
+    timers = StageTimers(write=None, first_byte=2.0, read=0.5)
+    a, b, c = Target("a", log), Target("b", log), Target("c", log)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timers.run)
+        await trio.sleep(0.1)  # the task runs (and slept on empty lanes)
+        assert timers.running
+        assert timers.first_byte is not None
+        assert timers.read is not None
+        timers.first_byte.arm(a)  # due 2.1
+        await trio.sleep(0.4)
+        timers.first_byte.arm(b)  # due 2.5, then disarmed in time
+        timers.read.arm(c)  # due 1.0
+        await trio.sleep(1.0)
+        timers.first_byte.disarm(b)
+        timers.first_byte.disarm(b)  # twice is harmless
+        await trio.sleep(5.0)
+        nursery.cancel_scope.cancel()
+    assert not timers.running
+    assert [(n, w) for n, w, _ in log] == [("c", "read"), ("a", "first_byte")]
+    assert log[0][2] == pytest.approx(1.0, abs=1e-6)
+    assert log[1][2] == pytest.approx(2.1, abs=1e-6)
+
+
+async def test_a_lane_armed_after_a_long_idle_still_fires_on_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Nothing wakes the task when a stage is armed: an empty lane's task sleeps only until
+    ``now + limit``, the earliest anything armed later can fall due."""
+    log: list[tuple[str, str, float]] = []
+    timers = StageTimers(write=3.0, first_byte=None, read=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timers.run)
+        await trio.sleep(7.7)  # idle across two of the task's empty wake-ups
+        assert timers.write is not None
+        timers.write.arm(Target("x", log))
+        await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+    assert log == [("x", "write", pytest.approx(10.7, abs=1e-6))]
+
+
+def test_no_limits_need_no_task() -> None:
+    assert not StageTimers(None, None, None).needed
+    assert StageTimers(None, 1.0, None).lanes[0].which == "first_byte"
+    lane = Lane("read", 1.0)
+    assert lane.expire(5.0) == 6.0  # empty: looked at again no earlier than now + limit
+
+
+async def _serve_once(
+    reply: bytes, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Accept one connection, read the request head, write ``reply``, then stay silent."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    async with listener:
+        task_status.started(listener.socket.getsockname()[1])
+        async with await listener.accept() as stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+            if reply:
+                await stream.send_all(reply)
+            with trio.move_on_after(60):
+                await trio.sleep_forever()
+
+
+async def test_first_byte_timeout_on_a_lane_is_exact_and_sent_no_response(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_serve_once, b"")
+        async with trio_retry.Client(
+            stage_timeouts=StageTimeouts(first_byte=1.5),
+            retry=trio_retry.RetryPolicy(max_attempts=1),
+        ) as client:
+            assert client._rt.timers.running  # the lanes, not a scope, time this call
+            start = trio.current_time()
+            with pytest.raises(trio_retry.DeadlineExceeded) as info:
+                await client.get(f"http://127.0.0.1:{port}/")
+            assert trio.current_time() - start == pytest.approx(1.5, abs=0.01)
+        nursery.cancel_scope.cancel()
+    attempt = info.value.attempts[-1]
+    assert (attempt.category, attempt.stage, attempt.evidence) == (
+        FailureCategory.TIMEOUT,
+        Stage.AWAITING_RESPONSE,
+        Evidence.SENT_NO_RESPONSE,
+    )
+    assert "first-byte timeout (1.5s)" in str(attempt.error)
+
+
+async def test_read_timeout_on_a_lane_mid_body_is_partial_response(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_serve_once, head)
+        async with trio_retry.Client(
+            stage_timeouts=StageTimeouts(read=0.75),
+            retry=trio_retry.RetryPolicy(max_attempts=1),
+        ) as client:
+            start = trio.current_time()
+            with pytest.raises(trio_retry.RequestFailed) as info:
+                await client.get(f"http://127.0.0.1:{port}/")
+            assert trio.current_time() - start == pytest.approx(0.75, abs=0.01)
+            assert client.pool.idle_count == 0  # the timed-out connection was not kept
+        nursery.cancel_scope.cancel()
+    attempt = info.value.attempts[-1]
+    assert attempt.category is FailureCategory.TIMEOUT
+    assert attempt.evidence is Evidence.PARTIAL_RESPONSE
+    assert "read timeout (0.75s)" in str(attempt.error)
