@@ -31,7 +31,7 @@ from ._call.config import (
     configure,
 )
 from ._call.loop import send_following
-from ._call.prepare import PreparedRequest, RequestOptions, prepare
+from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
 from ._core.engine import RetryEligibilityEngine
@@ -139,6 +139,7 @@ class Client:
             instrumentation=telemetry.instrument() if telemetry is not None else None,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
+        self._templates: Templates = {}  # calls without options (prepare_plain)
         self.headers = Headers(
             [("User-Agent", USER_AGENT), ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)]
         )
@@ -178,8 +179,7 @@ class Client:
         outer = await self._nursery_cm.__aenter__()
         self._nursery = await outer.start(self._keep_background)
         self._rt.connector.nursery = self._nursery
-        if self._rt.timers.needed:
-            self._rt.timers.start(self._nursery)
+        self._rt.timers.start(self._nursery)
         self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
         self._rt.lifecycle = Lifecycle.OPEN
         if self._config.instrumentation is not None:
@@ -357,4 +357,8 @@ class Client:
                     "client:` (it owns a nursery and connections that must be closed)"
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
+        if not options and type(url) is str:
+            return prepare_plain(
+                self._config, self.headers, method, url, trio.current_time, self._templates
+            )
         return prepare(self._config, self.headers, method, url, trio.current_time, **options)

@@ -387,6 +387,14 @@ class Headers(Mapping[str, str]):
     def copy(self) -> Headers:
         return Headers(self, validate=False)
 
+    def version(self) -> object:
+        """A token that is the same object until these headers change (any ``set``, ``add``
+        or ``remove``): what a cache built from them compares with ``is``."""
+        raw = self._raw
+        if raw is None:
+            raw = self._raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._items]
+        return raw
+
     def raw(self) -> list[tuple[bytes, bytes]]:
         """The pairs encoded for the wire (latin-1). A new list each time (the caller may
         extend it); the encoding itself is done once per change."""

@@ -8,8 +8,9 @@ import trio
 import trio.testing
 
 import trio_retry
-from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+from trio_retry import Attempt, Evidence, FailureCategory, RetryPolicy, Stage, StageTimeouts
 from trio_retry._wire.timers import Lane, StageTimers
+from trio_retry.testing import EndlessBody, FaultServer, Respond, Stall
 
 
 class Target:
@@ -65,9 +66,9 @@ async def test_a_lane_armed_after_a_long_idle_still_fires_on_time(
     assert log == [("x", "write", pytest.approx(10.7, abs=1e-6))]
 
 
-def test_no_limits_need_no_task() -> None:
-    assert not StageTimers(None, None, None).needed
-    assert StageTimers(None, 1.0, None).lanes[0].which == "first_byte"
+def test_lanes_exist_only_for_the_limits_given() -> None:
+    assert [lane.which for lane in StageTimers(None, None, None).lanes] == ["deadline"]
+    assert [lane.which for lane in StageTimers(None, 1.0, None).lanes] == ["first_byte", "deadline"]
     lane = Lane("read", 1.0)
     assert lane.expire(5.0) == 6.0  # empty: looked at again no earlier than now + limit
 
@@ -133,3 +134,88 @@ async def test_read_timeout_on_a_lane_mid_body_is_partial_response(
     assert attempt.category is FailureCategory.TIMEOUT
     assert attempt.evidence is Evidence.PARTIAL_RESPONSE
     assert "read timeout (0.75s)" in str(attempt.error)
+
+
+# --- call deadlines on the deadline lane (no scope on a ready HTTP/1.1 connection) ------------
+
+
+@pytest.fixture
+async def h1_server(nursery: trio.Nursery) -> FaultServer:
+    server = FaultServer(http2=False)
+    await nursery.start(server.serve)
+    return server
+
+
+async def _deadline_attempt(client: trio_retry.Client, url: str, deadline: float) -> Attempt:
+    await client.get(url + "/warm")  # the next call finds this connection ready
+    start = trio.current_time()
+    with pytest.raises(trio_retry.DeadlineExceeded) as info:
+        await client.get(url + "/slow", deadline=deadline)
+    assert trio.current_time() - start == pytest.approx(deadline, abs=0.01)
+    assert client.pool.idle_count == 0  # the interrupted connection was closed, not kept
+    (attempt,) = info.value.attempts
+    return attempt
+
+
+async def test_a_deadline_on_the_lane_ends_as_a_scope_would(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Same timing, same record, whether the deadline rides the lane (a ready connection)
+    or a cancel scope (forced here by a bulkhead)."""
+    h1_server.route("GET", "/slow", Stall(60), Stall(60))
+    one = RetryPolicy(max_attempts=1)
+    async with trio_retry.Client(retry=one) as client:
+        lane = await _deadline_attempt(client, h1_server.url, 1.25)
+    scoped_upstream = trio_retry.Upstream(max_concurrency=4)
+    async with trio_retry.Client(retry=one, default_upstream=scoped_upstream) as client:
+        scoped = await _deadline_attempt(client, h1_server.url, 1.25)
+    fields = ("stage", "evidence", "category", "status", "connection_reused")
+    assert [getattr(lane, f) for f in fields] == [getattr(scoped, f) for f in fields]
+    assert (lane.stage, lane.evidence, lane.category) == (
+        Stage.AWAITING_RESPONSE,
+        Evidence.SENT_NO_RESPONSE,
+        FailureCategory.TIMEOUT,
+    )
+    assert str(lane.error) == str(scoped.error)
+
+
+async def test_a_deadline_mid_body_on_the_lane_is_partial_response(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    h1_server.route("GET", "/slow", EndlessBody(chunk=b"x" * 100, rate=100))
+    async with trio_retry.Client(retry=RetryPolicy(max_attempts=1)) as client:
+        attempt = await _deadline_attempt(client, h1_server.url, 2.5)
+    assert (attempt.stage, attempt.evidence, attempt.category, attempt.status) == (
+        Stage.RESPONSE_BODY,
+        Evidence.PARTIAL_RESPONSE,
+        FailureCategory.TIMEOUT,
+        None,  # as a scope reports it: the response never was
+    )
+
+
+async def test_deadlines_out_of_order_fall_back_to_a_scope_and_still_hold(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A deadline earlier than one already on the lane takes a cancel scope: both calls
+    end at their own deadlines, the short one first."""
+    h1_server.default = Stall(60)
+    ended: dict[str, float] = {}
+    async with trio_retry.Client(retry=RetryPolicy(max_attempts=1), max_connections=2) as client:
+
+        async def call(name: str, deadline: float) -> None:
+            with pytest.raises(trio_retry.DeadlineExceeded):
+                await client.get(h1_server.url + "/" + name, deadline=deadline)
+            ended[name] = trio.current_time()
+
+        h1_server.default = Respond(200)
+        async with trio.open_nursery() as warm:  # two ready connections
+            warm.start_soon(client.get, h1_server.url + "/a")
+            warm.start_soon(client.get, h1_server.url + "/b")
+        h1_server.default = Stall(60)
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "long", 3.0)
+            await trio.sleep(0)
+            nursery.start_soon(call, "short", 1.0)
+    assert ended["short"] - start == pytest.approx(1.0, abs=0.01)
+    assert ended["long"] - start == pytest.approx(3.0, abs=0.01)

@@ -58,7 +58,16 @@ class Outcome:
     """How one attempt ended: a response (maybe with its body), or a classified failure; and
     what it still holds (a connection, a permit) until :func:`give_back`."""
 
-    __slots__ = ("admission", "body", "conn", "error", "permit", "response", "sent_headers")
+    __slots__ = (
+        "admission",
+        "body",
+        "conn",
+        "error",
+        "expired",
+        "permit",
+        "response",
+        "sent_headers",
+    )
 
     def __init__(self) -> None:
         self.response: WireResponse | None = None
@@ -69,6 +78,16 @@ class Outcome:
         #: The header block this attempt sent (``Response.request.headers``).
         self.sent_headers: list[tuple[bytes, bytes]] | None = None
         self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
+        #: The call deadline passed while the attempt held its connection (without a scope).
+        self.expired = False
+
+    def stage_expired(self, which: str) -> None:
+        """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): close
+        the HTTP/1.1 connection the attempt holds, which ends its wait at once."""
+        conn = self.conn
+        if conn is not None:
+            self.expired = True
+            conn.close()
 
 
 async def run_attempt(
@@ -84,17 +103,21 @@ async def run_attempt(
     ``number`` is the attempt's, 1-based (for the event hooks).
 
     The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
-    cancels. The common case needs none: with no deadline, nothing to wait for but a pooled
-    connection ready at once (no bulkhead, no auth callback, a body in memory), every wait
-    is on that connection (a socket read or write; on HTTP/2 also its stream events), and
-    ``aclose()`` closing it fails those waits as promptly (a scope costs more than the rest
-    of a small request's bookkeeping).
+    cancels. The common case needs none: with nothing to wait for but a pooled connection
+    ready at once (no bulkhead, no auth callback, a body in memory), every wait is on that
+    connection (a socket read or write; on HTTP/2 also its stream events), and ``aclose()``
+    closing it fails those waits as promptly (a scope costs more than the rest of a small
+    request's bookkeeping). A call deadline then rides on the client's deadline lane, which
+    closes an HTTP/1.1 connection when it passes (see ``_wire/timers.py``): the attempt ends
+    as it would in a scope, and is reported the same way. An HTTP/2 connection is shared, so
+    a deadline on one keeps its scope.
     """
     outcome = Outcome()
     origin = request.url.origin
     proxy = rt.connector.proxy_for(origin)
+    timers = rt.timers
     if (
-        deadline == math.inf
+        (deadline == math.inf or timers.running)
         and state.limiter is None
         and not state.guarded
         and rt.config.auth is None
@@ -102,9 +125,23 @@ async def run_attempt(
         and rt.config.hooks is None  # a hook may wait: only a scoped attempt may wait
     ):
         outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
-    unscoped = outcome.conn is not None
+    conn = outcome.conn
+    unscoped = conn is not None
+    timed = False
+    if conn is not None and deadline != math.inf:
+        # Scoped after all (on the connection already taken) when the connection is shared
+        # or the deadline would put the lane out of order.
+        timed = not conn.multiplexed and timers.deadline.arm_at(outcome, deadline)
+        unscoped = timed
     timed_out = drained = False
-    if unscoped:
+    if timed:
+        try:
+            await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
+        finally:
+            timers.deadline.disarm(outcome)
+        if outcome.expired and outcome.error is not None:
+            timed_out = True  # reported below exactly as the scope's expiry would be
+    elif unscoped:
         await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
     else:
         scope = trio.CancelScope(deadline=deadline)

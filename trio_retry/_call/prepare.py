@@ -26,6 +26,7 @@ from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Body, Multipart
+from .._core.slots import slot_renewer
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes
 from .._observe.otel import CallTrace
@@ -54,8 +55,10 @@ if TYPE_CHECKING:
 __all__ = [
     "PreparedRequest",
     "RequestOptions",
+    "Templates",
     "check_framing",
     "prepare",
+    "prepare_plain",
     "prepare_redirect",
 ]
 
@@ -122,6 +125,50 @@ class PreparedRequest:
 
 
 _SPECIAL_HEADERS = frozenset({"transfer-encoding", "content-length", IDEMPOTENCY_KEY_HEADER})
+
+#: A call's request from its template: what differs between two calls without options.
+_renew = slot_renewer(PreparedRequest, ("started", "deadline", "trace", "auth"))
+
+#: Requests of calls without options, by ``(method, url)``, each with the ``version()`` of
+#: the client headers it was built from.
+Templates: TypeAlias = "dict[tuple[str, str], tuple[object, PreparedRequest]]"
+_MAX_TEMPLATES = 256
+
+
+def prepare_plain(
+    config: ClientConfig,
+    client_headers: Headers,
+    method: str,
+    url: str,
+    clock: Callable[[], float],
+    templates: Templates,
+) -> PreparedRequest:
+    """:func:`prepare` of a call without options: the same request, built once per
+    ``(method, url)`` while the client headers stay unchanged (``Headers.version``); each
+    call gets its own start, deadline, telemetry and (netrc being re-read) credentials.
+    At most ``_MAX_TEMPLATES`` are kept (all dropped when full: a client calling many URLs
+    pays what it paid before, one prepare per call)."""
+    version = client_headers.version()
+    key = (method, url)
+    entry = templates.get(key)
+    if entry is None or entry[0] is not version:
+        request = prepare(config, client_headers, method, url, clock)
+        if len(templates) >= _MAX_TEMPLATES:
+            templates.clear()
+        templates[key] = (version, request)
+        return request
+    template = entry[1]
+    now = clock()
+    seconds = config.deadline
+    return _renew(
+        template,
+        started=now,
+        deadline=now + seconds if seconds is not None else math.inf,
+        trace=config.instrumentation.call() if config.instrumentation is not None else None,
+        auth=template.auth
+        if config.auth is not None or not config.trust_env
+        else _call_auth(config, None, template.url),
+    )
 
 
 def prepare(

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import trio
 
-__all__ = ["Expirable", "Lane", "StageTimers"]
+__all__ = ["DeadlineLane", "Expirable", "Lane", "StageTimers"]
 
 
 class Expirable(Protocol):
@@ -70,26 +70,63 @@ class Lane:
         return now + self.limit
 
 
+class DeadlineLane(Lane):
+    """Call deadlines (absolute times, each call its own) of attempts that need no cancel
+    scope: an attempt on an HTTP/1.1 connection ready at once, which only ever waits on that
+    connection, so closing it when the deadline passes ends the attempt as promptly as a
+    scope would (the attempt then reports the deadline, not the close: ``_call/attempt.py``).
+
+    Due times must not go backwards: :meth:`arm_at` refuses one earlier than the last armed
+    (the caller uses a cancel scope instead), so the lane stays in due order. ``limit`` is the
+    shortest span from arming to due seen so far: an empty lane needs looking at no earlier
+    than ``now + limit``. A span shorter than any before wakes the clock task early (once per
+    new shortest span, not per call).
+    """
+
+    __slots__ = ("last_due", "timers")
+
+    def __init__(self, timers: StageTimers) -> None:
+        super().__init__("deadline", math.inf)
+        self.timers = timers
+        self.last_due = -math.inf
+
+    def arm_at(self, target: Expirable, due: float) -> bool:
+        """Arm ``target`` to expire at ``due``; False (nothing armed) if that would put the
+        lane out of order."""
+        if due < self.last_due:
+            return False
+        self.pending[target] = self.last_due = due
+        span = due - trio.current_time()
+        if span < self.limit:
+            self.limit = span
+            self.timers.wake_by(due)
+        return True
+
+
 class StageTimers:
     """The client's stage lanes (``None`` where that stage has no limit) and their task."""
 
-    __slots__ = ("first_byte", "read", "running", "write")
+    __slots__ = ("_sleep", "deadline", "first_byte", "read", "running", "write")
 
     def __init__(self, write: float | None, first_byte: float | None, read: float | None) -> None:
         self.write = Lane("write", write) if write is not None else None
         self.first_byte = Lane("first_byte", first_byte) if first_byte is not None else None
         self.read = Lane("read", read) if read is not None else None
+        self.deadline = DeadlineLane(self)
         #: True while :meth:`run` runs: only then may the wire rely on the lanes.
         self.running = False
+        self._sleep: trio.CancelScope | None = None  # the task's current sleep
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
-        return tuple(lane for lane in (self.write, self.first_byte, self.read) if lane)
+        stages = (self.write, self.first_byte, self.read)
+        return (*(lane for lane in stages if lane), self.deadline)
 
-    @property
-    def needed(self) -> bool:
-        """Whether any stage has a limit (else no task is started)."""
-        return bool(self.lanes)
+    def wake_by(self, due: float) -> None:
+        """Make sure the task looks at the lanes no later than ``due``."""
+        sleep = self._sleep
+        if sleep is not None and sleep.deadline > due:
+            sleep.deadline = due
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run the lanes in ``nursery`` from now on (the wire uses them at once: the task's
@@ -113,6 +150,8 @@ class StageTimers:
                     due = lane.expire(now)
                     if due < wake:
                         wake = due
-                await trio.sleep_until(wake)
+                with trio.CancelScope(deadline=wake) as self._sleep:
+                    await trio.sleep_forever()
         finally:
+            self._sleep = None
             self.running = False

@@ -1,0 +1,79 @@
+"""Calls without options reuse a prepared template (``prepare_plain``): what they send and
+how they are bounded is exactly what a freshly prepared call would do."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import trio
+import trio.testing
+
+import trio_retry
+from trio_retry._call.prepare import PreparedRequest, _renew, prepare
+from trio_retry.testing import FaultServer, Respond, Stall
+
+
+@pytest.fixture
+async def h1_server(nursery: trio.Nursery) -> FaultServer:
+    server = FaultServer(http2=False)
+    await nursery.start(server.serve)
+    return server
+
+
+def _sent(server: FaultServer, index: int) -> dict[str, str]:
+    return {k.lower(): v for k, v in server.requests[index].headers}
+
+
+async def test_a_change_of_client_headers_reaches_the_next_plain_call(
+    h1_server: FaultServer,
+) -> None:
+    h1_server.default = Respond(200)
+    url = h1_server.url + "/same"
+    async with trio_retry.Client(headers={"X-One": "1"}) as client:
+        await client.get(url)
+        await client.get(url)  # from the template
+        client.headers.set("X-Two", "2")
+        await client.get(url)
+        client.headers.remove("X-One")
+        await client.get(url)
+        client.headers = trio_retry.Headers({"X-Three": "3"})
+        await client.get(url)
+    assert [
+        ("x-one" in h, "x-two" in h, "x-three" in h)
+        for h in map(lambda i: _sent(h1_server, i), range(5))
+    ] == [
+        (True, False, False),
+        (True, False, False),
+        (True, True, False),
+        (False, True, False),
+        (False, False, True),
+    ]
+
+
+async def test_each_plain_call_has_its_own_start_and_deadline(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A template's deadline is not reused: a call 3 s after the first, taking 4 s, fits its
+    own 5 s deadline (it would not fit the first call's)."""
+    h1_server.route("GET", "/t", Respond(200), Stall(4.0))
+    async with trio_retry.Client(deadline=5.0) as client:
+        first = await client.get(h1_server.url + "/t")
+        await trio.sleep(3.0)
+        second = await client.get(h1_server.url + "/t")
+    assert second.status == 200
+    assert second.elapsed.total_seconds() == pytest.approx(4.0, abs=0.01)
+    assert first.elapsed.total_seconds() < 0.5
+
+
+def test_renew_is_replace_of_the_call_fields() -> None:
+    config = trio_retry.Client(deadline=2.0).config
+    request = prepare(config, trio_retry.Headers({"a": "b"}), "GET", "http://x/", lambda: 10.0)
+    renewed = _renew(request, started=20.0, deadline=22.0, trace=None, auth=None)
+    assert isinstance(renewed, PreparedRequest)
+    assert renewed == dataclasses.replace(request, started=20.0, deadline=22.0)
+    assert request.started == 10.0
+    assert math.isclose(request.deadline, 12.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        renewed.started = 1.0  # type: ignore[misc]
