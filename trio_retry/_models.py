@@ -475,13 +475,11 @@ class Response:
         self.http_version = http_version
         #: The URL of this response's request: after redirects, the final one.
         self.url = url
-        #: The request as sent (method, URL, headers on the wire).
-        self.request = (
+        self._request: SentRequest | None = (
             request if request is not None else SentRequest(request_method, url, Headers())
         )
-        #: From the start of the call (redirects included) to this response's head, and for a
-        #: buffered call to the end of its body.
-        self.elapsed = elapsed
+        self._sent: Sequence[tuple[bytes, bytes]] = ()
+        self._elapsed: timedelta | float = elapsed
         self.request_method = request_method
         self._content = content
         self.attempts: list[Attempt] = list(attempts)
@@ -490,6 +488,66 @@ class Response:
         self._stream = stream
         self._decoder = decoder
         self._consumed = content is not None
+
+    @classmethod
+    def _received(
+        cls,
+        *,
+        status: int,
+        reason: str,
+        wire_headers: Sequence[tuple[bytes, bytes]],
+        http_version: str,
+        url: URL,
+        request_method: str,
+        sent_headers: Sequence[tuple[bytes, bytes]],
+        elapsed: float,
+        content: bytes | None,
+        attempts: list[Attempt],
+        retry_decision: Decision | None,
+        stream: AsyncIterator[bytes] | None,
+        decoder: BodyDecoder | None,
+    ) -> Response:
+        """The client's own constructor (one per call): what the wire gave, kept as it came.
+        ``headers``, ``request`` and ``elapsed`` are built from it when first read; the
+        ``attempts`` list becomes the response's own."""
+        self = cls.__new__(cls)
+        self.status = status
+        self.reason = reason
+        self._headers = None
+        self._wire_headers = wire_headers
+        self.http_version = http_version
+        self.url = url
+        self._request = None
+        self._sent = sent_headers
+        self._elapsed = elapsed
+        self.request_method = request_method
+        self._content = content
+        self.attempts = attempts
+        self.retry_decision = retry_decision
+        self.history = []
+        self._stream = stream
+        self._decoder = decoder
+        self._consumed = content is not None
+        return self
+
+    @property
+    def request(self) -> SentRequest:
+        """The request as sent (method, URL, headers on the wire)."""
+        request = self._request
+        if request is None:
+            request = self._request = SentRequest(
+                self.request_method, self.url, Headers.from_wire(self._sent)
+            )
+        return request
+
+    @property
+    def elapsed(self) -> timedelta:
+        """From the start of the call (redirects included) to this response's head, and for a
+        buffered call to the end of its body."""
+        elapsed = self._elapsed
+        if not isinstance(elapsed, timedelta):
+            elapsed = self._elapsed = timedelta(seconds=elapsed)
+        return elapsed
 
     @property
     def headers(self) -> Headers:

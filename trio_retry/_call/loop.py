@@ -26,7 +26,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import timedelta
 
 import trio
 
@@ -36,7 +35,7 @@ from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDeni
 from .._core.engine import build_context
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
-from .._models import Headers, Response, SentRequest
+from .._models import Headers, Response
 from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import RECONNECT_TRIES
 from .._wire.progress import AttemptProgress, WireError
@@ -351,18 +350,17 @@ def _response(
 ) -> Response:
     wire = outcome.response
     assert wire is not None
-    sent = outcome.sent_headers
-    return Response(
-        request=SentRequest(request.method, request.url, Headers.from_wire(sent or ())),
-        elapsed=timedelta(seconds=trio.current_time() - request.started),
+    return Response._received(
         status=wire.status,
         reason=wire.reason,
-        headers=wire.headers,  # decoded on first use
+        wire_headers=wire.headers,  # decoded on first use, like the sent ones
         http_version=wire.http_version,
         url=request.url,
         request_method=request.method,
+        sent_headers=outcome.sent_headers or (),
+        elapsed=trio.current_time() - request.started,
         content=outcome.body,
-        attempts=attempts,
+        attempts=attempts,  # the call's own list: the loop is done with it
         retry_decision=decision,
         stream=stream,
         decoder=decoder,
