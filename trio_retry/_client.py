@@ -30,7 +30,7 @@ from ._call.config import (
     RefreshableAuth,
     configure,
 )
-from ._call.loop import send_following
+from ._call.loop import send, send_following
 from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
@@ -284,7 +284,9 @@ class Client:
         (never reused), an interrupted HTTP/2 stream is reset, and the pool stays consistent.
         """
         request = self._prepare(method, url, options)
-        response, _ = await send_following(self._rt, request, streaming=False)
+        # One coroutine layer less on every await of a call that does not follow redirects.
+        chain = send_following if request.follow_redirects else send
+        response, _ = await chain(self._rt, request, streaming=False)
         return response
 
     async def get(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:

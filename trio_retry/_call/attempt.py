@@ -184,30 +184,6 @@ async def run_attempt(
     return outcome
 
 
-async def _exchange(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    streaming: bool,
-    outcome: Outcome,
-    proxy: ProxyConfig | None,
-    number: int,
-) -> None:
-    """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
-    response keeps its connection and permit until its body is consumed; anything else
-    (an interrupted attempt included) gives them back before this returns or raises."""
-    finished = False
-    try:
-        await _attempt_inner(rt, request, state, progress, streaming, outcome, proxy, number)
-        finished = True
-    except WireError as exc:
-        outcome.error = exc
-    finally:
-        if not (finished and streaming and outcome.body is None):
-            give_back(rt, state, outcome)
-
-
 async def attempt_headers(
     rt: Runtime,
     request: PreparedRequest,
@@ -283,7 +259,7 @@ async def attempt_headers(
     return headers
 
 
-async def _attempt_inner(
+async def _exchange(
     rt: Runtime,
     request: PreparedRequest,
     state: UpstreamState,
@@ -293,72 +269,84 @@ async def _attempt_inner(
     proxy: ProxyConfig | None,
     number: int,
 ) -> None:
-    url = request.url
-    origin = url.origin
-    if state.guarded:  # the breaker and the throttle, before the bulkhead
-        outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
-    if state.limiter is not None:
-        outcome.permit = await admit(state, f"{request.method} {url}", origin)
-        if rt.drained and progress in rt.drained:
-            raise _drained(request, progress)  # admitted just as drain() was called
-    # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
-    # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
-    # request is then as without a proxy.
-    via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
-    headers = await attempt_headers(rt, request, progress, via_proxy, number)
-    outcome.sent_headers = headers
-    body, length = await request.body.open()
-    target = str(url) if via_proxy else url.target
-    wire_request = WireRequest(request.method, target, headers, body, length)
+    """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
+    response keeps its connection and permit until its body is consumed; anything else
+    (an interrupted attempt included) gives them back before this returns or raises."""
+    finished = False
+    try:
+        url = request.url
+        origin = url.origin
+        if state.guarded:  # the breaker and the throttle, before the bulkhead
+            outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
+        if state.limiter is not None:
+            outcome.permit = await admit(state, f"{request.method} {url}", origin)
+            if rt.drained and progress in rt.drained:
+                raise _drained(request, progress)  # admitted just as drain() was called
+        # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
+        # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
+        # request is then as without a proxy.
+        via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
+        headers = await attempt_headers(rt, request, progress, via_proxy, number)
+        outcome.sent_headers = headers
+        body, length = await request.body.open()
+        target = str(url) if via_proxy else url.target
+        wire_request = WireRequest(request.method, target, headers, body, length)
 
-    conn = outcome.conn  # taken already by an unscoped attempt
-    if conn is None:
-        key = pool_key(origin, proxy)
-        connector = rt.connector
-        conn = await rt.pool.acquire(
-            key,
+        conn = outcome.conn  # taken already by an unscoped attempt
+        if conn is None:
+            key = pool_key(origin, proxy)
+            connector = rt.connector
+            conn = await rt.pool.acquire(
+                key,
+                progress,
+                partial(connector.open, url=url, proxy=proxy, pool_key=key),
+                expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
+            )
+            outcome.conn = conn
+            if rt.drained and progress in rt.drained:
+                # drain() cancelled the wait just as a connection was granted: stop before the
+                # first byte (the next await would be a write, and its cancellation ambiguous).
+                raise _drained(request, progress)
+        config = rt.config
+        timeouts = config.stage_timeouts
+        response = await conn.send_request(
+            wire_request,
             progress,
-            partial(connector.open, url=url, proxy=proxy, pool_key=key),
-            expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
+            write_timeout=timeouts.write,
+            first_byte_timeout=timeouts.first_byte,
         )
-        outcome.conn = conn
-        if rt.drained and progress in rt.drained:
-            # drain() cancelled the wait just as a connection was granted: stop before the
-            # first byte (the next await would be a write, and its cancellation ambiguous).
-            raise _drained(request, progress)
-    config = rt.config
-    timeouts = config.stage_timeouts
-    response = await conn.send_request(
-        wire_request,
-        progress,
-        write_timeout=timeouts.write,
-        first_byte_timeout=timeouts.first_byte,
-    )
-    outcome.response = response
-    hooks = config.hooks
-    if hooks is not None and hooks.response:
-        await hooks.after_head(
-            HookResponse(
-                status=response.status,
-                reason=response.reason,
-                headers=Headers.from_wire(response.headers),
-                http_version=response.http_version,
-                url=url,
-                request_method=request.method,
-                attempt=number,
-            ),
-            progress,
-        )
-    jar = rt.cookies
-    if jar is not None:
-        store_cookies(
-            jar, str(url), request.method, request.headers, Headers.from_wire(response.headers)
-        )
-    if streaming and response.status < 400:
-        return
-    limit = config.max_body_bytes
-    reader = BodyReader(response.source, progress, limit, timeouts.read, _BUFFERED_HINT)
-    outcome.body = await read_all(reader, decoder_for(request.method, response.headers, limit))
+        outcome.response = response
+        hooks = config.hooks
+        if hooks is not None and hooks.response:
+            await hooks.after_head(
+                HookResponse(
+                    status=response.status,
+                    reason=response.reason,
+                    headers=Headers.from_wire(response.headers),
+                    http_version=response.http_version,
+                    url=url,
+                    request_method=request.method,
+                    attempt=number,
+                ),
+                progress,
+            )
+        jar = rt.cookies
+        if jar is not None:
+            store_cookies(
+                jar, str(url), request.method, request.headers, Headers.from_wire(response.headers)
+            )
+        if streaming and response.status < 400:
+            finished = True
+            return
+        limit = config.max_body_bytes
+        reader = BodyReader(response.source, progress, limit, timeouts.read, _BUFFERED_HINT)
+        outcome.body = await read_all(reader, decoder_for(request.method, response.headers, limit))
+        finished = True
+    except WireError as exc:
+        outcome.error = exc
+    finally:
+        if not (finished and streaming and outcome.body is None):
+            give_back(rt, state, outcome)
 
 
 def _drained(request: PreparedRequest, progress: AttemptProgress) -> WireError:
