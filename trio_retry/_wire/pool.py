@@ -127,6 +127,10 @@ class ConnectionPool(PoolState):
         if conn is not None:
             progress.connection_reused = True
             return conn
+        if self._origins.get(origin) is not state:
+            # _take dropped the origin's last (expired or peer-closed) connection, and the
+            # origin's state with it: start a fresh one, as for an origin never seen.
+            state = self._origins[origin] = _Origin(origin)
         multiplexed = expect_multiplexed and origin not in self._not_multiplexed
         waiter = _Waiter(state, next(self._seq), opener, multiplexed)
         opening = state.opening
