@@ -308,16 +308,14 @@ class AiohttpAdapter(Adapter):
 
 # In display order: the project's own client, its variants, then the others; BASELINE is the
 # reference of the "x httpx/Trio" columns.
-ADAPTERS: dict[str, type[Adapter]] = {
-    a.name: a
-    for a in (
-        TrioRetryAdapter,
-        *TRIO_RETRY_VARIANTS,
-        HttpxTrioAdapter,
-        HttpxAsyncioAdapter,
-        AiohttpAdapter,
-        H11TrioAdapter,
-        H2TrioAdapter,
-    )
-}
+_ORDER: tuple[type[Adapter], ...] = (
+    TrioRetryAdapter,
+    *TRIO_RETRY_VARIANTS,
+    HttpxTrioAdapter,
+    HttpxAsyncioAdapter,
+    AiohttpAdapter,
+    H11TrioAdapter,
+    H2TrioAdapter,
+)
+ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}
 BASELINE = HttpxTrioAdapter.name
