@@ -103,8 +103,10 @@ class Adapter:
                 raise ClientUnavailable(f"cannot import {module}: {exc!r}") from exc
 
     @classmethod
-    def setup_note(cls) -> str | None:
-        """How this row was set up, when that depends on the checkout (after check_available).
+    def setup_note(cls, env_applied: bool = True) -> str | None:
+        """How this row was set up, when that depends on the checkout (after check_available);
+        ``env_applied``: whether ``env`` was set (the profile mode, one process for every row,
+        does not set it).
 
         Shown with the row's results (text table and JSON ``clients[].note``)."""
         return None

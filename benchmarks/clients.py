@@ -157,13 +157,19 @@ class TrioRetryNoFastAdapter(TrioRetryAdapter):
     env: ClassVar[dict[str, str]] = {FAST_PATH_ENV: "0"}
 
     @classmethod
-    def setup_note(cls) -> str | None:
+    def setup_note(cls, env_applied: bool = True) -> str | None:
+        env = f"{FAST_PATH_ENV}=0"
         if client_accepts("http1_fast_path"):
-            return f"Client(http1_fast_path=False), {FAST_PATH_ENV}=0"
+            return "Client(http1_fast_path=False)" + (f", {env}" if env_applied else "")
+        if env_applied:
+            return (
+                f"this checkout's Client has no http1_fast_path option: only {env} was set (no "
+                "effect unless trio_retry reads it; without a fast path the row measures the "
+                "defaults)"
+            )
         return (
-            f"this checkout's Client has no http1_fast_path option: only {FAST_PATH_ENV}=0 was "
-            "set (no effect unless trio_retry reads it; without a fast path the row measures "
-            "the defaults)"
+            f"this checkout's Client has no http1_fast_path option and {env} is not set in this "
+            "process (--env sets it for every row): the row measures the defaults"
         )
 
     def client_options(self) -> dict[str, Any]:

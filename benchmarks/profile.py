@@ -394,12 +394,9 @@ def make_adapters(
             print(f"{name}: skipped ({cls.no_h2_reason if want == H2 else 'HTTP/2 only'})")
             continue
         cls.check_available()
-        notes = [n for n in (cls.setup_note(),) if n]
-        if cls.env:
-            unset = {k: v for k, v in cls.env.items() if os.environ.get(k) != v}
-            if unset:
-                env = " ".join(f"{k}={v}" for k, v in unset.items())
-                notes.append(f"{env} not set in this process (it would apply to every row)")
+        # A row's own environment is not applied: in one process it would apply to every row.
+        env_applied = all(os.environ.get(k) == v for k, v in cls.env.items())
+        notes = [n for n in (cls.setup_note(env_applied),) if n]
         label = cls.label
         if extra and issubclass(cls, TrioRetryAdapter):
             label += f" {json.dumps(extra)}"

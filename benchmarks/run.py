@@ -477,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     others_json = {k: v for k, v in scen_json.items() if v.get("columns") is not None}
     print(render_text(results, throughput_json))
     print(render_derived_text(derived))
+    if args.smoke and derived["targets"]:
+        print("(smoke mode: too few requests, the figures and verdicts above mean nothing)")
     print(render_text(results, others_json))
     if args.markdown:
         print()
