@@ -371,9 +371,18 @@ def describe_checkout(root: str) -> str:
 
 
 def _with_options(cls: type[Adapter], extra: dict[str, Any]) -> type[Adapter]:
-    """``cls`` with ``extra`` added to its ``Client(...)`` arguments (trio_retry rows only)."""
-    if not extra or not issubclass(cls, TrioRetryAdapter):
+    """``cls`` with ``extra`` added to its ``Client(...)`` arguments (trio_retry rows only).
+
+    A row sits idle while the others run (seconds, under cProfile or load): with the default
+    ``keepalive_expiry`` (5 s) its connection would be replaced in the middle of a measured
+    phase, a reconnection (a TLS handshake) measured as if it were per-request cost. So the
+    rows keep their connections (``keepalive_expiry=None``) unless ``--kw`` says otherwise."""
+    if not issubclass(cls, TrioRetryAdapter):
         return cls
+    from benchmarks.clients import client_accepts
+
+    if client_accepts("keepalive_expiry"):
+        extra = {"keepalive_expiry": None, **extra}
     base: Callable[[TrioRetryAdapter], dict[str, Any]] = cls.client_options
 
     def client_options(self: TrioRetryAdapter) -> dict[str, Any]:
@@ -400,6 +409,8 @@ def make_adapters(
         label = cls.label
         if extra and issubclass(cls, TrioRetryAdapter):
             label += f" {json.dumps(extra)}"
+        if issubclass(cls, TrioRetryAdapter) and "keepalive_expiry" not in extra:
+            notes.append("keepalive_expiry=None (idle while the other rows run)")
         adapters[name] = _with_options(cls, extra)(endpoint, args.conc)
         profiles[name] = ClientProfile(name, label, "; ".join(notes))
     return adapters, profiles
