@@ -11,143 +11,63 @@ runs that client, so a missing one makes its client "not available", never the h
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import inspect
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.settings
-import h11
-import trio
+from benchmarks.adapter import H1, H2, Adapter, ClientUnavailable, Endpoint
+from benchmarks.bare import H2TrioAdapter, H11TrioAdapter
 
-H1 = "http/1.1"
-H2 = "h2"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a scenario sends its requests."""
-
-    scheme: str  # "http" or "https"
-    host: str
-    port: int
-    http2: bool
-    ca_file: str | None = None
-
-    @property
-    def tls(self) -> bool:
-        return self.scheme == "https"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}"
-
-    def ssl_context(self, alpn: list[str]) -> ssl.SSLContext:
-        if self.ca_file is None:
-            raise RuntimeError("TLS endpoint without a CA file")
-        ctx = ssl.create_default_context(cafile=self.ca_file)
-        ctx.set_alpn_protocols(alpn)
-        return ctx
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "scheme": self.scheme,
-            "host": self.host,
-            "port": self.port,
-            "http2": self.http2,
-            "ca_file": self.ca_file,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Endpoint:
-        return cls(
-            scheme=data["scheme"],
-            host=data["host"],
-            port=int(data["port"]),
-            http2=bool(data["http2"]),
-            ca_file=data.get("ca_file"),
-        )
-
-
-class ClientUnavailable(Exception):
-    """The client's package is missing or unusable in this environment."""
-
-
-class Adapter:
-    """Common interface. Subclasses set the class attributes and implement the methods."""
-
-    name: ClassVar[str]
-    label: ClassVar[str]
-    runtime: ClassVar[str]  # "trio" or "asyncio"
-    protocols: ClassVar[frozenset[str]]  # which of H1 / H2 it can be benchmarked on
-    requires: ClassVar[tuple[str, ...]] = ()  # top-level modules that must be importable
-    description: ClassVar[str] = ""
-
-    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
-        self.endpoint = endpoint
-        self.concurrency = concurrency
-
-    @classmethod
-    def missing_modules(cls) -> list[str]:
-        """Cheap check (no import) used by the parent process."""
-        return [m for m in cls.requires if importlib.util.find_spec(m) is None]
-
-    @classmethod
-    def check_available(cls) -> None:
-        """Real check in the worker process; raises :class:`ClientUnavailable`."""
-        for module in cls.requires:
-            try:
-                importlib.import_module(module)
-            except Exception as exc:
-                raise ClientUnavailable(f"cannot import {module}: {exc!r}") from exc
-
-    def unsupported_reason(self) -> str | None:
-        want = H2 if self.endpoint.http2 else H1
-        if want not in self.protocols:
-            return "HTTP/2 not supported" if want == H2 else "HTTP/1.1 not in scope"
-        return None
-
-    async def setup(self) -> None:
-        pass
-
-    async def teardown(self) -> None:
-        pass
-
-    @asynccontextmanager
-    async def lifespan(self) -> AsyncIterator[None]:
-        await self.setup()
-        try:
-            yield
-        finally:
-            await self.teardown()
-
-    async def get(self, path: str) -> tuple[int, int]:
-        raise NotImplementedError
-
-    async def post(self, path: str, body: bytes) -> tuple[int, int]:
-        raise NotImplementedError
+__all__ = [
+    "ADAPTERS",
+    "BASELINE",
+    "H1",
+    "H2",
+    "Adapter",
+    "AiohttpAdapter",
+    "ClientUnavailable",
+    "Endpoint",
+    "H11TrioAdapter",
+    "H2TrioAdapter",
+    "HttpxAsyncioAdapter",
+    "HttpxTrioAdapter",
+    "TRIO_RETRY_VARIANTS",
+    "TrioRetryAdapter",
+]
 
 
 # --------------------------------------------------------------------------------------------
-# trio_retry: ADAPTER SLOT.
-# Written against SPEC §2; the Client is being implemented in parallel. If the import or the
-# attribute lookup fails, the client is reported as "trio_retry: not available" and skipped.
+# trio_retry, at its defaults and in the variants the performance issue (#16) measures. If the
+# import or the attribute lookup fails, the row is reported as "not available" and skipped.
 # --------------------------------------------------------------------------------------------
+
+FAST_PATH_ENV = "TRIO_RETRY_HTTP1_FAST_PATH"  # "0": the HTTP/1.1 fast path off
+
+
+def client_accepts(option: str) -> bool:
+    """Whether this checkout's ``trio_retry.Client`` takes the keyword argument ``option``."""
+    import trio_retry
+
+    try:
+        params = inspect.signature(trio_retry.Client).parameters
+    except (TypeError, ValueError):
+        return False
+    return option in params
 
 
 class TrioRetryAdapter(Adapter):
+    """``trio_retry.Client`` with what users get by default (the default ``StageTimeouts``
+    included): only the pool size, the benchmark's CA and ``http2`` are set. Each variant
+    below changes one thing, through :meth:`client_options` or its own ``get``/``post``."""
+
     name = "trio_retry"
     label = "trio_retry"
     runtime = "trio"
     protocols = frozenset({H1, H2})
     requires = ("trio_retry",)
-    description = "trio_retry.Client (this project), pooled, HTTP/2 via ALPN"
+    description = "trio_retry.Client (this project) at its defaults, pooled, HTTP/2 via ALPN"
 
     @classmethod
     def check_available(cls) -> None:
@@ -156,6 +76,13 @@ class TrioRetryAdapter(Adapter):
 
         if not hasattr(trio_retry, "Client"):
             raise ClientUnavailable("trio_retry has no Client yet")
+
+    def client_options(self) -> dict[str, Any]:
+        """``Client(...)`` arguments this row adds to the common ones."""
+        return {}
+
+    def check_after(self) -> None:
+        """Raise if the row did not do what it says (called after the client closed)."""
 
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -171,9 +98,11 @@ class TrioRetryAdapter(Adapter):
             max_connections_per_origin=self.concurrency,
             ssl_context=ctx,
             http2=self.endpoint.http2,
+            **self.client_options(),
         ) as client:
             self._client: Any = client
             yield
+        self.check_after()
 
     async def get(self, path: str) -> tuple[int, int]:
         r = await self._client.get(self._base + path)
@@ -182,6 +111,111 @@ class TrioRetryAdapter(Adapter):
     async def post(self, path: str, body: bytes) -> tuple[int, int]:
         r = await self._client.post(self._base + path, content=body)
         return r.status, len(r.content)
+
+
+DEADLINE = 30.0  # seconds: never reached on loopback; only its bookkeeping is measured
+
+
+class TrioRetryDeadlineAdapter(TrioRetryAdapter):
+    name = "trio_retry_deadline"
+    label = "trio_retry +deadline"
+    description = (
+        f"trio_retry with a deadline on every call, as users set one: Client(deadline={DEADLINE:g})"
+    )
+
+    def client_options(self) -> dict[str, Any]:
+        return {"deadline": DEADLINE}
+
+
+class TrioRetryCallDeadlineAdapter(TrioRetryAdapter):
+    name = "trio_retry_call_deadline"
+    label = "trio_retry +get(deadline)"
+    description = (
+        f"trio_retry with the deadline passed per call: get(url, deadline={DEADLINE:g}) "
+        "(a call with options)"
+    )
+
+    async def get(self, path: str) -> tuple[int, int]:
+        r = await self._client.get(self._base + path, deadline=DEADLINE)
+        return r.status, len(r.content)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, int]:
+        r = await self._client.post(self._base + path, content=body, deadline=DEADLINE)
+        return r.status, len(r.content)
+
+
+class TrioRetryNoFastAdapter(TrioRetryAdapter):
+    name = "trio_retry_no_fast"
+    label = "trio_retry fast path off"
+    protocols = frozenset({H1})
+    no_h2_reason = "the fast path is HTTP/1.1 only (this is the trio_retry row over HTTP/2)"
+    description = (
+        "trio_retry with the HTTP/1.1 fast path off: Client(http1_fast_path=False), "
+        f"and {FAST_PATH_ENV}=0 in the worker's environment"
+    )
+    # Set by the worker before trio_retry is imported.
+    env: ClassVar[dict[str, str]] = {FAST_PATH_ENV: "0"}
+
+    @classmethod
+    def setup_note(cls, env_applied: bool = True) -> str | None:
+        env = f"{FAST_PATH_ENV}=0"
+        if client_accepts("http1_fast_path"):
+            return "Client(http1_fast_path=False)" + (f", {env}" if env_applied else "")
+        if env_applied:
+            return (
+                f"this checkout's Client has no http1_fast_path option: only {env} was set (no "
+                "effect unless trio_retry reads it; without a fast path the row measures the "
+                "defaults)"
+            )
+        return (
+            f"this checkout's Client has no http1_fast_path option and {env} is not set in this "
+            "process (--env sets it for every row): the row measures the defaults"
+        )
+
+    def client_options(self) -> dict[str, Any]:
+        return {"http1_fast_path": False} if client_accepts("http1_fast_path") else {}
+
+
+class TrioRetryOnAttemptAdapter(TrioRetryAdapter):
+    name = "trio_retry_on_attempt"
+    label = "trio_retry +on_attempt"
+    description = "trio_retry with Client(on_attempt=f), f a sync function counting the attempts"
+
+    def client_options(self) -> dict[str, Any]:
+        self.attempts = 0
+
+        def on_attempt(attempt: object) -> None:
+            self.attempts += 1
+
+        return {"on_attempt": on_attempt}
+
+    def check_after(self) -> None:
+        if self.attempts == 0:
+            raise RuntimeError("on_attempt was never called")
+
+
+class TrioRetryBulkheadAdapter(TrioRetryAdapter):
+    name = "trio_retry_bulkhead"
+    label = "trio_retry +bulkhead"
+    description = (
+        "trio_retry with a bulkhead as large as the concurrency: "
+        "Client(upstreams={origin: Upstream(max_concurrency=N)})"
+    )
+
+    def client_options(self) -> dict[str, Any]:
+        import trio_retry
+
+        bulkhead = trio_retry.Upstream(max_concurrency=self.concurrency)
+        return {"upstreams": {self.endpoint.base_url: bulkhead}}
+
+
+TRIO_RETRY_VARIANTS: tuple[type[TrioRetryAdapter], ...] = (
+    TrioRetryDeadlineAdapter,
+    TrioRetryCallDeadlineAdapter,
+    TrioRetryNoFastAdapter,
+    TrioRetryOnAttemptAdapter,
+    TrioRetryBulkheadAdapter,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,274 +312,16 @@ class AiohttpAdapter(Adapter):
             return resp.status, len(data)
 
 
-# --------------------------------------------------------------------------------------------
-# Bare h11 over Trio: one connection per task, keep-alive, no pool. The floor of a pure-Python
-# h11 stack: everything a real client adds (pooling, evidence, retries) costs on top of this.
-# --------------------------------------------------------------------------------------------
-
-
-class _H11Conn:
-    __slots__ = ("conn", "stream")
-
-    def __init__(self, stream: trio.abc.Stream, conn: h11.Connection) -> None:
-        self.stream = stream
-        self.conn = conn
-
-
-class H11TrioAdapter(Adapter):
-    name = "h11_trio"
-    label = "bare h11 (Trio)"
-    runtime = "trio"
-    protocols = frozenset({H1})
-    description = "h11.Connection over trio.SocketStream, one keep-alive connection per task"
-
-    async def setup(self) -> None:
-        self._conns: dict[trio.lowlevel.Task, _H11Conn] = {}
-        self._ssl = self.endpoint.ssl_context([H1]) if self.endpoint.tls else None
-        self._base_headers = [
-            (b"host", f"{self.endpoint.host}:{self.endpoint.port}".encode()),
-            (b"user-agent", b"bench-bare-h11"),
-        ]
-
-    async def teardown(self) -> None:
-        conns = list(self._conns.values())
-        self._conns.clear()
-        with trio.move_on_after(2):
-            for c in conns:
-                await trio.aclose_forcefully(c.stream)
-
-    async def _connect(self) -> _H11Conn:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(self.endpoint.host, self.endpoint.port)
-        if self._ssl is not None:
-            tls = trio.SSLStream(
-                stream, self._ssl, server_hostname=self.endpoint.host, https_compatible=True
-            )
-            await tls.do_handshake()
-            stream = tls
-        return _H11Conn(stream, h11.Connection(h11.CLIENT))
-
-    async def _request(self, method: bytes, path: str, body: bytes | None) -> tuple[int, int]:
-        task = trio.lowlevel.current_task()
-        c = self._conns.get(task)
-        if c is None:
-            c = await self._connect()
-            self._conns[task] = c
-        conn = c.conn
-        try:
-            if body is None:
-                head = conn.send(
-                    h11.Request(method=method, target=path, headers=self._base_headers)
-                )
-                out = b"".join((head or b"", conn.send(h11.EndOfMessage()) or b""))
-            else:
-                headers = [*self._base_headers, (b"content-length", str(len(body)).encode())]
-                head = conn.send(h11.Request(method=method, target=path, headers=headers))
-                data = conn.send(h11.Data(data=body))
-                end = conn.send(h11.EndOfMessage())
-                out = b"".join((head or b"", data or b"", end or b""))
-            await c.stream.send_all(out)
-            status = 0
-            received = 0
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(cast(bytes, await c.stream.receive_some(65536)))
-                elif type(event) is h11.Data:
-                    received += len(event.data)
-                elif type(event) is h11.Response:
-                    status = event.status_code
-                elif type(event) is h11.EndOfMessage:
-                    break
-                elif type(event) is h11.ConnectionClosed:
-                    raise ConnectionError("server closed the connection")
-            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                conn.start_next_cycle()
-            else:
-                del self._conns[task]
-                await trio.aclose_forcefully(c.stream)
-            return status, received
-        except BaseException:
-            self._conns.pop(task, None)
-            await trio.aclose_forcefully(c.stream)
-            raise
-
-    async def get(self, path: str) -> tuple[int, int]:
-        return await self._request(b"GET", path, None)
-
-    async def post(self, path: str, body: bytes) -> tuple[int, int]:
-        return await self._request(b"POST", path, body)
-
-
-# --------------------------------------------------------------------------------------------
-# Bare h2 over Trio + TLS: one connection, many concurrent streams, one reader task. The floor
-# of a pure-Python h2 stack.
-# --------------------------------------------------------------------------------------------
-
-
-class _H2Stream:
-    __slots__ = ("done", "error", "received", "status")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.status = 0
-        self.received = 0
-        self.error: BaseException | None = None
-
-
-class H2TrioAdapter(Adapter):
-    name = "h2_trio"
-    label = "bare h2 (Trio)"
-    runtime = "trio"
-    protocols = frozenset({H2})
-    description = "h2.H2Connection over trio.SSLStream, one connection, one reader task"
-
-    _WINDOW = 1 << 24
-
-    @asynccontextmanager
-    async def lifespan(self) -> AsyncIterator[None]:
-        ctx = self.endpoint.ssl_context([H2])
-        tcp = await trio.open_tcp_stream(self.endpoint.host, self.endpoint.port)
-        self._stream = trio.SSLStream(
-            tcp, ctx, server_hostname=self.endpoint.host, https_compatible=True
-        )
-        try:
-            await self._stream.do_handshake()
-            if self._stream.selected_alpn_protocol() != H2:
-                raise RuntimeError("server did not negotiate h2 via ALPN")
-            config = h2.config.H2Configuration(client_side=True, header_encoding=None)
-            self._conn = h2.connection.H2Connection(config=config)
-            self._conn.initiate_connection()
-            self._conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self._WINDOW})
-            self._conn.increment_flow_control_window(self._WINDOW)
-            self._send_lock = trio.Lock()
-            self._streams: dict[int, _H2Stream] = {}
-            self._window_changed = trio.Event()
-            self._failure: BaseException | None = None
-            authority = f"{self.endpoint.host}:{self.endpoint.port}".encode()
-            self._headers_base = [(b":scheme", b"https"), (b":authority", authority)]
-            await self._flush()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._reader)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
-            with trio.move_on_after(1):
-                self._conn.close_connection()
-                await self._flush()
-        finally:
-            await trio.aclose_forcefully(self._stream)
-
-    async def _flush(self) -> None:
-        async with self._send_lock:
-            data = self._conn.data_to_send()
-            if data:
-                await self._stream.send_all(data)
-
-    async def _reader(self) -> None:
-        conn = self._conn
-        streams = self._streams
-        try:
-            while True:
-                data = await self._stream.receive_some(65536)
-                if not data:
-                    raise ConnectionError("server closed the connection")
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.DataReceived):
-                        st = streams.get(event.stream_id)
-                        if st is not None and event.data is not None:
-                            st.received += len(event.data)
-                        conn.acknowledge_received_data(
-                            event.flow_controlled_length, event.stream_id
-                        )
-                    elif isinstance(event, h2.events.ResponseReceived):
-                        st = streams.get(event.stream_id)
-                        if st is not None:
-                            for name, value in event.headers:
-                                if name == b":status":
-                                    st.status = int(value)
-                                    break
-                    elif isinstance(event, h2.events.StreamEnded):
-                        st = streams.get(event.stream_id)
-                        if st is not None:
-                            st.done.set()
-                    elif isinstance(event, h2.events.StreamReset):
-                        st = streams.get(event.stream_id)
-                        if st is not None:
-                            st.error = ConnectionError(f"stream reset: {event.error_code!r}")
-                            st.done.set()
-                    elif isinstance(event, h2.events.WindowUpdated):
-                        self._window_changed.set()
-                        self._window_changed = trio.Event()
-                    elif isinstance(event, h2.events.ConnectionTerminated):
-                        raise ConnectionError(f"GOAWAY: {event.error_code!r}")
-                await self._flush()
-        except Exception as exc:
-            self._failure = exc
-            self._window_changed.set()
-            for st in streams.values():
-                st.error = exc
-                st.done.set()
-
-    async def _exchange(self, method: bytes, path: str, body: bytes | None) -> tuple[int, int]:
-        if self._failure is not None:
-            raise ConnectionError(f"connection failed: {self._failure!r}")
-        conn = self._conn
-        stream_id = conn.get_next_available_stream_id()
-        st = _H2Stream()
-        self._streams[stream_id] = st
-        headers = [(b":method", method), (b":path", path.encode()), *self._headers_base]
-        try:
-            if body is None:
-                conn.send_headers(stream_id, headers, end_stream=True)
-                await self._flush()
-            else:
-                headers.append((b"content-length", str(len(body)).encode()))
-                conn.send_headers(stream_id, headers)
-                await self._send_body(stream_id, body)
-            await st.done.wait()
-        finally:
-            del self._streams[stream_id]
-        if st.error is not None:
-            raise st.error
-        return st.status, st.received
-
-    async def _send_body(self, stream_id: int, body: bytes) -> None:
-        conn = self._conn
-        view = memoryview(body)
-        while True:
-            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-            if window <= 0:
-                changed = self._window_changed
-                await self._flush()
-                await changed.wait()
-                if self._failure is not None:
-                    raise ConnectionError(f"connection failed: {self._failure!r}")
-                continue
-            chunk = view[:window]
-            view = view[window:]
-            conn.send_data(stream_id, chunk.tobytes(), end_stream=not view)
-            if not view:
-                break
-        await self._flush()
-
-    async def get(self, path: str) -> tuple[int, int]:
-        return await self._exchange(b"GET", path, None)
-
-    async def post(self, path: str, body: bytes) -> tuple[int, int]:
-        return await self._exchange(b"POST", path, body)
-
-
-# In display order. The first entry is the project's own client; BASELINE is the reference.
-ADAPTERS: dict[str, type[Adapter]] = {
-    a.name: a
-    for a in (
-        TrioRetryAdapter,
-        HttpxTrioAdapter,
-        HttpxAsyncioAdapter,
-        AiohttpAdapter,
-        H11TrioAdapter,
-        H2TrioAdapter,
-    )
-}
+# In display order: the project's own client, its variants, then the others; BASELINE is the
+# reference of the "x httpx/Trio" columns.
+_ORDER: tuple[type[Adapter], ...] = (
+    TrioRetryAdapter,
+    *TRIO_RETRY_VARIANTS,
+    HttpxTrioAdapter,
+    HttpxAsyncioAdapter,
+    AiohttpAdapter,
+    H11TrioAdapter,
+    H2TrioAdapter,
+)
+ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}
 BASELINE = HttpxTrioAdapter.name

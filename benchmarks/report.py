@@ -126,7 +126,7 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 COLUMNS = (
-    ("client", "<", 17),
+    ("client", "<", 25),
     ("r/s", ">", 8),
     ("x httpx/Trio", ">", 12),
     ("p50 ms", ">", 8),

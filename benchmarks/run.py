@@ -23,6 +23,9 @@ from typing import Any
 
 from benchmarks import SCHEMA_VERSION
 from benchmarks.clients import ADAPTERS, BASELINE, H1, H2
+from benchmarks.derived import derive
+from benchmarks.derived import render_markdown as render_derived_markdown
+from benchmarks.derived import render_text as render_derived_text
 from benchmarks.report import aggregate, plot, render_markdown, render_text
 from benchmarks.scenarios import Scenario, all_scenarios
 from benchmarks.servers import PACKAGE_ROOT, child_preexec, running_server
@@ -329,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                 return "TLS unavailable (trustme not installed)"
             want = H2 if endpoints[scenario.endpoint]["http2"] else H1
             if want not in ADAPTERS[client].protocols:
-                return "no HTTP/2 support" if want == H2 else "HTTP/2-only client"
+                return ADAPTERS[client].no_h2_reason if want == H2 else "HTTP/2-only client"
             return None
 
         def record(
@@ -353,9 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                 entry["repeat"] = rep
                 if entry.get("status") == "ok":
                     line = registry[entry["scenario"]].progress_line(entry)
-                    _progress(f"  {entry['scenario']:22} {client:14} {line}")
+                    _progress(f"  {entry['scenario']:22} {client:24} {line}")
                 else:
-                    _progress(f"  {entry['scenario']:22} {client:14} FAILED: {entry.get('note')}")
+                    _progress(f"  {entry['scenario']:22} {client:24} FAILED: {entry.get('note')}")
             return entries
 
         def launch(client: str, batch: list[Scenario], rep: int) -> None:
@@ -461,16 +464,28 @@ def main(argv: list[str] | None = None) -> int:
     for client in client_names:
         if client in unavailable:
             print(f"{client}: {unavailable[client]}")
+        elif client_notes.get(client):
+            print(f"{labels[client]} ({client}): {client_notes[client]}")
     throughput_like = [s for s in scenario_names if registry[s].columns is None]
     if throughput_like and not any(
         r["client"] == BASELINE and r["status"] == "ok" and r["scenario"] in throughput_like
         for r in results
     ):
         print(f"baseline {labels[BASELINE]} was not measured: no ratios in this run")
-    print(render_text(results, scen_json))
+    derived = derive(results, scen_json)
+    throughput_json = {k: v for k, v in scen_json.items() if v.get("columns") is None}
+    others_json = {k: v for k, v in scen_json.items() if v.get("columns") is not None}
+    print(render_text(results, throughput_json))
+    print(render_derived_text(derived))
+    if args.smoke and derived["targets"]:
+        print("(smoke mode: too few requests, the figures and verdicts above mean nothing)")
+    print(render_text(results, others_json))
     if args.markdown:
         print()
         print(render_markdown(results, scen_json))
+        if derived["scenarios"]:
+            print()
+            print(render_derived_markdown(derived))
     print()
     if any(registry[s].legend is None for s in scenario_names):
         print(
@@ -527,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in client_names
         ],
         "results": results,
+        "derived": derived,
     }
     if args.json:
         path = Path(args.json)

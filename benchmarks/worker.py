@@ -34,15 +34,18 @@ def run_worker(config: dict[str, Any]) -> dict[str, Any]:
     client_name: str = config["client"]
     adapter_cls = ADAPTERS[client_name]
     out: dict[str, Any] = {"client": client_name, "available": True, "results": []}
-    pin_note = _pin(config.get("client_cpu"))
-    if pin_note:
-        out["note"] = pin_note
+    notes = [_pin(config.get("client_cpu"))]
+    # Before check_available() imports the client's package: it may read them at import.
+    os.environ.update(adapter_cls.env)
     try:
         adapter_cls.check_available()
     except ClientUnavailable as exc:
         out["available"] = False
         out["reason"] = str(exc)
         return out
+    notes.append(adapter_cls.setup_note())
+    if any(notes):
+        out["note"] = "; ".join(n for n in notes if n)
 
     runtime = get_runtime(adapter_cls.runtime)
     scenarios = all_scenarios()

@@ -5,6 +5,11 @@ choice (nginx when installed) and once forcing the pure-Python fallback server, 
 stay exercised. It must pass where nginx, httpx, aiohttp or matplotlib are absent: those are
 skipped with a note, and the bare h11 loop still runs.
 
+The throughput suite runs trio_retry's variant rows too (a deadline, fast path off,
+on_attempt, a bulkhead), and the JSON carries the derived figures of issue #16.
+``python -m benchmarks.profile`` (the per-request profile) runs with a few requests, as a module
+and as a script from another directory (how it profiles another checkout).
+
 Besides the throughput suite, the smoke covers the amplification, duplicates and engine-cost
 suites. Their smoke numbers are too small to mean much, except two invariants that hold at any
 size: trio_retry never makes the server execute a POST twice, and never reports a plain failure
@@ -22,7 +27,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT = 180  # smoke takes ~10 s on 2 cores; this only stops a hang
+TIMEOUT = 300  # smoke: ~10 s on 2 idle cores, 30-80 s on a shared loaded machine; stops a hang
 
 RESULT_KEYS = {
     "scenario",
@@ -46,6 +51,13 @@ THROUGHPUT = {
 }
 RESILIENCE = {"outage_503", "outage_refused", "faults_post_h2", "faults_post_h1"}
 ENGINE_COST = {"engine_cost_200", "engine_cost_404", "engine_cost_503"}
+VARIANTS = {
+    "trio_retry_deadline",
+    "trio_retry_call_deadline",
+    "trio_retry_no_fast",
+    "trio_retry_on_attempt",
+    "trio_retry_bulkhead",
+}
 
 
 def _run_smoke(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
@@ -76,6 +88,7 @@ def _check_document(data: dict[str, Any]) -> None:
     assert {"trio_retry", "httpx_trio", "httpx_asyncio", "aiohttp", "h11_trio", "h2_trio"} <= (
         client_names
     )
+    assert client_names >= VARIANTS
     assert len(data["results"]) == len(scenarios) * len(client_names)
     for result in data["results"]:
         assert RESULT_KEYS <= result.keys(), result
@@ -104,7 +117,51 @@ def _check_document(data: dict[str, Any]) -> None:
     assert bare["get_sequential"]["status"] == "ok"
     assert bare["upload_64k"]["status"] == "ok"
     assert bare["h2_tls_streams_32"]["status"] == "skipped"
+    _check_variants(data)
+    _check_derived(data)
     _check_resilience(data)
+
+
+def _check_variants(data: dict[str, Any]) -> None:
+    results = {(r["scenario"], r["client"]): r for r in data["results"]}
+    clients = {c["name"]: c for c in data["clients"]}
+    labels = {c["label"] for c in clients.values()}
+    assert len(labels) == len(clients)  # every row tells which one it is
+    if not clients["trio_retry"]["available"]:
+        return
+    for scenario in THROUGHPUT:
+        for variant in VARIANTS:
+            r = results[(scenario, variant)]
+            if variant == "trio_retry_no_fast" and scenario == "h2_tls_streams_32":
+                assert r["status"] == "skipped"
+                assert "HTTP/1.1 only" in r["note"]
+            else:
+                assert r["status"] == "ok", (scenario, variant, r["note"])
+    # The fast-path row says how it was turned off in this checkout.
+    assert "TRIO_RETRY_HTTP1_FAST_PATH=0" in clients["trio_retry_no_fast"]["note"]
+    for scenario in RESILIENCE | ENGINE_COST:  # those suites keep to their own rows
+        for variant in VARIANTS:
+            assert results[(scenario, variant)]["status"] == "skipped"
+
+
+def _check_derived(data: dict[str, Any]) -> None:
+    derived = data["derived"]
+    assert set(derived["scenarios"]) == THROUGHPUT | {"h1_tls_concurrent_32"}
+    seq = derived["scenarios"]["get_sequential"]
+    assert seq["floor"] == "h11_trio"
+    assert derived["scenarios"]["h2_tls_streams_32"]["floor"] == "h2_trio"
+    assert "trio_retry/aiohttp" not in derived["scenarios"]["h2_tls_streams_32"]["ratios"]
+    ok = {(r["scenario"], r["client"]) for r in data["results"] if r["status"] == "ok"}
+    if ("get_sequential", "trio_retry") in ok:
+        assert seq["ratios"]["trio_retry/floor"]["rps"] > 0
+        assert seq["ratios"]["trio_retry/floor"]["cpu"] > 0
+        assert isinstance(seq["cost_us"]["trio_retry_deadline"], float)
+    kinds = {t["target"].split(",")[0] for t in derived["targets"]}
+    assert {">= 0.9x bare h11", ">= 1.0x aiohttp", ">= 0.95x bare h2 (r/s)"} <= kinds
+    assert any(t["target"].startswith("deadline <= 5 us") for t in derived["targets"])
+    for t in derived["targets"]:
+        assert t["met"] in (True, False, None)
+        assert (t["met"] is None) == (t["measured"] is None)
 
 
 def _check_resilience(data: dict[str, Any]) -> None:
@@ -143,11 +200,13 @@ def _check_resilience(data: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("server", ["auto", "fallback"])
 def test_benchmarks_smoke(tmp_path: Path, server: str) -> None:
-    data, output = _run_smoke(tmp_path, "--server", server)
+    data, output = _run_smoke(tmp_path, "--server", server, "--markdown")
     _check_document(data)
     if server == "fallback":
         assert data["server"]["kind"] == "fallback"
     assert "get_sequential" in output  # the table was printed
+    assert "issue #16 targets" in output  # the derived figures were printed
+    assert "| target | scenario | measured |" in output  # and their Markdown table
     trio_retry = next(c for c in data["clients"] if c["name"] == "trio_retry")
     if not trio_retry["available"]:
         assert "trio_retry: not available" in output
@@ -165,3 +224,107 @@ def test_benchmarks_list() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "h11_trio" in proc.stdout
     assert "get_sequential" in proc.stdout
+
+
+def test_derived_figures() -> None:
+    """Ratios, costs and verdicts from known medians (no run needed)."""
+    from benchmarks.derived import derive
+
+    def row(scenario: str, client: str, rps: float, cpu_ms: float) -> dict[str, Any]:
+        median = {"rps": rps, "cpu_ms_per_req": cpu_ms}
+        return {"scenario": scenario, "client": client, "status": "ok", "median": median}
+
+    results = [
+        row("get_sequential", "trio_retry", 10_000, 0.100),
+        row("get_sequential", "trio_retry_deadline", 9_500, 0.106),
+        row("get_sequential", "trio_retry_no_fast", 9_000, 0.110),
+        row("get_sequential", "aiohttp", 8_000, 0.090),
+        row("get_sequential", "h11_trio", 10_500, 0.095),
+        row("h2_tls_streams_32", "trio_retry", 5_700, 0.180),
+        row("h2_tls_streams_32", "h2_trio", 6_000, 0.170),
+        {
+            "scenario": "get_sequential",
+            "client": "trio_retry_bulkhead",
+            "status": "failed",
+            "median": None,
+        },
+    ]
+    scenarios = {
+        "get_sequential": {"endpoint": "h1"},
+        "h2_tls_streams_32": {"endpoint": "h2_tls"},
+        "engine_cost_200": {"endpoint": "h1", "columns": []},
+    }
+    derived = derive(results, scenarios)
+    assert set(derived["scenarios"]) == {"get_sequential", "h2_tls_streams_32"}
+    seq = derived["scenarios"]["get_sequential"]
+    assert seq["ratios"]["trio_retry/floor"]["rps"] == pytest.approx(10_000 / 10_500)
+    assert seq["ratios"]["trio_retry/floor"]["cpu"] == pytest.approx(0.100 / 0.095)
+    assert seq["ratios"]["trio_retry/aiohttp"]["rps"] == pytest.approx(1.25)
+    assert seq["ratios"]["no_fast/h11"]["rps"] == pytest.approx(9_000 / 10_500)
+    assert seq["cost_us"]["trio_retry_deadline"] == pytest.approx(6.0)
+    assert seq["cost_us"]["trio_retry_no_fast"] == pytest.approx(10.0)
+    assert "trio_retry_bulkhead" not in seq["cost_us"]  # failed: no figure, no error
+    h2 = derived["scenarios"]["h2_tls_streams_32"]
+    assert h2["floor"] == "h2_trio"
+    assert set(h2["ratios"]) == {"trio_retry/floor"}
+    verdicts = {(t["target"].split(" (")[0], t["scenario"]): t["met"] for t in derived["targets"]}
+    assert verdicts[(">= 0.9x bare h11, fast path off", "get_sequential")] is False  # 0.857
+    assert verdicts[(">= 1.0x aiohttp, fast path on", "get_sequential")] is True
+    assert verdicts[(">= 0.95x bare h2", "h2_tls_streams_32")] is True  # 0.95
+    assert verdicts[("deadline <= 5 us/req, Client(deadline=30)", "get_sequential")] is False
+
+
+def _profile_args(json_path: Path) -> list[str]:
+    tiny = ["--n", "20", "--block", "10", "--count-n", "10", "--profile-n", "10", "--warmup", "5"]
+    return [*tiny, "--json", str(json_path), "--no-pin"]
+
+
+def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
+    data = json.loads(json_path.read_text())
+    assert data["trio_retry_dir"] == str(trio_retry_dir)
+    clients = {c["name"]: c for c in data["clients"]}
+    assert set(clients) == {"trio_retry", "h11_trio"}
+    for c in clients.values():
+        assert c["python_calls_per_req"] > 0
+        assert c["task_steps_per_req"] > 0
+        assert c["cpu_us_per_req"] > 0
+        assert sum(a["share"] for a in c["areas"].values()) == pytest.approx(1.0, abs=0.01)
+        assert "h11" in c["areas"]
+    ours = clients["trio_retry"]["areas"]
+    assert "_call/loop+attempt" in ours
+    assert "_wire/http11 + progress" in ours
+    assert not any(a.startswith("_") for a in clients["h11_trio"]["areas"])  # none of ours
+    assert "Python function calls" in output
+    assert "cProfile tottime" in output
+
+
+def test_profile_module(tmp_path: Path) -> None:
+    out = tmp_path / "profile.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile", *_profile_args(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _check_profile(out, proc.stdout, ROOT / "trio_retry")
+
+
+def test_profile_script_from_another_checkout(tmp_path: Path) -> None:
+    """Run as a script from elsewhere: the harness comes from its file, trio_retry from
+    --checkout (here the same tree, named explicitly)."""
+    out = tmp_path / "profile.json"
+    script = ROOT / "benchmarks" / "profile.py"
+    args = [sys.executable, str(script), "--checkout", str(ROOT), *_profile_args(out)]
+    proc = subprocess.run(
+        args,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _check_profile(out, proc.stdout, ROOT / "trio_retry")
