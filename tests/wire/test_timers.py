@@ -161,13 +161,13 @@ async def test_a_deadline_on_the_lane_ends_as_a_scope_would(
     h1_server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Same timing, same record, whether the deadline rides the lane (a ready connection)
-    or a cancel scope (forced here by a bulkhead)."""
+    or a cancel scope (forced here by a request hook: a hook may wait, so it is scoped)."""
     h1_server.route("GET", "/slow", Stall(60), Stall(60))
     one = RetryPolicy(max_attempts=1)
     async with trio_retry.Client(retry=one) as client:
         lane = await _deadline_attempt(client, h1_server.url, 1.25)
-    scoped_upstream = trio_retry.Upstream(max_concurrency=4)
-    async with trio_retry.Client(retry=one, default_upstream=scoped_upstream) as client:
+    hooks: trio_retry.EventHooks = {"request": [lambda request: None]}
+    async with trio_retry.Client(retry=one, event_hooks=hooks) as client:
         scoped = await _deadline_attempt(client, h1_server.url, 1.25)
     fields = ("stage", "evidence", "category", "status", "connection_reused")
     assert [getattr(lane, f) for f in fields] == [getattr(scoped, f) for f in fields]

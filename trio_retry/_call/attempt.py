@@ -46,7 +46,7 @@ from .connect import pool_key
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
 from .runtime import Runtime
-from .upstream import Permit, UpstreamState, admit, release
+from .upstream import Permit, UpstreamState, admit, release, try_admit
 
 __all__ = ["Outcome", "attempt_headers", "give_back", "observe", "record", "run_attempt"]
 
@@ -118,13 +118,17 @@ async def run_attempt(
     timers = rt.timers
     if (
         (deadline == math.inf or timers.running)
-        and state.limiter is None
         and not state.guarded
         and rt.config.auth is None
         and request.body.known_length is not None
         and rt.config.hooks is None  # a hook may wait: only a scoped attempt may wait
     ):
-        outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
+        # A bulkhead permit free now is taken now; if none is, the attempt waits for one
+        # in its scope (and with a permit but no ready connection, waits for that there).
+        if state.limiter is not None:
+            outcome.permit = try_admit(state)
+        if state.limiter is None or outcome.permit is not None:
+            outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
     conn = outcome.conn
     unscoped = conn is not None
     timed = False
@@ -278,8 +282,8 @@ async def _exchange(
         origin = url.origin
         if state.guarded:  # the breaker and the throttle, before the bulkhead
             outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
-        if state.limiter is not None:
-            outcome.permit = await admit(state, f"{request.method} {url}", origin)
+        if state.limiter is not None and outcome.permit is None:  # (taken already if free)
+            outcome.permit = await admit(state, lambda: f"{request.method} {url}", origin)
             if rt.drained and progress in rt.drained:
                 raise _drained(request, progress)  # admitted just as drain() was called
         # Cleartext through a proxy: absolute-form target, one pool of proxy connections.

@@ -11,7 +11,7 @@ before the bulkhead, so a call the breaker rejects never takes a permit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -68,26 +68,39 @@ class Upstreams:
         return state
 
 
-async def admit(state: UpstreamState, what: str, origin: Origin) -> Permit | None:
+def try_admit(state: UpstreamState) -> Permit | None:
+    """A bulkhead permit if one is free now (never waits), else ``None``. The upstream must
+    have a bulkhead."""
+    limiter = state.limiter
+    assert limiter is not None
+    token = object()
+    try:
+        limiter.acquire_on_behalf_of_nowait(token)
+    except trio.WouldBlock:
+        return None
+    return token
+
+
+async def admit(
+    state: UpstreamState, what: Callable[[], str], origin: Origin
+) -> Permit | None:
     """Admit one attempt to ``origin``: a bulkhead permit when the upstream has a bulkhead.
 
-    ``what`` names the request in a rejection ("GET https://..."). Waits for a permit unless
+    ``what()`` names the request in a rejection ("GET https://..."). Waits for a permit unless
     ``Upstream.max_queue`` attempts already wait: then raises at once (``ADMISSION``, nothing
     was sent). Cancellation while waiting leaves nothing held.
     """
     limiter = state.limiter
     if limiter is None:
         return None
-    token = object()
-    try:
-        limiter.acquire_on_behalf_of_nowait(token)
+    token = try_admit(state)
+    if token is not None:
         return token
-    except trio.WouldBlock:
-        pass
+    token = object()
     queue = state.upstream.max_queue
     if queue is not None and state.waiting >= queue:
         raise WireError(
-            f"{what} not admitted: the bulkhead of {origin} is full "
+            f"{what()} not admitted: the bulkhead of {origin} is full "
             f"({limiter.total_tokens} calls in flight, {state.waiting} waiting, "
             f"Upstream(max_queue={queue}))",
             stage=Stage.ADMISSION,
