@@ -36,9 +36,10 @@ async def test_a_bulkhead_of_one_serialises_calls_on_a_ready_connection(
     async with trio_retry.Client(default_upstream=upstream) as client:
         await client.get(h1_server.url + "/s")  # a ready connection for the next ones
         start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            for _ in range(3):
-                nursery.start_soon(client.get, h1_server.url + "/s")
+        with trio.fail_after(30):  # bounded, also when a permit is never given back
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(client.get, h1_server.url + "/s")
         assert trio.current_time() - start == pytest.approx(3.0, abs=0.05)
     assert peak == 1
 
