@@ -285,8 +285,10 @@ class Client:
         """
         request = self._prepare(method, url, options)
         # One coroutine layer less on every await of a call that does not follow redirects.
-        chain = send_following if request.follow_redirects else send
-        response, _ = await chain(self._rt, request, streaming=False)
+        if request.follow_redirects:
+            response, _ = await send_following(self._rt, request, streaming=False)
+        else:
+            response, _ = await send(self._rt, request, streaming=False, fresh=True)
         return response
 
     async def get(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:

@@ -87,9 +87,12 @@ async def send_following(
 
 
 async def send(
-    rt: Runtime, request: PreparedRequest, *, streaming: bool
+    rt: Runtime, request: PreparedRequest, *, streaming: bool, fresh: bool = False
 ) -> tuple[Response, Closer | None]:
-    """Attempts of one request until a response, a denial or a failure (the loop above)."""
+    """Attempts of one request until a response, a denial or a failure (the loop above).
+
+    ``fresh``: the request was prepared just now, so its ``started`` is also the start of
+    its first attempt (one clock read fewer); otherwise (a redirect hop) the clock is read."""
     if rt.draining:
         raise AdmissionRejected(
             f"{request.method} {request.url} not admitted: the client is draining",
@@ -100,7 +103,7 @@ async def send(
     config = rt.config
     state = rt.upstreams.get(request.url.origin)
     policy = request.retry
-    started = trio.current_time()
+    started = request.started if fresh else trio.current_time()
     state.budget.deposit(started)
     attempts: list[Attempt] = []
     previous_delay: float | None = None
@@ -161,7 +164,7 @@ async def send(
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
-            return _deliver(rt, request, state, outcome, attempts, None, streaming, deadline)
+            return _deliver(rt, request, state, outcome, attempts, None, streaming, deadline, ended)
         if (
             not challenged
             and wire is not None
@@ -347,7 +350,9 @@ def _response(
     decision: Decision | None,
     stream: StreamedBody | None = None,
     decoder: CheckedDecoder | None = None,
+    ended: float | None = None,
 ) -> Response:
+    """The call's response; ``ended``: when its attempt ended, if just read (else now)."""
     wire = outcome.response
     assert wire is not None
     return Response._received(
@@ -358,7 +363,7 @@ def _response(
         url=request.url,
         request_method=request.method,
         sent_headers=outcome.sent_headers or (),
-        elapsed=trio.current_time() - request.started,
+        elapsed=(trio.current_time() if ended is None else ended) - request.started,
         content=outcome.body,
         attempts=attempts,  # the call's own list: the loop is done with it
         retry_decision=decision,
@@ -392,11 +397,12 @@ def _deliver(
     decision: Decision | None,
     streaming: bool,
     deadline: float,
+    attempt_ended: float,
 ) -> tuple[Response, Closer | None]:
-    """The response of a successful attempt; for a streamed one, with its body still to be
-    read and the :data:`Closer` that ends it."""
+    """The response of a successful attempt (which ended at ``attempt_ended``); for a streamed one,
+    with its body still to be read and the :data:`Closer` that ends it."""
     if not streaming or outcome.body is not None:
-        return _response(request, outcome, attempts, decision), None
+        return _response(request, outcome, attempts, decision, ended=attempt_ended), None
     wire = outcome.response
     assert wire is not None
     progress = AttemptProgress(trio.current_time())

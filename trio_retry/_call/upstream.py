@@ -81,9 +81,7 @@ def try_admit(state: UpstreamState) -> Permit | None:
     return token
 
 
-async def admit(
-    state: UpstreamState, what: Callable[[], str], origin: Origin
-) -> Permit | None:
+async def admit(state: UpstreamState, what: Callable[[], str], origin: Origin) -> Permit | None:
     """Admit one attempt to ``origin``: a bulkhead permit when the upstream has a bulkhead.
 
     ``what()`` names the request in a rejection ("GET https://..."). Waits for a permit unless
