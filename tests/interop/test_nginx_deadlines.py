@@ -1,0 +1,89 @@
+"""Deadlines and stage timeouts without a cancel scope (``_wire/timers.py``), against nginx:
+a call deadline mid-body on a reused connection, and a first-byte timeout behind a
+``proxy_pass`` to a backend that never answers. Counted in nginx's own log."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import trio_retry
+from tests.support.fixtures import StartNginx
+from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+
+BIG = 256 * 1024
+SERVERS = """
+  server { listen {{host}}:{{slow}}; root {{workdir}}/html;
+    location /big.bin { limit_rate 8k; }
+    location /small.txt { }
+    location /stall { proxy_pass http://{{host}}:{{backend}}; proxy_read_timeout 60s; }
+  }
+"""
+
+
+async def _silent_backend(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Accepts connections and never answers (bounded: 30 s each)."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    async with listener:
+        task_status.started(listener.socket.getsockname()[1])
+        async with trio.open_nursery() as nursery:
+            while True:
+                stream = await listener.accept()
+
+                async def hold(stream: trio.SocketStream = stream) -> None:
+                    async with stream:
+                        await trio.sleep(30)
+
+                nursery.start_soon(hold)
+
+
+async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) -> None:
+    async with trio.open_nursery() as nursery:
+        backend = await nursery.start(_silent_backend)
+        server = nginx(
+            servers=SERVERS,
+            listeners=("slow",),
+            values={"backend": backend},
+            files={"html/big.bin": b"b" * BIG, "html/small.txt": b"small\n"},
+        )
+        base = server.url("slow", "")
+        one = trio_retry.RetryPolicy(max_attempts=1)
+        async with trio_retry.Client(
+            retry=one, stage_timeouts=StageTimeouts(first_byte=0.5)
+        ) as client:
+            warm = await client.get(base + "/small.txt", headers={"x-request-id": "warm"})
+            assert warm.content == b"small\n"
+            # 256 KiB at 8 KiB/s would take half a minute: the deadline ends it after 0.4 s.
+            with trio.fail_after(10):
+                start = trio.current_time()
+                with pytest.raises(trio_retry.DeadlineExceeded) as info:
+                    await client.get(
+                        base + "/big.bin", deadline=0.4, headers={"x-request-id": "big"}
+                    )
+                assert trio.current_time() - start >= 0.4
+            (attempt,) = info.value.attempts
+            assert attempt.connection_reused  # on the lane: the ready connection, no scope
+            assert (attempt.stage, attempt.evidence, attempt.category) == (
+                Stage.RESPONSE_BODY,
+                Evidence.PARTIAL_RESPONSE,
+                FailureCategory.TIMEOUT,
+            )
+            # Behind proxy_pass, the backend never answers: the first-byte lane ends it.
+            with trio.fail_after(10), pytest.raises(trio_retry.DeadlineExceeded) as stalled:
+                await client.get(base + "/stall", headers={"x-request-id": "stall"})
+            (attempt,) = stalled.value.attempts
+            assert (attempt.stage, attempt.evidence, attempt.category) == (
+                Stage.AWAITING_RESPONSE,
+                Evidence.SENT_NO_RESPONSE,
+                FailureCategory.TIMEOUT,
+            )
+            after = await client.get(base + "/small.txt", headers={"x-request-id": "after"})
+            assert after.status == 200
+            assert not after.attempts[0].connection_reused  # the timed-out ones were closed
+        log = server.log(expect=4)
+        nursery.cancel_scope.cancel()
+    by_id = {entry.request_id: entry for entry in log.entries}
+    assert set(by_id) == {"warm", "big", "stall", "after"}
+    assert 0 < by_id["big"].body_bytes_sent < BIG  # nginx saw the client leave mid-body
+    assert by_id["stall"].status == 499  # nginx: the client closed before the answer
+    assert by_id["after"].connection != by_id["big"].connection
