@@ -79,6 +79,7 @@ class Stream:
 
     __slots__ = (
         "_chunks",
+        "_clock",
         "_lot",
         "_owner",
         "expected_length",
@@ -100,6 +101,7 @@ class Stream:
         first_offset: int,
         head_request: bool,
         owner: StreamOwner,
+        clock: trio.abc.Clock | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.progress = progress
@@ -116,17 +118,27 @@ class Stream:
         self._chunks: deque[tuple[bytes, int]] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self._owner = owner
+        # The run's clock, read directly (``trio.current_time()`` is three calls to it).
+        self._clock = trio.lowlevel.current_clock() if clock is None else clock
 
     # --- reader side -------------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._lot.unpark_all()
+        if self._lot:  # nobody waiting (the usual case when frames arrive): nothing to do
+            self._lot.unpark_all()
+
+    def on_written(self, sent: int) -> None:
+        """The writer wrote the whole request (queued without waiting, ``Writer.notify``)."""
+        if self.state is not StreamState.DONE:
+            progress = self.progress
+            progress.bytes_sent += sent
+            progress.advance(Stage.AWAITING_RESPONSE)
 
     def on_first_byte(self) -> None:
         progress = self.progress
         if "first_byte" not in progress.timings:
             progress.advance(Stage.RESPONSE_HEAD)
-            progress.timings["first_byte"] = trio.current_time() - progress.started
+            progress.timings["first_byte"] = self._clock.current_time() - progress.started
         self.wake()
 
     def on_head(self, headers: list[tuple[bytes, bytes]], expected_length: int | None) -> None:

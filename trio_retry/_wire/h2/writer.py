@@ -19,19 +19,26 @@ every stream fails with the evidence of the stage it reached, and a stream none 
 had been handed to the transport (:attr:`Writer.handed`) is proven ``NOT_SENT``.
 
 Waking costs no allocation: the writer and the callers park in two :class:`trio.lowlevel.
-ParkingLot` objects made once per connection (no ``trio.Event`` per wake).
+ParkingLot` objects made once per connection (no ``trio.Event`` per wake), and a lot nobody
+waits in is not touched.
+
+A caller whose request is queued whole need not wait at all (:meth:`Writer.notify`): it goes
+on to wait for its response, and the writer itself reports to the stream (``on_written``) once
+the bytes are written, so a request costs its task one wake (the response), not two.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 import h2.connection
 import trio
 
 from ..exchange import TRANSPORT_ERRORS
 
-__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Writer", "WriterBroken"]
+__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 
 #: The most one ``send_all`` writes: the unit of progress the stall bound is measured in.
 WRITE_CHUNK = 65536
@@ -43,6 +50,13 @@ class WriterBroken(Exception):
     """The connection can no longer write; the connection's own failure says why."""
 
 
+class Written(Protocol):
+    """What :meth:`Writer.notify` reports to."""
+
+    def on_written(self, sent: int) -> None:
+        """``sent`` bytes queued for it were written (called by the writer task)."""
+
+
 class Writer:
     """Owns the socket's send side; see the module docstring."""
 
@@ -50,6 +64,7 @@ class Writer:
         "_h2",
         "_on_broken",
         "_outbox",
+        "_pending",
         "_stream",
         "_wake_callers",
         "_wake_writer",
@@ -72,6 +87,8 @@ class Writer:
         self._h2 = conn
         self._on_broken = on_broken
         self._outbox = bytearray()
+        #: (mark, bytes, whom to tell) for callers that did not wait (:meth:`notify`).
+        self._pending: deque[tuple[int, int, Written]] = deque()
         self._wake_writer = trio.lowlevel.ParkingLot()
         self._wake_callers = trio.lowlevel.ParkingLot()
         self.stall_timeout = stall_timeout
@@ -88,8 +105,17 @@ class Writer:
         if data and not self.broken:
             self._outbox += data
             self.queued += len(data)
-            self._wake_writer.unpark_all()
+            if self._wake_writer:
+                self._wake_writer.unpark_all()
         return self.queued
+
+    def notify(self, mark: int, sent: int, whom: Written) -> None:
+        """Instead of :meth:`wait_written`: call ``whom.on_written(sent)`` from the writer
+        task once ``mark`` bytes were written (never, if the connection breaks first)."""
+        if self.written >= mark:
+            whom.on_written(sent)
+        else:
+            self._pending.append((mark, sent, whom))
 
     async def wait_written(self, mark: int) -> None:
         """Wait until ``mark`` bytes were written. Raises :class:`WriterBroken` if the
@@ -104,6 +130,7 @@ class Writer:
         """The connection is over: drop what is queued, release every waiter."""
         self.broken = True
         self._outbox.clear()
+        self._pending.clear()
         self._wake_callers.unpark_all()
         self._wake_writer.unpark_all()
 
@@ -116,8 +143,12 @@ class Writer:
                 if not self._outbox:
                     await self._wake_writer.park()
                     continue
-            chunk = bytes(self._outbox[:WRITE_CHUNK])
-            del self._outbox[:WRITE_CHUNK]
+            if len(self._outbox) <= WRITE_CHUNK:
+                chunk = bytes(self._outbox)
+                self._outbox.clear()
+            else:
+                chunk = bytes(self._outbox[:WRITE_CHUNK])
+                del self._outbox[:WRITE_CHUNK]
             self.handed += len(chunk)
             try:
                 with trio.move_on_after(self.stall_timeout) as scope:
@@ -132,5 +163,10 @@ class Writer:
                     "connection was given up"
                 )
                 return
-            self.written += len(chunk)
-            self._wake_callers.unpark_all()
+            written = self.written = self.written + len(chunk)
+            pending = self._pending
+            while pending and pending[0][0] <= written:
+                _, sent, whom = pending.popleft()
+                whom.on_written(sent)
+            if self._wake_callers:
+                self._wake_callers.unpark_all()
