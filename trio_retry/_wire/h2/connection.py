@@ -358,15 +358,17 @@ class HTTP2Connection:
         self._awaiting_head.discard(stream.stream_id)
         if not self.closed:
             h2_stream = self._h2.streams.get(stream.stream_id)
-            try:
-                if h2_stream is not None and not h2_stream.closed:
-                    self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
-                if unread:
-                    # Unread DATA still counts against the connection window: give it back.
-                    self._h2.acknowledge_received_data(unread, stream.stream_id)
-            except h2.exceptions.ProtocolError:
-                pass  # closed meanwhile: nothing to reset
-            self._writer.collect()
+            reset = h2_stream is not None and not h2_stream.closed
+            if reset or unread:
+                try:
+                    if reset:
+                        self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
+                    if unread:
+                        # Unread DATA still counts against the connection window: give it back.
+                        self._h2.acknowledge_received_data(unread, stream.stream_id)
+                except h2.exceptions.ProtocolError:
+                    pass  # closed meanwhile: nothing to reset
+                self._writer.collect()
         if self._capacity:
             self._capacity.unpark_all()
         if self._goaway_last is not None and not self._streams:

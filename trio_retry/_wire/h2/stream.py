@@ -206,34 +206,47 @@ class Stream:
         (``CANCEL``) and the connection carries on.
         """
         try:
+            # What is here already (a small response arrives whole) is taken without the
+            # read limit's cancel scope: nothing is waited for.
+            data = self._take(progress)
+            if data is not None:
+                return data
             with stage_timeout(read_limit) as scope:
                 while True:
-                    if self._chunks:
-                        data, flow_controlled = self._chunks.popleft()
-                        self._owner.consumed(self.stream_id, flow_controlled)
-                        progress.bytes_received += len(data)
-                        if data:
-                            return data
-                        continue
-                    state = self.state
-                    if state is StreamState.ENDED:
-                        progress.advance(Stage.COMPLETE)
-                        self._finish(0)
-                        return b""
-                    if state is StreamState.FAILED:
-                        self.check(progress)
-                    if state is StreamState.DONE:
-                        raise WireError.at(
-                            progress,
-                            FailureCategory.CONNECTION_BROKEN,
-                            "the response body was abandoned",
-                        )
                     await self._lot.park()
+                    data = self._take(progress)
+                    if data is not None:
+                        return data
             assert scope.cancelled_caught
             raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.abandon()
             raise
+
+    def _take(self, progress: AttemptProgress) -> bytes | None:
+        """The next chunk, ``b""`` at the end (stage ``COMPLETE``), ``None`` if the reader has
+        to be waited for; raises the stream's failure."""
+        chunks = self._chunks
+        while chunks:
+            data, flow_controlled = chunks.popleft()
+            self._owner.consumed(self.stream_id, flow_controlled)
+            progress.bytes_received += len(data)
+            if data:
+                return data
+        state = self.state
+        if state is StreamState.ENDED:
+            progress.advance(Stage.COMPLETE)
+            self._finish(0)
+            return b""
+        if state is StreamState.FAILED:
+            self.check(progress)
+        if state is StreamState.DONE:
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the response body was abandoned",
+            )
+        return None
 
     def abandon(self) -> None:
         """Stop the exchange: reset the stream (``CANCEL``) unless it already ended, give its
