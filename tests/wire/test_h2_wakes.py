@@ -9,12 +9,15 @@ import random
 
 import h2.events
 import h2.exceptions
+import pytest
 import trio
+import trio.testing
 from h2.errors import ErrorCodes
 
 from trio_retry._core.evidence import Evidence, Stage
 from trio_retry._wire.h2.connection import HTTP2Connection
 from trio_retry._wire.h2.stream import Stream, StreamState
+from trio_retry._wire.h2.writer import Writer
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .test_http2 import LIMIT, Connect, Server, connect, get, progress_at_pool
@@ -233,3 +236,71 @@ def test_a_stream_done_ignores_the_writers_report() -> None:
         assert progress.bytes_sent == 40
 
     trio.run(main)
+
+
+class _SlowPeer(trio.abc.SendStream):
+    """Each write takes ``delays.pop(0)`` seconds (MockClock time)."""
+
+    def __init__(self, delays: list[float]) -> None:
+        self.delays = delays
+        self.written: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep(self.delays.pop(0))
+        self.written.append(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover
+        pass
+
+    async def aclose(self) -> None:  # pragma: no cover
+        pass
+
+
+class _Queue:
+    """Stands in for h2: what the test queues is what ``data_to_send`` returns."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def data_to_send(self) -> bytes:
+        data, self.data = self.data, b""
+        return data
+
+
+async def _run_writer(
+    delays: list[float], writes: list[tuple[float, bytes]]
+) -> tuple[list[bytes], list[str], float]:
+    """Queue each of ``writes`` after its pause; returns what was written, the breaks, and
+    how long the writer lived."""
+    peer, queue, broken = _SlowPeer(delays), _Queue(), []
+    writer = Writer(peer, queue, broken.append, stall_timeout=10.0)  # type: ignore[arg-type]
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            await writer.run()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(run)
+        for pause, data in writes:
+            await trio.sleep(pause)
+            queue.data += data
+            writer.collect()
+        await trio.sleep(30)  # idle: the bound must be disarmed
+        writer.stop()
+    return peer.written, broken, trio.current_time() - start
+
+
+async def test_the_writer_bounds_each_write_not_their_sum(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Three writes of 6 s back to back (18 s busy, each under the 10 s bound), then an idle
+    30 s: nothing is given up; one write of 11 s is."""
+    written, broken, _ = await _run_writer([6, 6, 6], [(0, b"a"), (0.1, b"b"), (6.5, b"c")])
+    assert written == [b"a", b"b", b"c"]
+    assert broken == []
+    written, broken, lived = await _run_writer([1, 11], [(0, b"a"), (2, b"b")])
+    assert written == [b"a"]
+    assert len(broken) == 1
+    assert "read nothing for 10.0s" in broken[0]
+    assert lived == pytest.approx(2 + 10, abs=0.01)  # given up 10 s into the second write

@@ -29,6 +29,7 @@ the bytes are written, so a request costs its task one wake (the response), not 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -136,33 +137,58 @@ class Writer:
 
     async def run(self) -> None:
         """The writer task: until :meth:`stop` (or a failed write, reported to ``on_broken``).
-        Never raises but ``trio.Cancelled`` (when the client's nursery closes)."""
+        Never raises but ``trio.Cancelled`` (when the client's nursery closes).
+
+        The stall bound is one cancel scope for many writes (a scope per ``send_all`` was a
+        good part of a small request's cost): its deadline is armed before each write and
+        disarmed before the writer sleeps. Its Cancelled can only be raised inside a
+        ``send_all`` (a real stall: the connection is given up); a deadline that passes just
+        after a write completed spends the scope without raising, and a fresh one takes over.
+        """
         while not self.broken:
-            if not self._outbox:
+            with trio.CancelScope() as stall:
+                stop = await self._write(stall)
+            if stall.cancelled_caught:
+                if not self.broken:
+                    self._on_broken(
+                        f"the server read nothing for {self.stall_timeout}s while we wrote; "
+                        "the connection was given up"
+                    )
+                return
+            if stop:
+                return
+
+    async def _write(self, stall: trio.CancelScope) -> bool:
+        """Write what is queued, in ``stall``, until the connection breaks (``True``) or
+        ``stall`` is spent (``False``). No checkpoint runs in a spent scope: ``cancel_called``
+        is looked at right before each ``send_all`` and each sleep."""
+        clock = trio.lowlevel.current_clock()
+        outbox = self._outbox
+        while not self.broken:
+            if stall.cancel_called:
+                return False
+            if not outbox:
                 self.collect()
-                if not self._outbox:
+                if not outbox:
+                    if stall.deadline != math.inf:
+                        stall.deadline = math.inf
+                        continue  # it may have passed meanwhile: look again first
                     await self._wake_writer.park()
                     continue
-            if len(self._outbox) <= WRITE_CHUNK:
-                chunk = bytes(self._outbox)
-                self._outbox.clear()
+            if len(outbox) <= WRITE_CHUNK:
+                chunk = bytes(outbox)
+                outbox.clear()
             else:
-                chunk = bytes(self._outbox[:WRITE_CHUNK])
-                del self._outbox[:WRITE_CHUNK]
+                chunk = bytes(outbox[:WRITE_CHUNK])
+                del outbox[:WRITE_CHUNK]
             self.handed += len(chunk)
+            stall.deadline = clock.current_time() + self.stall_timeout
             try:
-                with trio.move_on_after(self.stall_timeout) as scope:
-                    await self._stream.send_all(chunk)
+                await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
                 if not self.broken:
                     self._on_broken(f"connection broke while sending: {exc.__cause__ or exc}")
-                return
-            if scope.cancelled_caught:
-                self._on_broken(
-                    f"the server read nothing for {self.stall_timeout}s while we wrote; the "
-                    "connection was given up"
-                )
-                return
+                return True
             written = self.written = self.written + len(chunk)
             pending = self._pending
             while pending and pending[0][0] <= written:
@@ -170,3 +196,4 @@ class Writer:
                 whom.on_written(sent)
             if self._wake_callers:
                 self._wake_callers.unpark_all()
+        return True
