@@ -7,7 +7,11 @@ error); ``_malformed`` must refuse what h2 refused, and accept what it accepted.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from trio_retry._wire.h2 import headers as headers_module
+from trio_retry._wire.h2.headers import explain
 from trio_retry._wire.h2.headers import malformed as _malformed
 
 OK = [(b":status", b"200"), (b"content-type", b"text/plain"), (b"x-empty", b"")]
@@ -61,3 +65,64 @@ def test_a_malformed_head_is_named(
 )
 def test_a_valid_head_passes(headers: list[tuple[bytes, bytes]], trailers: bool) -> None:
     assert _malformed(headers, trailers=trailers) is None
+
+
+_NAME_BYTES = st.sampled_from(list(b"abz09-_!~:A Z\x00\x7f\xc3\t"))
+_NAMES = st.one_of(
+    st.sampled_from([b"x", b"etag", b"content-type", b"x-a"]),  # mostly valid heads ...
+    st.sampled_from(
+        [b":status", b":path", b"te", b"connection", b"upgrade", b"content-length", b""]
+    ),
+    st.lists(_NAME_BYTES, max_size=6).map(bytes),
+)
+_VALUE_BYTES = st.sampled_from(list(b"av0 \t\r\n\x00\x80"))
+_VALUES = st.one_of(
+    st.sampled_from([b"ok", b"a b", b"", b"200"]),  # ... with one odd field among them
+    st.sampled_from([b"2000", b"abc", b"trailers", b" ", b"\t"]),
+    st.tuples(
+        st.sampled_from([b"", b"a"]),
+        _VALUE_BYTES.map(lambda b: bytes([b])),
+        st.sampled_from([b"", b"b"]),
+    ).map(b"".join),
+    st.lists(_VALUE_BYTES, max_size=6).map(bytes),
+)
+_HEADS = st.lists(st.tuples(_NAMES, _VALUES), max_size=6)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_HEADS, st.booleans(), st.booleans())
+def test_the_one_pass_check_accepts_exactly_what_the_field_by_field_check_accepts(
+    headers: list[tuple[bytes, bytes]], trailers: bool, status_first: bool
+) -> None:
+    """``malformed``'s one pass over the joined fields is an accelerator only: a head it
+    clears is one ``explain`` clears, and everything else is ``explain``'s verdict."""
+    if status_first:
+        headers = [(b":status", b"204"), *headers]
+    assert _malformed(headers, trailers=trailers) == explain(headers, trailers=trailers)
+
+
+def test_the_one_pass_check_refuses_the_edges_of_joined_values() -> None:
+    edges = [b"a ", b"b"], [b"a\t", b"b"], [b"a", b"\tb"], [b"", b" b"], [b"a\x00b"], [b"a\rb"]
+    for values in (*edges, [b"a\nb"], [b"b "], [b"\tb"], [b"a", b"b\t"]):
+        headers = [(b":status", b"200")] + [(f"x{i}".encode(), v) for i, v in enumerate(values)]
+        assert _malformed(headers, trailers=False) is not None
+    # A NUL inside a name would read as a separator in the joined names (found by the property).
+    assert _malformed([(b":status", b"204"), (b"a\x00a", b"ok")], trailers=False) is not None
+
+
+def test_a_usual_head_is_cleared_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> str:
+        raise AssertionError("the field-by-field check was needed")
+
+    monkeypatch.setattr(headers_module, "explain", refuse)
+    nginx = [
+        (b":status", b"200"),
+        (b"server", b"nginx/1.24.0"),
+        (b"date", b"Tue, 01 Dec 2026 13:20:00 GMT"),
+        (b"content-type", b"text/plain"),
+        (b"content-length", b"13"),
+        (b"etag", b'"6740f2a1-d"'),
+        (b"x-empty", b""),
+    ]
+    assert headers_module.malformed(nginx, trailers=False) is None
+    assert headers_module.malformed([(b":status", b"304")], trailers=False) is None

@@ -52,7 +52,7 @@ from ..transport import Transport
 from .frames import InboundFrames
 from .headers import head_size, request_headers
 from .inbound import receive
-from .outbound import health_check, open_stream, read_head, write_body
+from .outbound import health_check, open_stream, queue_whole, read_head, write_body
 from .stream import Failure, Stream
 from .writer import STALL_TIMEOUT, Writer
 
@@ -86,11 +86,13 @@ class HTTP2Connection:
         "_authority",
         "_awaiting_head",
         "_capacity",
+        "_clock",
         "_death",
         "_goaway_last",
         "_h2",
         "_inbound",
         "_last_read",
+        "_max_streams",
         "_nursery",
         "_ping_after_idle",
         "_ping_lot",
@@ -165,7 +167,11 @@ class HTTP2Connection:
         self._settings_received = False
         self._goaway_last: int | None = None
         self._death: Failure | None = None
-        self._last_read = trio.current_time()
+        self._clock = trio.lowlevel.current_clock()
+        self._last_read = self._clock.current_time()
+        #: The server's SETTINGS_MAX_CONCURRENT_STREAMS, refreshed on every SETTINGS frame
+        #: (``inbound.py``); h2's own lookup is several calls, made a few times per request.
+        self._max_streams = self._h2.remote_settings.max_concurrent_streams
         self._ping_after_idle = ping_after_idle
         self._ping_timeout = ping_timeout
         self._ping_lot = trio.lowlevel.ParkingLot()
@@ -235,7 +241,7 @@ class HTTP2Connection:
         """Streams the pool may lend at once: the server's ``SETTINGS_MAX_CONCURRENT_STREAMS``,
         and, under a learned ``request_limit``, no more than the streams open now plus those
         the connection may still take (a stream lent but not yet opened uses one of those)."""
-        limit = self._h2.remote_settings.max_concurrent_streams
+        limit = self._max_streams
         if self.request_limit is not None:
             limit = min(limit, len(self._streams) + max(0, self.request_limit - self.requests))
         return limit
@@ -247,7 +253,7 @@ class HTTP2Connection:
             not self.closed
             and self._goaway_last is None
             and (self.request_limit is None or self.requests < self.request_limit)
-            and self._in_use() < self._h2.remote_settings.max_concurrent_streams
+            and len(self._streams) < self._max_streams
         )
 
     def is_reusable(self) -> bool:
@@ -267,9 +273,11 @@ class HTTP2Connection:
         )
 
     def _in_use(self) -> int:
-        # h2 may still count a stream we are done with (e.g. its response ended before our
-        # END_STREAM left); h2 refuses new streams above the limit by its own count.
-        return max(len(self._streams), self._h2.open_outbound_streams)
+        """Streams that count against the server's limit: ours. h2 counts no more (each of
+        its open streams is one of ours: a stream leaves ``_streams`` only in
+        :meth:`stream_done`, which resets it if h2 still has it open), and its count walks
+        every stream; ``tests/wire/test_h2_units.py`` checks the two agree."""
+        return len(self._streams)
 
     # --- the request -------------------------------------------------------------------------
 
@@ -293,7 +301,7 @@ class HTTP2Connection:
         if (
             self._ping_after_idle is not None
             and not self._streams
-            and trio.current_time() - self._last_read >= self._ping_after_idle
+            and self._clock.current_time() - self._last_read >= self._ping_after_idle
         ):
             await health_check(self, progress)
         headers = request_headers(request, scheme=self._scheme, authority=self._authority)
@@ -314,10 +322,17 @@ class HTTP2Connection:
             head_request=request.method == "HEAD",
         )
         try:
-            with stage_timeout(write_timeout) as scope:
-                await write_body(self, stream, request, progress)
-            if scope.cancelled_caught:
-                raise stage_timed_out(progress, "write", write_timeout)
+            # A request without a write limit whose frames fit the windows is queued whole
+            # and not waited for (``queue_whole``): its task wakes once, for the response.
+            if not (
+                write_timeout is None
+                and isinstance(body, bytes)
+                and queue_whole(self, stream, body, progress)
+            ):
+                with stage_timeout(write_timeout) as scope:
+                    await write_body(self, stream, request, progress)
+                if scope.cancelled_caught:
+                    raise stage_timed_out(progress, "write", write_timeout)
             return await read_head(self, stream, progress, first_byte_timeout)
         except BaseException:
             stream.abandon()
@@ -343,16 +358,19 @@ class HTTP2Connection:
         self._awaiting_head.discard(stream.stream_id)
         if not self.closed:
             h2_stream = self._h2.streams.get(stream.stream_id)
-            try:
-                if h2_stream is not None and not h2_stream.closed:
-                    self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
-                if unread:
-                    # Unread DATA still counts against the connection window: give it back.
-                    self._h2.acknowledge_received_data(unread, stream.stream_id)
-            except h2.exceptions.ProtocolError:
-                pass  # closed meanwhile: nothing to reset
-            self._writer.collect()
-        self._capacity.unpark_all()
+            reset = h2_stream is not None and not h2_stream.closed
+            if reset or unread:
+                try:
+                    if reset:
+                        self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
+                    if unread:
+                        # Unread DATA still counts against the connection window: give it back.
+                        self._h2.acknowledge_received_data(unread, stream.stream_id)
+                except h2.exceptions.ProtocolError:
+                    pass  # closed meanwhile: nothing to reset
+                self._writer.collect()
+        if self._capacity:
+            self._capacity.unpark_all()
         if self._goaway_last is not None and not self._streams:
             # The server asked us to go; the last stream it promised to finish has finished.
             self._die(Failure(FailureCategory.GOAWAY, "the server sent GOAWAY", not_sent=True))
@@ -474,7 +492,7 @@ class HTTP2Connection:
                 Failure(FailureCategory.CONNECTION_BROKEN, "the server closed the connection")
             )
             return
-        self._last_read = trio.current_time()
+        self._last_read = self._clock.current_time()
         receive(self, bytes(data))
 
     async def _read_loop(self) -> None:
@@ -519,7 +537,7 @@ class HTTP2Connection:
             state = f"goaway({self._goaway_last})"
         else:
             state = "open"
-        limit = self._h2.remote_settings.max_concurrent_streams
+        limit = self._max_streams
         return (
             f"<HTTP2Connection {self.origin_key} {state} streams={len(self._streams)}/{limit} "
             f"requests={self.requests}>"

@@ -124,6 +124,7 @@ def _on_event(conn: ConnectionState, event: h2.events.Event) -> None:
     elif isinstance(event, h2.events.RemoteSettingsChanged):
         # MAX_CONCURRENT_STREAMS and INITIAL_WINDOW_SIZE may have changed.
         conn._settings_received = True
+        conn._max_streams = conn._h2.remote_settings.max_concurrent_streams
         for stream in conn._streams.values():
             stream.wake()
         conn._capacity.unpark_all()

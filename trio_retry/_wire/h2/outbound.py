@@ -82,7 +82,7 @@ async def open_stream(
                 "the HTTP/2 connection no longer accepts new streams",
                 reconnect=conn._goaway_last is not None,
             )
-        if conn._in_use() < conn._h2.remote_settings.max_concurrent_streams:
+        if len(conn._streams) < conn._max_streams:
             break
         # The pool hands out a connection with a free slot, but another task may have
         # taken it meanwhile: wait for a stream to finish (bounded by the call deadline).
@@ -114,12 +114,45 @@ async def open_stream(
     h2_stream.__dict__["_initialize_content_length"] = _no_length_check
     h2_stream.__dict__["_track_content_length"] = _no_length_check
     stream = Stream(
-        stream_id, progress, first_offset=first_offset, head_request=head_request, owner=conn
+        stream_id,
+        progress,
+        first_offset=first_offset,
+        head_request=head_request,
+        owner=conn,
+        clock=conn._clock,
     )
     conn._streams[stream_id] = stream
     conn._awaiting_head.add(stream_id)
     conn.requests += 1
     return stream
+
+
+def queue_whole(
+    conn: ConnectionState, stream: Stream, body: bytes, progress: AttemptProgress
+) -> bool:
+    """A request whose HEADERS are queued and whose body is ``b""`` (sent with them) or fits
+    the flow-control windows: queue the body too and return ``True`` without waiting; the
+    writer reports the bytes written to the stream (``Stream.on_written``: bytes sent, stage
+    ``AWAITING_RESPONSE``). ``False`` (nothing queued): send it with :func:`write_body`.
+
+    The caller then waits only for its response: its frames are whole in the writer's queue,
+    so a cancellation from here on cannot cut them (they leave, the reset after them).
+    """
+    writer = conn._writer
+    if writer.broken:
+        return False
+    if body:
+        if len(body) > send_window(conn, stream.stream_id):
+            return False
+        conn._h2.send_data(stream.stream_id, body, end_stream=True)
+        stage = Stage.REQUEST_BODY
+    else:
+        stage = Stage.REQUEST_HEAD
+    before = writer.queued
+    mark = writer.collect()
+    progress.advance(stage)
+    writer.notify(mark, mark - before, stream)
+    return True
 
 
 async def write_body(

@@ -31,6 +31,8 @@ class ConnectionState(StreamOwner, Protocol):
     _streams: dict[int, Stream]
     _awaiting_head: set[int]
     _capacity: trio.lowlevel.ParkingLot
+    _clock: trio.abc.Clock
+    _max_streams: int
     _goaway_last: int | None
     _death: Failure | None
     _settings_received: bool

@@ -79,6 +79,7 @@ class Stream:
 
     __slots__ = (
         "_chunks",
+        "_clock",
         "_lot",
         "_owner",
         "expected_length",
@@ -100,6 +101,7 @@ class Stream:
         first_offset: int,
         head_request: bool,
         owner: StreamOwner,
+        clock: trio.abc.Clock | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.progress = progress
@@ -116,17 +118,27 @@ class Stream:
         self._chunks: deque[tuple[bytes, int]] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self._owner = owner
+        # The run's clock, read directly (``trio.current_time()`` is three calls to it).
+        self._clock = trio.lowlevel.current_clock() if clock is None else clock
 
     # --- reader side -------------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._lot.unpark_all()
+        if self._lot:  # nobody waiting (the usual case when frames arrive): nothing to do
+            self._lot.unpark_all()
+
+    def on_written(self, sent: int) -> None:
+        """The writer wrote the whole request (queued without waiting, ``Writer.notify``)."""
+        if self.state is not StreamState.DONE:
+            progress = self.progress
+            progress.bytes_sent += sent
+            progress.advance(Stage.AWAITING_RESPONSE)
 
     def on_first_byte(self) -> None:
         progress = self.progress
         if "first_byte" not in progress.timings:
             progress.advance(Stage.RESPONSE_HEAD)
-            progress.timings["first_byte"] = trio.current_time() - progress.started
+            progress.timings["first_byte"] = self._clock.current_time() - progress.started
         self.wake()
 
     def on_head(self, headers: list[tuple[bytes, bytes]], expected_length: int | None) -> None:
@@ -194,34 +206,47 @@ class Stream:
         (``CANCEL``) and the connection carries on.
         """
         try:
+            # What is here already (a small response arrives whole) is taken without the
+            # read limit's cancel scope: nothing is waited for.
+            data = self._take(progress)
+            if data is not None:
+                return data
             with stage_timeout(read_limit) as scope:
                 while True:
-                    if self._chunks:
-                        data, flow_controlled = self._chunks.popleft()
-                        self._owner.consumed(self.stream_id, flow_controlled)
-                        progress.bytes_received += len(data)
-                        if data:
-                            return data
-                        continue
-                    state = self.state
-                    if state is StreamState.ENDED:
-                        progress.advance(Stage.COMPLETE)
-                        self._finish(0)
-                        return b""
-                    if state is StreamState.FAILED:
-                        self.check(progress)
-                    if state is StreamState.DONE:
-                        raise WireError.at(
-                            progress,
-                            FailureCategory.CONNECTION_BROKEN,
-                            "the response body was abandoned",
-                        )
                     await self._lot.park()
+                    data = self._take(progress)
+                    if data is not None:
+                        return data
             assert scope.cancelled_caught
             raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.abandon()
             raise
+
+    def _take(self, progress: AttemptProgress) -> bytes | None:
+        """The next chunk, ``b""`` at the end (stage ``COMPLETE``), ``None`` if the reader has
+        to be waited for; raises the stream's failure."""
+        chunks = self._chunks
+        while chunks:
+            data, flow_controlled = chunks.popleft()
+            self._owner.consumed(self.stream_id, flow_controlled)
+            progress.bytes_received += len(data)
+            if data:
+                return data
+        state = self.state
+        if state is StreamState.ENDED:
+            progress.advance(Stage.COMPLETE)
+            self._finish(0)
+            return b""
+        if state is StreamState.FAILED:
+            self.check(progress)
+        if state is StreamState.DONE:
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the response body was abandoned",
+            )
+        return None
 
     def abandon(self) -> None:
         """Stop the exchange: reset the stream (``CANCEL``) unless it already ended, give its

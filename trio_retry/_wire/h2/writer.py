@@ -19,19 +19,27 @@ every stream fails with the evidence of the stage it reached, and a stream none 
 had been handed to the transport (:attr:`Writer.handed`) is proven ``NOT_SENT``.
 
 Waking costs no allocation: the writer and the callers park in two :class:`trio.lowlevel.
-ParkingLot` objects made once per connection (no ``trio.Event`` per wake).
+ParkingLot` objects made once per connection (no ``trio.Event`` per wake), and a lot nobody
+waits in is not touched.
+
+A caller whose request is queued whole need not wait at all (:meth:`Writer.notify`): it goes
+on to wait for its response, and the writer itself reports to the stream (``on_written``) once
+the bytes are written, so a request costs its task one wake (the response), not two.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 import h2.connection
 import trio
 
 from ..exchange import TRANSPORT_ERRORS
 
-__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Writer", "WriterBroken"]
+__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 
 #: The most one ``send_all`` writes: the unit of progress the stall bound is measured in.
 WRITE_CHUNK = 65536
@@ -43,6 +51,13 @@ class WriterBroken(Exception):
     """The connection can no longer write; the connection's own failure says why."""
 
 
+class Written(Protocol):
+    """What :meth:`Writer.notify` reports to."""
+
+    def on_written(self, sent: int) -> None:
+        """``sent`` bytes queued for it were written (called by the writer task)."""
+
+
 class Writer:
     """Owns the socket's send side; see the module docstring."""
 
@@ -50,6 +65,7 @@ class Writer:
         "_h2",
         "_on_broken",
         "_outbox",
+        "_pending",
         "_stream",
         "_wake_callers",
         "_wake_writer",
@@ -72,6 +88,8 @@ class Writer:
         self._h2 = conn
         self._on_broken = on_broken
         self._outbox = bytearray()
+        #: (mark, bytes, whom to tell) for callers that did not wait (:meth:`notify`).
+        self._pending: deque[tuple[int, int, Written]] = deque()
         self._wake_writer = trio.lowlevel.ParkingLot()
         self._wake_callers = trio.lowlevel.ParkingLot()
         self.stall_timeout = stall_timeout
@@ -88,8 +106,17 @@ class Writer:
         if data and not self.broken:
             self._outbox += data
             self.queued += len(data)
-            self._wake_writer.unpark_all()
+            if self._wake_writer:
+                self._wake_writer.unpark_all()
         return self.queued
+
+    def notify(self, mark: int, sent: int, whom: Written) -> None:
+        """Instead of :meth:`wait_written`: call ``whom.on_written(sent)`` from the writer
+        task once ``mark`` bytes were written (never, if the connection breaks first)."""
+        if self.written >= mark:
+            whom.on_written(sent)
+        else:
+            self._pending.append((mark, sent, whom))
 
     async def wait_written(self, mark: int) -> None:
         """Wait until ``mark`` bytes were written. Raises :class:`WriterBroken` if the
@@ -104,33 +131,69 @@ class Writer:
         """The connection is over: drop what is queued, release every waiter."""
         self.broken = True
         self._outbox.clear()
+        self._pending.clear()
         self._wake_callers.unpark_all()
         self._wake_writer.unpark_all()
 
     async def run(self) -> None:
         """The writer task: until :meth:`stop` (or a failed write, reported to ``on_broken``).
-        Never raises but ``trio.Cancelled`` (when the client's nursery closes)."""
+        Never raises but ``trio.Cancelled`` (when the client's nursery closes).
+
+        The stall bound is one cancel scope for many writes (a scope per ``send_all`` was a
+        good part of a small request's cost): its deadline is armed before each write and
+        disarmed before the writer sleeps. Its Cancelled can only be raised inside a
+        ``send_all`` (a real stall: the connection is given up); a deadline that passes just
+        after a write completed spends the scope without raising, and a fresh one takes over.
+        """
         while not self.broken:
-            if not self._outbox:
+            with trio.CancelScope() as stall:
+                stop = await self._write(stall)
+            if stall.cancelled_caught:
+                if not self.broken:
+                    self._on_broken(
+                        f"the server read nothing for {self.stall_timeout}s while we wrote; "
+                        "the connection was given up"
+                    )
+                return
+            if stop:
+                return
+
+    async def _write(self, stall: trio.CancelScope) -> bool:
+        """Write what is queued, in ``stall``, until the connection breaks (``True``) or
+        ``stall`` is spent (``False``). No checkpoint runs in a spent scope: ``cancel_called``
+        is looked at right before each ``send_all`` and each sleep."""
+        clock = trio.lowlevel.current_clock()
+        outbox = self._outbox
+        while not self.broken:
+            if stall.cancel_called:
+                return False
+            if not outbox:
                 self.collect()
-                if not self._outbox:
+                if not outbox:
+                    if stall.deadline != math.inf:
+                        stall.deadline = math.inf
+                        continue  # it may have passed meanwhile: look again first
                     await self._wake_writer.park()
                     continue
-            chunk = bytes(self._outbox[:WRITE_CHUNK])
-            del self._outbox[:WRITE_CHUNK]
+            if len(outbox) <= WRITE_CHUNK:
+                chunk = bytes(outbox)
+                outbox.clear()
+            else:
+                chunk = bytes(outbox[:WRITE_CHUNK])
+                del outbox[:WRITE_CHUNK]
             self.handed += len(chunk)
+            stall.deadline = clock.current_time() + self.stall_timeout
             try:
-                with trio.move_on_after(self.stall_timeout) as scope:
-                    await self._stream.send_all(chunk)
+                await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
                 if not self.broken:
                     self._on_broken(f"connection broke while sending: {exc.__cause__ or exc}")
-                return
-            if scope.cancelled_caught:
-                self._on_broken(
-                    f"the server read nothing for {self.stall_timeout}s while we wrote; the "
-                    "connection was given up"
-                )
-                return
-            self.written += len(chunk)
-            self._wake_callers.unpark_all()
+                return True
+            written = self.written = self.written + len(chunk)
+            pending = self._pending
+            while pending and pending[0][0] <= written:
+                _, sent, whom = pending.popleft()
+                whom.on_written(sent)
+            if self._wake_callers:
+                self._wake_callers.unpark_all()
+        return True
