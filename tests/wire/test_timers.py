@@ -18,7 +18,7 @@ class Target:
         self.name = name
         self.log = log
 
-    def stage_expired(self, which: str) -> None:
+    def stage_expired(self, which: str, limit: float) -> None:
         self.log.append((self.name, which, trio.current_time()))
 
 
@@ -219,3 +219,45 @@ async def test_deadlines_out_of_order_fall_back_to_a_scope_and_still_hold(
             nursery.start_soon(call, "short", 1.0)
     assert ended["short"] - start == pytest.approx(1.0, abs=0.01)
     assert ended["long"] - start == pytest.approx(3.0, abs=0.01)
+
+
+# --- HTTP/2: the lanes fail the one stream, the connection carries on -------------------------
+
+
+@pytest.fixture
+async def h2c_server(nursery: trio.Nursery) -> FaultServer:
+    server = FaultServer()
+    await nursery.start(server.serve)
+    return server
+
+
+async def test_h2_first_byte_and_read_lanes_fail_only_their_stream(
+    h2c_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    h2c_server.route("GET", "/stall", Stall(60))
+    h2c_server.route("GET", "/drip", EndlessBody(chunk=b"d" * 10, rate=1))  # 10 s per chunk
+    async with trio_retry.Client(
+        http2_prior_knowledge=True,
+        retry=RetryPolicy(max_attempts=1),
+        stage_timeouts=StageTimeouts(first_byte=1.5, read=0.5),
+    ) as client:
+        assert (await client.get(h2c_server.url + "/warm")).http_version == "HTTP/2"
+        start = trio.current_time()
+        with pytest.raises(trio_retry.DeadlineExceeded) as stalled:
+            await client.get(h2c_server.url + "/stall")
+        assert trio.current_time() - start == pytest.approx(1.5, abs=0.01)
+        start = trio.current_time()
+        with pytest.raises(trio_retry.RequestFailed) as dripped:
+            await client.get(h2c_server.url + "/drip")
+        assert trio.current_time() - start == pytest.approx(0.5, abs=0.01)
+        after = await client.get(h2c_server.url + "/after")
+        assert after.attempts[0].connection_reused  # one connection throughout
+    first_byte, read = stalled.value.attempts[0], dripped.value.attempts[0]
+    assert (first_byte.stage, first_byte.evidence, first_byte.category) == (
+        Stage.AWAITING_RESPONSE,
+        Evidence.SENT_NO_RESPONSE,
+        FailureCategory.TIMEOUT,
+    )
+    assert "first-byte timeout (1.5s)" in str(first_byte.error)
+    assert (read.evidence, read.category) == (Evidence.PARTIAL_RESPONSE, FailureCategory.TIMEOUT)
+    assert "read timeout (0.5s)" in str(read.error)

@@ -81,7 +81,7 @@ class Outcome:
         #: The call deadline passed while the attempt held its connection (without a scope).
         self.expired = False
 
-    def stage_expired(self, which: str) -> None:
+    def stage_expired(self, which: str, limit: float) -> None:
         """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): close
         the HTTP/1.1 connection the attempt holds, which ends its wait at once."""
         conn = self.conn

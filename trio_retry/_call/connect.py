@@ -135,7 +135,7 @@ class Connector:
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.
             assert self.nursery is not None
-            return await HTTP2Connection.open(
+            h2_conn = await HTTP2Connection.open(
                 transport,
                 origin,
                 scheme=origin.scheme,
@@ -145,6 +145,8 @@ class Connector:
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
             )
+            h2_conn.timers = self.timers
+            return h2_conn
         return HTTP11Connection(transport, pool_key, config.max_header_bytes, self.timers)
 
     async def _dial(

@@ -121,7 +121,7 @@ class HTTP11Connection:
         except (OSError, ValueError):
             return True
 
-    def stage_expired(self, which: str) -> None:
+    def stage_expired(self, which: str, limit: float) -> None:
         """A stage lane ran out (``timers.py``): close now, so the request's wait ends at once
         and is reported as that stage's timeout (:meth:`_timed_out`)."""
         self._expired = which

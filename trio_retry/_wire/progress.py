@@ -16,7 +16,13 @@ import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
 
-__all__ = ["AttemptProgress", "WireError", "stage_timed_out", "stage_timeout"]
+__all__ = [
+    "AttemptProgress",
+    "WireError",
+    "stage_timed_out",
+    "stage_timeout",
+    "stage_timeout_message",
+]
 
 
 class AttemptProgress:
@@ -118,13 +124,16 @@ _STAGE_TIMEOUT_TEXT = {
 }
 
 
+def stage_timeout_message(which: str, limit: float | None) -> str:
+    """The words of a stage timeout, the same for HTTP/1.1 and HTTP/2."""
+    return f"{_STAGE_TIMEOUT_TEXT[which]} ({limit}s)"
+
+
 def stage_timed_out(progress: AttemptProgress, which: str, limit: float | None) -> WireError:
     """The failure of a :class:`~trio_retry.StageTimeouts` stage (``"write"``,
     ``"first_byte"`` or ``"read"``) that ran out: ``TIMEOUT``, with the evidence of the stage
     reached. The same words for HTTP/1.1 and HTTP/2."""
-    return WireError.at(
-        progress, FailureCategory.TIMEOUT, f"{_STAGE_TIMEOUT_TEXT[which]} ({limit}s)"
-    )
+    return WireError.at(progress, FailureCategory.TIMEOUT, stage_timeout_message(which, limit))
 
 
 class _NoTimeout:

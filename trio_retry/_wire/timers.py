@@ -36,7 +36,7 @@ __all__ = ["DeadlineLane", "Expirable", "Lane", "StageTimers"]
 class Expirable(Protocol):
     """What a lane can time out: told which stage ran out; must not raise or block."""
 
-    def stage_expired(self, which: str) -> None: ...
+    def stage_expired(self, which: str, limit: float) -> None: ...
 
 
 class Lane:
@@ -66,7 +66,7 @@ class Lane:
             if due > now:
                 return due
             del pending[target]
-            target.stage_expired(self.which)
+            target.stage_expired(self.which, self.limit)
         return now + self.limit
 
 

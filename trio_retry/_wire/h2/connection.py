@@ -48,6 +48,7 @@ from h2.errors import ErrorCodes
 from ..._core.evidence import FailureCategory, Stage
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+from ..timers import StageTimers
 from ..transport import Transport
 from .frames import InboundFrames
 from .headers import head_size, request_headers
@@ -112,6 +113,7 @@ class HTTP2Connection:
         "origin_key",
         "request_limit",
         "requests",
+        "timers",
     )
 
     def __init__(
@@ -182,6 +184,8 @@ class HTTP2Connection:
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
         self.requests = 0
+        #: The client's stage lanes (set by whoever opened the connection), or ``None``.
+        self.timers: StageTimers | None = None
         #: Set by the pool: take no more than this many streams (learned from the origin's
         #: earlier GOAWAY rotations), so a burst is spread instead of refused.
         self.request_limit: int | None = None

@@ -120,6 +120,7 @@ async def open_stream(
         head_request=head_request,
         owner=conn,
         clock=conn._clock,
+        timers=conn.timers,
     )
     conn._streams[stream_id] = stream
     conn._awaiting_head.add(stream_id)
@@ -266,12 +267,23 @@ async def send(
 async def read_head(
     conn: ConnectionState, stream: Stream, progress: AttemptProgress, limit: float | None
 ) -> WireResponse:
-    with stage_timeout(limit) as scope:
-        while stream.head is None:
-            stream.check(progress)
-            await stream.wait()
-    if scope.cancelled_caught:
-        raise stage_timed_out(progress, "first_byte", limit)
+    timers = stream.timers
+    lane = timers.first_byte if timers is not None else None
+    if limit is not None and lane is not None:
+        lane.arm(stream)  # the lane fails the stream when it runs out: check() raises it
+        try:
+            while stream.head is None:
+                stream.check(progress)
+                await stream.wait()
+        finally:
+            lane.disarm(stream)
+    else:
+        with stage_timeout(limit) as scope:
+            while stream.head is None:
+                stream.check(progress)
+                await stream.wait()
+        if scope.cancelled_caught:
+            raise stage_timed_out(progress, "first_byte", limit)
     # headers.malformed let through only heads that start with their one :status.
     head = stream.head
     status = int(head[0][1])

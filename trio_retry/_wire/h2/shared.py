@@ -11,6 +11,7 @@ from typing import Protocol
 import h2.connection
 import trio
 
+from ..timers import StageTimers
 from .frames import InboundFrames
 from .stream import Failure, Stream, StreamOwner
 from .writer import Writer
@@ -23,6 +24,7 @@ class ConnectionState(StreamOwner, Protocol):
 
     http_version: str
     closed: bool
+    timers: StageTimers | None
     requests: int
     accepted_streams: int | None
     _h2: h2.connection.H2Connection

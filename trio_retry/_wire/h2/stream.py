@@ -27,7 +27,14 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+from ..progress import (
+    AttemptProgress,
+    WireError,
+    stage_timed_out,
+    stage_timeout,
+    stage_timeout_message,
+)
+from ..timers import StageTimers
 
 __all__ = ["Failure", "Stream", "StreamOwner", "StreamState"]
 
@@ -91,6 +98,7 @@ class Stream:
         "received",
         "state",
         "stream_id",
+        "timers",
     )
 
     def __init__(
@@ -102,6 +110,7 @@ class Stream:
         head_request: bool,
         owner: StreamOwner,
         clock: trio.abc.Clock | None = None,
+        timers: StageTimers | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.progress = progress
@@ -118,6 +127,8 @@ class Stream:
         self._chunks: deque[tuple[bytes, int]] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self._owner = owner
+        #: The client's stage lanes, used instead of a scope per stage while they run.
+        self.timers = timers if timers is not None and timers.running else None
         # The run's clock, read directly (``trio.current_time()`` is three calls to it).
         self._clock = trio.lowlevel.current_clock() if clock is None else clock
 
@@ -174,6 +185,15 @@ class Stream:
         self.state = StreamState.ENDED
         self.wake()
 
+    def stage_expired(self, which: str, limit: float) -> None:
+        """A stage lane ran out (``timers.py``): the stream fails with that stage's timeout,
+        which wakes its task (and it is reset, as after any failure). What arrived before the
+        lane's task ran wins, as it would over a cancel scope's expiry: a head, for
+        ``first_byte``; a body chunk, for ``read``."""
+        if (which == "first_byte" and self.head is not None) or (which == "read" and self._chunks):
+            return
+        self.fail(Failure(FailureCategory.TIMEOUT, stage_timeout_message(which, limit)))
+
     def fail(self, failure: Failure) -> None:
         """Fail the stream unless it already failed (the first proof wins) or ended."""
         if self.state is StreamState.OPEN or self.state is StreamState.RECEIVING:
@@ -211,6 +231,18 @@ class Stream:
             data = self._take(progress)
             if data is not None:
                 return data
+            timers = self.timers
+            lane = timers.read if timers is not None else None
+            if read_limit is not None and lane is not None:
+                lane.arm(self)
+                try:
+                    while True:
+                        await self._lot.park()
+                        data = self._take(progress)
+                        if data is not None:
+                            return data
+                finally:
+                    lane.disarm(self)
             with stage_timeout(read_limit) as scope:
                 while True:
                     await self._lot.park()
