@@ -12,12 +12,13 @@ from tests.support.fixtures import StartNginx
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
 
 BIG = 256 * 1024
-SERVERS = """
-  server { listen {{host}}:{{slow}}; root {{workdir}}/html;
+LOCATIONS = """root {{workdir}}/html;
     location /big.bin { limit_rate 8k; }
     location /small.txt { }
-    location /stall { proxy_pass http://{{host}}:{{backend}}; proxy_read_timeout 60s; }
-  }
+    location /stall { proxy_pass http://{{host}}:{{backend}}; proxy_read_timeout 60s; }"""
+SERVERS = f"""
+  server {{ listen {{{{host}}}}:{{{{slow}}}}; {LOCATIONS} }}
+  server {{ listen {{{{host}}}}:{{{{slow_h2_tls}}}} ssl http2; {{{{tls}}}} {LOCATIONS} }}
 """
 
 
@@ -42,7 +43,7 @@ async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) ->
         backend = await nursery.start(_silent_backend)
         server = nginx(
             servers=SERVERS,
-            listeners=("slow",),
+            listeners=("slow", "slow_h2_tls"),
             values={"backend": backend},
             files={"html/big.bin": b"b" * BIG, "html/small.txt": b"small\n"},
         )
@@ -77,13 +78,35 @@ async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) ->
                 Evidence.SENT_NO_RESPONSE,
                 FailureCategory.TIMEOUT,
             )
+            # The same over HTTP/2: the lane fails the one stream; the connection stays.
+            h2_base = server.url("slow_h2_tls", "")
+            async with trio_retry.Client(
+                retry=one,
+                stage_timeouts=StageTimeouts(first_byte=0.5),
+                ssl_context=server.ssl_context(),
+            ) as h2_client:
+                await h2_client.get(h2_base + "/small.txt", headers={"x-request-id": "h2-warm"})
+                with trio.fail_after(10), pytest.raises(trio_retry.DeadlineExceeded) as h2_info:
+                    await h2_client.get(h2_base + "/stall", headers={"x-request-id": "h2-stall"})
+                h2_after = await h2_client.get(
+                    h2_base + "/small.txt", headers={"x-request-id": "h2-after"}
+                )
+            (h2_attempt,) = h2_info.value.attempts
+            assert (h2_attempt.http_version, h2_attempt.evidence, h2_attempt.category) == (
+                "HTTP/2",
+                Evidence.SENT_NO_RESPONSE,
+                FailureCategory.TIMEOUT,
+            )
+            assert h2_after.attempts[0].connection_reused
             after = await client.get(base + "/small.txt", headers={"x-request-id": "after"})
             assert after.status == 200
             assert not after.attempts[0].connection_reused  # the timed-out ones were closed
-        log = server.log(expect=4)
+        log = server.log(expect=7)
         nursery.cancel_scope.cancel()
     by_id = {entry.request_id: entry for entry in log.entries}
-    assert set(by_id) == {"warm", "big", "stall", "after"}
+    assert set(by_id) == {"warm", "big", "stall", "after", "h2-warm", "h2-stall", "h2-after"}
     assert 0 < by_id["big"].body_bytes_sent < BIG  # nginx saw the client leave mid-body
     assert by_id["stall"].status == 499  # nginx: the client closed before the answer
     assert by_id["after"].connection != by_id["big"].connection
+    assert by_id["h2-stall"].status == 499  # the stream was reset, nginx logged it
+    assert by_id["h2-after"].connection == by_id["h2-stall"].connection
