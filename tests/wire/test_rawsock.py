@@ -308,3 +308,26 @@ async def test_tcp_transports_use_it(nursery: trio.Nursery) -> None:
         await transport.stream.send_all(b"echo")
         with trio.fail_after(5):
             assert await transport.stream.receive_some() == b"echo"
+
+
+async def test_a_second_receiver_is_busy_even_when_data_is_ready() -> None:
+    client, server = await _pair()
+    async with client, server, trio.open_nursery() as nursery:
+        nursery.start_soon(server.receive_some, 100)
+        await trio.testing.wait_all_tasks_blocked()  # the first receiver waits
+        client._sock.send(b"x")  # no schedule point: the first receiver is not woken yet
+        with pytest.raises(trio.BusyResourceError):
+            await server.receive_some(100)  # not "x": that is the first receiver's
+
+
+async def test_a_second_sender_is_busy_and_sends_nothing_even_when_there_is_room() -> None:
+    client, server = await _clogged_pair()
+    async with client, server, trio.open_nursery() as nursery:
+        nursery.start_soon(client.send_all, b"A" * 100_000)
+        await trio.testing.wait_all_tasks_blocked()  # the first sender waits for room
+        with contextlib.suppress(BlockingIOError):
+            while True:  # make room without a schedule point
+                server._sock.recv(65536)
+        with pytest.raises(trio.BusyResourceError):
+            await client.send_all(b"B")  # never interleaved into the first sender's bytes
+        nursery.cancel_scope.cancel()
