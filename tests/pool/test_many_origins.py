@@ -4,9 +4,8 @@ cancelled HTTP/2 calls.
 Sockets are counted on the client side, where the limit applies: every socket the client
 creates is recorded (``trio.socket.socket`` and ``from_stdlib_socket`` are wrapped once the
 servers listen, so only the client's sockets are seen), and at each new one the number still
-open is measured. The
-servers' own accept counts cross-check that number. (A server's count of *live* connections
-would lag: it notices a closed connection only when it next reads.)
+open is measured. The servers' own accept counts cross-check that number. (A server's count
+of *live* connections would lag: it notices a closed connection only when it next reads.)
 """
 
 from __future__ import annotations
