@@ -8,6 +8,9 @@ DNS is resolved here rather than inside ``trio.open_tcp_stream`` so that a resol
 and a connect failure are told apart; the connect then races the addresses "happy eyeballs"
 style (RFC 8305, as ``trio.open_tcp_stream`` does): the next address starts when the previous
 one fails or after ``HAPPY_EYEBALLS_DELAY``, the first to connect wins, the rest are cancelled.
+
+The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy's steps) is a
+:class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call.
 """
 
 from __future__ import annotations
