@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import ssl
 import struct
 
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from trio_retry._wire.progress import AttemptProgress
 from trio_retry._wire.rawsock import RawSocketStream, open_socket
@@ -331,3 +333,39 @@ async def test_a_second_sender_is_busy_and_sends_nothing_even_when_there_is_room
         with pytest.raises(trio.BusyResourceError):
             await client.send_all(b"B")  # never interleaved into the first sender's bytes
         nursery.cancel_scope.cancel()
+
+
+async def test_tls_runs_over_it() -> None:
+    """trio.SSLStream over RawSocketStream both ways: a handshake, a large echo, close_notify."""
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    client_raw, server_raw = await _pair(SMALL_BUFFER)
+    client = trio.SSLStream(client_raw, client_ctx, server_hostname="localhost")
+    server = trio.SSLStream(server_raw, server_ctx, server_side=True)
+    data = bytes(range(256)) * 4096  # 1 MiB: many records, many partial sends
+
+    async def echo() -> None:
+        echoed = 0
+        while echoed < len(data):
+            chunk = await server.receive_some(65536)
+            await server.send_all(chunk)
+            echoed += len(chunk)
+
+    received = bytearray()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(echo)
+
+            async def read_all() -> None:
+                while len(received) < len(data):
+                    received.extend(await client.receive_some(65536))
+
+            nursery.start_soon(read_all)
+            await client.send_all(data)
+        await client.aclose()  # close_notify, then the socket
+        assert await server.receive_some(10) == b""  # the peer's close_notify is a clean EOF
+        await server.aclose()
+    assert bytes(received) == data
