@@ -304,9 +304,9 @@ async def test_tcp_transports_use_it(nursery: trio.Nursery) -> None:
     transport = await open_transport(
         "127.0.0.1", port, progress=AttemptProgress(trio.current_time()), ssl_context=None
     )
-    assert isinstance(transport.stream, RawSocketStream)
-    assert transport.stream.socket is transport.socket
-    async with transport.stream:
+    async with transport.stream:  # closed even when an assertion fails
+        assert isinstance(transport.stream, RawSocketStream)
+        assert transport.stream.socket is transport.socket
         await transport.stream.send_all(b"echo")
         with trio.fail_after(5):
             assert await transport.stream.receive_some() == b"echo"
