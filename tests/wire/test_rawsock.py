@@ -36,6 +36,7 @@ async def _pair(buffer: int | None = None) -> tuple[RawSocketStream, RawSocketSt
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         sock, raw = open_socket()
+        assert raw is not None  # no custom socket factory here
         if buffer is not None:
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
@@ -369,3 +370,36 @@ async def test_tls_runs_over_it() -> None:
         assert await server.receive_some(10) == b""  # the peer's close_notify is a clean EOF
         await server.aclose()
     assert bytes(received) == data
+
+
+class _CountingFactory(trio.abc.SocketFactory):
+    def __init__(self) -> None:
+        self.made = 0
+
+    def socket(
+        self, family: int | None = None, type: int | None = None, proto: int | None = None
+    ) -> trio.socket.SocketType:
+        self.made += 1
+        return trio.socket.from_stdlib_socket(
+            socket.socket(family or socket.AF_INET, type or socket.SOCK_STREAM, proto or 0)
+        )
+
+
+async def test_a_custom_socket_factory_is_honoured(nursery: trio.Nursery) -> None:
+    """With ``trio.socket.set_custom_socket_factory`` in force the client's sockets come from
+    it (as with ``trio.socket.socket``), over a plain trio.SocketStream; the factory stays."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    nursery.start_soon(trio.serve_listeners, trio.aclose_forcefully, listeners)
+    factory = _CountingFactory()
+    trio.socket.set_custom_socket_factory(factory)
+    try:
+        transport = await open_transport(
+            "127.0.0.1", port, progress=AttemptProgress(trio.current_time()), ssl_context=None
+        )
+        async with transport.stream:
+            assert factory.made == 1
+            assert isinstance(transport.stream, trio.SocketStream)
+        assert trio.socket.set_custom_socket_factory(None) is factory
+    finally:
+        trio.socket.set_custom_socket_factory(None)

@@ -36,7 +36,7 @@ from trio.lowlevel import (
     wait_writable,
 )
 
-__all__ = ["DEFAULT_RECEIVE_SIZE", "RawSocketStream", "open_socket"]
+__all__ = ["DEFAULT_RECEIVE_SIZE", "RawSocketStream", "open_socket", "socket_stream"]
 
 DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
 
@@ -48,16 +48,35 @@ def open_socket(
     family: int = _stdlib_socket.AF_INET,
     type_: int = _stdlib_socket.SOCK_STREAM,
     proto: int = 0,
-) -> tuple[trio.socket.SocketType, _stdlib_socket.socket]:
+) -> tuple[trio.socket.SocketType, _stdlib_socket.socket | None]:
     """A new non-blocking socket, as a Trio socket (to connect, poll and close) and the stdlib
     socket it wraps (for :class:`RawSocketStream`). They are one socket: closing either closes
-    both; close it through the Trio one, which notifies blocked waiters first."""
+    both; close it through the Trio one, which notifies blocked waiters first.
+
+    When a custom socket factory is installed (``trio.socket.set_custom_socket_factory``) the
+    socket comes from it, as ``trio.socket.socket`` would make it, and the stdlib socket is
+    ``None``: :func:`socket_stream` then gives a plain ``trio.SocketStream``.
+    """
+    # The one public way to read the factory: set returns the previous one (atomic: no await).
+    factory = trio.socket.set_custom_socket_factory(None)
+    if factory is not None:
+        trio.socket.set_custom_socket_factory(factory)
+        return trio.socket.socket(family, type_, proto), None
     raw = _stdlib_socket.socket(family, type_, proto)
     try:
         return trio.socket.from_stdlib_socket(raw), raw
     except BaseException:
         raw.close()
         raise
+
+
+def socket_stream(
+    sock: trio.socket.SocketType, raw: _stdlib_socket.socket | None
+) -> trio.abc.HalfCloseableStream:
+    """The stream over a connected pair from :func:`open_socket`."""
+    if raw is None:
+        return trio.SocketStream(sock)
+    return RawSocketStream(sock, raw)
 
 
 def _stream_error(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:

@@ -10,7 +10,8 @@ style (RFC 8305, as ``trio.open_tcp_stream`` does): the next address starts when
 one fails or after ``HAPPY_EYEBALLS_DELAY``, the first to connect wins, the rest are cancelled.
 
 The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy's steps) is a
-:class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call.
+:class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call
+(``trio.SocketStream`` itself when a custom Trio socket factory is installed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import trio
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .progress import AttemptProgress, WireError
-from .rawsock import RawSocketStream, open_socket
+from .rawsock import open_socket, socket_stream
 from .socks import socks5_handshake
 from .virtual import VirtualSocket
 
@@ -35,7 +36,7 @@ __all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
 HAPPY_EYEBALLS_DELAY = 0.25
 
 AddrInfo = tuple[Any, Any, Any, str, Any]
-Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket]  # one socket: see rawsock.py
+Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]  # see rawsock.py
 
 
 class Transport:
@@ -298,7 +299,7 @@ async def open_transport(
                     FailureCategory.CONNECT,
                     f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
                 ) from exc
-        tcp: trio.abc.Stream = RawSocketStream(sock, raw)
+        tcp: trio.abc.Stream = socket_stream(sock, raw)
         if proxy is not None:
             try:
                 tcp = await _through_proxy(
