@@ -2,10 +2,10 @@
 cancelled HTTP/2 calls.
 
 Sockets are counted on the client side, where the limit applies: every socket the client
-creates is recorded (``trio.socket.socket`` is wrapped once the servers listen, so only the
-client's sockets are seen), and at each new one the number still open is measured. The
-servers' own accept counts cross-check that number. (A server's count of *live* connections
-would lag: it notices a closed connection only when it next reads.)
+creates is recorded (``trio.socket.socket`` and ``from_stdlib_socket`` are wrapped once the
+servers listen, so only the client's sockets are seen), and at each new one the number still
+open is measured. The servers' own accept counts cross-check that number. (A server's count
+of *live* connections would lag: it notices a closed connection only when it next reads.)
 """
 
 from __future__ import annotations
@@ -79,7 +79,15 @@ def count(monkeypatch: pytest.MonkeyPatch, servers: list[FaultServer]) -> Socket
         counter.created(sock)
         return sock
 
+    real_wrap = trio.socket.from_stdlib_socket  # how the client's RawSocketStream sockets are made
+
+    def counting_wrap(raw: Any) -> Any:
+        sock = real_wrap(raw)
+        counter.created(sock)
+        return sock
+
     monkeypatch.setattr(trio.socket, "socket", counting_socket)
+    monkeypatch.setattr(trio.socket, "from_stdlib_socket", counting_wrap)
     return counter
 
 

@@ -8,6 +8,10 @@ DNS is resolved here rather than inside ``trio.open_tcp_stream`` so that a resol
 and a connect failure are told apart; the connect then races the addresses "happy eyeballs"
 style (RFC 8305, as ``trio.open_tcp_stream`` does): the next address starts when the previous
 one fails or after ``HAPPY_EYEBALLS_DELAY``, the first to connect wins, the rest are cancelled.
+
+The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy's steps) is a
+:class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call
+(``trio.SocketStream`` itself when a custom Trio socket factory is installed).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import trio
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .progress import AttemptProgress, WireError
+from .rawsock import open_socket, socket_stream
 from .socks import socks5_handshake
 from .virtual import VirtualSocket
 
@@ -31,6 +36,7 @@ __all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
 HAPPY_EYEBALLS_DELAY = 0.25
 
 AddrInfo = tuple[Any, Any, Any, str, Any]
+Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]  # see rawsock.py
 
 
 class Transport:
@@ -63,22 +69,22 @@ async def _resolve(host: str, port: int) -> list[AddrInfo]:
     return infos
 
 
-async def _connect_one(info: AddrInfo) -> trio.socket.SocketType:
+async def _connect_one(info: AddrInfo) -> Sockets:
     family, type_, proto, _, sockaddr = info
-    sock = trio.socket.socket(family, type_, proto)
+    sock, raw = open_socket(family, type_, proto)
     try:
         await sock.connect(sockaddr)
     except BaseException:
         sock.close()
         raise
-    return sock
+    return sock, raw
 
 
-async def _connect(infos: Sequence[AddrInfo]) -> trio.socket.SocketType:
+async def _connect(infos: Sequence[AddrInfo]) -> Sockets:
     """Happy eyeballs over ``infos``; raises ``OSError`` (the last error) if none connects."""
     if len(infos) == 1:
         return await _connect_one(infos[0])
-    winner: list[trio.socket.SocketType] = []
+    winner: list[Sockets] = []
     errors: list[OSError] = []
 
     async def attempt(info: AddrInfo, failed: trio.Event, nursery: trio.Nursery) -> None:
@@ -89,7 +95,7 @@ async def _connect(infos: Sequence[AddrInfo]) -> trio.socket.SocketType:
             failed.set()
             return
         if winner:
-            sock.close()
+            sock[0].close()
             return
         winner.append(sock)
         nursery.cancel_scope.cancel()
@@ -105,10 +111,10 @@ async def _connect(infos: Sequence[AddrInfo]) -> trio.socket.SocketType:
     raise errors[-1] if errors else OSError("connect failed")
 
 
-async def _connect_unix(path: str) -> trio.socket.SocketType:
+async def _connect_unix(path: str) -> Sockets:
     """Connect to a Unix domain socket; a failure (no such file, nobody listening, no
     permission) is ``NOT_SENT`` at ``CONNECT``: nothing can have been sent."""
-    sock = trio.socket.socket(_stdlib_socket.AF_UNIX, _stdlib_socket.SOCK_STREAM)
+    sock, raw = open_socket(_stdlib_socket.AF_UNIX, _stdlib_socket.SOCK_STREAM)
     try:
         await sock.connect(path)
     except OSError as exc:
@@ -121,7 +127,7 @@ async def _connect_unix(path: str) -> trio.socket.SocketType:
     except BaseException:
         sock.close()
         raise
-    return sock
+    return sock, raw
 
 
 def _is_certificate_error(exc: BaseException) -> bool:
@@ -281,19 +287,19 @@ async def open_transport(
     with trio.move_on_after(connect_timeout if connect_timeout is not None else float("inf")) as s:
         if uds is not None:
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
-            sock = await _connect_unix(uds)
+            sock, raw = await _connect_unix(uds)
         else:
             infos = await _resolve(peer_host, peer_port)
             progress.advance(Stage.CONNECT)
             try:
-                sock = await _connect(infos)
+                sock, raw = await _connect(infos)
             except OSError as exc:
                 raise _fail(
                     Stage.CONNECT,
                     FailureCategory.CONNECT,
                     f"could not connect to {peer_host}:{peer_port}{via}: {exc.strerror or exc}",
                 ) from exc
-        tcp: trio.abc.Stream = trio.SocketStream(sock)
+        tcp: trio.abc.Stream = socket_stream(sock, raw)
         if proxy is not None:
             try:
                 tcp = await _through_proxy(

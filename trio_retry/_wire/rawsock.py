@@ -1,0 +1,255 @@
+"""A byte stream over a connected stdlib socket, doing the non-blocking I/O itself.
+
+:class:`RawSocketStream` keeps the contract of :class:`trio.SocketStream` (a
+:class:`trio.abc.HalfCloseableStream`) with fewer layers per call: ``trio.SocketStream`` goes
+through ``trio.socket.SocketType.send/recv`` and its ``_nonblocking_helper`` (a context-manager
+object, a generator-based error translator and a conflict-detector object per call), where this
+calls the stdlib socket directly and uses only Trio's public low-level API around it:
+
+- before the system call, ``trio.lowlevel.checkpoint_if_cancelled()`` (the cancellation point:
+  a cancelled operation does nothing);
+- if the call would block, ``trio.lowlevel.wait_readable``/``wait_writable`` (the schedule point
+  and, while nothing was transferred, the cancellation point);
+- if it did not block, ``trio.lowlevel.cancel_shielded_checkpoint()`` (the schedule point, after
+  the bytes moved, so they are never lost to a cancellation).
+
+So every operation is a checkpoint, blocked or not, exactly as with ``trio.SocketStream``.
+
+The stream shares its socket with a Trio socket object (:attr:`RawSocketStream.socket`, made by
+:func:`open_socket`): closing that one (``trio.socket.SocketType.close`` calls
+``trio.lowlevel.notify_closing`` first) wakes a blocked operation here with
+:exc:`trio.ClosedResourceError`, which is what the connection code relies on when it closes a
+connection from another task.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket as _stdlib_socket
+
+import trio
+from trio.lowlevel import (
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+    wait_readable,
+    wait_writable,
+)
+
+__all__ = ["DEFAULT_RECEIVE_SIZE", "RawSocketStream", "open_socket", "socket_stream"]
+
+DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
+
+_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+_INET_FAMILIES = frozenset({_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6})
+
+
+def open_socket(
+    family: int = _stdlib_socket.AF_INET,
+    type_: int = _stdlib_socket.SOCK_STREAM,
+    proto: int = 0,
+) -> tuple[trio.socket.SocketType, _stdlib_socket.socket | None]:
+    """A new non-blocking socket, as a Trio socket (to connect, poll and close) and the stdlib
+    socket it wraps (for :class:`RawSocketStream`). They are one socket: closing either closes
+    both; close it through the Trio one, which notifies blocked waiters first.
+
+    When a custom socket factory is installed (``trio.socket.set_custom_socket_factory``) the
+    socket comes from it, as ``trio.socket.socket`` would make it, and the stdlib socket is
+    ``None``: :func:`socket_stream` then gives a plain ``trio.SocketStream``.
+    """
+    # The one public way to read the factory: set returns the previous one (atomic: no await).
+    factory = trio.socket.set_custom_socket_factory(None)
+    if factory is not None:
+        trio.socket.set_custom_socket_factory(factory)
+        return trio.socket.socket(family, type_, proto), None
+    raw = _stdlib_socket.socket(family, type_, proto)
+    try:
+        return trio.socket.from_stdlib_socket(raw), raw
+    except BaseException:
+        raw.close()
+        raise
+
+
+def socket_stream(
+    sock: trio.socket.SocketType, raw: _stdlib_socket.socket | None
+) -> trio.abc.HalfCloseableStream:
+    """The stream over a connected pair from :func:`open_socket`."""
+    if raw is None:
+        return trio.SocketStream(sock)
+    return RawSocketStream(sock, raw)
+
+
+def _stream_error(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """``OSError`` -> Trio's stream errors, as ``trio.SocketStream`` translates them."""
+    if exc.errno in _CLOSED_ERRNOS:
+        closed = trio.ClosedResourceError("this socket was already closed")
+        closed.__suppress_context__ = True
+        return closed
+    broken = trio.BrokenResourceError(f"socket connection broken: {exc}")
+    broken.__cause__ = exc
+    return broken
+
+
+class RawSocketStream(trio.abc.HalfCloseableStream):
+    """A :class:`trio.abc.HalfCloseableStream` over a connected ``SOCK_STREAM`` socket.
+
+    Guarantees (those of ``trio.SocketStream``):
+
+    - every method is a checkpoint, whether or not it had to wait;
+    - ``send_all`` returns only once every byte was handed to the kernel, or raises; if it is
+      cancelled before anything was sent nothing was, but a cancellation while it waits for
+      buffer space (a slow reader, a large body) can leave a prefix of ``data`` sent: the
+      stream is then unusable for a framed protocol and the caller must close it (the
+      connection code does, and classifies the request as possibly sent);
+    - ``receive_some`` returns at least one byte, or ``b""`` once the peer sent EOF; a
+      cancelled ``receive_some`` consumed nothing;
+    - an ``OSError`` from the kernel is :exc:`trio.BrokenResourceError` (``__cause__`` is the
+      ``OSError``); using the stream after it (or :attr:`socket`) was closed, or closing it while
+      an operation waits, is :exc:`trio.ClosedResourceError`; sending after ``send_eof`` too;
+    - two tasks sending (``send_all``, ``wait_send_all_might_not_block``, ``send_eof``) or two
+      receiving at once is :exc:`trio.BusyResourceError` (two flag checks per call; the pool
+      already gives a connection one user at a time, this keeps the contract for everyone
+      else).
+
+    ``TCP_NODELAY`` and ``TCP_NOTSENT_LOWAT`` are set as ``trio.SocketStream`` sets them.
+    """
+
+    __slots__ = ("_eof_sent", "_receiving", "_sending", "_sock", "socket")
+
+    def __init__(self, sock: trio.socket.SocketType, raw: _stdlib_socket.socket) -> None:
+        """``sock`` is the Trio socket wrapping ``raw`` (see :func:`open_socket`), connected."""
+        if raw.type != _stdlib_socket.SOCK_STREAM:
+            raise ValueError("RawSocketStream requires a SOCK_STREAM socket")
+        if sock.fileno() != raw.fileno():
+            raise ValueError("sock must be the Trio socket wrapping raw")
+        raw.setblocking(False)
+        self.socket = sock
+        self._sock = raw
+        self._sending = False
+        self._receiving = False
+        self._eof_sent = False
+        if raw.family in _INET_FAMILIES:
+            try:
+                raw.setsockopt(_stdlib_socket.IPPROTO_TCP, _stdlib_socket.TCP_NODELAY, True)
+            except OSError:
+                pass
+            lowat = getattr(_stdlib_socket, "TCP_NOTSENT_LOWAT", None)
+            if lowat is not None:
+                try:
+                    raw.setsockopt(_stdlib_socket.IPPROTO_TCP, lowat, 2**14)
+                except OSError:
+                    pass
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Send all of ``data`` (see the class for what a cancellation leaves sent)."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is currently sending on this stream")
+        if self._eof_sent:
+            raise trio.ClosedResourceError("can't send data after sending EOF")
+        self._sending = True
+        try:
+            await checkpoint_if_cancelled()
+            sock = self._sock
+            if type(data) is not bytes:
+                data = memoryview(data).cast("B")
+            length = len(data)
+            if not length:
+                if sock.fileno() == -1:
+                    raise trio.ClosedResourceError("socket was already closed")
+                await cancel_shielded_checkpoint()
+                return
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                await cancel_shielded_checkpoint()
+                raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+            if sent >= length:
+                await cancel_shielded_checkpoint()
+                return
+            # The kernel's buffer is full: wait for room, each wait a schedule point.
+            try:
+                with memoryview(data) as view:
+                    while sent < length:
+                        await wait_writable(sock)
+                        try:
+                            with view[sent:] as rest:
+                                sent += sock.send(rest)
+                        except BlockingIOError:
+                            pass
+            except OSError as exc:
+                raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+        finally:
+            self._sending = False
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """Return when the socket has room to send (always a checkpoint)."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is currently sending on this stream")
+        if self._sock.fileno() == -1:
+            raise trio.ClosedResourceError("socket was already closed")
+        self._sending = True
+        try:
+            await wait_writable(self._sock)
+        except OSError as exc:
+            raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+        finally:
+            self._sending = False
+
+    async def send_eof(self) -> None:
+        """Shut down the sending side (idempotent); receiving keeps working."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is currently sending on this stream")
+        self._sending = True
+        try:
+            await checkpoint()
+            if self._eof_sent:
+                return
+            try:
+                self._sock.shutdown(_stdlib_socket.SHUT_WR)
+            except OSError as exc:
+                raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+            self._eof_sent = True
+        finally:
+            self._sending = False
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """At most ``max_bytes`` (default 64 KiB) bytes, at least one; ``b""`` at EOF."""
+        if max_bytes is None:
+            max_bytes = DEFAULT_RECEIVE_SIZE
+        elif max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1")
+        if self._receiving:
+            raise trio.BusyResourceError("another task is currently receiving on this stream")
+        self._receiving = True
+        try:
+            await checkpoint_if_cancelled()
+            sock = self._sock
+            try:
+                data = sock.recv(max_bytes)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                await cancel_shielded_checkpoint()
+                raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+            else:
+                await cancel_shielded_checkpoint()
+                return data
+            try:
+                while True:
+                    await wait_readable(sock)
+                    try:
+                        return sock.recv(max_bytes)
+                    except BlockingIOError:
+                        pass
+            except OSError as exc:
+                raise _stream_error(exc)  # noqa: B904 (the cause is set there)
+        finally:
+            self._receiving = False
+
+    async def aclose(self) -> None:
+        """Close the socket at once (no lingering); blocked operations get
+        :exc:`trio.ClosedResourceError`. Idempotent; always a checkpoint."""
+        self.socket.close()
+        await checkpoint()
