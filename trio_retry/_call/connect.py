@@ -142,7 +142,9 @@ class Connector:
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
             )
-        return HTTP11Connection(transport, pool_key, config.max_header_bytes)
+        return HTTP11Connection(
+            transport, pool_key, config.max_header_bytes, fast_path=config.http1_fast_path
+        )
 
     async def _dial(
         self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress
