@@ -64,7 +64,12 @@ CASES: list[tuple[str, Action, str, bool]] = [
         "GET",
         False,
     ),
-    ("conn-close", Raw(HEAD_OK + b"Connection: close\r\nContent-Length: 2\r\n\r\nhi"), "GET", True),
+    (  # the server keeps the socket open: only the header says "do not reuse"
+        "conn-close",
+        Raw(HEAD_OK + b"Connection: close\r\nContent-Length: 2\r\n\r\nhi", close=False),
+        "GET",
+        True,
+    ),
     (
         "trailing-bytes",
         Raw(HEAD_OK + b"Content-Length: 2\r\n\r\nhiHTTP/1.1", close=False),
