@@ -307,25 +307,25 @@ class HTTP11Connection:
         with stage_timeout(limit) as scope:
             parser = self._parser
             if parser is not None:
-                while True:
+                while True:  # (a head needs bytes: read before the first look)
+                    parser.buf += await self._receive(progress)  # an EOF raises there
                     got = parser.next_event()
                     if got is NEED:
-                        parser.buf += await self._receive(progress)  # an EOF raises there
-                    elif got is DEFER:
+                        continue
+                    if got is DEFER:
                         self._defer()
                         break
-                    else:
-                        assert isinstance(got, ResponseHead)
-                        if progress.bytes_received > self._max_header_bytes:
-                            self._check_head_size(progress, got.headers)
-                        progress.advance(Stage.RESPONSE_BODY)
-                        return WireResponse(
-                            got.status,
-                            got.reason.decode("latin-1"),
-                            got.headers,
-                            self.http_version,
-                            self,
-                        )
+                    assert isinstance(got, ResponseHead)
+                    if progress.bytes_received > self._max_header_bytes:
+                        self._check_head_size(progress, got.headers)
+                    progress.advance(Stage.RESPONSE_BODY)
+                    return WireResponse(
+                        got.status,
+                        got.reason.decode("latin-1"),
+                        got.headers,
+                        self.http_version,
+                        self,
+                    )
             while True:
                 event = await self._next_event(progress)
                 if isinstance(event, h11.InformationalResponse):
