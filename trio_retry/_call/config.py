@@ -8,6 +8,7 @@ client fills); both are passed to a call separately, never cached here.
 
 from __future__ import annotations
 
+import os
 import random
 import ssl
 import time
@@ -108,6 +109,10 @@ class ClientConfig:
     #: instrumentation (``None`` without it): each costs the hot path one ``is None`` check.
     hooks: Hooks | None = None
     instrumentation: Instrumentation | None = None
+    # --- fast (#16): the strict HTTP/1.1 fast path (``_wire/fast11.py``); ``False`` when
+    # ``http1_fast_path=False`` or ``TRIO_RETRY_HTTP1_FAST_PATH`` turns it off.
+    http1_fast_path: bool = True
+    # --- end fast (#16)
 
 
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: no call waits
@@ -195,6 +200,7 @@ def configure(
     transport: Dialer | None = None,
     hooks: Hooks | None = None,
     instrumentation: Instrumentation | None = None,
+    http1_fast_path: object = True,
 ) -> ClientConfig:
     """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
@@ -215,6 +221,7 @@ def configure(
         h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))
         redirects = bool(check_bool(follow_redirects, "follow_redirects"))
         env = bool(check_bool(trust_env, "trust_env"))
+        fast_path = bool(check_bool(http1_fast_path, "http1_fast_path")) and _fast_path_env()
     except OptionError as exc:
         _refuse(exc)
     if keepalive_expiry is not None and (
@@ -309,7 +316,32 @@ def configure(
         transport=transport,
         hooks=hooks,
         instrumentation=instrumentation,
+        http1_fast_path=fast_path,
     )
+
+
+# --- fast (#16)
+#: ``TRIO_RETRY_HTTP1_FAST_PATH``: these turn the HTTP/1.1 fast path off, these leave it as
+#: ``Client(http1_fast_path=...)`` says; anything else is refused (docs/reference.md).
+FAST_PATH_OFF = frozenset({"0", "false", "no", "off"})
+FAST_PATH_AS_GIVEN = frozenset({"", "1", "true", "yes", "on"})
+
+
+def _fast_path_env() -> bool:
+    """False when ``TRIO_RETRY_HTTP1_FAST_PATH`` turns the fast path off (read once per
+    ``Client``); a value not in either set raises ``ValueError`` naming the variable."""
+    value = os.environ.get("TRIO_RETRY_HTTP1_FAST_PATH", "").strip().lower()
+    if value in FAST_PATH_OFF:
+        return False
+    if value in FAST_PATH_AS_GIVEN:
+        return True
+    raise ValueError(
+        "TRIO_RETRY_HTTP1_FAST_PATH must be one of 0, false, no, off (fast path off) or 1, "
+        f"true, yes, on (as Client(http1_fast_path=...) says), got {value!r}"
+    )
+
+
+# --- end fast (#16)
 
 
 def _client_params(params: object) -> tuple[tuple[str, Any], ...]:

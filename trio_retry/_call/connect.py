@@ -147,7 +147,13 @@ class Connector:
             )
             h2_conn.timers = self.timers
             return h2_conn
-        return HTTP11Connection(transport, pool_key, config.max_header_bytes, self.timers)
+        return HTTP11Connection(
+            transport,
+            pool_key,
+            config.max_header_bytes,
+            fast_path=config.http1_fast_path,  # fast (#16)
+            timers=self.timers,
+        )
 
     async def _dial(
         self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress

@@ -11,6 +11,14 @@ The proof each stage gives (what the client may claim if the attempt breaks ther
   1xx or garbage); final headers parsed -> ``RESPONSE_BODY`` (a break now is
   ``PARTIAL_RESPONSE``); ``EndOfMessage`` -> ``COMPLETE``.
 
+With the fast path on (``Client(http1_fast_path=True)``, the default), a request that
+qualifies (see ``fast11.request_head``) has its head written directly and its response parsed
+by ``fast11.FastParser``; where that parser defers, :meth:`HTTP11Connection._defer` brings h11
+into the state it would be in had it handled the exchange from the start (it is sent the
+request's events, their bytes discarded, then fed the bytes received) and the h11 code below
+carries on. The stages, progress, errors and connection reuse are the same on both paths: the
+reads, the head size check and the end of a cycle are shared code.
+
 Any exception while a request is on the connection (``trio.Cancelled`` included) leaves the
 connection unusable: h11's state would no longer match the bytes on the wire. It is closed, not
 returned to the pool.
@@ -34,8 +42,9 @@ from .exchange import (
     content_length,
     head_too_large,
 )
+from .fast11 import DEFER, END, NEED, FastParser, ResponseHead, request_head
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
-from .timers import StageTimers
+from .timers import Lane, StageTimers
 from .transport import Transport
 from .virtual import VirtualSocket
 
@@ -56,9 +65,12 @@ class HTTP11Connection:
 
     __slots__ = (
         "_expired",
+        "_fast",
         "_h11",
         "_max_header_bytes",
+        "_parser",
         "_poller",
+        "_request",
         "_socket",
         "_stream",
         "_timers",
@@ -74,17 +86,23 @@ class HTTP11Connection:
         transport: Transport,
         origin_key: object,
         max_header_bytes: int,
+        *,
+        fast_path: bool = True,
         timers: StageTimers | None = None,
     ) -> None:
         self._stream = transport.stream
         self._socket = transport.socket
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
         self._max_header_bytes = max_header_bytes
+        self._fast = fast_path
+        #: The fast path's parser and request while it has the exchange (else ``None``).
+        self._parser: FastParser | None = None
+        self._request: WireRequest | None = None
         self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
         #: The client's stage lanes (``timers.py``): used instead of a cancel scope per stage
         #: while they run. ``_expired`` names the stage a lane timed out (then it is closed).
         self._timers = timers
-        self._expired: str | None = None
+        self._expired: tuple[str, float] | None = None
         self.origin_key = origin_key
         self.busy = False
         self.closed = False
@@ -98,7 +116,8 @@ class HTTP11Connection:
 
     def is_reusable(self) -> bool:
         """True after a complete request/response cycle that allows keep-alive."""
-        return not self.closed and self._h11.our_state is h11.IDLE
+        # (``busy``: a fast-path exchange leaves h11 IDLE while it runs.)
+        return not self.closed and not self.busy and self._h11.our_state is h11.IDLE
 
     def peer_closed(self) -> bool:
         """One non-blocking ``poll()``: is anything readable on this idle connection?
@@ -124,16 +143,22 @@ class HTTP11Connection:
     def stage_expired(self, which: str, limit: float) -> None:
         """A stage lane ran out (``timers.py``): close now, so the request's wait ends at once
         and is reported as that stage's timeout (:meth:`_timed_out`)."""
-        self._expired = which
+        self._expired = (which, limit)
         self.close()
 
     def _timed_out(self, progress: AttemptProgress) -> WireError | None:
         """The stage timeout that closed this connection, if a lane did."""
-        which = self._expired
-        if which is None or self._timers is None:
+        expired = self._expired
+        return None if expired is None else stage_timed_out(progress, *expired)
+
+    def _lane(self, which: str, limit: float | None) -> Lane | None:
+        """The running lane for stage ``which`` when it has a limit, else ``None`` (then a
+        cancel scope keeps the limit, if any)."""
+        timers = self._timers
+        if limit is None or timers is None or not timers.running:
             return None
-        lane = getattr(self._timers, which)
-        return stage_timed_out(progress, which, lane.limit if lane is not None else None)
+        lane: Lane | None = getattr(timers, which)
+        return lane
 
     def close(self) -> None:
         """Close at once, without a TLS close_notify (safe to call twice)."""
@@ -193,9 +218,8 @@ class HTTP11Connection:
         self.requests += 1
         progress.http_version = self.http_version
         try:
-            timers = self._timers
-            lane = timers.write if timers is not None and timers.running else None
-            if write_timeout is not None and lane is not None:
+            lane = self._lane("write", write_timeout)
+            if lane is not None:
                 lane.arm(self)
                 try:
                     await self._write(request, progress)
@@ -213,23 +237,25 @@ class HTTP11Connection:
 
     async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
         body = request.body
-        headers = request.headers
         length = content_length(request)
-        if length is not None:
-            headers = [*headers, (b"content-length", length)]
-        elif not isinstance(body, bytes):
-            headers = [*headers, (b"transfer-encoding", b"chunked")]
+        if self._fast and isinstance(body, bytes):
+            head = request_head(request.method, request.target, request.headers, length)
+            if head is not None:  # the exact bytes h11 would write (fast11, tested against h11)
+                self._parser = FastParser(self._max_header_bytes)
+                self._request = request
+                if len(body) <= COALESCE_LIMIT:
+                    await self._send(
+                        head + body if body else head,
+                        progress,
+                        Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD,
+                    )
+                else:
+                    await self._send(head, progress, Stage.REQUEST_HEAD)
+                    await self._send(body, progress, Stage.REQUEST_BODY)
+                progress.advance(Stage.AWAITING_RESPONSE)
+                return
         try:
-            # The header names and values were validated when they entered the client (see
-            # ``_models._check_header``: h11's rules and stricter), so h11 is told not to run its
-            # regexes over them again. It still checks the method, the target and the Host
-            # header, and a rejection is ours to classify (nothing was written).
-            event = h11.Request(
-                method=request.method.encode("ascii"),
-                target=request.target.encode("ascii"),
-                headers=headers,
-                _parsed=True,
-            )
+            event = _request_event(request, length)
         except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
             raise WireError.at(
                 progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
@@ -276,47 +302,52 @@ class HTTP11Connection:
                 ) from exc
             if event is not h11.NEED_DATA:
                 return event
-            try:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
-            except TRANSPORT_ERRORS as exc:
-                timed_out = self._timed_out(progress)
-                if timed_out is not None:
-                    raise timed_out from exc
-                raise WireError.at(
-                    progress,
-                    FailureCategory.CONNECTION_BROKEN,
-                    self._broken_message("while reading the response", exc),
-                ) from exc
-            if data:
-                if progress.stage == Stage.AWAITING_RESPONSE:
-                    progress.advance(Stage.RESPONSE_HEAD)
-                    progress.timings["first_byte"] = trio.current_time() - progress.started
-                    # h11 judges a head only once all of it is there; bytes that cannot start
-                    # one (an SSH banner, TLS, a stray protocol) are refused at once instead of
-                    # waiting for the rest of a head that will never come.
-                    start = bytes(data[:16]).lstrip(b"\r\n")[:5]
-                    if start and not b"HTTP/".startswith(start):
-                        raise WireError.at(
-                            progress,
-                            FailureCategory.REMOTE_PROTOCOL,
-                            "the server's response is not valid HTTP/1.1: it starts with "
-                            f"{bytes(data[:32])!r}",
-                        )
-                progress.bytes_received += len(data)
-            elif progress.stage < Stage.RESPONSE_BODY:
-                raise WireError.at(
-                    progress,
-                    FailureCategory.CONNECTION_BROKEN,
-                    "the server closed the connection in the middle of the response head"
-                    if progress.stage == Stage.RESPONSE_HEAD
-                    else "the server closed the connection without sending a response",
-                )
-            self._h11.receive_data(bytes(data))
+            self._h11.receive_data(bytes(await self._receive(progress)))
+
+    async def _receive(self, progress: AttemptProgress) -> bytes | bytearray:
+        """One read of response bytes (for either parser): the first byte moves the stage to
+        ``RESPONSE_HEAD``; an EOF before the head is complete is ``CONNECTION_BROKEN``; a
+        later EOF is returned (``b""``) for the parser to judge."""
+        try:
+            data = await self._stream.receive_some(RECEIVE_SIZE)
+        except TRANSPORT_ERRORS as exc:
+            timed_out = self._timed_out(progress)
+            if timed_out is not None:
+                raise timed_out from exc
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                self._broken_message("while reading the response", exc),
+            ) from exc
+        if data:
+            if progress.stage == Stage.AWAITING_RESPONSE:
+                progress.advance(Stage.RESPONSE_HEAD)
+                progress.timings["first_byte"] = trio.current_time() - progress.started
+                # h11 judges a head only once all of it is there; bytes that cannot start
+                # one (an SSH banner, TLS, a stray protocol) are refused at once instead of
+                # waiting for the rest of a head that will never come.
+                start = bytes(data[:16]).lstrip(b"\r\n")[:5]
+                if start and not b"HTTP/".startswith(start):
+                    raise WireError.at(
+                        progress,
+                        FailureCategory.REMOTE_PROTOCOL,
+                        "the server's response is not valid HTTP/1.1: it starts with "
+                        f"{bytes(data[:32])!r}",
+                    )
+            progress.bytes_received += len(data)
+        elif progress.stage < Stage.RESPONSE_BODY:
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the server closed the connection in the middle of the response head"
+                if progress.stage == Stage.RESPONSE_HEAD
+                else "the server closed the connection without sending a response",
+            )
+        return data
 
     async def _read_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
-        timers = self._timers
-        lane = timers.first_byte if timers is not None and timers.running else None
-        if limit is not None and lane is not None:
+        lane = self._lane("first_byte", limit)
+        if lane is not None:
             lane.arm(self)
             try:
                 return await self._head(progress)
@@ -328,7 +359,29 @@ class HTTP11Connection:
         raise stage_timed_out(progress, "first_byte", limit)
 
     async def _head(self, progress: AttemptProgress) -> WireResponse:
-        """Read up to the final response head (1xx skipped), checked."""
+        """Read up to the final response head (1xx skipped), checked: the fast parser's when
+        it has the exchange, else (or from where it deferred) h11's."""
+        parser = self._parser
+        if parser is not None:
+            while True:  # (a head needs bytes: read before the first look)
+                parser.buf += await self._receive(progress)  # an EOF raises there
+                got = parser.next_event()
+                if got is NEED:
+                    continue
+                if got is DEFER:
+                    self._defer()
+                    break
+                assert isinstance(got, ResponseHead)
+                if progress.bytes_received > self._max_header_bytes:
+                    self._check_head_size(progress, got.headers)
+                progress.advance(Stage.RESPONSE_BODY)
+                return WireResponse(
+                    got.status,
+                    got.reason.decode("latin-1"),
+                    got.headers,
+                    self.http_version,
+                    self,
+                )
         while True:
             event = await self._next_event(progress)
             if isinstance(event, h11.InformationalResponse):
@@ -336,15 +389,8 @@ class HTTP11Connection:
             if isinstance(event, h11.Response):
                 # h11 bounds only *incomplete* heads; a large head that arrived in one read
                 # is measured here, so the limit holds however the bytes were chunked.
-                size = progress.bytes_received  # cheap bound first: usually all we need
-                if size > self._max_header_bytes:
-                    size = sum(len(name) + len(value) + 4 for name, value in event.headers)
-                if size > self._max_header_bytes:
-                    raise WireError.at(
-                        progress,
-                        FailureCategory.REMOTE_PROTOCOL,
-                        head_too_large(f"{size} bytes > {self._max_header_bytes}"),
-                    )
+                if progress.bytes_received > self._max_header_bytes:  # cheap bound first
+                    self._check_head_size(progress, event.headers)
                 framing = _framing_conflict(event.headers)
                 if framing is not None:
                     raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
@@ -360,12 +406,48 @@ class HTTP11Connection:
                 progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
             )
 
+    def _check_head_size(
+        self, progress: AttemptProgress, headers: Iterable[tuple[bytes, bytes]]
+    ) -> None:
+        """h11 bounds only *incomplete* heads; a large head that arrived in one read is
+        measured here (both parsers), so the limit holds however the bytes were chunked."""
+        size = sum(len(name) + len(value) + 4 for name, value in headers)
+        if size > self._max_header_bytes:
+            raise WireError.at(
+                progress,
+                FailureCategory.REMOTE_PROTOCOL,
+                head_too_large(f"{size} bytes > {self._max_header_bytes}"),
+            )
+
+    def _defer(self) -> None:
+        """The fast parser stopped: bring h11 to where it stands and let h11 go on.
+
+        h11 is sent the request's events (their bytes were written already and are dropped),
+        then fed what :meth:`FastParser.handover` says (nothing before a head; a synthetic
+        head with the same framing and keep-alive inside a body), then the unconsumed bytes,
+        and the synthetic events are consumed. From here h11 sees exactly what it would have
+        seen had it parsed everything (tests/wire/test_fast11_differential.py)."""
+        parser, request = self._parser, self._request
+        assert parser is not None
+        assert request is not None
+        self._parser = self._request = None
+        conn = self._h11
+        conn.send(_request_event(request, content_length(request)))
+        assert isinstance(request.body, bytes)
+        if request.body:
+            conn.send(h11.Data(data=request.body))
+        conn.send(h11.EndOfMessage())
+        prefix, synthetic = parser.handover()
+        if prefix or parser.buf:
+            conn.receive_data(prefix + parser.buf)
+        for _ in range(synthetic):
+            conn.next_event()
+
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
         try:
-            timers = self._timers
-            lane = timers.read if timers is not None and timers.running else None
-            if read_limit is not None and lane is not None:
+            lane = self._lane("read", read_limit)
+            if lane is not None:
                 lane.arm(self)
                 try:
                     return await self._body_chunk(progress)
@@ -380,6 +462,32 @@ class HTTP11Connection:
             raise
 
     async def _body_chunk(self, progress: AttemptProgress) -> bytes:
+        """The next chunk of the body (``b""`` at its end), from the fast parser while it has
+        the exchange, else (or from where it deferred) h11."""
+        parser = self._parser
+        if parser is not None:
+            while True:
+                got = parser.next_event()
+                if got is NEED:
+                    data = await self._receive(progress)
+                    if data:
+                        parser.buf += data
+                        continue
+                    self._defer()  # an EOF mid-body: h11 says what it means
+                    self._h11.receive_data(b"")
+                    break
+                if got is END:
+                    progress.advance(Stage.COMPLETE)
+                    self._parser = self._request = None
+                    self.busy = False
+                    if not parser.keep_alive or parser.buf:
+                        self.close()  # as _finish_cycle: h11 would not be IDLE
+                    return b""
+                if got is DEFER:
+                    self._defer()
+                    break
+                assert isinstance(got, bytes)
+                return got
         while True:
             event = await self._next_event(progress)
             if isinstance(event, h11.Data):
@@ -416,6 +524,26 @@ class HTTP11Connection:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("busy" if self.busy else "idle")
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
+
+
+def _request_event(request: WireRequest, length: bytes | None) -> h11.Request:
+    """The request as h11 sends it: framed by ``length`` (else chunked for a stream).
+
+    The header names and values were validated when they entered the client (see
+    ``_models._check_header``: h11's rules and stricter), so h11 is told not to run its regexes
+    over them again. It still checks the method, the target and the Host header, and a
+    rejection is the caller's to classify (nothing was written)."""
+    headers = request.headers
+    if length is not None:
+        headers = [*headers, (b"content-length", length)]
+    elif not isinstance(request.body, bytes):
+        headers = [*headers, (b"transfer-encoding", b"chunked")]
+    return h11.Request(
+        method=request.method.encode("ascii"),
+        target=request.target.encode("ascii"),
+        headers=headers,
+        _parsed=True,
+    )
 
 
 def _framing_conflict(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
