@@ -363,8 +363,14 @@ class Client:
                     "client:` (it owns a nursery and connections that must be closed)"
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
-        if not options and type(url) is str:
+        if type(url) is str and (not options or (len(options) == 1 and "deadline" in options)):
             return prepare_plain(
-                self._config, self.headers, method, url, trio.current_time, self._templates
+                self._config,
+                self.headers,
+                method,
+                url,
+                trio.current_time,
+                self._templates,
+                options.get("deadline"),
             )
         return prepare(self._config, self.headers, method, url, trio.current_time, **options)

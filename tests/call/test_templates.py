@@ -77,3 +77,19 @@ def test_renew_is_replace_of_the_call_fields() -> None:
     assert math.isclose(request.deadline, 12.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         renewed.started = 1.0  # type: ignore[misc]
+
+
+async def test_a_call_with_only_deadline_uses_the_template_and_its_own_deadline(
+    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    h1_server.route("GET", "/t", Respond(200), Stall(2.0), Stall(2.0))
+    async with trio_retry.Client(retry=trio_retry.RetryPolicy(max_attempts=1)) as client:
+        await client.get(h1_server.url + "/t", deadline=1.0)  # builds the template
+        assert len(client._templates) == 1
+        with pytest.raises(trio_retry.DeadlineExceeded):
+            await client.get(h1_server.url + "/t", deadline=1.0)  # from it, 1 s
+        ok = await client.get(h1_server.url + "/t", deadline=3.0)  # from it, 3 s
+        assert ok.status == 200
+        with pytest.raises(trio_retry.InvalidRequest, match="deadline must be a positive"):
+            await client.get(h1_server.url + "/t", deadline=-1)
+    assert len(h1_server.requests) == 3

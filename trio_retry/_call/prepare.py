@@ -142,12 +142,19 @@ def prepare_plain(
     url: str,
     clock: Callable[[], float],
     templates: Templates,
+    deadline: object = None,
 ) -> PreparedRequest:
-    """:func:`prepare` of a call without options: the same request, built once per
-    ``(method, url)`` while the client headers stay unchanged (``Headers.version``); each
-    call gets its own start, deadline, telemetry and (netrc being re-read) credentials.
+    """:func:`prepare` of a call without options but perhaps ``deadline=``: the same
+    request, built once per ``(method, url)`` while the client headers stay unchanged
+    (``Headers.version``); each call gets its own start, deadline (its ``deadline=``, else
+    the client's), telemetry and (netrc being re-read) credentials.
     At most ``_MAX_TEMPLATES`` are kept (all dropped when full: a client calling many URLs
     pays what it paid before, one prepare per call)."""
+    if deadline is not None:
+        try:
+            deadline = check_deadline(deadline)
+        except OptionError as exc:
+            raise _invalid(str(exc)) from None
     version = client_headers.version()
     key = (method, url)
     entry = templates.get(key)
@@ -155,11 +162,13 @@ def prepare_plain(
         request = prepare(config, client_headers, method, url, clock)
         if len(templates) >= _MAX_TEMPLATES:
             templates.clear()
-        templates[key] = (version, request)
-        return request
+        templates[key] = entry = (version, request)
+        if deadline is None:
+            return request
+        # (the template holds no deadline=: this call's is set below)
     template = entry[1]
     now = clock()
-    seconds = config.deadline
+    seconds = config.deadline if deadline is None else deadline
     return _renew(
         template,
         started=now,
