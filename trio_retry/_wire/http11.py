@@ -178,20 +178,22 @@ class HTTP11Connection:
         try:
             await self._stream.send_all(data)
         except TRANSPORT_ERRORS as exc:
-            timed_out = self._timed_out(progress)
-            if timed_out is not None:
-                raise timed_out from exc
-            raise WireError.at(
-                progress,
-                FailureCategory.CONNECTION_BROKEN,
-                self._broken_message("while sending", exc),
-            ) from exc
+            raise self._transport_failure(progress, "while sending", exc) from exc
         progress.bytes_sent += len(data)
 
-    def _broken_message(self, when: str, exc: BaseException) -> str:
+    def _transport_failure(
+        self, progress: AttemptProgress, when: str, exc: BaseException
+    ) -> WireError:
+        """What a failed read or write (``when``: "while sending"...) means: the stage timeout
+        of a lane that closed the connection, else ``CONNECTION_BROKEN``."""
+        timed_out = self._timed_out(progress)
+        if timed_out is not None:
+            return timed_out
         if self.closed:  # closed under us: the client is closing (the pool closes lent ones)
-            return f"the connection was closed by the client {when}"
-        return f"connection broke {when}: {exc.__cause__ or exc}"
+            message = f"the connection was closed by the client {when}"
+        else:
+            message = f"connection broke {when}: {exc.__cause__ or exc}"
+        return WireError.at(progress, FailureCategory.CONNECTION_BROKEN, message)
 
     def _encode(self, event: h11.Event, progress: AttemptProgress) -> bytes:
         try:
@@ -311,14 +313,7 @@ class HTTP11Connection:
         try:
             data = await self._stream.receive_some(RECEIVE_SIZE)
         except TRANSPORT_ERRORS as exc:
-            timed_out = self._timed_out(progress)
-            if timed_out is not None:
-                raise timed_out from exc
-            raise WireError.at(
-                progress,
-                FailureCategory.CONNECTION_BROKEN,
-                self._broken_message("while reading the response", exc),
-            ) from exc
+            raise self._transport_failure(progress, "while reading the response", exc) from exc
         if data:
             if progress.stage == Stage.AWAITING_RESPONSE:
                 progress.advance(Stage.RESPONSE_HEAD)
