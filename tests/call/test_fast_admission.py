@@ -11,15 +11,8 @@ import trio_retry
 from trio_retry.testing import FaultServer, RecordedRequest, Respond, Stall
 
 
-@pytest.fixture
-async def h1_server(nursery: trio.Nursery) -> FaultServer:
-    server = FaultServer(http2=False)
-    await nursery.start(server.serve)
-    return server
-
-
 async def test_a_bulkhead_of_one_serialises_calls_on_a_ready_connection(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
     in_flight = peak = 0
 
@@ -31,28 +24,28 @@ async def test_a_bulkhead_of_one_serialises_calls_on_a_ready_connection(
         in_flight -= 1
         return Respond(200)
 
-    h1_server.route("GET", "/s", slow)
+    server.route("GET", "/s", slow)
     upstream = trio_retry.Upstream(max_concurrency=1)
     async with trio_retry.Client(default_upstream=upstream) as client:
-        await client.get(h1_server.url + "/s")  # a ready connection for the next ones
+        await client.get(server.url + "/s")  # a ready connection for the next ones
         start = trio.current_time()
         with trio.fail_after(30):  # bounded, also when a permit is never given back
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
-                    nursery.start_soon(client.get, h1_server.url + "/s")
+                    nursery.start_soon(client.get, server.url + "/s")
         assert trio.current_time() - start == pytest.approx(3.0, abs=0.05)
     assert peak == 1
 
 
 async def test_a_cancelled_call_gives_its_permit_back(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h1_server.route("GET", "/stall", Stall(60))
+    server.route("GET", "/stall", Stall(60))
     upstream = trio_retry.Upstream(max_concurrency=1, max_queue=0)
     async with trio_retry.Client(default_upstream=upstream) as client:
-        await client.get(h1_server.url + "/warm")
+        await client.get(server.url + "/warm")
         with trio.move_on_after(1.0) as scope:
-            await client.get(h1_server.url + "/stall")  # on the ready connection, no scope
+            await client.get(server.url + "/stall")  # on the ready connection, no scope
         assert scope.cancelled_caught
         # max_queue=0: a permit still held would reject this call at once.
-        assert (await client.get(h1_server.url + "/after")).status == 200
+        assert (await client.get(server.url + "/after")).status == 200

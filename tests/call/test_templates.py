@@ -15,22 +15,15 @@ from trio_retry._call.prepare import PreparedRequest, _renew, prepare
 from trio_retry.testing import FaultServer, Respond, Stall
 
 
-@pytest.fixture
-async def h1_server(nursery: trio.Nursery) -> FaultServer:
-    server = FaultServer(http2=False)
-    await nursery.start(server.serve)
-    return server
-
-
 def _sent(server: FaultServer, index: int) -> dict[str, str]:
     return {k.lower(): v for k, v in server.requests[index].headers}
 
 
 async def test_a_change_of_client_headers_reaches_the_next_plain_call(
-    h1_server: FaultServer,
+    server: FaultServer,
 ) -> None:
-    h1_server.default = Respond(200)
-    url = h1_server.url + "/same"
+    server.default = Respond(200)
+    url = server.url + "/same"
     async with trio_retry.Client(headers={"X-One": "1"}) as client:
         await client.get(url)
         await client.get(url)  # from the template
@@ -42,7 +35,7 @@ async def test_a_change_of_client_headers_reaches_the_next_plain_call(
         await client.get(url)
     assert [
         ("x-one" in h, "x-two" in h, "x-three" in h)
-        for h in map(lambda i: _sent(h1_server, i), range(5))
+        for h in map(lambda i: _sent(server, i), range(5))
     ] == [
         (True, False, False),
         (True, False, False),
@@ -53,15 +46,15 @@ async def test_a_change_of_client_headers_reaches_the_next_plain_call(
 
 
 async def test_each_plain_call_has_its_own_start_and_deadline(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A template's deadline is not reused: a call 3 s after the first, taking 4 s, fits its
     own 5 s deadline (it would not fit the first call's)."""
-    h1_server.route("GET", "/t", Respond(200), Stall(4.0))
+    server.route("GET", "/t", Respond(200), Stall(4.0))
     async with trio_retry.Client(deadline=5.0) as client:
-        first = await client.get(h1_server.url + "/t")
+        first = await client.get(server.url + "/t")
         await trio.sleep(3.0)
-        second = await client.get(h1_server.url + "/t")
+        second = await client.get(server.url + "/t")
     assert second.status == 200
     assert second.elapsed.total_seconds() == pytest.approx(4.0, abs=0.01)
     assert first.elapsed.total_seconds() < 0.5
@@ -80,16 +73,16 @@ def test_renew_is_replace_of_the_call_fields() -> None:
 
 
 async def test_a_call_with_only_deadline_uses_the_template_and_its_own_deadline(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h1_server.route("GET", "/t", Respond(200), Stall(2.0), Stall(2.0))
+    server.route("GET", "/t", Respond(200), Stall(2.0), Stall(2.0))
     async with trio_retry.Client(retry=trio_retry.RetryPolicy(max_attempts=1)) as client:
-        await client.get(h1_server.url + "/t", deadline=1.0)  # builds the template
+        await client.get(server.url + "/t", deadline=1.0)  # builds the template
         assert len(client._templates) == 1
         with pytest.raises(trio_retry.DeadlineExceeded):
-            await client.get(h1_server.url + "/t", deadline=1.0)  # from it, 1 s
-        ok = await client.get(h1_server.url + "/t", deadline=3.0)  # from it, 3 s
+            await client.get(server.url + "/t", deadline=1.0)  # from it, 1 s
+        ok = await client.get(server.url + "/t", deadline=3.0)  # from it, 3 s
         assert ok.status == 200
         with pytest.raises(trio_retry.InvalidRequest, match="deadline must be a positive"):
-            await client.get(h1_server.url + "/t", deadline=-1)
-    assert len(h1_server.requests) == 3
+            await client.get(server.url + "/t", deadline=-1)
+    assert len(server.requests) == 3

@@ -139,13 +139,6 @@ async def test_read_timeout_on_a_lane_mid_body_is_partial_response(
 # --- call deadlines on the deadline lane (no scope on a ready HTTP/1.1 connection) ------------
 
 
-@pytest.fixture
-async def h1_server(nursery: trio.Nursery) -> FaultServer:
-    server = FaultServer(http2=False)
-    await nursery.start(server.serve)
-    return server
-
-
 async def _deadline_attempt(client: trio_retry.Client, url: str, deadline: float) -> Attempt:
     await client.get(url + "/warm")  # the next call finds this connection ready
     start = trio.current_time()
@@ -158,17 +151,17 @@ async def _deadline_attempt(client: trio_retry.Client, url: str, deadline: float
 
 
 async def test_a_deadline_on_the_lane_ends_as_a_scope_would(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    fault_server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Same timing, same record, whether the deadline rides the lane (a ready connection)
     or a cancel scope (forced here by a request hook: a hook may wait, so it is scoped)."""
-    h1_server.route("GET", "/slow", Stall(60), Stall(60))
+    fault_server.route("GET", "/slow", Stall(60), Stall(60))
     one = RetryPolicy(max_attempts=1)
     async with trio_retry.Client(retry=one) as client:
-        lane = await _deadline_attempt(client, h1_server.url, 1.25)
+        lane = await _deadline_attempt(client, fault_server.url, 1.25)
     hooks: trio_retry.EventHooks = {"request": [lambda request: None]}
     async with trio_retry.Client(retry=one, event_hooks=hooks) as client:
-        scoped = await _deadline_attempt(client, h1_server.url, 1.25)
+        scoped = await _deadline_attempt(client, fault_server.url, 1.25)
     fields = ("stage", "evidence", "category", "status", "connection_reused")
     assert [getattr(lane, f) for f in fields] == [getattr(scoped, f) for f in fields]
     assert (lane.stage, lane.evidence, lane.category) == (
@@ -180,11 +173,11 @@ async def test_a_deadline_on_the_lane_ends_as_a_scope_would(
 
 
 async def test_a_deadline_mid_body_on_the_lane_is_partial_response(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    fault_server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h1_server.route("GET", "/slow", EndlessBody(chunk=b"x" * 100, rate=100))
+    fault_server.route("GET", "/slow", EndlessBody(chunk=b"x" * 100, rate=100))
     async with trio_retry.Client(retry=RetryPolicy(max_attempts=1)) as client:
-        attempt = await _deadline_attempt(client, h1_server.url, 2.5)
+        attempt = await _deadline_attempt(client, fault_server.url, 2.5)
     assert (attempt.stage, attempt.evidence, attempt.category, attempt.status) == (
         Stage.RESPONSE_BODY,
         Evidence.PARTIAL_RESPONSE,
@@ -194,24 +187,24 @@ async def test_a_deadline_mid_body_on_the_lane_is_partial_response(
 
 
 async def test_deadlines_out_of_order_fall_back_to_a_scope_and_still_hold(
-    h1_server: FaultServer, autojump_clock: trio.testing.MockClock
+    fault_server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A deadline earlier than one already on the lane takes a cancel scope: both calls
     end at their own deadlines, the short one first."""
-    h1_server.default = Stall(60)
+    fault_server.default = Stall(60)
     ended: dict[str, float] = {}
     async with trio_retry.Client(retry=RetryPolicy(max_attempts=1), max_connections=2) as client:
 
         async def call(name: str, deadline: float) -> None:
             with pytest.raises(trio_retry.DeadlineExceeded):
-                await client.get(h1_server.url + "/" + name, deadline=deadline)
+                await client.get(fault_server.url + "/" + name, deadline=deadline)
             ended[name] = trio.current_time()
 
-        h1_server.default = Respond(200)
+        fault_server.default = Respond(200)
         async with trio.open_nursery() as warm:  # two ready connections
-            warm.start_soon(client.get, h1_server.url + "/a")
-            warm.start_soon(client.get, h1_server.url + "/b")
-        h1_server.default = Stall(60)
+            warm.start_soon(client.get, fault_server.url + "/a")
+            warm.start_soon(client.get, fault_server.url + "/b")
+        fault_server.default = Stall(60)
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call, "long", 3.0)
@@ -224,33 +217,26 @@ async def test_deadlines_out_of_order_fall_back_to_a_scope_and_still_hold(
 # --- HTTP/2: the lanes fail the one stream, the connection carries on -------------------------
 
 
-@pytest.fixture
-async def h2c_server(nursery: trio.Nursery) -> FaultServer:
-    server = FaultServer()
-    await nursery.start(server.serve)
-    return server
-
-
 async def test_h2_first_byte_and_read_lanes_fail_only_their_stream(
-    h2c_server: FaultServer, autojump_clock: trio.testing.MockClock
+    fault_server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:
-    h2c_server.route("GET", "/stall", Stall(60))
-    h2c_server.route("GET", "/drip", EndlessBody(chunk=b"d" * 10, rate=1))  # 10 s per chunk
+    fault_server.route("GET", "/stall", Stall(60))
+    fault_server.route("GET", "/drip", EndlessBody(chunk=b"d" * 10, rate=1))  # 10 s per chunk
     async with trio_retry.Client(
         http2_prior_knowledge=True,
         retry=RetryPolicy(max_attempts=1),
         stage_timeouts=StageTimeouts(first_byte=1.5, read=0.5),
     ) as client:
-        assert (await client.get(h2c_server.url + "/warm")).http_version == "HTTP/2"
+        assert (await client.get(fault_server.url + "/warm")).http_version == "HTTP/2"
         start = trio.current_time()
         with pytest.raises(trio_retry.DeadlineExceeded) as stalled:
-            await client.get(h2c_server.url + "/stall")
+            await client.get(fault_server.url + "/stall")
         assert trio.current_time() - start == pytest.approx(1.5, abs=0.01)
         start = trio.current_time()
         with pytest.raises(trio_retry.RequestFailed) as dripped:
-            await client.get(h2c_server.url + "/drip")
+            await client.get(fault_server.url + "/drip")
         assert trio.current_time() - start == pytest.approx(0.5, abs=0.01)
-        after = await client.get(h2c_server.url + "/after")
+        after = await client.get(fault_server.url + "/after")
         assert after.attempts[0].connection_reused  # one connection throughout
     first_byte, read = stalled.value.attempts[0], dripped.value.attempts[0]
     assert (first_byte.stage, first_byte.evidence, first_byte.category) == (
