@@ -180,10 +180,7 @@ class Client:
         self._nursery_cm = trio.open_nursery()
         outer = await self._nursery_cm.__aenter__()
         self._nursery = await outer.start(self._keep_background)
-        self._rt.connector.nursery = self._nursery
-        self._rt.timers.start(self._nursery)
-        self._rt.pool.bind(self._nursery)  # pool (#14): HTTP/2 openings outlive their attempt
-        self._rt.lifecycle = Lifecycle.OPEN
+        self._rt.open(self._nursery)
         if self._config.instrumentation is not None:
             self._config.instrumentation.watch_pool(self._rt.pool)
         return self
@@ -369,8 +366,8 @@ class Client:
                 self.headers,
                 method,
                 url,
-                trio.current_time,
+                self._rt.now,
                 self._templates,
                 options.get("deadline"),
             )
-        return prepare(self._config, self.headers, method, url, trio.current_time, **options)
+        return prepare(self._config, self.headers, method, url, self._rt.now, **options)

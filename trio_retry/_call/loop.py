@@ -103,7 +103,7 @@ async def send(
     config = rt.config
     state = rt.upstreams.get(request.url.origin)
     policy = request.retry
-    started = request.started if fresh else trio.current_time()
+    started = request.started if fresh else rt.now()
     state.budget.deposit(started)
     attempts: list[Attempt] = []
     previous_delay: float | None = None
@@ -121,7 +121,7 @@ async def send(
 
     while True:
         number = len(attempts) + 1 - challenge_rounds
-        progress = AttemptProgress(started if not attempts else trio.current_time())
+        progress = AttemptProgress(started if not attempts else rt.now())
         if ledger is not None:
             # Hedged copies are not traced one span each yet (their attempts are recorded).
             outcome, progress, number = await hedged_attempt(
@@ -134,7 +134,22 @@ async def send(
             outcome = await _traced_attempt(
                 rt, request, state, progress, streaming, deadline, number
             )
-        ended = trio.current_time()
+        ended = rt.now()
+        wire = outcome.response
+        if wire is not None and outcome.error is None and wire.status < 400:
+            # A response below 400 ends the loop without asking the engine (its evidence is
+            # RESPONSE_RECEIVED, no failure, and no Retry-After is read below 400).
+            if guarded:
+                learn(state, outcome, progress, None, None, ledger)
+            attempt = record(
+                len(attempts) + 1, progress, outcome, Evidence.RESPONSE_RECEIVED, None, ended
+            )
+            attempts.append(attempt)
+            if (pending := _notify(rt, attempt, request)) is not None:
+                await pending
+            if not streaming or outcome.body is not None:
+                return _response(request, outcome, attempts, None, ended=ended), None
+            return _deliver(rt, request, state, outcome, attempts, deadline)
         evidence, category, retry_after = observe(outcome, config.wall_clock)
         # A try refused by the connection, not the request (a routine HTTP/2 GOAWAY rotation,
         # a dead idle connection: ``WireError.reconnect``, always NOT_SENT) goes again at once
@@ -158,13 +173,6 @@ async def send(
             learn(state, outcome, progress, category, retry_after, ledger)
         used = len(attempts) + 1  # attempts of this call so far, hedges included
         counted = used - uncounted  # the uncounted tries above are not attempts
-        wire = outcome.response
-        if wire is not None and outcome.error is None and wire.status < 400:
-            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
-            attempts.append(attempt)
-            if (pending := _notify(rt, attempt, request)) is not None:
-                await pending
-            return _deliver(rt, request, state, outcome, attempts, None, streaming, deadline, ended)
         if (
             not challenged
             and wire is not None
@@ -394,18 +402,13 @@ def _deliver(
     state: UpstreamState,
     outcome: Outcome,
     attempts: list[Attempt],
-    decision: Decision | None,
-    streaming: bool,
     deadline: float,
-    attempt_ended: float,
 ) -> tuple[Response, Closer | None]:
-    """The response of a successful attempt (which ended at ``attempt_ended``); for a streamed one,
-    with its body still to be read and the :data:`Closer` that ends it."""
-    if not streaming or outcome.body is not None:
-        return _response(request, outcome, attempts, decision, ended=attempt_ended), None
+    """The response of a successful streamed attempt, with its body still to be read, and the
+    :data:`Closer` that ends it."""
     wire = outcome.response
     assert wire is not None
-    progress = AttemptProgress(trio.current_time())
+    progress = AttemptProgress(rt.now())
     progress.stage = Stage.RESPONSE_BODY
     done = False
     body: StreamedBody
@@ -446,7 +449,7 @@ def _deliver(
         request,
         outcome,
         attempts,
-        decision,
+        None,
         body,
         CheckedDecoder(decoder, progress, broken) if decoder is not None else None,
     )

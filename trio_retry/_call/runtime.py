@@ -7,6 +7,7 @@ the call modules only read it (and register the cancel scopes ``aclose()`` must 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from http.cookiejar import CookieJar
 
 import trio
@@ -45,6 +46,7 @@ class Runtime:
         "drained",
         "draining",
         "lifecycle",
+        "now",
         "pool",
         "scopes",
         "timers",
@@ -76,6 +78,18 @@ class Runtime:
         #: The progress of each attempt ``drain()`` cancelled (see :meth:`drain`).
         self.drained: set[AttemptProgress] = set()
         self.calls = 0
+        #: The clock calls read: the run's own once the client is entered (:meth:`open`;
+        #: ``trio.current_time()`` is three calls to it).
+        self.now: Callable[[], float] = trio.current_time
+
+    def open(self, nursery: trio.Nursery) -> None:
+        """The client was entered: its background work runs in ``nursery``, and the clock is
+        this run's."""
+        self.connector.nursery = nursery
+        self.timers.start(nursery)
+        self.pool.bind(nursery)  # pool (#14): HTTP/2 openings outlive their attempt
+        self.now = trio.lowlevel.current_clock().current_time
+        self.lifecycle = Lifecycle.OPEN
 
     @property
     def closed(self) -> bool:

@@ -93,8 +93,9 @@ class ConnectionPool(PoolState):
     def bind(self, nursery: trio.Nursery) -> None:
         """Run HTTP/2 openings in ``nursery`` (the client's), so that they survive the
         cancellation of the attempt that started them. Without it, every attempt opens its
-        own connections inline."""
+        own connections inline. From here on the pool reads the run's clock directly."""
         self._nursery = nursery
+        self._now = trio.lowlevel.current_clock().current_time
 
     async def acquire(
         self,
@@ -167,7 +168,7 @@ class ConnectionPool(PoolState):
         limit = self.pool_timeout
         deadline = math.inf
         if waiter.state == _WAITING and limit is not None:
-            deadline = trio.current_time() + limit
+            deadline = self._now() + limit
         waiter.scope = trio.CancelScope(deadline=deadline)
         try:
             with waiter.scope:
@@ -259,7 +260,7 @@ class ConnectionPool(PoolState):
     async def _open(self, opening: _Opening, opener: Opener) -> None:
         """The background task of an opening: never raises (but for the nursery's own
         cancellation, after the bookkeeping is done)."""
-        progress = AttemptProgress(trio.current_time())
+        progress = AttemptProgress(self._now())
         progress.advance(Stage.POOL)
         conn: PooledConnection | None = None
         error: BaseException | None = None
@@ -353,8 +354,9 @@ class ConnectionPool(PoolState):
             self._count_down(state)
             self._grant_slots()
             return
-        mine = state.head()
-        other = self._eligible()
+        # (no waiter anywhere, the common case: two calls fewer)
+        mine = state.head() if state.waiting else None
+        other = self._eligible() if self._ready else None
         if mine is not None and (other is None or mine.seq <= other.seq):
             self._dequeue(mine)
             self._lent.add(conn)
@@ -366,7 +368,7 @@ class ConnectionPool(PoolState):
             self._count_down(state)
             self._grant_slots()
             return
-        conn.expires_at = trio.current_time() + (expiry if expiry is not None else math.inf)
+        conn.expires_at = self._now() + (expiry if expiry is not None else math.inf)
         state.idle.append(conn)
         self._idle_lru[conn] = None
 
@@ -391,10 +393,12 @@ class ConnectionPool(PoolState):
         if state.shared[conn] > 0:
             return
         expiry = self.keepalive_expiry
-        if self._eligible() is not None or (expiry is not None and expiry <= 0):
+        if (self._ready and self._eligible() is not None) or (
+            expiry is not None and expiry <= 0
+        ):
             self._forget_shared(conn)  # closed for an earlier waiter elsewhere, or no keep-alive
             return
-        conn.expires_at = trio.current_time() + (expiry if expiry is not None else math.inf)
+        conn.expires_at = self._now() + (expiry if expiry is not None else math.inf)
         self._idle_lru[conn] = None
 
     def fail_waiters(self, make_error: Callable[[], BaseException]) -> int:

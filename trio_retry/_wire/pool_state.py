@@ -182,6 +182,8 @@ class PoolState:
         # reach them too, or a response body still being read would outlive the client.
         self._lent: set[PooledConnection] = set()
         self._nursery: trio.Nursery | None = None
+        #: The run's clock, read directly once bound (``trio.current_time()`` is three calls).
+        self._now: Callable[[], float] = trio.current_time
         self.opened = 0  # connections opened over the pool's life (an observation for tests)
         self.closed = False
 
@@ -241,7 +243,7 @@ class PoolState:
         """Rule 1: a usable connection of ``state``'s origin, lent; or ``None``."""
         dropped = False
         if state.shared:
-            now = trio.current_time()
+            now = self._now()
             for conn, lent in list(state.shared.items()):
                 if lent == 0 and conn.expires_at <= now:
                     self._forget_shared(conn, grant=False)  # idle longer than keepalive_expiry
@@ -252,7 +254,7 @@ class PoolState:
         stack = state.idle
         conn_h1: PooledConnection | None = None
         if stack:
-            now = trio.current_time()
+            now = self._now()
             while stack:
                 candidate = stack.pop()
                 del self._idle_lru[candidate]

@@ -26,6 +26,7 @@ falls back to a cancel scope per stage (:func:`~.progress.stage_timeout`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -42,16 +43,18 @@ class Expirable(Protocol):
 class Lane:
     """The armed stages of one kind (one limit): ``target -> due`` in due order."""
 
-    __slots__ = ("limit", "pending", "which")
+    __slots__ = ("limit", "now", "pending", "which")
 
     def __init__(self, which: str, limit: float) -> None:
         self.which = which
         self.limit = limit
         self.pending: dict[Expirable, float] = {}
+        #: The run's clock, read directly once the lanes run (:meth:`StageTimers.start`).
+        self.now: Callable[[], float] = trio.current_time
 
     def arm(self, target: Expirable) -> None:
         """``target``'s stage starts now and is due ``limit`` seconds from now."""
-        self.pending[target] = trio.current_time() + self.limit
+        self.pending[target] = self.now() + self.limit
 
     def disarm(self, target: Expirable) -> None:
         """The stage ended in time (or was abandoned); safe when not armed."""
@@ -96,7 +99,7 @@ class DeadlineLane(Lane):
         if due < self.last_due:
             return False
         self.pending[target] = self.last_due = due
-        span = due - trio.current_time()
+        span = due - self.now()
         if span < self.limit:
             self.limit = span
             self.timers.wake_by(due)
@@ -131,6 +134,9 @@ class StageTimers:
     def start(self, nursery: trio.Nursery) -> None:
         """Run the lanes in ``nursery`` from now on (the wire uses them at once: the task's
         first look at the lanes comes before anything armed now can fall due)."""
+        now = trio.lowlevel.current_clock().current_time
+        for lane in self.lanes:
+            lane.now = now
         self.running = True
         nursery.start_soon(self.run)
 
