@@ -54,7 +54,10 @@ class PreparedBody:
         if self._opened and self.replayability is Replayability.ONE_SHOT:
             raise RuntimeError("a one-shot request body cannot be sent twice")
         self._opened = True
-        return await _open(self._source)
+        source = self._source
+        if isinstance(source, bytes):  # most bodies: no coroutine to start
+            return source, len(source)
+        return await _open(source)
 
 
 def prepare_body(

@@ -41,7 +41,7 @@ from .._proxy import ProxyConfig
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
-from .body import BodyReader, decoder_for, read_all
+from .body import decoder_for, read_all
 from .connect import pool_key
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
@@ -171,7 +171,7 @@ async def run_attempt(
                 outcome.error = _drained(request, progress)
     if drained:
         pass
-    elif rt.closed and (timed_out or (unscoped and outcome.error is not None)):
+    elif (timed_out or (unscoped and outcome.error is not None)) and rt.closed:
         # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
         # closed. Not retried.
         outcome.response = None
@@ -343,8 +343,14 @@ async def _exchange(
             finished = True
             return
         limit = config.max_body_bytes
-        reader = BodyReader(response.source, progress, limit, timeouts.read, _BUFFERED_HINT)
-        outcome.body = await read_all(reader, decoder_for(request.method, response.headers, limit))
+        outcome.body = await read_all(
+            response.source,
+            progress,
+            limit,
+            timeouts.read,
+            decoder_for(request.method, response.headers, limit),
+            _BUFFERED_HINT,
+        )
         finished = True
     except WireError as exc:
         outcome.error = exc
@@ -373,7 +379,8 @@ def give_back(rt: Runtime, state: UpstreamState, outcome: Outcome) -> None:
         else:
             rt.pool.discard(conn)
     permit, outcome.permit = outcome.permit, None
-    release(state, permit)
+    if permit is not None:
+        release(state, permit)
 
 
 def observe(

@@ -68,28 +68,41 @@ class BodyReader:
         if limit is not None:
             self._received += len(chunk)
             if self._received > limit:
-                self.source.abandon()
-                raise WireError.at(
-                    self.progress,
-                    FailureCategory.REMOTE_PROTOCOL,
-                    f"the response body exceeds max_body_bytes ({limit} bytes)" + self._hint,
-                    retryable=False,
-                )
+                raise _too_large(self.source, self.progress, limit, self._hint)
         return chunk
 
 
-async def read_all(reader: BodyReader, decoder: Decoder | None) -> bytes:
-    """The whole body, decoded. Raises ``WireError`` (see :meth:`BodyReader.next_chunk`)."""
-    chunks: list[bytes] = []
-    while chunk := await reader.next_chunk():
-        chunks.append(chunk)
+def _too_large(source: BodySource, progress: AttemptProgress, limit: int, hint: str) -> WireError:
+    """The body grew past ``max_body_bytes``: the source is abandoned, and this is the error."""
+    source.abandon()
+    return WireError.at(
+        progress,
+        FailureCategory.REMOTE_PROTOCOL,
+        f"the response body exceeds max_body_bytes ({limit} bytes)" + hint,
+        retryable=False,
+    )
+
+
+async def read_all(
+    source: BodySource,
+    progress: AttemptProgress,
+    limit: int | None,
+    read_timeout: float | None,
+    decoder: Decoder | None,
+    hint: str = "",
+) -> bytes:
+    """The whole body of a buffered call, decoded, under the rules of :class:`BodyReader`
+    (the same limit, the same error). Raises ``WireError``."""
+    chunks = await source.receive_all(progress, read_timeout, limit)
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if limit is not None and len(raw) > limit:
+        raise _too_large(source, progress, limit, hint)
     if decoder is None:
         return raw
     try:
         return decoder.decode_all(raw)
     except DecodeError as exc:
-        raise WireError.at(reader.progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
+        raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
                            retryable=False) from exc  # fmt: skip
 
 

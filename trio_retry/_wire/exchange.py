@@ -75,6 +75,15 @@ class BodySource(Protocol):
         """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``)."""
         ...
 
+    async def receive_all(
+        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
+    ) -> list[bytes]:
+        """Every chunk to the end of the body (stage ``COMPLETE``), each read as by
+        :meth:`receive_body` (``read_limit`` per wait); or, as soon as they add up to more
+        than ``limit`` bytes, the chunks so far (the caller refuses the body and abandons the
+        source). Errors and cancellation as :meth:`receive_body`."""
+        ...
+
     def abandon(self) -> None:
         """Stop reading: the rest of the body is not wanted (closes or resets as needed)."""
         ...

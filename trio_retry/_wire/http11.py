@@ -19,6 +19,9 @@ request's events, their bytes discarded, then fed the bytes received) and the h1
 carries on. The stages, progress, errors and connection reuse are the same on both paths: the
 reads, the head size check and the end of a cycle are shared code.
 
+An exchange's stages follow each other in one order here, so the code below sets each next
+stage directly where the previous one is known (``progress.advance`` is a call per stage).
+
 Any exception while a request is on the connection (``trio.Cancelled`` included) leaves the
 connection unusable: h11's state would no longer match the bytes on the wire. It is closed, not
 returned to the pool.
@@ -26,6 +29,7 @@ returned to the pool.
 
 from __future__ import annotations
 
+import operator
 import select
 from collections.abc import Iterable
 
@@ -53,6 +57,7 @@ from .virtual import VirtualSocket
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 
 RECEIVE_SIZE = 65536
+_NAME = operator.itemgetter(0)  # a field's name
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
 
@@ -68,12 +73,14 @@ class HTTP11Connection:
         "_fast",
         "_h11",
         "_max_header_bytes",
+        "_now",
         "_parser",
         "_poller",
         "_request",
         "_socket",
         "_stream",
         "_timers",
+        "_virtual",
         "busy",
         "closed",
         "expires_at",
@@ -92,6 +99,9 @@ class HTTP11Connection:
     ) -> None:
         self._stream = transport.stream
         self._socket = transport.socket
+        sock = transport.socket  # (VirtualSocket is an ABC: an isinstance is a call, made once)
+        self._virtual = sock if isinstance(sock, VirtualSocket) else None
+        self._now = trio.lowlevel.current_clock().current_time
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
         self._max_header_bytes = max_header_bytes
         self._fast = fast_path
@@ -129,13 +139,16 @@ class HTTP11Connection:
         """
         if self.closed:
             return True
-        if isinstance(self._socket, VirtualSocket):  # an in-memory connection (MockTransport)
-            return self._socket.readable()
+        virtual = self._virtual
+        if virtual is not None:  # an in-memory connection (MockTransport)
+            return virtual.readable()
         try:
             poller = self._poller
             if poller is None:
+                sock = self._socket
+                assert not isinstance(sock, VirtualSocket)
                 poller = self._poller = select.poll()
-                poller.register(self._socket.fileno(), select.POLLIN | select.POLLPRI)
+                poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
             return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
@@ -174,7 +187,8 @@ class HTTP11Connection:
 
     async def _send(self, data: bytes, progress: AttemptProgress, stage: Stage) -> None:
         """The one path for request bytes: advance the stage, then await ``send_all``."""
-        progress.advance(stage)
+        if stage > progress.stage:  # (progress.advance, inlined: this runs per chunk)
+            progress.stage = stage
         try:
             await self._stream.send_all(data)
         except TRANSPORT_ERRORS as exc:
@@ -199,9 +213,7 @@ class HTTP11Connection:
         try:
             return self._h11.send(event) or b""
         except h11.LocalProtocolError as exc:
-            raise WireError.at(
-                progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
-            ) from exc
+            raise _invalid_request(progress, exc) from exc
 
     async def send_request(
         self,
@@ -220,6 +232,9 @@ class HTTP11Connection:
         self.requests += 1
         progress.http_version = self.http_version
         try:
+            if write_timeout is None:
+                await self._write(request, progress)
+                return await self._read_head(progress, first_byte_timeout)
             lane = self._lane("write", write_timeout)
             if lane is not None:
                 lane.arm(self)
@@ -254,21 +269,25 @@ class HTTP11Connection:
                 else:
                     await self._send(head, progress, Stage.REQUEST_HEAD)
                     await self._send(body, progress, Stage.REQUEST_BODY)
-                progress.advance(Stage.AWAITING_RESPONSE)
+                progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
                 return
         try:
             event = _request_event(request, length)
         except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
-            raise WireError.at(
-                progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}"
-            ) from exc
-        head = self._encode(event, progress)
+            raise _invalid_request(progress, exc) from exc
         if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
             # One syscall for small requests; the body leaves with the head.
-            data = head + (self._encode(h11.Data(data=body), progress) if body else b"")
-            data += self._encode(h11.EndOfMessage(), progress)
+            conn = self._h11
+            try:
+                data = conn.send(event) or b""
+                if body:
+                    data += conn.send(h11.Data(data=body)) or b""
+                data += conn.send(h11.EndOfMessage()) or b""
+            except h11.LocalProtocolError as exc:
+                raise _invalid_request(progress, exc) from exc
             await self._send(data, progress, Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD)
         else:
+            head = self._encode(event, progress)
             await self._send(head, progress, Stage.REQUEST_HEAD)
             chunks = (body,) if isinstance(body, bytes) else body
             if isinstance(chunks, tuple):
@@ -285,7 +304,7 @@ class HTTP11Connection:
             end = self._encode(h11.EndOfMessage(), progress)
             if end:
                 await self._send(end, progress, Stage.REQUEST_BODY)
-        progress.advance(Stage.AWAITING_RESPONSE)
+        progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
 
     async def _next_event(self, progress: AttemptProgress) -> object:
         """The next h11 event, reading from the socket as needed; errors classified."""
@@ -316,8 +335,8 @@ class HTTP11Connection:
             raise self._transport_failure(progress, "while reading the response", exc) from exc
         if data:
             if progress.stage == Stage.AWAITING_RESPONSE:
-                progress.advance(Stage.RESPONSE_HEAD)
-                progress.timings["first_byte"] = trio.current_time() - progress.started
+                progress.stage = Stage.RESPONSE_HEAD
+                progress.timings["first_byte"] = self._now() - progress.started
                 # h11 judges a head only once all of it is there; bytes that cannot start
                 # one (an SSH banner, TLS, a stray protocol) are refused at once instead of
                 # waiting for the rest of a head that will never come.
@@ -341,6 +360,8 @@ class HTTP11Connection:
         return data
 
     async def _read_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
+        if limit is None:
+            return await self._head(progress)
         lane = self._lane("first_byte", limit)
         if lane is not None:
             lane.arm(self)
@@ -369,7 +390,7 @@ class HTTP11Connection:
                 assert isinstance(got, ResponseHead)
                 if progress.bytes_received > self._max_header_bytes:
                     self._check_head_size(progress, got.headers)
-                progress.advance(Stage.RESPONSE_BODY)
+                progress.stage = Stage.RESPONSE_BODY  # (from RESPONSE_HEAD)
                 return WireResponse(
                     got.status,
                     got.reason.decode("latin-1"),
@@ -379,21 +400,24 @@ class HTTP11Connection:
                 )
         while True:
             event = await self._next_event(progress)
-            if isinstance(event, h11.InformationalResponse):
+            # (h11's events are ABCs, so an isinstance costs a Python call; h11 makes exactly
+            # these types)
+            if type(event) is h11.InformationalResponse:
                 continue
-            if isinstance(event, h11.Response):
+            if type(event) is h11.Response:
                 # h11 bounds only *incomplete* heads; a large head that arrived in one read
                 # is measured here, so the limit holds however the bytes were chunked.
+                headers = event.headers.raw_items()
                 if progress.bytes_received > self._max_header_bytes:  # cheap bound first
-                    self._check_head_size(progress, event.headers)
-                framing = _framing_conflict(event.headers)
+                    self._check_head_size(progress, headers)
+                framing = _framing_conflict(headers)
                 if framing is not None:
                     raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
-                progress.advance(Stage.RESPONSE_BODY)
+                progress.stage = Stage.RESPONSE_BODY  # (from RESPONSE_HEAD)
                 return WireResponse(
                     event.status_code,
                     event.reason.decode("latin-1"),
-                    event.headers.raw_items(),
+                    headers,
                     self.http_version,
                     self,
                 )
@@ -441,20 +465,50 @@ class HTTP11Connection:
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
         try:
-            lane = self._lane("read", read_limit)
-            if lane is not None:
-                lane.arm(self)
-                try:
-                    return await self._body_chunk(progress)
-                finally:
-                    lane.disarm(self)
-            with stage_timeout(read_limit) as scope:
+            if read_limit is None:
                 return await self._body_chunk(progress)
-            assert scope.cancelled_caught
-            raise stage_timed_out(progress, "read", read_limit)
+            return await self._timed_chunk(progress, read_limit)
         except BaseException:
             self.close()
             raise
+
+    async def receive_all(
+        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
+    ) -> list[bytes]:
+        """The body's chunks to its end, or past ``limit`` bytes (see ``BodySource``): the
+        loop of :meth:`receive_body`, without a coroutine per chunk around each read."""
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            while True:
+                if read_limit is None:
+                    chunk = await self._body_chunk(progress)
+                else:
+                    chunk = await self._timed_chunk(progress, read_limit)
+                if not chunk:
+                    return chunks
+                chunks.append(chunk)
+                if limit is not None:
+                    total += len(chunk)
+                    if total > limit:
+                        return chunks
+        except BaseException:
+            self.close()
+            raise
+
+    async def _timed_chunk(self, progress: AttemptProgress, read_limit: float) -> bytes:
+        """:meth:`_body_chunk` within the read limit: on the client's lane, else a scope."""
+        lane = self._lane("read", read_limit)
+        if lane is not None:
+            lane.arm(self)
+            try:
+                return await self._body_chunk(progress)
+            finally:
+                lane.disarm(self)
+        with stage_timeout(read_limit) as scope:
+            return await self._body_chunk(progress)
+        assert scope.cancelled_caught
+        raise stage_timed_out(progress, "read", read_limit)
 
     async def _body_chunk(self, progress: AttemptProgress) -> bytes:
         """The next chunk of the body (``b""`` at its end), from the fast parser while it has
@@ -472,7 +526,7 @@ class HTTP11Connection:
                     self._h11.receive_data(b"")
                     break
                 if got is END:
-                    progress.advance(Stage.COMPLETE)
+                    progress.stage = Stage.COMPLETE
                     self._parser = self._request = None
                     self.busy = False
                     if not parser.keep_alive or parser.buf:
@@ -485,12 +539,12 @@ class HTTP11Connection:
                 return got
         while True:
             event = await self._next_event(progress)
-            if isinstance(event, h11.Data):
+            if type(event) is h11.Data:
                 if event.data:
                     return bytes(event.data)
                 continue
-            if isinstance(event, h11.EndOfMessage):
-                progress.advance(Stage.COMPLETE)
+            if type(event) is h11.EndOfMessage:
+                progress.stage = Stage.COMPLETE
                 self._finish_cycle()
                 return b""
             raise WireError.at(
@@ -541,7 +595,12 @@ def _request_event(request: WireRequest, length: bytes | None) -> h11.Request:
     )
 
 
-def _framing_conflict(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+def _invalid_request(progress: AttemptProgress, exc: Exception) -> WireError:
+    """h11 refused the request (nothing of it was written)."""
+    return WireError.at(progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}")
+
+
+def _framing_conflict(headers: list[tuple[bytes, bytes]]) -> str | None:
     """Why a response head's framing is invalid, or ``None``: ``Transfer-Encoding`` together
     with ``Content-Length``.
 
@@ -551,13 +610,10 @@ def _framing_conflict(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     the connection; we refuse the response (the wire stage stays ``RESPONSE_HEAD``: no valid
     response was received) and the connection is closed with it.
     """
-    chunked = length = False
-    for name, _ in headers:  # lower-cased names; a handful of fields
-        if name == b"transfer-encoding":
-            chunked = True
-        elif name == b"content-length":
-            length = True
-    if chunked and length:
+    # The names as received (any case), one string: three calls however many fields. (Field
+    # names are tokens, so no NUL is inside one.)
+    names = b"\0" + b"\0".join(map(_NAME, headers)).lower() + b"\0"
+    if b"\0transfer-encoding\0" in names and b"\0content-length\0" in names:
         return (
             "the server's response is not valid HTTP/1.1: it has both Transfer-Encoding and "
             "Content-Length (RFC 9112 §6.3), so its length is ambiguous; the connection is "

@@ -255,6 +255,29 @@ class Stream:
             self.abandon()
             raise
 
+    async def receive_all(
+        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
+    ) -> list[bytes]:
+        """The body's chunks to its end, or past ``limit`` bytes (see ``BodySource``); what
+        the reader has delivered already is taken without a coroutine per chunk."""
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            while True:
+                data = self._take(progress)
+                if data is None:
+                    data = await self.receive_body(progress, read_limit)
+                if not data:
+                    return chunks
+                chunks.append(data)
+                if limit is not None:
+                    total += len(data)
+                    if total > limit:
+                        return chunks
+        except BaseException:
+            self.abandon()
+            raise
+
     def _take(self, progress: AttemptProgress) -> bytes | None:
         """The next chunk, ``b""`` at the end (stage ``COMPLETE``), ``None`` if the reader has
         to be waited for; raises the stream's failure."""
