@@ -29,7 +29,7 @@ BodyBytes = bytes | AsyncIterable[bytes]
 class PreparedBody:
     """A request body ready to be opened once per attempt."""
 
-    __slots__ = ("_opened", "_source", "content_type", "replayability")
+    __slots__ = ("_opened", "_source", "content_type", "known_length", "replayability")
 
     def __init__(
         self, source: object, replayability: Replayability, content_type: str | None
@@ -38,11 +38,8 @@ class PreparedBody:
         self.replayability = replayability
         self.content_type = content_type
         self._opened = False
-
-    @property
-    def known_length(self) -> int | None:
-        """The length when the body is bytes in memory, else ``None``."""
-        return len(self._source) if isinstance(self._source, bytes) else None
+        #: The length when the body is bytes in memory, else ``None``.
+        self.known_length = len(source) if isinstance(source, bytes) else None
 
     @property
     def in_memory(self) -> bytes | None:
@@ -54,10 +51,16 @@ class PreparedBody:
         if self._opened and self.replayability is Replayability.ONE_SHOT:
             raise RuntimeError("a one-shot request body cannot be sent twice")
         self._opened = True
+        return await _open(self._source)
+
+    def opened_in_memory(self) -> tuple[bytes, int] | None:
+        """:meth:`open` of a body in memory, without awaiting (``None`` for any other body:
+        then await :meth:`open`)."""
         source = self._source
-        if isinstance(source, bytes):  # most bodies: no coroutine to start
+        if isinstance(source, bytes):
+            self._opened = True
             return source, len(source)
-        return await _open(source)
+        return None
 
 
 def prepare_body(

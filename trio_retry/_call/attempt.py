@@ -292,7 +292,7 @@ async def _exchange(
         via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
         headers = await attempt_headers(rt, request, progress, via_proxy, number)
         outcome.sent_headers = headers
-        body, length = await request.body.open()
+        body, length = request.body.opened_in_memory() or await request.body.open()
         target = str(url) if via_proxy else url.target
         wire_request = WireRequest(request.method, target, headers, body, length)
 

@@ -137,7 +137,7 @@ class Connector:
             assert self.nursery is not None
             h2_conn = await HTTP2Connection.open(
                 transport,
-                origin,
+                pool_key,
                 scheme=origin.scheme,
                 authority=url.host_header,
                 max_header_bytes=config.max_header_bytes,

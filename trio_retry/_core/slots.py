@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, TypeVar, cast
 
-__all__ = ["slot_constructor", "slot_renewer"]
+__all__ = ["slot_constructor"]
 
 _T = TypeVar("_T")
 
@@ -36,28 +36,3 @@ def slot_constructor(cls: type[_T]) -> Callable[..., _T]:
     )
     exec(source, namespace)  # the names are the dataclass's own field names
     return cast(Callable[..., _T], namespace["build"])
-
-
-def slot_renewer(cls: type[_T], changed: tuple[str, ...]) -> Callable[..., _T]:
-    """``renew(template, **changed)``: a copy of the frozen, slotted ``template`` with the
-    fields named in ``changed`` (all of them, by keyword) replaced; ``dataclasses.replace``
-    without its ``__init__`` and ``__post_init__`` round trip."""
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    unknown = set(changed) - set(names)
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    namespace.update({f"_set_{name}": cls.__dict__[name].__set__ for name in names})
-    namespace.update({f"_get_{name}": cls.__dict__[name].__get__ for name in names})
-    source = (
-        f"def renew(_t, *, {', '.join(changed)}):\n    obj = _new(_cls)\n"
-        + "".join(
-            f"    _set_{name}(obj, {name})\n"
-            if name in changed
-            else f"    _set_{name}(obj, _get_{name}(_t))\n"
-            for name in names
-        )
-        + "    return obj\n"
-    )
-    exec(source, namespace)  # the names are the dataclass's own field names
-    return cast(Callable[..., _T], namespace["renew"])

@@ -393,9 +393,7 @@ class ConnectionPool(PoolState):
         if state.shared[conn] > 0:
             return
         expiry = self.keepalive_expiry
-        if (self._ready and self._eligible() is not None) or (
-            expiry is not None and expiry <= 0
-        ):
+        if (self._ready and self._eligible() is not None) or (expiry is not None and expiry <= 0):
             self._forget_shared(conn)  # closed for an earlier waiter elsewhere, or no keep-alive
             return
         conn.expires_at = self._now() + (expiry if expiry is not None else math.inf)
