@@ -7,6 +7,11 @@ per request (lower is better for ``a``). An option's cost is the difference of t
 request, in microseconds: two medians of separate worker processes, so a few microseconds of it
 can be noise; ``python -m benchmarks.profile`` measures such a difference A/B-interleaved in one
 process when it matters.
+
+Each r/s ratio also comes *paired by repeat*: the two rows' runs of the same repeat (which ran
+one after the other, the client order rotating between repeats) give one ratio each, and their
+range says how far the machine's drift moved the figure. A target's verdict is that of the
+ratio of medians; ``paired_met`` says in how many repeats the paired ratio met it as well.
 """
 
 from __future__ import annotations
@@ -74,6 +79,22 @@ def derive(results: list[dict[str, Any]], scenarios: dict[str, dict[str, Any]]) 
         for r in results
         if r["status"] == "ok" and r.get("median")
     }
+    # r/s of each repeat, by (scenario, client) -> {repeat: rps}
+    by_repeat: dict[tuple[str, str], dict[int, float]] = {}
+    for r in results:
+        if r["status"] == "ok":
+            for run in r.get("runs") or ():
+                rps, rep = run.get("rps"), run.get("repeat")
+                if (
+                    run.get("status", "ok") == "ok"
+                    and isinstance(rps, int | float)
+                    and rep is not None
+                ):
+                    by_repeat.setdefault((r["scenario"], r["client"]), {})[int(rep)] = rps
+
+    def paired(scenario: str, num: str, den: str) -> list[float]:
+        a, b = by_repeat.get((scenario, num), {}), by_repeat.get((scenario, den), {})
+        return [a[rep] / b[rep] for rep in sorted(a.keys() & b.keys()) if b[rep]]
 
     def value(scenario: str, client: str, key: str) -> float | None:
         m = medians.get((scenario, client))
@@ -98,6 +119,7 @@ def derive(results: list[dict[str, Any]], scenarios: dict[str, dict[str, Any]]) 
                 "cpu": _div(
                     value(name, ratio.num, "cpu_ms_per_req"), value(name, den, "cpu_ms_per_req")
                 ),
+                "rps_by_repeat": paired(name, ratio.num, den),
             }
         base = value(name, "trio_retry", "cpu_ms_per_req")
         costs: dict[str, float | None] = {}
@@ -110,11 +132,18 @@ def derive(results: list[dict[str, Any]], scenarios: dict[str, dict[str, Any]]) 
 
 
 def _target(
-    what: str, scenario: str, measured: float | None, limit: float, at_least: bool, unit: str
+    what: str,
+    scenario: str,
+    measured: float | None,
+    limit: float,
+    at_least: bool,
+    unit: str,
+    by_repeat: list[float] | None = None,
 ) -> dict[str, Any]:
-    met = None
-    if measured is not None:
-        met = measured >= limit if at_least else measured <= limit
+    def meets(v: float) -> bool:
+        return v >= limit if at_least else v <= limit
+
+    repeats = by_repeat or []
     return {
         "target": what,
         "scenario": scenario,
@@ -122,7 +151,9 @@ def _target(
         "limit": limit,
         "at_least": at_least,
         "unit": unit,
-        "met": met,
+        "met": None if measured is None else meets(measured),
+        "by_repeat": repeats,
+        "paired_met": sum(map(meets, repeats)),
     }
 
 
@@ -130,23 +161,20 @@ def targets(derived: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets, one row per (target, scenario) present in the run."""
     rows: list[dict[str, Any]] = []
 
-    def ratio(scenario: str, key: str) -> float | None:
+    def ratio(what: str, scenario: str, key: str, limit: float) -> dict[str, Any]:
         r = derived[scenario]["ratios"].get(key)
-        return None if r is None else r["rps"]
+        measured = None if r is None else r["rps"]
+        repeats = None if r is None else r.get("rps_by_repeat")
+        return _target(what, scenario, measured, limit, True, "x", repeats)
 
     for s in ISSUE_H1_CASES:
         if s in derived:
-            what = ">= 0.9x bare h11, fast path off (r/s)"
-            rows.append(_target(what, s, ratio(s, "no_fast/h11"), 0.9, True, "x"))
+            rows.append(ratio(">= 0.9x bare h11, fast path off (r/s)", s, "no_fast/h11", 0.9))
     for s, d in derived.items():
         if not d["http2"]:
-            what = ">= 1.0x aiohttp, fast path on (r/s)"
-            rows.append(_target(what, s, ratio(s, "trio_retry/aiohttp"), 1.0, True, "x"))
+            rows.append(ratio(">= 1.0x aiohttp, fast path on (r/s)", s, "trio_retry/aiohttp", 1.0))
     if ISSUE_H2_CASE in derived:
-        what = ">= 0.95x bare h2 (r/s)"
-        rows.append(
-            _target(what, ISSUE_H2_CASE, ratio(ISSUE_H2_CASE, "trio_retry/floor"), 0.95, True, "x")
-        )
+        rows.append(ratio(">= 0.95x bare h2 (r/s)", ISSUE_H2_CASE, "trio_retry/floor", 0.95))
     for client, how in (
         ("trio_retry_deadline", "Client(deadline=30)"),
         ("trio_retry_call_deadline", "get(url, deadline=30)"),
@@ -179,6 +207,14 @@ def _measured(t: dict[str, Any]) -> str:
     return _fmt(t["measured"], "+.1f", " us")
 
 
+def _by_repeat(t: dict[str, Any]) -> str:
+    """The paired ratios' range and how many repeats met the target: ``0.80-1.13x, 2/3``."""
+    repeats = t.get("by_repeat") or []
+    if not repeats:
+        return "-"
+    return f"{min(repeats):.2f}-{max(repeats):.2f}x, {t['paired_met']}/{len(repeats)}"
+
+
 def render_text(derived: dict[str, Any]) -> str:
     scen = derived["scenarios"]
     if not scen:
@@ -201,9 +237,15 @@ def render_text(derived: dict[str, Any]) -> str:
         lines.append(row)
     if derived["targets"]:
         lines.append("")
-        lines.append("issue #16 targets (benchmarks, not tests):")
+        lines.append(
+            "issue #16 targets (benchmarks, not tests); by repeat: the paired ratios' range, "
+            "repeats that met it"
+        )
         for t in derived["targets"]:
-            lines.append(f"  {t['target']:63} {t['scenario']:22} {_measured(t):>10}  {_verdict(t)}")
+            lines.append(
+                f"  {t['target']:63} {t['scenario']:22} {_measured(t):>10}  "
+                f"{_by_repeat(t):>16}  {_verdict(t)}"
+            )
     return "\n".join(lines)
 
 
@@ -228,8 +270,11 @@ def render_markdown(derived: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     out = "\n".join(lines)
     if derived["targets"]:
-        rows = ["| target | scenario | measured | |", "|---|---|---|---|"]
+        rows = ["| target | scenario | measured | by repeat | |", "|---|---|---|---|---|"]
         for t in derived["targets"]:
-            rows.append(f"| {t['target']} | {t['scenario']} | {_measured(t)} | {_verdict(t)} |")
+            rows.append(
+                f"| {t['target']} | {t['scenario']} | {_measured(t)} | {_by_repeat(t)} "
+                f"| {_verdict(t)} |"
+            )
         out += "\n\n" + "\n".join(rows)
     return out
