@@ -238,6 +238,66 @@ def test_a_stream_done_ignores_the_writers_report() -> None:
     trio.run(main)
 
 
+class _QuietOwner:
+    def consumed(self, stream_id: int, flow_controlled: int) -> None: ...
+    def stream_done(self, stream: Stream, unread: int) -> None: ...
+    def stream_error(self, stream: Stream, problem: str) -> None: ...
+
+
+async def test_a_stream_wakes_its_waiter_and_a_second_one_at_once() -> None:
+    """A stream parks its one waiter without a parking lot; a second task waiting at the same
+    time is woken by the same wake; a wake with nobody waiting is a no-op."""
+    stream = Stream(
+        1, AttemptProgress(0.0), first_offset=0, head_request=False, owner=_QuietOwner()
+    )
+    stream.wake()  # nobody waits: nothing happens, nothing is remembered
+    woken: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await stream.wait()
+        woken.append(name)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter, "first")
+            nursery.start_soon(waiter, "second")
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == []
+            stream.wake()
+        assert sorted(woken) == ["first", "second"]
+        # Each wait needs a wake of its own.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter, "third")
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(woken) == ["first", "second"]
+            stream.wake()
+    assert woken[-1] == "third"
+
+
+async def test_a_cancelled_waiter_is_forgotten() -> None:
+    stream = Stream(
+        1, AttemptProgress(0.0), first_offset=0, head_request=False, owner=_QuietOwner()
+    )
+    with trio.fail_after(5):
+        with trio.move_on_after(0.01) as scope:
+            await stream.wait()
+        assert scope.cancelled_caught
+        assert stream._waiter is None  # forgotten: a wake must not reschedule a task not parked
+        stream.wake()
+        woken = False
+
+        async def waiter() -> None:
+            nonlocal woken
+            await stream.wait()
+            woken = True
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            stream.wake()
+    assert woken
+
+
 class _SlowPeer(trio.abc.SendStream):
     """Each write takes ``delays.pop(0)`` seconds (MockClock time)."""
 

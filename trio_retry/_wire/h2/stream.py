@@ -87,8 +87,9 @@ class Stream:
     __slots__ = (
         "_chunks",
         "_clock",
-        "_lot",
+        "_others",
         "_owner",
+        "_waiter",
         "expected_length",
         "failure",
         "first_offset",
@@ -125,7 +126,10 @@ class Stream:
         self.expected_length: int | None = None
         self.received = 0
         self._chunks: deque[tuple[bytes, int]] = deque()
-        self._lot = trio.lowlevel.ParkingLot()
+        #: The task waiting on this stream (see :meth:`wait`); ``_others`` is made only if a
+        #: second task waits at the same time.
+        self._waiter: trio.lowlevel.Task | None = None
+        self._others: trio.lowlevel.ParkingLot | None = None
         self._owner = owner
         #: The client's stage lanes, used instead of a scope per stage while they run.
         self.timers = timers if timers is not None and timers.running else None
@@ -135,8 +139,14 @@ class Stream:
     # --- reader side -------------------------------------------------------------------------
 
     def wake(self) -> None:
-        if self._lot:  # nobody waiting (the usual case when frames arrive): nothing to do
-            self._lot.unpark_all()
+        """Wake whoever waits on this stream (nobody, as a rule, when frames arrive)."""
+        task = self._waiter
+        if task is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(task)
+        others = self._others
+        if others:
+            others.unpark_all()
 
     def on_written(self, sent: int) -> None:
         """The writer wrote the whole request (queued without waiting, ``Writer.notify``)."""
@@ -214,8 +224,27 @@ class Stream:
             raise self.failure.error(progress)
 
     async def wait(self) -> None:
-        """Until the reader next changes something for this stream."""
-        await self._lot.park()
+        """Until the reader next changes something for this stream (:meth:`wake`).
+
+        One task waits on a stream at a time, as a rule: the request's own, then the body's
+        reader. It parks itself, with no parking lot (a lot and its bookkeeping per stream
+        were 1.5 % of a request). A second task waiting at the same time (two readers of one
+        body) waits in a lot made for it, and is woken with the first. Cancellable like any
+        park: a cancelled waiter is simply forgotten."""
+        if self._waiter is not None:
+            others = self._others
+            if others is None:
+                others = self._others = trio.lowlevel.ParkingLot()
+            await others.park()
+            return
+        task = self._waiter = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if self._waiter is task:
+                self._waiter = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
         """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``).
@@ -237,7 +266,7 @@ class Stream:
                 lane.arm(self)
                 try:
                     while True:
-                        await self._lot.park()
+                        await self.wait()
                         data = self._take(progress)
                         if data is not None:
                             return data
@@ -245,7 +274,7 @@ class Stream:
                     lane.disarm(self)
             with stage_timeout(read_limit) as scope:
                 while True:
-                    await self._lot.park()
+                    await self.wait()
                     data = self._take(progress)
                     if data is not None:
                         return data
