@@ -1,6 +1,8 @@
-"""The one response-body reader, for buffered calls and for streamed ones.
+"""Reading response bodies, for buffered calls and for streamed ones.
 
-Both paths read through a :class:`BodyReader`, so the same two rules hold for both:
+A streamed body is read through a :class:`BodyReader`, chunk by chunk; a buffered one by
+:func:`read_all`, in one ``BodySource.receive_all`` call. Both raise the same error from the
+same place (``_too_large``), so the same two rules hold for both:
 
 - **one limit rule**: ``max_body_bytes`` (when set) bounds the raw bytes received *and* the
   decoded bytes produced (the decoder stops a decompression bomb at the limit); beyond either,
