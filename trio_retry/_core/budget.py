@@ -67,7 +67,15 @@ class RetryBudget:
 
     def deposit(self, now: float) -> None:
         """Record a first attempt at ``now``."""
-        self._deposits.append(self._expire(now))
+        # (once per call: :meth:`_expire`'s work, inlined, and only when the oldest entry is
+        # past the window)
+        latest = self._latest
+        if now > latest:
+            self._latest = latest = now
+        deposits = self._deposits
+        deposits.append(latest)
+        if deposits[0] <= latest - self.window:
+            self._expire(latest)
 
     def allowance(self, now: float) -> float:
         """How many retries the last window may hold: ``ratio * deposits + floor``."""
