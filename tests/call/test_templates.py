@@ -86,3 +86,58 @@ async def test_a_call_with_only_deadline_uses_the_template_and_its_own_deadline(
         with pytest.raises(trio_retry.InvalidRequest, match="deadline must be a positive"):
             await client.get(server.url + "/t", deadline=-1)
     assert len(server.requests) == 3
+
+
+# --- the template's wire form (``WireMemo``): what it may not freeze -----------------------------
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_template_calls_send_their_own_path_on_a_shared_connection(
+    server: FaultServer, fast_path: bool
+) -> None:
+    """Two templates alternate on one keep-alive connection (with the h11 writer and with
+    the fast path): each request carries its own target, and a client header added between
+    calls reaches the next one of each."""
+    server.default = Respond(200)
+    async with trio_retry.Client(http1_fast_path=fast_path) as client:
+        for path in ("/x", "/y", "/x", "/y"):
+            await client.get(server.url + path)
+        client.headers.set("X-Late", "1")
+        for path in ("/x", "/y"):
+            await client.get(server.url + path)
+    assert [r.path for r in server.requests] == ["/x", "/y", "/x", "/y", "/x", "/y"]
+    assert ["x-late" in _sent(server, i) for i in range(6)] == [False] * 4 + [True] * 2
+    assert len({r.connection_id for r in server.requests}) == 1
+
+
+async def test_template_calls_send_the_cookie_the_jar_learned_since(server: FaultServer) -> None:
+    """With a cookie jar, each call's headers depend on what earlier responses set: the
+    same URL called three times sends none, then the first cookie, then its new value."""
+    url = server.url + "/same"
+    server.route(
+        "GET",
+        "/same",
+        Respond(200, headers=[("Set-Cookie", "session=one; Path=/")]),
+        Respond(200, headers=[("Set-Cookie", "session=two; Path=/")]),
+        Respond(200),
+    )
+    async with trio_retry.Client(cookies=True) as client:
+        for _ in range(3):
+            await client.get(url)
+    assert [_sent(server, i).get("cookie") for i in range(3)] == [
+        None,
+        "session=one",
+        "session=two",
+    ]
+
+
+async def test_a_redirect_from_a_template_call_goes_where_it_points(server: FaultServer) -> None:
+    """A redirect hop is a request of its own: it never sends its template's wire form."""
+    moved = Respond(302, headers=[("Location", "/to")])
+    server.route("GET", "/from", moved, moved)
+    server.route("GET", "/to", Respond(200, body=b"arrived"), Respond(200, body=b"arrived"))
+    async with trio_retry.Client(follow_redirects=True) as client:
+        first = await client.get(server.url + "/from")
+        second = await client.get(server.url + "/from")  # from the template, memo filled
+    assert (first.content, second.content) == (b"arrived", b"arrived")
+    assert [r.path for r in server.requests] == ["/from", "/to", "/from", "/to"]

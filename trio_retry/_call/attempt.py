@@ -48,7 +48,15 @@ from .prepare import PreparedRequest
 from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
 
-__all__ = ["Outcome", "attempt_headers", "give_back", "observe", "record", "run_attempt"]
+__all__ = [
+    "Outcome",
+    "attempt_headers",
+    "fixed_headers",
+    "give_back",
+    "observe",
+    "record",
+    "run_attempt",
+]
 
 _FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
@@ -188,6 +196,23 @@ async def run_attempt(
     return outcome
 
 
+def fixed_headers(rt: Runtime, request: PreparedRequest, via_proxy: ProxyConfig | None) -> bool:
+    """Whether :func:`attempt_headers` would add nothing to the prepared headers but ``Host``:
+    no request event hook, no credentials to apply, no cookies (no jar, none of the call's), no
+    proxy in the request line, no trace context. The headers of such an attempt are the same
+    for every call from one template (``prepare.WireMemo``)."""
+    hooks = rt.config.hooks
+    trace = request.trace
+    return (
+        via_proxy is None
+        and (hooks is None or not hooks.request)
+        and (request.auth is None or not request.apply_auth)
+        and rt.cookies is None
+        and not request.cookies
+        and (trace is None or trace.current is None)
+    )
+
+
 async def attempt_headers(
     rt: Runtime,
     request: PreparedRequest,
@@ -198,7 +223,7 @@ async def attempt_headers(
     """The header block of this attempt, encoded: the prepared headers as the request event
     hooks left them, plus ``Host``, the ``auth`` headers (a header the caller set wins), the
     cookie jar's ``Cookie``, the proxy's credentials and the trace context. Anything that adds
-    a header per attempt adds it here.
+    a header per attempt adds it here, and says so in :func:`fixed_headers`.
 
     A raising hook raises a ``WireError`` (``NOT_SENT`` at ``ADMISSION``, not retryable):
     nothing has been sent, no connection taken."""
@@ -290,11 +315,20 @@ async def _exchange(
         # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
         # request is then as without a proxy.
         via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
-        headers = await attempt_headers(rt, request, progress, via_proxy, number)
-        outcome.sent_headers = headers
-        body, length = request.body.opened_in_memory() or await request.body.open()
-        target = str(url) if via_proxy else url.target
-        wire_request = WireRequest(request.method, target, headers, body, length)
+        memo = request.wire_memo
+        wire_request = memo.request if memo is not None else None
+        if wire_request is None or not fixed_headers(rt, request, via_proxy):
+            headers = await attempt_headers(rt, request, progress, via_proxy, number)
+            body, length = request.body.opened_in_memory() or await request.body.open()
+            target = str(url) if via_proxy else url.target
+            wire_request = WireRequest(request.method, target, headers, body, length)
+            if (
+                memo is not None
+                and isinstance(body, bytes)
+                and fixed_headers(rt, request, via_proxy)
+            ):
+                memo.request = wire_request  # the template's calls send this one from now on
+        outcome.sent_headers = wire_request.headers
 
         conn = outcome.conn  # taken already by an unscoped attempt
         if conn is None:

@@ -50,6 +50,7 @@ from .options import (
 
 if TYPE_CHECKING:
     from .._models import Response
+    from .._wire.exchange import WireRequest
 
 __all__ = [
     "PreparedRequest",
@@ -124,6 +125,26 @@ class PreparedRequest:
     #: The call's telemetry, shared by its redirect hops (``replace`` keeps it); ``None``
     #: without ``telemetry=``.
     trace: CallTrace | None = None
+    #: A template's (:func:`prepare_plain`), shared by the calls made from it; else ``None``.
+    wire_memo: WireMemo | None = None
+
+
+class WireMemo:
+    """The wire form of a template's request, kept for the calls made from it.
+
+    A call without options sends what its template says, byte for byte, unless something
+    adds a header per attempt (an event hook, auth, cookies, proxy credentials, the trace
+    context: see ``attempt.fixed_headers``). Its first such attempt builds the
+    :class:`~trio_retry._wire.exchange.WireRequest` (headers encoded, ``Host`` added) and
+    leaves it here; the next ones send that same object, on which the HTTP/1.1 connection
+    keeps the request's encoded form. A memo belongs to one template: a new template (the
+    client headers changed, ``Headers.version``) starts with an empty one, and a redirect hop
+    has none."""
+
+    __slots__ = ("request",)
+
+    def __init__(self) -> None:
+        self.request: WireRequest | None = None
 
 
 _SPECIAL_HEADERS = frozenset({"transfer-encoding", "content-length", IDEMPOTENCY_KEY_HEADER})
@@ -183,6 +204,7 @@ def prepare_plain(
     entry = templates.get(key)
     if entry is None or entry[0] is not version:
         request = prepare(config, client_headers, method, url, clock)
+        request.__dict__["wire_memo"] = WireMemo()  # (frozen: set as _renew sets fields)
         if len(templates) >= _MAX_TEMPLATES:
             templates.clear()
         templates[key] = entry = (version, request)
@@ -440,6 +462,7 @@ def prepare_redirect(
         idempotency=classify_idempotency(method, headers.keys()),
         apply_auth=same_origin,
         cookies=request.cookies if same_origin else (),
+        wire_memo=None,
     )
 
 

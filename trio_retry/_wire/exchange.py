@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from .._core.evidence import FailureCategory
 from .progress import AttemptProgress, WireError
+
+if TYPE_CHECKING:
+    import h11
 
 __all__ = [
     "BODY_METHODS",
@@ -49,9 +52,13 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 
 
 class WireRequest:
-    """A request ready for the wire: validated, headers encoded, body as bytes or a stream."""
+    """A request ready for the wire: validated, headers encoded, body as bytes or a stream.
 
-    __slots__ = ("body", "content_length", "headers", "method", "target")
+    Not changed once built: a call without options reuses its template's (see
+    ``_call/prepare.WireMemo``), so the HTTP/1.1 connection keeps what it encoded from it
+    here (``h11_event``, ``fast_head``) for the next call on any connection."""
+
+    __slots__ = ("body", "content_length", "fast_head", "h11_event", "headers", "method", "target")
 
     def __init__(
         self,
@@ -66,6 +73,10 @@ class WireRequest:
         self.headers = headers
         self.body = body
         self.content_length = content_length
+        #: The ``h11.Request`` event of this request (an immutable h11 event), once built.
+        self.h11_event: h11.Request | None = None
+        #: The head the HTTP/1.1 fast path writes for it (``fast11.request_head``), once built.
+        self.fast_head: bytes | None = None
 
 
 class BodySource(Protocol):

@@ -56,6 +56,8 @@ from .virtual import VirtualSocket
 __all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
 
 RECEIVE_SIZE = 65536
+#: h11's events are immutable: the one end of a request body is sent by every request.
+_END = h11.EndOfMessage()
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
 
@@ -268,9 +270,12 @@ class HTTP11Connection:
 
     async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
         body = request.body
-        length = content_length(request)
         if self._fast and isinstance(body, bytes):
-            head = request_head(request.method, request.target, request.headers, length)
+            head = request.fast_head  # (built once per WireRequest, which a template reuses)
+            if head is None:
+                head = request.fast_head = request_head(
+                    request.method, request.target, request.headers, content_length(request)
+                )
             if head is not None:  # the exact bytes h11 would write (fast11, tested against h11)
                 self._parser = FastParser(self._max_header_bytes)
                 self._request = request
@@ -285,10 +290,12 @@ class HTTP11Connection:
                     await self._send(body, progress, Stage.REQUEST_BODY)
                 progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
                 return
-        try:
-            event = _request_event(request, length)
-        except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
-            raise _invalid_request(progress, exc) from exc
+        event = request.h11_event
+        if event is None:
+            try:
+                event = request.h11_event = _request_event(request, content_length(request))
+            except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
+                raise _invalid_request(progress, exc) from exc
         if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
             # One syscall for small requests; the body leaves with the head.
             conn = self._h11
@@ -296,7 +303,7 @@ class HTTP11Connection:
                 data = conn.send(event) or b""
                 if body:
                     data += conn.send(h11.Data(data=body)) or b""
-                data += conn.send(h11.EndOfMessage()) or b""
+                data += conn.send(_END) or b""
             except h11.LocalProtocolError as exc:
                 raise _invalid_request(progress, exc) from exc
             await self._send(data, progress, Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD)
@@ -315,7 +322,7 @@ class HTTP11Connection:
                         if chunk:
                             data = self._encode(h11.Data(data=chunk), progress)
                             await self._send(data, progress, Stage.REQUEST_BODY)
-            end = self._encode(h11.EndOfMessage(), progress)
+            end = self._encode(_END, progress)
             if end:
                 await self._send(end, progress, Stage.REQUEST_BODY)
         progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
@@ -457,11 +464,11 @@ class HTTP11Connection:
         assert request is not None
         self._parser = self._request = None
         conn = self._h11
-        conn.send(_request_event(request, content_length(request)))
+        conn.send(request.h11_event or _request_event(request, content_length(request)))
         assert isinstance(request.body, bytes)
         if request.body:
             conn.send(h11.Data(data=request.body))
-        conn.send(h11.EndOfMessage())
+        conn.send(_END)
         prefix, synthetic = parser.handover()
         if prefix or parser.buf:
             conn.receive_data(prefix + parser.buf)
