@@ -270,81 +270,111 @@ class HTTP11Connection:
 
     async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
         body = request.body
-        if self._fast and isinstance(body, bytes):
-            head = request.fast_head  # (built once per WireRequest, which a template reuses)
-            if head is None:
-                head = request.fast_head = request_head(
-                    request.method, request.target, request.headers, content_length(request)
+        if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
+            # One syscall for small requests: the body leaves with the head (the write of
+            # :meth:`_send`, in this frame).
+            head = self._fast_head(request) if self._fast else None
+            if head is not None:
+                data = head + body if body else head
+            else:
+                data = self._encode_whole(request, progress, body)
+            progress.stage = Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD
+            try:
+                await self._stream.send_all(data)
+            except TRANSPORT_ERRORS as exc:
+                raise self._transport_failure(progress, "while sending", exc) from exc
+            progress.bytes_sent += len(data)
+            progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
+            return
+        head = self._fast_head(request) if self._fast and isinstance(body, bytes) else None
+        if head is not None:
+            assert isinstance(body, bytes)
+            await self._send(head, progress, Stage.REQUEST_HEAD)
+            await self._send(body, progress, Stage.REQUEST_BODY)
+            progress.stage = Stage.AWAITING_RESPONSE
+            return
+        await self._send(
+            self._encode(self._event(request, progress), progress), progress, Stage.REQUEST_HEAD
+        )
+        chunks = (body,) if isinstance(body, bytes) else body
+        if isinstance(chunks, tuple):
+            for chunk in chunks:
+                await self._send(
+                    self._encode(h11.Data(data=chunk), progress), progress, Stage.REQUEST_BODY
                 )
-            if head is not None:  # the exact bytes h11 would write (fast11, tested against h11)
-                self._parser = FastParser(self._max_header_bytes)
-                self._request = request
-                if len(body) <= COALESCE_LIMIT:
-                    await self._send(
-                        head + body if body else head,
-                        progress,
-                        Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD,
-                    )
-                else:
-                    await self._send(head, progress, Stage.REQUEST_HEAD)
-                    await self._send(body, progress, Stage.REQUEST_BODY)
-                progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
-                return
+        else:
+            async with closing_body(chunks):
+                async for chunk in chunks:
+                    if chunk:
+                        data = self._encode(h11.Data(data=chunk), progress)
+                        await self._send(data, progress, Stage.REQUEST_BODY)
+        end = self._encode(_END, progress)
+        if end:
+            await self._send(end, progress, Stage.REQUEST_BODY)
+        progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
+
+    def _fast_head(self, request: WireRequest) -> bytes | None:
+        """The head the fast path writes for ``request`` (a body in memory), with the fast
+        parser made ready for its response; ``None`` when the request does not qualify
+        (``fast11.request_head``) and h11 has the exchange."""
+        head = request.fast_head  # (built once per WireRequest, which a template reuses)
+        if head is None:
+            head = request.fast_head = request_head(
+                request.method, request.target, request.headers, content_length(request)
+            )
+        if head is not None:  # the exact bytes h11 would write (fast11, tested against h11)
+            self._parser = FastParser(self._max_header_bytes)
+            self._request = request
+        return head
+
+    def _event(self, request: WireRequest, progress: AttemptProgress) -> h11.Request:
+        """The request's h11 event (built once per WireRequest); h11 refusing it is
+        ``LOCAL_PROTOCOL`` (nothing was written)."""
         event = request.h11_event
         if event is None:
             try:
                 event = request.h11_event = _request_event(request, content_length(request))
             except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
                 raise _invalid_request(progress, exc) from exc
-        if isinstance(body, bytes) and len(body) <= COALESCE_LIMIT:
-            # One syscall for small requests; the body leaves with the head.
-            conn = self._h11
-            try:
-                data = conn.send(event) or b""
-                if body:
-                    data += conn.send(h11.Data(data=body)) or b""
-                data += conn.send(_END) or b""
-            except h11.LocalProtocolError as exc:
-                raise _invalid_request(progress, exc) from exc
-            await self._send(data, progress, Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD)
-        else:
-            head = self._encode(event, progress)
-            await self._send(head, progress, Stage.REQUEST_HEAD)
-            chunks = (body,) if isinstance(body, bytes) else body
-            if isinstance(chunks, tuple):
-                for chunk in chunks:
-                    await self._send(
-                        self._encode(h11.Data(data=chunk), progress), progress, Stage.REQUEST_BODY
-                    )
-            else:
-                async with closing_body(chunks):
-                    async for chunk in chunks:
-                        if chunk:
-                            data = self._encode(h11.Data(data=chunk), progress)
-                            await self._send(data, progress, Stage.REQUEST_BODY)
-            end = self._encode(_END, progress)
-            if end:
-                await self._send(end, progress, Stage.REQUEST_BODY)
-        progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
+        return event
+
+    def _encode_whole(self, request: WireRequest, progress: AttemptProgress, body: bytes) -> bytes:
+        """The bytes of a whole request with its body in memory, from h11."""
+        conn = self._h11
+        event = self._event(request, progress)
+        try:
+            data = conn.send(event) or b""
+            if body:
+                data += conn.send(h11.Data(data=body)) or b""
+            return data + (conn.send(_END) or b"")
+        except h11.LocalProtocolError as exc:
+            raise _invalid_request(progress, exc) from exc
 
     async def _next_event(self, progress: AttemptProgress) -> object:
-        """The next h11 event, reading from the socket as needed; errors classified."""
+        """The next h11 event, reading from the socket as needed; errors classified.
+
+        (:meth:`_head` and :meth:`receive_all` run this loop in their own frame: one
+        coroutine fewer per event on the common path.)"""
+        conn = self._h11
         while True:
             try:
-                event = self._h11.next_event()
+                event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                if self._h11.their_state is h11.ERROR and _eof_error(exc):
-                    raise WireError.at(
-                        progress,
-                        FailureCategory.CONNECTION_BROKEN,
-                        "the server closed the connection before the response was complete",
-                    ) from exc
-                raise WireError.at(
-                    progress, FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc)
-                ) from exc
+                raise self._refused(progress, exc) from exc
             if event is not h11.NEED_DATA:
                 return event
-            self._h11.receive_data(bytes(await self._receive(progress)))
+            conn.receive_data(bytes(await self._receive(progress)))
+
+    def _refused(self, progress: AttemptProgress, exc: h11.RemoteProtocolError) -> WireError:
+        """What h11 refusing the server's bytes means: an EOF inside the response is
+        ``CONNECTION_BROKEN``, anything else ``REMOTE_PROTOCOL``."""
+        if self._h11.their_state is h11.ERROR and _eof_error(exc):
+            return WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the server closed the connection before the response was complete",
+            )
+        return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc))
 
     async def _receive(self, progress: AttemptProgress) -> bytes | bytearray:
         """One read of response bytes (for either parser): the first byte moves the stage to
@@ -411,8 +441,15 @@ class HTTP11Connection:
                     self.http_version,
                     self,
                 )
+        conn = self._h11
         while True:
-            event = await self._next_event(progress)
+            try:  # (the loop of _next_event, in this frame)
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise self._refused(progress, exc) from exc
+            if event is h11.NEED_DATA:
+                conn.receive_data(bytes(await self._receive(progress)))
+                continue
             # (h11's events are ABCs, so an isinstance costs a Python call; h11 makes exactly
             # these types)
             if type(event) is h11.InformationalResponse:
@@ -489,10 +526,34 @@ class HTTP11Connection:
         self, progress: AttemptProgress, read_limit: float | None, limit: int | None
     ) -> list[bytes]:
         """The body's chunks to its end, or past ``limit`` bytes (see ``BodySource``): the
-        loop of :meth:`receive_body`, without a coroutine per chunk around each read."""
+        loop of :meth:`receive_body`, without a coroutine per chunk around each read (and,
+        with no read limit while h11 has the exchange, h11's events read in this frame)."""
         chunks: list[bytes] = []
         total = 0
         try:
+            if read_limit is None and self._parser is None:
+                conn = self._h11
+                while True:
+                    try:
+                        event = conn.next_event()
+                    except h11.RemoteProtocolError as exc:
+                        raise self._refused(progress, exc) from exc
+                    if type(event) is h11.Data:
+                        chunk = event.data
+                        if chunk:
+                            chunks.append(bytes(chunk))
+                            if limit is not None:
+                                total += len(chunk)
+                                if total > limit:
+                                    return chunks
+                    elif type(event) is h11.EndOfMessage:
+                        progress.stage = Stage.COMPLETE
+                        self._finish_cycle()
+                        return chunks
+                    elif event is h11.NEED_DATA:
+                        conn.receive_data(bytes(await self._receive(progress)))
+                    else:
+                        raise _unexpected(progress, event)
             while True:
                 if read_limit is None:
                     chunk = await self._body_chunk(progress)
@@ -560,9 +621,7 @@ class HTTP11Connection:
                 progress.stage = Stage.COMPLETE
                 self._finish_cycle()
                 return b""
-            raise WireError.at(
-                progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
-            )
+            raise _unexpected(progress, event)
 
     def abandon(self) -> None:
         """The caller stopped reading mid-body: the connection cannot be reused."""
@@ -637,6 +696,11 @@ def _framing_conflict(headers: list[tuple[bytes, bytes]]) -> str | None:
             "closed, not reused"
         )
     return None
+
+
+def _unexpected(progress: AttemptProgress, event: object) -> WireError:
+    """An h11 event that cannot come inside a response body (h11 makes none)."""
+    return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}")
 
 
 def _eof_error(exc: h11.RemoteProtocolError) -> bool:
