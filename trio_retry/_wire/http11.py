@@ -531,7 +531,20 @@ class HTTP11Connection:
         chunks: list[bytes] = []
         total = 0
         try:
-            if read_limit is None and self._parser is None:
+            if read_limit is None:
+                while (parser := self._parser) is not None:  # the fast parser's, in this frame
+                    got = self._fast_next(parser, progress)
+                    if got is None:
+                        if self._parser is not None:
+                            await self._fast_fill(parser, progress)
+                        continue
+                    if not got:
+                        return chunks
+                    chunks.append(got)
+                    if limit is not None:
+                        total += len(got)
+                        if total > limit:
+                            return chunks
                 conn = self._h11
                 while True:
                     try:
@@ -587,30 +600,12 @@ class HTTP11Connection:
     async def _body_chunk(self, progress: AttemptProgress) -> bytes:
         """The next chunk of the body (``b""`` at its end), from the fast parser while it has
         the exchange, else (or from where it deferred) h11."""
-        parser = self._parser
-        if parser is not None:
-            while True:
-                got = parser.next_event()
-                if got is NEED:
-                    data = await self._receive(progress)
-                    if data:
-                        parser.buf += data
-                        continue
-                    self._defer()  # an EOF mid-body: h11 says what it means
-                    self._h11.receive_data(b"")
-                    break
-                if got is END:
-                    progress.stage = Stage.COMPLETE
-                    self._parser = self._request = None
-                    self.busy = False
-                    if not parser.keep_alive or parser.buf:
-                        self.close()  # as _finish_cycle: h11 would not be IDLE
-                    return b""
-                if got is DEFER:
-                    self._defer()
-                    break
-                assert isinstance(got, bytes)
+        while (parser := self._parser) is not None:
+            got = self._fast_next(parser, progress)
+            if got is not None:
                 return got
+            if self._parser is not None:
+                await self._fast_fill(parser, progress)
         while True:
             event = await self._next_event(progress)
             if type(event) is h11.Data:
@@ -622,6 +617,37 @@ class HTTP11Connection:
                 self._finish_cycle()
                 return b""
             raise _unexpected(progress, event)
+
+    def _fast_next(self, parser: FastParser, progress: AttemptProgress) -> bytes | None:
+        """The fast parser's next step in a body, without I/O: a chunk; ``b""`` at the end
+        (the cycle is over, as :meth:`_finish_cycle` ends it); ``None`` when it needs more
+        bytes (:meth:`_fast_fill`), or when it deferred (then h11 has the exchange and
+        ``self._parser`` is ``None``)."""
+        got = parser.next_event()
+        if got is NEED:
+            return None
+        if got is END:
+            progress.stage = Stage.COMPLETE
+            self._parser = self._request = None
+            self.busy = False
+            if not parser.keep_alive or parser.buf:
+                self.close()  # as _finish_cycle: h11 would not be IDLE
+            return b""
+        if got is DEFER:
+            self._defer()
+            return None
+        assert isinstance(got, bytes)
+        return got
+
+    async def _fast_fill(self, parser: FastParser, progress: AttemptProgress) -> None:
+        """More body bytes for the fast parser; an EOF mid-body hands the exchange to h11,
+        which says what it means."""
+        data = await self._receive(progress)
+        if data:
+            parser.buf += data
+        else:
+            self._defer()
+            self._h11.receive_data(b"")
 
     def abandon(self) -> None:
         """The caller stopped reading mid-body: the connection cannot be reused."""
