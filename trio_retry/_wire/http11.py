@@ -62,6 +62,18 @@ _END = h11.EndOfMessage()
 COALESCE_LIMIT = 16384
 
 
+#: The stages an exchange passes, as module constants: on Python 3.11 an enum class's
+#: attribute goes through ``EnumType.__getattr__``'s hook (about 10x a global's cost), and
+#: these are set on every request.
+_REQUEST_HEAD = Stage.REQUEST_HEAD
+_REQUEST_BODY = Stage.REQUEST_BODY
+_AWAITING_RESPONSE = Stage.AWAITING_RESPONSE
+_RESPONSE_HEAD = Stage.RESPONSE_HEAD
+_RESPONSE_BODY = Stage.RESPONSE_BODY
+_COMPLETE = Stage.COMPLETE
+_READING = "while reading the response"
+
+
 class HTTP11Connection:
     """One HTTP/1.1 connection. Not safe for concurrent requests (the pool guarantees that)."""
 
@@ -278,40 +290,40 @@ class HTTP11Connection:
                 data = head + body if body else head
             else:
                 data = self._encode_whole(request, progress, body)
-            progress.stage = Stage.REQUEST_BODY if body else Stage.REQUEST_HEAD
+            progress.stage = _REQUEST_BODY if body else _REQUEST_HEAD
             try:
                 await self._stream.send_all(data)
             except TRANSPORT_ERRORS as exc:
                 raise self._transport_failure(progress, "while sending", exc) from exc
             progress.bytes_sent += len(data)
-            progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
+            progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
             return
         head = self._fast_head(request) if self._fast and isinstance(body, bytes) else None
         if head is not None:
             assert isinstance(body, bytes)
-            await self._send(head, progress, Stage.REQUEST_HEAD)
-            await self._send(body, progress, Stage.REQUEST_BODY)
-            progress.stage = Stage.AWAITING_RESPONSE
+            await self._send(head, progress, _REQUEST_HEAD)
+            await self._send(body, progress, _REQUEST_BODY)
+            progress.stage = _AWAITING_RESPONSE
             return
         await self._send(
-            self._encode(self._event(request, progress), progress), progress, Stage.REQUEST_HEAD
+            self._encode(self._event(request, progress), progress), progress, _REQUEST_HEAD
         )
         chunks = (body,) if isinstance(body, bytes) else body
         if isinstance(chunks, tuple):
             for chunk in chunks:
                 await self._send(
-                    self._encode(h11.Data(data=chunk), progress), progress, Stage.REQUEST_BODY
+                    self._encode(h11.Data(data=chunk), progress), progress, _REQUEST_BODY
                 )
         else:
             async with closing_body(chunks):
                 async for chunk in chunks:
                     if chunk:
                         data = self._encode(h11.Data(data=chunk), progress)
-                        await self._send(data, progress, Stage.REQUEST_BODY)
+                        await self._send(data, progress, _REQUEST_BODY)
         end = self._encode(_END, progress)
         if end:
-            await self._send(end, progress, Stage.REQUEST_BODY)
-        progress.stage = Stage.AWAITING_RESPONSE  # (after the request's bytes)
+            await self._send(end, progress, _REQUEST_BODY)
+        progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
 
     def _fast_head(self, request: WireRequest) -> bytes | None:
         """The head the fast path writes for ``request`` (a body in memory), with the fast
@@ -377,35 +389,41 @@ class HTTP11Connection:
         return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc))
 
     async def _receive(self, progress: AttemptProgress) -> bytes | bytearray:
-        """One read of response bytes (for either parser): the first byte moves the stage to
-        ``RESPONSE_HEAD``; an EOF before the head is complete is ``CONNECTION_BROKEN``; a
-        later EOF is returned (``b""``) for the parser to judge."""
+        """One read of response bytes (for either parser), judged by :meth:`_took`."""
         try:
             data = await self._stream.receive_some(RECEIVE_SIZE)
         except TRANSPORT_ERRORS as exc:
-            raise self._transport_failure(progress, "while reading the response", exc) from exc
+            raise self._transport_failure(progress, _READING, exc) from exc
+        return self._took(progress, data)
+
+    def _took(self, progress: AttemptProgress, data: bytes | bytearray) -> bytes | bytearray:
+        """What a read of response bytes means: the first byte moves the stage to
+        ``RESPONSE_HEAD``; an EOF before the head is complete is ``CONNECTION_BROKEN``; a
+        later EOF is returned (``b""``) for the parser to judge. (:meth:`_head` reads in its
+        own frame and calls this; everything else reads through :meth:`_receive`.)"""
         if data:
-            if progress.stage == Stage.AWAITING_RESPONSE:
-                progress.stage = Stage.RESPONSE_HEAD
+            if progress.stage == _AWAITING_RESPONSE:
+                progress.stage = _RESPONSE_HEAD
                 progress.timings["first_byte"] = self._now() - progress.started
                 # h11 judges a head only once all of it is there; bytes that cannot start
                 # one (an SSH banner, TLS, a stray protocol) are refused at once instead of
                 # waiting for the rest of a head that will never come.
-                start = bytes(data[:16]).lstrip(b"\r\n")[:5]
-                if start and not b"HTTP/".startswith(start):
-                    raise WireError.at(
-                        progress,
-                        FailureCategory.REMOTE_PROTOCOL,
-                        "the server's response is not valid HTTP/1.1: it starts with "
-                        f"{bytes(data[:32])!r}",
-                    )
+                if not data.startswith(b"HTTP/"):  # (the common case: one call)
+                    start = bytes(data[:16]).lstrip(b"\r\n")[:5]
+                    if start and not b"HTTP/".startswith(start):
+                        raise WireError.at(
+                            progress,
+                            FailureCategory.REMOTE_PROTOCOL,
+                            "the server's response is not valid HTTP/1.1: it starts with "
+                            f"{bytes(data[:32])!r}",
+                        )
             progress.bytes_received += len(data)
-        elif progress.stage < Stage.RESPONSE_BODY:
+        elif progress.stage < _RESPONSE_BODY:
             raise WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
                 "the server closed the connection in the middle of the response head"
-                if progress.stage == Stage.RESPONSE_HEAD
+                if progress.stage == _RESPONSE_HEAD
                 else "the server closed the connection without sending a response",
             )
         return data
@@ -423,7 +441,11 @@ class HTTP11Connection:
         parser = self._parser
         if parser is not None:
             while True:  # (a head needs bytes: read before the first look)
-                parser.buf += await self._receive(progress)  # an EOF raises there
+                try:  # (the read of _receive, in this frame)
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                except TRANSPORT_ERRORS as exc:
+                    raise self._transport_failure(progress, _READING, exc) from exc
+                parser.buf += self._took(progress, data)  # an EOF raises there
                 got = parser.next_event()
                 if got is NEED:
                     continue
@@ -433,7 +455,7 @@ class HTTP11Connection:
                 assert isinstance(got, ResponseHead)
                 if progress.bytes_received > self._max_header_bytes:
                     self._check_head_size(progress, got.headers)
-                progress.stage = Stage.RESPONSE_BODY  # (from RESPONSE_HEAD)
+                progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
                 return WireResponse(
                     got.status,
                     got.reason.decode("latin-1"),
@@ -448,7 +470,11 @@ class HTTP11Connection:
             except h11.RemoteProtocolError as exc:
                 raise self._refused(progress, exc) from exc
             if event is h11.NEED_DATA:
-                conn.receive_data(bytes(await self._receive(progress)))
+                try:  # (the read of _receive, in this frame)
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                except TRANSPORT_ERRORS as exc:
+                    raise self._transport_failure(progress, _READING, exc) from exc
+                conn.receive_data(bytes(self._took(progress, data)))
                 continue
             # (h11's events are ABCs, so an isinstance costs a Python call; h11 makes exactly
             # these types)
@@ -463,7 +489,7 @@ class HTTP11Connection:
                 framing = _framing_conflict(headers)
                 if framing is not None:
                     raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
-                progress.stage = Stage.RESPONSE_BODY  # (from RESPONSE_HEAD)
+                progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
                 return WireResponse(
                     event.status_code,
                     event.reason.decode("latin-1"),
@@ -560,7 +586,7 @@ class HTTP11Connection:
                                 if total > limit:
                                     return chunks
                     elif type(event) is h11.EndOfMessage:
-                        progress.stage = Stage.COMPLETE
+                        progress.stage = _COMPLETE
                         self._finish_cycle()
                         return chunks
                     elif event is h11.NEED_DATA:
@@ -613,7 +639,7 @@ class HTTP11Connection:
                     return bytes(event.data)
                 continue
             if type(event) is h11.EndOfMessage:
-                progress.stage = Stage.COMPLETE
+                progress.stage = _COMPLETE
                 self._finish_cycle()
                 return b""
             raise _unexpected(progress, event)
@@ -627,7 +653,7 @@ class HTTP11Connection:
         if got is NEED:
             return None
         if got is END:
-            progress.stage = Stage.COMPLETE
+            progress.stage = _COMPLETE
             self._parser = self._request = None
             self.busy = False
             if not parser.keep_alive or parser.buf:

@@ -87,6 +87,9 @@ from .progress import AttemptProgress, WireError
 __all__ = ["ConnectionPool", "MultiplexedConnection", "Opener", "PooledConnection"]
 
 
+_POOL = Stage.POOL  # (a global: an enum attribute is slow on Python 3.11)
+
+
 class ConnectionPool(PoolState):
     """Keep-alive pool with global and per-origin limits; see the module docstring."""
 
@@ -160,7 +163,7 @@ class ConnectionPool(PoolState):
         conn = self._take(state)
         if conn is None:
             return None
-        progress.advance(Stage.POOL)
+        progress.advance(_POOL)
         progress.connection_reused = True
         return conn
 

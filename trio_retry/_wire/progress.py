@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 
+_ADMISSION = Stage.ADMISSION  # (a global: an enum attribute is slow on Python 3.11)
+
+
 class AttemptProgress:
     """Mutable, per-attempt record of how far the request got.
 
@@ -45,7 +48,7 @@ class AttemptProgress:
     )
 
     def __init__(self, started: float) -> None:
-        self.stage = Stage.ADMISSION
+        self.stage = _ADMISSION
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connection_reused = False
