@@ -51,11 +51,15 @@ from .upstream import Permit, UpstreamState, admit, release, try_admit
 __all__ = [
     "Outcome",
     "attempt_headers",
+    "exchange",
     "fixed_headers",
     "give_back",
+    "guarded_attempt",
     "observe",
+    "ready",
     "record",
     "run_attempt",
+    "settle",
 ]
 
 _FRAMING = ("transfer-encoding", "content-length")
@@ -73,6 +77,7 @@ class Outcome:
         "error",
         "expired",
         "permit",
+        "proxy",
         "response",
         "sent_headers",
     )
@@ -88,6 +93,8 @@ class Outcome:
         self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
         #: The call deadline passed while the attempt held its connection (without a scope).
         self.expired = False
+        #: The proxy the attempt goes through (``Connector.proxy_for``), from :func:`ready`.
+        self.proxy: ProxyConfig | None = None
 
     def stage_expired(self, which: str, limit: float) -> None:
         """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): close
@@ -119,13 +126,34 @@ async def run_attempt(
     closes an HTTP/1.1 connection when it passes (see ``_wire/timers.py``): the attempt ends
     as it would in a scope, and is reported the same way. An HTTP/2 connection is shared, so
     a deadline on one keeps its scope.
+
+    The common case with no call deadline runs :func:`exchange` from this frame (the retry
+    loop runs it from its own); the others run it inside :func:`guarded_attempt`.
     """
+    outcome = ready(rt, request, state, progress, deadline)
+    if outcome.conn is not None and deadline == math.inf:
+        await exchange(rt, request, state, progress, streaming, outcome, number)
+        settle(rt, progress, outcome)
+        return outcome
+    return await guarded_attempt(rt, request, state, progress, streaming, deadline, number, outcome)
+
+
+def ready(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    deadline: float,
+) -> Outcome:
+    """An attempt's :class:`Outcome`, holding a pooled connection (and a bulkhead permit)
+    taken at once when the attempt can go without a scope (see :func:`run_attempt`). With a
+    connection and no call deadline, :func:`exchange` then :func:`settle` run it (the retry
+    loop does so in its own frame); anything else goes to :func:`guarded_attempt`."""
     outcome = Outcome()
     origin = request.url.origin
-    proxy = rt.connector.proxy_for(origin)
-    timers = rt.timers
+    proxy = outcome.proxy = rt.connector.proxy_for(origin)
     if (
-        (deadline == math.inf or timers.running)
+        (deadline == math.inf or rt.timers.running)
         and not state.guarded
         and rt.config.auth is None
         and request.body.known_length is not None
@@ -137,10 +165,32 @@ async def run_attempt(
             outcome.permit = try_admit(state)
         if state.limiter is None or outcome.permit is not None:
             outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
+    return outcome
+
+
+def settle(rt: Runtime, progress: AttemptProgress, outcome: Outcome) -> None:
+    """After an unguarded :func:`exchange`: a failure while the client closed is
+    ``aclose()``'s doing (it closed the connection the attempt held), not retried."""
+    if outcome.error is not None and rt.closed:
+        _closed_in_flight(outcome, progress)
+
+
+async def guarded_attempt(
+    rt: Runtime,
+    request: PreparedRequest,
+    state: UpstreamState,
+    progress: AttemptProgress,
+    streaming: bool,
+    deadline: float,
+    number: int,
+    outcome: Outcome,
+) -> Outcome:
+    """:func:`run_attempt` when the attempt needs a guard: the call deadline on the client's
+    deadline lane (a pooled HTTP/1.1 connection already taken), else a cancel scope."""
     conn = outcome.conn
-    unscoped = conn is not None
-    timed = False
-    if conn is not None and deadline != math.inf:
+    timers = rt.timers
+    unscoped = timed = False
+    if conn is not None:
         # Scoped after all (on the connection already taken) when the connection is shared
         # or the deadline would put the lane out of order.
         timed = not conn.multiplexed and timers.deadline.arm_at(outcome, deadline)
@@ -148,19 +198,17 @@ async def run_attempt(
     timed_out = drained = False
     if timed:
         try:
-            await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
+            await exchange(rt, request, state, progress, streaming, outcome, number)
         finally:
             timers.deadline.disarm(outcome)
         if outcome.expired and outcome.error is not None:
             timed_out = True  # reported below exactly as the scope's expiry would be
-    elif unscoped:
-        await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
     else:
         scope = trio.CancelScope(deadline=deadline)
         rt.scopes[scope] = progress
         try:
             with scope:
-                await _exchange(rt, request, state, progress, streaming, outcome, proxy, number)
+                await exchange(rt, request, state, progress, streaming, outcome, number)
         except BaseException:
             # Outer cancellation (or the caller's own error): no result to learn from; a
             # probe slot of the breaker is given back.
@@ -182,10 +230,7 @@ async def run_attempt(
     elif (timed_out or (unscoped and outcome.error is not None)) and rt.closed:
         # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
         # closed. Not retried.
-        outcome.response = None
-        outcome.error = WireError.at(
-            progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, retryable=False
-        )
+        _closed_in_flight(outcome, progress)
     elif timed_out:
         outcome.response = None
         outcome.error = WireError.at(
@@ -194,6 +239,14 @@ async def run_attempt(
             f"the call deadline expired during {progress.stage}",
         )
     return outcome
+
+
+def _closed_in_flight(outcome: Outcome, progress: AttemptProgress) -> None:
+    """The attempt was ended by ``aclose()``: not retried."""
+    outcome.response = None
+    outcome.error = WireError.at(
+        progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, retryable=False
+    )
 
 
 def fixed_headers(rt: Runtime, request: PreparedRequest, via_proxy: ProxyConfig | None) -> bool:
@@ -288,20 +341,21 @@ async def attempt_headers(
     return headers
 
 
-async def _exchange(
+async def exchange(
     rt: Runtime,
     request: PreparedRequest,
     state: UpstreamState,
     progress: AttemptProgress,
     streaming: bool,
     outcome: Outcome,
-    proxy: ProxyConfig | None,
     number: int,
 ) -> None:
-    """Run the attempt; a :class:`WireError` ends up in ``outcome.error``. A streamed
-    response keeps its connection and permit until its body is consumed; anything else
-    (an interrupted attempt included) gives them back before this returns or raises."""
+    """Run the attempt (its :class:`Outcome` from :func:`ready`); a :class:`WireError` ends up
+    in ``outcome.error``. A streamed response keeps its connection and permit until its body
+    is consumed; anything else (an interrupted attempt included) gives them back before this
+    returns or raises."""
     finished = False
+    proxy = outcome.proxy
     try:
         url = request.url
         origin = url.origin
