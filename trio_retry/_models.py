@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import json as _json
 import re
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
@@ -482,7 +482,8 @@ class Response:
         self._elapsed: timedelta | float = elapsed
         self.request_method = request_method
         self._content = content
-        self.attempts: list[Attempt] = list(attempts)
+        self._attempts: list[Attempt] | None = list(attempts)
+        self._attempt_record: Callable[[], Attempt] | None = None
         self.retry_decision = retry_decision
         self.history: list[Response] = []
         self._stream = stream
@@ -502,14 +503,16 @@ class Response:
         sent_headers: Sequence[tuple[bytes, bytes]],
         elapsed: float,
         content: bytes | None,
-        attempts: list[Attempt],
+        attempts: list[Attempt] | None,
         retry_decision: Decision | None,
         stream: AsyncIterator[bytes] | None,
         decoder: BodyDecoder | None,
+        attempt_record: Callable[[], Attempt] | None = None,
     ) -> Response:
         """The client's own constructor (one per call): what the wire gave, kept as it came.
         ``headers``, ``request`` and ``elapsed`` are built from it when first read; the
-        ``attempts`` list becomes the response's own."""
+        ``attempts`` list becomes the response's own. ``attempts=None``: the call's one
+        attempt, whose record ``attempt_record()`` builds when ``attempts`` is first read."""
         self = cls.__new__(cls)
         self.status = status
         self.reason = reason
@@ -522,13 +525,31 @@ class Response:
         self._elapsed = elapsed
         self.request_method = request_method
         self._content = content
-        self.attempts = attempts
+        self._attempts = attempts
+        self._attempt_record = attempt_record
         self.retry_decision = retry_decision
         self.history = []
         self._stream = stream
         self._decoder = decoder
         self._consumed = content is not None
         return self
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Every attempt of the call that produced this response, in order (this hop's, after
+        redirects: earlier hops are in ``history``)."""
+        attempts = self._attempts
+        if attempts is None:  # one attempt, its record built on first read
+            record = self._attempt_record
+            assert record is not None
+            attempts = self._attempts = [record()]
+            self._attempt_record = None
+        return attempts
+
+    @attempts.setter
+    def attempts(self, attempts: list[Attempt]) -> None:
+        self._attempts = attempts
+        self._attempt_record = None
 
     @property
     def request(self) -> SentRequest:

@@ -26,6 +26,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -159,6 +160,16 @@ async def send(
             # RESPONSE_RECEIVED, no failure, and no Retry-After is read below 400).
             if guarded:
                 learn(state, outcome, progress, None, None, ledger)
+            if not attempts and not streaming and not _watched(rt, request):
+                # The call's one attempt, buffered, and nobody to tell of it: its record is
+                # built when Response.attempts is first read (from this progress and outcome,
+                # which nothing changes any more).
+                first = partial(
+                    record, 1, progress, outcome, Evidence.RESPONSE_RECEIVED, None, ended
+                )
+                return _response(
+                    request, outcome, None, None, ended=ended, attempt_record=first
+                ), None
             attempt = record(
                 len(attempts) + 1, progress, outcome, Evidence.RESPONSE_RECEIVED, None, ended
             )
@@ -336,6 +347,16 @@ async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     return not rt.draining
 
 
+def _watched(rt: Runtime, request: PreparedRequest) -> bool:
+    """Whether :func:`_notify` has anyone to tell of an attempt: a span, the DEBUG log or
+    ``on_attempt``."""
+    return (
+        request.trace is not None
+        or rt.config.on_attempt is not None
+        or logger.isEnabledFor(logging.DEBUG)
+    )
+
+
 def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitable[object] | None:
     """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
     is for the caller to await (so that a client without an async callback awaits nothing).
@@ -372,13 +393,15 @@ def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitabl
 def _response(
     request: PreparedRequest,
     outcome: Outcome,
-    attempts: list[Attempt],
+    attempts: list[Attempt] | None,
     decision: Decision | None,
     stream: StreamedBody | None = None,
     decoder: CheckedDecoder | None = None,
     ended: float | None = None,
+    attempt_record: Callable[[], Attempt] | None = None,
 ) -> Response:
-    """The call's response; ``ended``: when its attempt ended, if just read (else now)."""
+    """The call's response; ``ended``: when its attempt ended, if just read (else now);
+    ``attempts=None``: its one attempt is ``attempt_record()``'s, built when first read."""
     wire = outcome.response
     assert wire is not None
     return Response._received(
@@ -395,6 +418,7 @@ def _response(
         retry_decision=decision,
         stream=stream,
         decoder=decoder,
+        attempt_record=attempt_record,
     )
 
 
