@@ -44,7 +44,8 @@ async def test_the_deferred_record_is_the_record_on_attempt_sees(
         Evidence.RESPONSE_RECEIVED,
         200,
     )
-    assert first.connection_reused and first.bytes_received > len(b"hello")
+    assert first.connection_reused
+    assert first.bytes_received > len(b"hello")
     assert first.timings["total"] == pytest.approx(deferred.elapsed.total_seconds(), abs=1e-6)
 
 
