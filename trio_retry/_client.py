@@ -282,6 +282,11 @@ class Client:
         ``trio.Cancelled`` propagates unchanged: an interrupted HTTP/1.1 connection is closed
         (never reused), an interrupted HTTP/2 stream is reset, and the pool stays consistent.
         """
+        return await self._call(method, url, options)
+
+    async def _call(self, method: str, url: str | URL, options: RequestOptions) -> Response:
+        """:meth:`request` with its options as one dict: the verbs' path, so that
+        ``get(url, **options)`` does not unpack and pack them again on the way."""
         request = self._prepare(method, url, options)
         # One coroutine layer less on every await of a call that does not follow redirects.
         if request.follow_redirects:
@@ -293,38 +298,38 @@ class Client:
     async def get(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("GET", url, ...)``: retried on any evidence that allows it (GET is safe).
         Cancellation: as :meth:`request`."""
-        return await self.request("GET", url, **options)
+        return await self._call("GET", url, options)
 
     async def head(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("HEAD", url, ...)``; the response has no body. Cancellation: as
         :meth:`request`."""
-        return await self.request("HEAD", url, **options)
+        return await self._call("HEAD", url, options)
 
     async def options(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("OPTIONS", url, ...)``. Cancellation: as :meth:`request`."""
-        return await self.request("OPTIONS", url, **options)
+        return await self._call("OPTIONS", url, options)
 
     async def post(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("POST", url, ...)``: not idempotent unless ``idempotency_key`` or
         ``idempotency`` says so, so a POST that may have run raises
         ``HttpAmbiguousExecutionError`` instead of being sent again. Cancellation: as
         :meth:`request` (the server may have received the request)."""
-        return await self.request("POST", url, **options)
+        return await self._call("POST", url, options)
 
     async def put(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("PUT", url, ...)`` (idempotent by default). Cancellation: as
         :meth:`request`."""
-        return await self.request("PUT", url, **options)
+        return await self._call("PUT", url, options)
 
     async def patch(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("PATCH", url, ...)``: not idempotent unless told otherwise (as
         :meth:`post`). Cancellation: as :meth:`request`."""
-        return await self.request("PATCH", url, **options)
+        return await self._call("PATCH", url, options)
 
     async def delete(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("DELETE", url, ...)`` (idempotent by default). Cancellation: as
         :meth:`request`."""
-        return await self.request("DELETE", url, **options)
+        return await self._call("DELETE", url, options)
 
     def stream(
         self, method: str, url: str | URL, **options: Unpack[RequestOptions]
