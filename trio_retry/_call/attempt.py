@@ -41,7 +41,7 @@ from .._proxy import ProxyConfig
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
-from .body import decoder_for, read_all
+from .body import decoder_for, whole_body
 from .connect import pool_key
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
@@ -431,14 +431,10 @@ async def exchange(
             finished = True
             return
         limit = config.max_body_bytes
-        outcome.body = await read_all(
-            response.source,
-            progress,
-            limit,
-            timeouts.read,
-            decoder_for(request.method, response.headers, limit),
-            _BUFFERED_HINT,
-        )
+        decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
+        source = response.source
+        chunks = await source.receive_all(progress, timeouts.read, limit)
+        outcome.body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
         finished = True
     except WireError as exc:
         outcome.error = exc

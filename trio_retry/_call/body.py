@@ -1,7 +1,7 @@
 """Reading response bodies, for buffered calls and for streamed ones.
 
 A streamed body is read through a :class:`BodyReader`, chunk by chunk; a buffered one by
-:func:`read_all`, in one ``BodySource.receive_all`` call. Both raise the same error from the
+:func:`whole_body`, from one ``BodySource.receive_all`` call. Both raise the same error from the
 same place (``_too_large``), so the same two rules hold for both:
 
 - **one limit rule**: ``max_body_bytes`` (when set) bounds the raw bytes received *and* the
@@ -10,7 +10,7 @@ same place (``_too_large``), so the same two rules hold for both:
 - **one decode rule**: a ``Content-Encoding`` the client offered is decoded (never for a
   response to HEAD); a decoding error is a ``REMOTE_PROTOCOL`` failure of the body.
 
-A buffered call reads the whole body inside its attempt (:func:`read_all`), so a failure there
+A buffered call reads the whole body inside its attempt (:func:`whole_body`), so a failure there
 is an ordinary attempt failure the loop judges. A streamed call hands the response over first;
 a failure after that (:class:`StreamedBody`) is reported through ``on_break``, which turns it
 into the public exception (``PARTIAL_RESPONSE``, never retried).
@@ -27,7 +27,7 @@ from .._decoding import DecodeError, Decoder, make_decoder
 from .._wire.exchange import BodySource
 from .._wire.progress import AttemptProgress, WireError
 
-__all__ = ["BodyReader", "CheckedDecoder", "StreamedBody", "decoder_for", "read_all"]
+__all__ = ["BodyReader", "CheckedDecoder", "StreamedBody", "decoder_for", "whole_body"]
 
 
 def decoder_for(
@@ -39,7 +39,7 @@ def decoder_for(
     # Every Content-Encoding field, in order (a coding list may span several fields).
     codings: list[str] = []
     for name, value in headers:  # (a loop, not a comprehension: one call fewer per response)
-        if name.lower() == b"content-encoding":
+        if len(name) == 16 and name.lower() == b"content-encoding":  # (the length first: no call)
             codings.append(value.decode("latin-1"))
     return make_decoder(", ".join(codings), limit) if codings else None
 
@@ -88,17 +88,17 @@ def _too_large(source: BodySource, progress: AttemptProgress, limit: int, hint: 
     )
 
 
-async def read_all(
+def whole_body(
+    chunks: list[bytes],
     source: BodySource,
     progress: AttemptProgress,
     limit: int | None,
-    read_timeout: float | None,
     decoder: Decoder | None,
     hint: str = "",
 ) -> bytes:
-    """The whole body of a buffered call, decoded, under the rules of :class:`BodyReader`
-    (the same limit, the same error). Raises ``WireError``."""
-    chunks = await source.receive_all(progress, read_timeout, limit)
+    """The whole body of a buffered call from ``source.receive_all(progress, read_timeout,
+    limit)``'s chunks (awaited by the caller, in its own frame), decoded, under the rules of
+    :class:`BodyReader` (the same limit, the same error). Raises ``WireError``."""
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if limit is not None and len(raw) > limit:
         raise _too_large(source, progress, limit, hint)

@@ -63,6 +63,9 @@ __all__ = ["Closer", "send", "send_following"]
 
 logger = logging.getLogger("trio_retry")
 
+#: (a global: on Python 3.11 an enum class attribute costs a ``__getattr__`` hook)
+_RECEIVED = Evidence.RESPONSE_RECEIVED
+
 #: Ends a streamed response: gives its connection back (reusable if the body was read to the
 #: end) and its permit. ``None`` for a buffered response, which holds nothing.
 Closer = Callable[[], None]
@@ -164,15 +167,11 @@ async def send(
                 # The call's one attempt, buffered, and nobody to tell of it: its record is
                 # built when Response.attempts is first read (from this progress and outcome,
                 # which nothing changes any more).
-                first = partial(
-                    record, 1, progress, outcome, Evidence.RESPONSE_RECEIVED, None, ended
-                )
+                first = partial(record, 1, progress, outcome, _RECEIVED, None, ended)
                 return _response(
                     request, outcome, None, None, ended=ended, attempt_record=first
                 ), None
-            attempt = record(
-                len(attempts) + 1, progress, outcome, Evidence.RESPONSE_RECEIVED, None, ended
-            )
+            attempt = record(len(attempts) + 1, progress, outcome, _RECEIVED, None, ended)
             attempts.append(attempt)
             if (pending := _notify(rt, attempt, request)) is not None:
                 await pending
