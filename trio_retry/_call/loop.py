@@ -7,7 +7,9 @@ One call runs this loop (:func:`send`):
    call is hedged) inside the call's deadline; the wire keeps an ``AttemptProgress`` current,
    so however the attempt ends the stage reached is known; the origin's breaker, throttle and
    hedging ledger learn from it (:func:`~.hedge.learn`);
-3. the :class:`Attempt` record; a response below 400 ends the loop without asking the engine;
+3. the :class:`Attempt` record (a call's one buffered attempt that nobody watches has its
+   record built when ``Response.attempts`` is first read); a response below 400 ends the
+   loop without asking the engine;
 4. otherwise the engine decides on a ``RetryContext``. On ``RetryAllowed`` the attempt has
    *already* given back its connection and its bulkhead permit; the budget is debited and the
    backoff sleeps — never past the call deadline, and cut short by ``drain()``;
