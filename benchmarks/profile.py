@@ -7,6 +7,10 @@ GETs of ``/small`` and prints, per request and per client:
 - **Python function calls** (``sys.setprofile`` "call" events: every Python frame entered,
   coroutine resumptions included) and builtin calls ("c_call"), and **task steps** (a Trio
   instrument's ``before_task_step``): deterministic, the same under load;
+- **blocking I/O waits** (``before_io_wait`` with a timeout, counted at full speed after the
+  CPU blocks): how often the response was not there yet when the client read. Not
+  deterministic: a client that reads sooner, or a server that answers later, waits more, and a
+  wait costs CPU of its own (the epoll registration, the sleep and the wake-up);
 - **CPU us** (``time.process_time``), the clients taking turns in blocks (A/B interleaved, the
   order alternating) so that a drift of the machine hits every client alike: the median over
   blocks, and the mean;
@@ -203,6 +207,18 @@ class _Steps(trio.abc.Instrument):
         self.steps += 1
 
 
+class _Waits(trio.abc.Instrument):
+    """Counts the run loop's blocking I/O waits: nothing was ready to run, so it slept in the
+    kernel until a socket became ready (``before_io_wait`` with a timeout above zero)."""
+
+    def __init__(self) -> None:
+        self.blocking = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        if timeout > 0:
+            self.blocking += 1
+
+
 @dataclass
 class ClientProfile:
     name: str
@@ -211,6 +227,7 @@ class ClientProfile:
     calls: float = 0.0
     c_calls: float = 0.0
     task_steps: float = 0.0
+    blocking_waits: float = float("nan")
     cpu_blocks_us: list[float] = field(default_factory=list)
     areas: dict[str, dict[str, float]] = field(default_factory=dict)
     profiled_us: float = 0.0  # cProfile's total tottime per request
@@ -232,6 +249,7 @@ class ClientProfile:
             "python_calls_per_req": self.calls,
             "builtin_calls_per_req": self.c_calls,
             "task_steps_per_req": self.task_steps,
+            "blocking_waits_per_req": self.blocking_waits,
             "cpu_us_per_req": self.cpu_us,
             "cpu_us_per_req_mean": self.cpu_mean_us,
             "cpu_us_blocks": self.cpu_blocks_us,
@@ -254,6 +272,19 @@ async def count_calls(adapter: Adapter, n: int, conc: int, prof: ClientProfile) 
     prof.calls = counter.calls / n
     prof.c_calls = counter.c_calls / n
     prof.task_steps = steps.steps / n
+
+
+async def count_waits(adapter: Adapter, n: int, conc: int, prof: ClientProfile) -> None:
+    """Blocking waits per request, at full speed (no profiler): how often the response was
+    not there yet when the client went to read it. The CPU blocks run without this
+    instrument."""
+    waits = _Waits()
+    trio.lowlevel.add_instrument(waits)
+    try:
+        await run_block(adapter, n, conc)
+    finally:
+        trio.lowlevel.remove_instrument(waits)
+    prof.blocking_waits = waits.blocking / n
 
 
 async def profile_areas(
@@ -326,6 +357,8 @@ async def measure(
                 t0 = time.process_time()
                 await run_block(adapter, block, conc)
                 profiles[name].cpu_blocks_us.append((time.process_time() - t0) / block * 1e6)
+        for name, adapter in adapters.items():
+            await count_waits(adapter, args.count_n, conc, profiles[name])
         if args.profile_n > 0:
             for name, adapter in adapters.items():
                 await profile_areas(
@@ -491,6 +524,7 @@ def render(profiles: list[ClientProfile], header: list[str]) -> str:
     row("Python function calls", [f"{p.calls:.1f}" for p in profiles])
     row("builtin calls", [f"{p.c_calls:.1f}" for p in profiles])
     row("task steps", [f"{p.task_steps:.2f}" for p in profiles])
+    row("blocking I/O waits", [f"{p.blocking_waits:.2f}" for p in profiles])
     blocks = len(profiles[0].cpu_blocks_us)
     row(f"CPU us (median of {blocks} blocks)", [f"{p.cpu_us:.1f}" for p in profiles])
     row("CPU us (mean)", [f"{p.cpu_mean_us:.1f}" for p in profiles])

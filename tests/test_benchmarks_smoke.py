@@ -306,6 +306,8 @@ def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
     for c in clients.values():
         assert c["python_calls_per_req"] > 0
         assert c["task_steps_per_req"] > 0
+        # A sequential GET waits for its response at most once per read it makes.
+        assert 0 <= c["blocking_waits_per_req"] <= 2
         assert c["cpu_us_per_req"] > 0
         assert sum(a["share"] for a in c["areas"].values()) == pytest.approx(1.0, abs=0.01)
         assert "h11" in c["areas"]
@@ -314,6 +316,7 @@ def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
     assert "_wire/http11 + progress" in ours
     assert not any(a.startswith("_") for a in clients["h11_trio"]["areas"])  # none of ours
     assert "Python function calls" in output
+    assert "blocking I/O waits" in output
     assert "cProfile tottime" in output
 
 
