@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from trio_retry._wire.fast11 import DEFER, END, NEED, FastParser, ResponseHead, request_head
-from trio_retry._wire.http11 import _eof_error, _protocol_message
+from trio_retry._wire.http11_rules import eof_error, protocol_message
 
 SETTINGS = settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -45,9 +45,9 @@ def _request_conn(max_header_bytes: int) -> h11.Connection:
 
 def _classify(exc: h11.RemoteProtocolError, conn: h11.Connection) -> tuple[str, str]:
     """What ``HTTP11Connection._next_event`` makes of an h11 error."""
-    if conn.their_state is h11.ERROR and _eof_error(exc):
+    if conn.their_state is h11.ERROR and eof_error(exc):
         return ("CONNECTION_BROKEN", "closed before complete")
-    return ("REMOTE_PROTOCOL", _protocol_message(exc))
+    return ("REMOTE_PROTOCOL", protocol_message(exc))
 
 
 def _drain_h11(conn: h11.Connection, out: Outcome) -> bool:

@@ -227,7 +227,7 @@ class FastParser:
                         keep_alive = False
         if chunked:
             if length is not None:
-                return DEFER  # TE + CL: refused on the h11 path (http11._framing_conflict)
+                return DEFER  # TE + CL: refused on the h11 path (http11_rules.framing_conflict)
             length = CHUNKED
         elif length is None:
             return DEFER  # read until close: h11's

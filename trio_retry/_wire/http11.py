@@ -30,7 +30,6 @@ returned to the pool.
 from __future__ import annotations
 
 import select
-from collections.abc import Iterable
 
 import h11
 import trio
@@ -38,22 +37,27 @@ import trio
 from .._core.evidence import FailureCategory, Stage
 from .exchange import (
     TRANSPORT_ERRORS,
-    BodySource,
     WireRequest,
     WireResponse,
     closing_body,
     content_length,
-    head_too_large,
 )
 from .fast11 import DEFER, END, NEED, FastParser, ResponseHead, request_head
+from .http11_rules import (
+    check_head_size,
+    eof_error,
+    framing_conflict,
+    invalid_request,
+    protocol_message,
+    request_event,
+    unexpected,
+)
 from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
 from .timers import Lane, StageTimers
 from .transport import Transport
 from .virtual import VirtualSocket
 
-# WireRequest, WireResponse, BodySource and closing_body live in exchange.py (shared with
-# HTTP/2); they are re-exported here for the importers that know them from this module.
-__all__ = ["BodySource", "HTTP11Connection", "WireRequest", "WireResponse", "closing_body"]
+__all__ = ["HTTP11Connection"]
 
 RECEIVE_SIZE = 65536
 #: h11's events are immutable: the one end of a request body is sent by every request.
@@ -225,7 +229,7 @@ class HTTP11Connection:
         try:
             return self._h11.send(event) or b""
         except h11.LocalProtocolError as exc:
-            raise _invalid_request(progress, exc) from exc
+            raise invalid_request(progress, exc) from exc
 
     async def send_request(
         self,
@@ -345,9 +349,9 @@ class HTTP11Connection:
         event = request.h11_event
         if event is None:
             try:
-                event = request.h11_event = _request_event(request, content_length(request))
+                event = request.h11_event = request_event(request, content_length(request))
             except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
-                raise _invalid_request(progress, exc) from exc
+                raise invalid_request(progress, exc) from exc
         return event
 
     def _encode_whole(self, request: WireRequest, progress: AttemptProgress, body: bytes) -> bytes:
@@ -360,7 +364,7 @@ class HTTP11Connection:
                 data += conn.send(h11.Data(data=body)) or b""
             return data + (conn.send(_END) or b"")
         except h11.LocalProtocolError as exc:
-            raise _invalid_request(progress, exc) from exc
+            raise invalid_request(progress, exc) from exc
 
     async def _next_event(self, progress: AttemptProgress) -> object:
         """The next h11 event, reading from the socket as needed; errors classified.
@@ -380,13 +384,13 @@ class HTTP11Connection:
     def _refused(self, progress: AttemptProgress, exc: h11.RemoteProtocolError) -> WireError:
         """What h11 refusing the server's bytes means: an EOF inside the response is
         ``CONNECTION_BROKEN``, anything else ``REMOTE_PROTOCOL``."""
-        if self._h11.their_state is h11.ERROR and _eof_error(exc):
+        if self._h11.their_state is h11.ERROR and eof_error(exc):
             return WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
                 "the server closed the connection before the response was complete",
             )
-        return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc))
+        return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, protocol_message(exc))
 
     async def _receive(self, progress: AttemptProgress) -> bytes | bytearray:
         """One read of response bytes (for either parser), judged by :meth:`_took`."""
@@ -454,7 +458,7 @@ class HTTP11Connection:
                     break
                 assert isinstance(got, ResponseHead)
                 if progress.bytes_received > self._max_header_bytes:
-                    self._check_head_size(progress, got.headers)
+                    check_head_size(progress, got.headers, self._max_header_bytes)
                 progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
                 return WireResponse(
                     got.status,
@@ -485,8 +489,8 @@ class HTTP11Connection:
                 # is measured here, so the limit holds however the bytes were chunked.
                 headers = event.headers.raw_items()
                 if progress.bytes_received > self._max_header_bytes:  # cheap bound first
-                    self._check_head_size(progress, headers)
-                framing = _framing_conflict(headers)
+                    check_head_size(progress, headers, self._max_header_bytes)
+                framing = framing_conflict(headers)
                 if framing is not None:
                     raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
                 progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
@@ -499,19 +503,6 @@ class HTTP11Connection:
                 )
             raise WireError.at(  # pragma: no cover - h11 only yields the above here
                 progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}"
-            )
-
-    def _check_head_size(
-        self, progress: AttemptProgress, headers: Iterable[tuple[bytes, bytes]]
-    ) -> None:
-        """h11 bounds only *incomplete* heads; a large head that arrived in one read is
-        measured here (both parsers), so the limit holds however the bytes were chunked."""
-        size = sum(len(name) + len(value) + 4 for name, value in headers)
-        if size > self._max_header_bytes:
-            raise WireError.at(
-                progress,
-                FailureCategory.REMOTE_PROTOCOL,
-                head_too_large(f"{size} bytes > {self._max_header_bytes}"),
             )
 
     def _defer(self) -> None:
@@ -527,7 +518,7 @@ class HTTP11Connection:
         assert request is not None
         self._parser = self._request = None
         conn = self._h11
-        conn.send(request.h11_event or _request_event(request, content_length(request)))
+        conn.send(request.h11_event or request_event(request, content_length(request)))
         assert isinstance(request.body, bytes)
         if request.body:
             conn.send(h11.Data(data=request.body))
@@ -592,7 +583,7 @@ class HTTP11Connection:
                     elif event is h11.NEED_DATA:
                         conn.receive_data(bytes(await self._receive(progress)))
                     else:
-                        raise _unexpected(progress, event)
+                        raise unexpected(progress, event)
             while True:
                 if read_limit is None:
                     chunk = await self._body_chunk(progress)
@@ -642,7 +633,7 @@ class HTTP11Connection:
                 progress.stage = _COMPLETE
                 self._finish_cycle()
                 return b""
-            raise _unexpected(progress, event)
+            raise unexpected(progress, event)
 
     def _fast_next(self, parser: FastParser, progress: AttemptProgress) -> bytes | None:
         """The fast parser's next step in a body, without I/O: a chunk; ``b""`` at the end
@@ -697,70 +688,3 @@ class HTTP11Connection:
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("busy" if self.busy else "idle")
         return f"<HTTP11Connection {self.origin_key} {state} requests={self.requests}>"
-
-
-def _request_event(request: WireRequest, length: bytes | None) -> h11.Request:
-    """The request as h11 sends it: framed by ``length`` (else chunked for a stream).
-
-    The header names and values were validated when they entered the client (see
-    ``_models._check_header``: h11's rules and stricter), so h11 is told not to run its regexes
-    over them again. It still checks the method, the target and the Host header, and a
-    rejection is the caller's to classify (nothing was written)."""
-    headers = request.headers
-    if length is not None:
-        headers = [*headers, (b"content-length", length)]
-    elif not isinstance(request.body, bytes):
-        headers = [*headers, (b"transfer-encoding", b"chunked")]
-    return h11.Request(
-        method=request.method.encode("ascii"),
-        target=request.target.encode("ascii"),
-        headers=headers,
-        _parsed=True,
-    )
-
-
-def _invalid_request(progress: AttemptProgress, exc: Exception) -> WireError:
-    """h11 refused the request (nothing of it was written)."""
-    return WireError.at(progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}")
-
-
-def _framing_conflict(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """Why a response head's framing is invalid, or ``None``: ``Transfer-Encoding`` together
-    with ``Content-Length``.
-
-    RFC 9112 §6.3 (3): such a message "ought to be handled as an error", and the connection
-    must not be reused: the two lengths disagree about where this response ends, which is
-    where request smuggling and response desync live. h11 reads the body as chunked and keeps
-    the connection; we refuse the response (the wire stage stays ``RESPONSE_HEAD``: no valid
-    response was received) and the connection is closed with it.
-    """
-    chunked = length = False
-    for name, _ in headers:  # the names as received (any case): compared by length first
-        size = len(name)
-        if size == 17 and name.lower() == b"transfer-encoding":
-            chunked = True
-        elif size == 14 and name.lower() == b"content-length":
-            length = True
-    if chunked and length:
-        return (
-            "the server's response is not valid HTTP/1.1: it has both Transfer-Encoding and "
-            "Content-Length (RFC 9112 §6.3), so its length is ambiguous; the connection is "
-            "closed, not reused"
-        )
-    return None
-
-
-def _unexpected(progress: AttemptProgress, event: object) -> WireError:
-    """An h11 event that cannot come inside a response body (h11 makes none)."""
-    return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, f"unexpected event {event!r}")
-
-
-def _eof_error(exc: h11.RemoteProtocolError) -> bool:
-    return "peer closed connection" in str(exc) or "incomplete" in str(exc)
-
-
-def _protocol_message(exc: h11.RemoteProtocolError) -> str:
-    text = str(exc)
-    if "too long" in text.lower() or "exceeds" in text.lower():
-        return head_too_large(text)
-    return f"the server's response is not valid HTTP/1.1: {text}"
