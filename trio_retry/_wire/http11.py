@@ -584,11 +584,9 @@ class HTTP11Connection:
                         conn.receive_data(bytes(await self._receive(progress)))
                     else:
                         raise unexpected(progress, event)
+            assert read_limit is not None  # (without one, the loops above return or raise)
             while True:
-                if read_limit is None:
-                    chunk = await self._body_chunk(progress)
-                else:
-                    chunk = await self._timed_chunk(progress, read_limit)
+                chunk = await self._timed_chunk(progress, read_limit)
                 if not chunk:
                     return chunks
                 chunks.append(chunk)
