@@ -2,6 +2,7 @@
 
 - ``frames.py``     inbound bytes cut at frame boundaries; GOAWAY taken out; DATA before a head
 - ``headers.py``    the request's header block; the response's validated (stream errors)
+- ``hpack_memo.py`` hpack's coders, giving a repeated block's result again while the table holds
 - ``stream.py``     one exchange: a state enum, its proof (first failure wins), its body
 - ``writer.py``     the one task that writes to the socket
 - ``outbound.py``   the request side: a stream opened, its request written, its head read

@@ -52,6 +52,7 @@ from ..timers import StageTimers
 from ..transport import Transport
 from .frames import InboundFrames
 from .headers import head_size, request_headers
+from .hpack_memo import MemoDecoder, MemoEncoder
 from .inbound import receive
 from .outbound import health_check, open_stream, queue_whole, read_head, write_body
 from .stream import Failure, Stream
@@ -142,6 +143,10 @@ class HTTP2Connection:
             validate_inbound_headers=False,
         )
         self._h2 = h2.connection.H2Connection(config=config)
+        # hpack's coders, keeping the blocks that repeat (``hpack_memo.py``); replaced before
+        # the connection codes its first block.
+        self._h2.encoder = MemoEncoder()
+        self._h2.decoder = MemoDecoder()
         codes = h2.settings.SettingCodes
         # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
         self._h2.local_settings = h2.settings.Settings(
