@@ -48,6 +48,9 @@ class FakeConnection:
             if callable(hook):
                 hook()
 
+    def attempt_expired(self, progress: object) -> None:
+        raise NotImplementedError  # the pool never calls it (the attempt does)
+
     def stream_done(self) -> None:
         """As HTTP2Connection: after GOAWAY the last finished stream retires it."""
         self.streams -= 1

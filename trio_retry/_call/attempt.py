@@ -77,6 +77,7 @@ class Outcome:
         "error",
         "expired",
         "permit",
+        "progress",
         "proxy",
         "response",
         "sent_headers",
@@ -93,16 +94,19 @@ class Outcome:
         self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
         #: The call deadline passed while the attempt held its connection (without a scope).
         self.expired = False
+        #: The attempt's progress, while its call deadline is on the deadline lane.
+        self.progress: AttemptProgress | None = None
         #: The proxy the attempt goes through (``Connector.proxy_for``), from :func:`ready`.
         self.proxy: ProxyConfig | None = None
 
     def stage_expired(self, which: str, limit: float) -> None:
-        """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): close
-        the HTTP/1.1 connection the attempt holds, which ends its wait at once."""
+        """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): the
+        connection ends this attempt's waits at once (``attempt_expired``: HTTP/1.1 closes
+        itself, HTTP/2 fails the attempt's stream only)."""
         conn = self.conn
-        if conn is not None:
+        if conn is not None and self.progress is not None:
             self.expired = True
-            conn.close()
+            conn.attempt_expired(self.progress)
 
 
 async def run_attempt(
@@ -123,9 +127,10 @@ async def run_attempt(
     connection (a socket read or write; on HTTP/2 also its stream events), and ``aclose()``
     closing it fails those waits as promptly (a scope costs more than the rest of a small
     request's bookkeeping). A call deadline then rides on the client's deadline lane, which
-    closes an HTTP/1.1 connection when it passes (see ``_wire/timers.py``): the attempt ends
-    as it would in a scope, and is reported the same way. An HTTP/2 connection is shared, so
-    a deadline on one keeps its scope.
+    ends the attempt's waits when it passes (see ``_wire/timers.py``): an HTTP/1.1 connection
+    is closed; on a shared HTTP/2 connection only the attempt's stream fails (or, before it
+    has one, its wait for a slot ends). The attempt ends as it would in a scope, and is
+    reported the same way.
 
     The common case with no call deadline runs :func:`exchange` from this frame (the retry
     loop runs it from its own); the others run it inside :func:`guarded_attempt`.
@@ -186,14 +191,15 @@ async def guarded_attempt(
     outcome: Outcome,
 ) -> Outcome:
     """:func:`run_attempt` when the attempt needs a guard: the call deadline on the client's
-    deadline lane (a pooled HTTP/1.1 connection already taken), else a cancel scope."""
+    deadline lane (a pooled connection already taken), else a cancel scope."""
     conn = outcome.conn
     timers = rt.timers
     unscoped = timed = False
     if conn is not None:
-        # Scoped after all (on the connection already taken) when the connection is shared
-        # or the deadline would put the lane out of order.
-        timed = not conn.multiplexed and timers.deadline.arm_at(outcome, deadline)
+        # Scoped after all (on the connection already taken) when the deadline would put the
+        # lane out of order.
+        outcome.progress = progress
+        timed = timers.deadline.arm_at(outcome, deadline)
         unscoped = timed
     timed_out = drained = False
     if timed:

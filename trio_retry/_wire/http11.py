@@ -189,6 +189,11 @@ class HTTP11Connection:
         lane: Lane | None = getattr(timers, which)
         return lane
 
+    def attempt_expired(self, progress: AttemptProgress) -> None:
+        """The call deadline of the attempt on this connection passed: the attempt holds the
+        connection alone, so closing it ends the attempt's wait at once."""
+        self.close()
+
     def close(self) -> None:
         """Close at once, without a TLS close_notify (safe to call twice)."""
         if not self.closed:

@@ -43,6 +43,11 @@ class PooledConnection(Protocol):
     def is_reusable(self) -> bool: ...
     def peer_closed(self) -> bool: ...
     def close(self) -> None: ...
+    def attempt_expired(self, progress: AttemptProgress) -> None:
+        """The call deadline of the attempt ``progress`` belongs to passed (the client's
+        deadline lane): end that attempt's waits at once, and only its. Must not raise or
+        block."""
+
     async def send_request(
         self,
         request: WireRequest,

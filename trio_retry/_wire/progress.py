@@ -40,6 +40,7 @@ class AttemptProgress:
         "bytes_received",
         "bytes_sent",
         "connection_reused",
+        "deadline_passed",
         "http_version",
         "proven_not_sent",
         "stage",
@@ -52,6 +53,9 @@ class AttemptProgress:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connection_reused = False
+        #: The call deadline passed while this attempt ran on the client's deadline lane: a
+        #: wait the attempt is woken from sees it and stops (``timers.DeadlineLane``).
+        self.deadline_passed = False
         self.http_version: str | None = None
         self.proven_not_sent = False
         self.started = started

@@ -75,9 +75,12 @@ class Lane:
 
 class DeadlineLane(Lane):
     """Call deadlines (absolute times, each call its own) of attempts that need no cancel
-    scope: an attempt on an HTTP/1.1 connection ready at once, which only ever waits on that
-    connection, so closing it when the deadline passes ends the attempt as promptly as a
-    scope would (the attempt then reports the deadline, not the close: ``_call/attempt.py``).
+    scope: an attempt on a pooled connection ready at once, which only ever waits on that
+    connection. When the deadline passes the connection ends that attempt's waits as
+    promptly as a scope would (``attempt_expired``): an HTTP/1.1 connection, which the attempt
+    holds alone, closes; an HTTP/2 connection fails the attempt's stream (reset) and wakes it
+    from a wait for a stream slot, the idle health check or its frames' write, and goes on
+    with its other streams. The attempt then reports the deadline: ``_call/attempt.py``.
 
     Due times must not go backwards: :meth:`arm_at` refuses one earlier than the last armed
     (the caller uses a cancel scope instead), so the lane stays in due order. ``limit`` is the

@@ -281,6 +281,24 @@ class HTTP2Connection:
             Failure(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
         )
 
+    def attempt_expired(self, progress: AttemptProgress) -> None:
+        """The call deadline of the attempt ``progress`` belongs to passed (the client's
+        deadline lane): end that attempt's waits, and only its; the connection and the other
+        streams carry on. Its stream, if it has one, fails with a timeout (which wakes it, and
+        resets the stream like any failure); an attempt still waiting for a free stream slot,
+        for the idle health check or for its frames to be written is woken and sees
+        ``progress.deadline_passed``. What arrived before stays the attempt's: a stream that
+        ended already is not failed (the attempt then succeeds, as over a scope that expired
+        after the last byte)."""
+        progress.deadline_passed = True
+        for stream in self._streams.values():
+            if stream.progress is progress:
+                stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
+                break
+        self._capacity.unpark_all()
+        self._ping_lot.unpark_all()
+        self._writer.wake_waiters()
+
     def _in_use(self) -> int:
         """Streams that count against the server's limit: ours. h2 counts no more (each of
         its open streams is one of ours: a stream leaves ``_streams`` only in

@@ -23,6 +23,12 @@ from .writer import WriterBroken
 _PING = b"trio-rt!"
 
 
+def deadline_passed(progress: AttemptProgress) -> WireError:
+    """The call deadline passed on the client's deadline lane while the attempt waited here
+    (``HTTP2Connection.attempt_expired``); the attempt reports it as the deadline."""
+    return WireError.at(progress, FailureCategory.TIMEOUT, "the call deadline passed")
+
+
 def _no_length_check(*_args: object) -> None:
     """Stands in for h2's per-stream Content-Length checks (see :func:`open_stream`)."""
 
@@ -37,6 +43,8 @@ async def health_check(conn: ConnectionState, progress: AttemptProgress) -> None
     wanted = conn._pings_sent
     with trio.move_on_after(conn._ping_timeout):
         while conn._pings_answered < wanted and not conn.closed:
+            if progress.deadline_passed:
+                raise deadline_passed(progress)
             await conn._ping_lot.park()
     if conn._pings_answered >= wanted:
         return
@@ -69,6 +77,8 @@ async def open_stream(
     the same id until HEADERS are sent, and ids must reach the wire in increasing order.
     """
     while True:
+        if progress.deadline_passed:
+            raise deadline_passed(progress)
         if conn.closed or conn._goaway_last is not None:
             # Nothing of this request was written: the stage (POOL) says NOT_SENT.
             category = (
@@ -254,12 +264,16 @@ async def send(
     before = conn._writer.queued
     mark = conn._writer.collect()
     progress.advance(stage)
+    writer = conn._writer
     try:
-        await conn._writer.wait_written(mark)
+        await writer.wait_written(mark, progress)
     except WriterBroken:
         stream.check(progress)  # a stream's own proof wins over the connection's death
         assert conn._death is not None
         raise conn._death.error(progress) from None
+    if writer.written < mark:  # the call deadline passed: the frames stay queued, whole
+        stream.check(progress)
+        raise deadline_passed(progress)
     progress.bytes_sent += mark - before
     stream.check(progress)
 

@@ -38,6 +38,7 @@ import h2.connection
 import trio
 
 from ..exchange import TRANSPORT_ERRORS
+from ..progress import AttemptProgress
 
 __all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 
@@ -118,14 +119,21 @@ class Writer:
         else:
             self._pending.append((mark, sent, whom))
 
-    async def wait_written(self, mark: int) -> None:
-        """Wait until ``mark`` bytes were written. Raises :class:`WriterBroken` if the
-        connection failed first. Cancellation cancels this wait only: the bytes stay queued
-        and are written (the frames are never cut)."""
+    async def wait_written(self, mark: int, progress: AttemptProgress | None = None) -> None:
+        """Wait until ``mark`` bytes were written, or until ``progress``'s call deadline
+        passed (:meth:`wake_waiters`; the caller sees ``written < mark``). Raises
+        :class:`WriterBroken` if the connection failed first. Cancellation cancels this wait
+        only: the bytes stay queued and are written (the frames are never cut)."""
         while self.written < mark:
             if self.broken:
                 raise WriterBroken
+            if progress is not None and progress.deadline_passed:
+                return
             await self._wake_callers.park()
+
+    def wake_waiters(self) -> None:
+        """Wake every :meth:`wait_written` to look again (an attempt's deadline passed)."""
+        self._wake_callers.unpark_all()
 
     def stop(self) -> None:
         """The connection is over: drop what is queued, release every waiter."""
