@@ -1,9 +1,12 @@
-"""nginx as the peer: the helper itself, an early 413, a dead upstream, one stream at a time."""
+"""nginx as the peer: the helper itself, HPACK blocks kept, an early 413, a dead upstream, one
+stream at a time."""
 
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
+import hpack
 import pytest
 import trio
 
@@ -35,6 +38,43 @@ async def test_every_listener_answers_and_is_logged(nginx: StartNginx) -> None:
     (posted,) = [entry for entry in log.entries if entry.request_id == "p"]
     assert posted.protocol == "HTTP/2.0"
     assert posted.request_length >= 100_000  # nginx read the whole body
+
+
+async def test_repeated_requests_are_not_hpack_coded_again(nginx: StartNginx) -> None:
+    """30 GETs on one HTTP/2 connection, the 16th with another header value: hpack codes a
+    request again only after the table changed, and a response only when nginx's bytes
+    change (its first block, and each new ``date``); every call is answered and executed once
+    (``_wire/h2/hpack_memo.py``)."""
+    server = nginx()
+    coded = {"encode": 0, "decode": 0}
+    encode, decode = hpack.Encoder.encode, hpack.Decoder.decode
+
+    def counted_encode(self: hpack.Encoder, headers: Any, huffman: bool = True) -> bytes:
+        coded["encode"] += 1
+        return encode(self, headers, huffman)
+
+    def counted_decode(self: hpack.Decoder, data: bytes, raw: bool = False) -> Any:
+        coded["decode"] += 1
+        return decode(self, data, raw)
+
+    with (
+        mock.patch.object(hpack.Encoder, "encode", counted_encode),
+        mock.patch.object(hpack.Decoder, "decode", counted_decode),
+    ):
+        async with _client(server) as client:
+            start = trio.current_time()
+            for i in range(30):
+                rid = "other" if i == 15 else "same"
+                response = await client.get(server.h2_url("/get"), headers={"x-request-id": rid})
+                assert (response.http_version, response.content) == ("HTTP/2", b"ok")
+            seconds = trio.current_time() - start
+    log = server.log(expect=30)
+    assert log.by_request_id() == {"same": 29, "other": 1}
+    assert len(log.connections()) == 1
+    # Requests: the first (indexing), the second (indexed: kept), "other" and the one after.
+    assert coded["encode"] == 4
+    # Responses: the first (a table size update), the second, then one per date change.
+    assert coded["decode"] <= 3 + int(seconds)
 
 
 async def test_h2c_prior_knowledge(nginx: StartNginx) -> None:

@@ -1,8 +1,11 @@
 """Deadlines and stage timeouts without a cancel scope (``_wire/timers.py``), against nginx:
-a call deadline mid-body on a reused connection, and a first-byte timeout behind a
-``proxy_pass`` to a backend that never answers. Counted in nginx's own log."""
+a call deadline mid-body on a reused connection (HTTP/1.1 and HTTP/2, with a sibling stream
+answered meanwhile), and a first-byte timeout behind a ``proxy_pass`` to a backend that never
+answers. Counted in nginx's own log."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 import pytest
 import trio
@@ -10,6 +13,7 @@ import trio
 import trio_retry
 from tests.support.fixtures import StartNginx
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+from trio_retry._wire.h2.connection import HTTP2Connection
 
 BIG = 256 * 1024
 LOCATIONS = """root {{workdir}}/html;
@@ -91,6 +95,34 @@ async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) ->
                 h2_after = await h2_client.get(
                     h2_base + "/small.txt", headers={"x-request-id": "h2-after"}
                 )
+                # A call deadline on the warm HTTP/2 connection rides the lane: it fails the
+                # one stream mid-body, while a sibling on the same connection is answered.
+                sibling: dict[str, trio_retry.Response] = {}
+
+                async def call_sibling() -> None:
+                    await trio.sleep(0.2)  # while the big body trickles in
+                    sibling["r"] = await h2_client.get(
+                        h2_base + "/small.txt", headers={"x-request-id": "h2-sibling"}
+                    )
+
+                with (
+                    mock.patch.object(
+                        HTTP2Connection,
+                        "attempt_expired",
+                        autospec=True,
+                        side_effect=HTTP2Connection.attempt_expired,
+                    ) as expired,
+                    trio.fail_after(10),
+                ):
+                    async with trio.open_nursery() as calls:
+                        calls.start_soon(call_sibling)
+                        with pytest.raises(trio_retry.DeadlineExceeded) as h2_big:
+                            await h2_client.get(
+                                h2_base + "/big.bin",
+                                deadline=0.4,
+                                headers={"x-request-id": "h2-big"},
+                            )
+                assert expired.call_count == 1
             (h2_attempt,) = h2_info.value.attempts
             assert (h2_attempt.http_version, h2_attempt.evidence, h2_attempt.category) == (
                 "HTTP/2",
@@ -98,15 +130,28 @@ async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) ->
                 FailureCategory.TIMEOUT,
             )
             assert h2_after.attempts[0].connection_reused
+            (big_attempt,) = h2_big.value.attempts
+            assert big_attempt.connection_reused
+            assert (big_attempt.stage, big_attempt.evidence, big_attempt.category) == (
+                Stage.RESPONSE_BODY,
+                Evidence.PARTIAL_RESPONSE,
+                FailureCategory.TIMEOUT,
+            )
+            assert sibling["r"].content == b"small\n"
             after = await client.get(base + "/small.txt", headers={"x-request-id": "after"})
             assert after.status == 200
             assert not after.attempts[0].connection_reused  # the timed-out ones were closed
-        log = server.log(expect=7)
+        log = server.log(expect=9)
         nursery.cancel_scope.cancel()
     by_id = {entry.request_id: entry for entry in log.entries}
-    assert set(by_id) == {"warm", "big", "stall", "after", "h2-warm", "h2-stall", "h2-after"}
+    assert set(by_id) == {
+        *("warm", "big", "stall", "after"),
+        *("h2-warm", "h2-stall", "h2-after", "h2-big", "h2-sibling"),
+    }
     assert 0 < by_id["big"].body_bytes_sent < BIG  # nginx saw the client leave mid-body
     assert by_id["stall"].status == 499  # nginx: the client closed before the answer
     assert by_id["after"].connection != by_id["big"].connection
     assert by_id["h2-stall"].status == 499  # the stream was reset, nginx logged it
     assert by_id["h2-after"].connection == by_id["h2-stall"].connection
+    assert 0 < by_id["h2-big"].body_bytes_sent < BIG  # its stream was reset mid-body
+    assert by_id["h2-sibling"].connection == by_id["h2-big"].connection
