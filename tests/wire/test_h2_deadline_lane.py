@@ -8,7 +8,7 @@ transports."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import h2.events
@@ -53,7 +53,7 @@ async def test_an_attempt_waiting_for_a_stream_slot_stops_there_not_sent(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call, "first", progress_at_pool())
-            received = await server.next(h2.events.RequestReceived)
+            received = cast(h2.events.RequestReceived, await server.next(h2.events.RequestReceived))
             nursery.start_soon(call, "late", late)
             await trio.testing.wait_all_tasks_blocked()  # "late" waits for the one slot
             conn.attempt_expired(late)
@@ -114,12 +114,13 @@ async def test_an_attempt_on_its_stream_fails_that_stream_only(connect: Connect)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(call, "kept", progress_at_pool())
-            kept = await server.next(h2.events.RequestReceived)
+            kept = cast(h2.events.RequestReceived, await server.next(h2.events.RequestReceived))
             nursery.start_soon(call, "late", late)
             await server.next(h2.events.RequestReceived)
             await trio.testing.wait_all_tasks_blocked()  # both wait for their heads
             conn.attempt_expired(late)
-            reset = await server.next(h2.events.StreamReset)  # only the late one is reset
+            # Only the late one is reset.
+            reset = cast(h2.events.StreamReset, await server.next(h2.events.StreamReset))
             await server.respond(kept.stream_id or 0)
     error = results["late"]
     assert isinstance(error, WireError)
@@ -182,7 +183,7 @@ async def test_a_deadline_on_a_shared_connection_ends_its_call_only(
                 outcome["elapsed"] = trio.current_time() - start
     assert expired.call_count == 1
     assert outcome["elapsed"] == pytest.approx(1.0, abs=0.01)
-    (attempt,) = info.value.attempts
+    (attempt,) = info.value.attempts  # type: ignore[attr-defined]
     assert (attempt.category, attempt.evidence) == (
         FailureCategory.TIMEOUT,
         Evidence.SENT_NO_RESPONSE,
