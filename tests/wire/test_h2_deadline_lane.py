@@ -20,7 +20,7 @@ import trio.testing
 import trio_retry
 from trio_retry import Evidence, FailureCategory
 from trio_retry._wire.h2.connection import HTTP2Connection
-from trio_retry._wire.progress import WireError
+from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry.testing import FaultServer, Respond, Stall
 from trio_retry.testing._script import StopReading
 
@@ -35,6 +35,20 @@ ONCE = trio_retry.RetryPolicy(max_attempts=1)
 # --- the connection: each wait an attempt can be in ---------------------------------------------
 
 
+async def send(
+    conn: HTTP2Connection,
+    results: dict[str, Any],
+    name: str,
+    progress: AttemptProgress,
+    method: str = "GET",
+) -> None:
+    """``send_request`` of ``/name``; its response or its WireError in ``results[name]``."""
+    try:
+        results[name] = await conn.send_request(get("/" + name, b"x", method), progress)
+    except WireError as exc:
+        results[name] = exc
+
+
 async def test_an_attempt_waiting_for_a_stream_slot_stops_there_not_sent(
     connect: Connect,
 ) -> None:
@@ -45,16 +59,10 @@ async def test_an_attempt_waiting_for_a_stream_slot_stops_there_not_sent(
         results: dict[str, Any] = {}
         late = progress_at_pool()
 
-        async def call(name: str, progress: Any) -> None:
-            try:
-                results[name] = await conn.send_request(get("/" + name), progress)
-            except WireError as exc:
-                results[name] = exc
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(call, "first", progress_at_pool())
+            nursery.start_soon(send, conn, results, "first", progress_at_pool())
             received = cast(h2.events.RequestReceived, await server.next(h2.events.RequestReceived))
-            nursery.start_soon(call, "late", late)
+            nursery.start_soon(send, conn, results, "late", late)
             await trio.testing.wait_all_tasks_blocked()  # "late" waits for the one slot
             conn.attempt_expired(late)
             await trio.testing.wait_all_tasks_blocked()
@@ -106,16 +114,10 @@ async def test_an_attempt_on_its_stream_fails_that_stream_only(connect: Connect)
         results: dict[str, Any] = {}
         late = progress_at_pool()
 
-        async def call(name: str, progress: Any) -> None:
-            try:
-                results[name] = await conn.send_request(get("/" + name, b"x", "POST"), progress)
-            except WireError as exc:
-                results[name] = exc
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(call, "kept", progress_at_pool())
+            nursery.start_soon(send, conn, results, "kept", progress_at_pool(), "POST")
             kept = cast(h2.events.RequestReceived, await server.next(h2.events.RequestReceived))
-            nursery.start_soon(call, "late", late)
+            nursery.start_soon(send, conn, results, "late", late, "POST")
             await server.next(h2.events.RequestReceived)
             await trio.testing.wait_all_tasks_blocked()  # both wait for their heads
             conn.attempt_expired(late)
@@ -146,6 +148,16 @@ def client_for(server: FaultServer) -> trio_retry.Client:
     return trio_retry.Client(http2_prior_knowledge=True, retry=ONCE)
 
 
+def lane_spy() -> Any:
+    """A spy on the lane's way into the connection (``attempt_expired``), which still acts."""
+    return mock.patch.object(
+        HTTP2Connection,
+        "attempt_expired",
+        autospec=True,
+        side_effect=HTTP2Connection.attempt_expired,
+    )
+
+
 @pytest.mark.parametrize("method", ["GET", "POST"])
 async def test_a_deadline_on_a_shared_connection_ends_its_call_only(
     server: FaultServer, method: str, autojump_clock: trio.testing.MockClock
@@ -155,12 +167,7 @@ async def test_a_deadline_on_a_shared_connection_ends_its_call_only(
     gets its answer at 2.0 s on the same connection."""
     server.route(method, "/slow", Stall(5.0))
     server.route("GET", "/sibling", Stall(2.0))
-    spy = mock.patch.object(
-        HTTP2Connection,
-        "attempt_expired",
-        autospec=True,
-        side_effect=HTTP2Connection.attempt_expired,
-    )
+    spy = lane_spy()
     async with client_for(server) as client:
         assert (await client.get(server.url + "/warm")).status == 200
         outcome: dict[str, Any] = {}
@@ -202,12 +209,7 @@ async def test_a_deadline_ends_an_upload_waiting_for_its_frames_to_be_written(
     deadline (1.0 s), not at the writer's stall bound (10 s)."""
     server.route("GET", "/warm", Respond(200))
     server.route("PUT", "/up", StopReading(seconds=30))
-    spy = mock.patch.object(
-        HTTP2Connection,
-        "attempt_expired",
-        autospec=True,
-        side_effect=HTTP2Connection.attempt_expired,
-    )
+    spy = lane_spy()
     async with client_for(server) as client:
         assert (await client.get(server.url + "/warm")).status == 200
         with spy as expired:
