@@ -292,7 +292,7 @@ class Client:
         if request.follow_redirects:
             response, _ = await send_following(self._rt, request, streaming=False)
         else:
-            response, _ = await send(self._rt, request, streaming=False, fresh=True)
+            response, _ = await send(self._rt, request, streaming=False, first_hop=True)
         return response
 
     async def get(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:

@@ -41,7 +41,7 @@ from trio_retry import (
     RequestFailed,
     Response,
 )
-from trio_retry._wire.exchange import RECONNECT_TRIES
+from trio_retry._core.engine import MAX_RECONNECTS as RECONNECT_TRIES
 from trio_retry.testing import Action, GoAway, RecordedRequest, Respond, Stall
 
 __all__ = [

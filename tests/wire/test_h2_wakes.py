@@ -14,7 +14,9 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
+from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, Stage
+from trio_retry._wire.clock import Clock
 from trio_retry._wire.h2.connection import HTTP2Connection
 from trio_retry._wire.h2.stream import Stream, StreamState
 from trio_retry._wire.h2.writer import Writer
@@ -43,7 +45,7 @@ async def _answer_one(server: Server, body: bytes = b"ok") -> None:
 
 
 async def _steps_of_one_request(
-    conn: HTTP2Connection, server: Server, progress: AttemptProgress, **limits: float | None
+    conn: HTTP2Connection, server: Server, progress: AttemptProgress
 ) -> int:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_answer_one, server)
@@ -51,11 +53,11 @@ async def _steps_of_one_request(
         steps = _Steps(trio.lowlevel.current_task())
         trio.lowlevel.add_instrument(steps)
         try:
-            response = await conn.send_request(get("/one"), progress, **limits)
+            response = await conn.send_request(get("/one"), progress)
         finally:
             trio.lowlevel.remove_instrument(steps)
-        assert await response.source.receive_body(progress, None) == b"ok"
-        assert await response.source.receive_body(progress, None) == b""
+        assert await response.source.receive_body(progress) == b"ok"
+        assert await response.source.receive_body(progress) == b""
     return steps.steps
 
 
@@ -70,12 +72,17 @@ async def test_a_request_queued_whole_wakes_its_task_once(connect: Connect) -> N
     assert progress.bytes_sent > 9  # one HEADERS frame: a 9-byte frame header and a block
 
 
-async def test_a_write_limit_still_waits_for_the_write(connect: Connect) -> None:
-    """With ``write_timeout`` set the write is waited for (and bounded) as before: two wakes."""
+async def test_a_write_limit_does_not_make_a_request_queued_whole_wait(
+    connect: Connect,
+) -> None:
+    """With a write limit on the connection's clock, a request whose frames are queued whole
+    still wakes its task once: its frames are the writer's, whose stall bound ends a
+    connection that stops reading (``writer.py``), so there is no write of its own to bound."""
     conn, server = await connect()
+    conn.clock = Clock(StageTimeouts(write=5.0))
     with trio.fail_after(LIMIT):
         progress = progress_at_pool()
-        assert await _steps_of_one_request(conn, server, progress, write_timeout=5.0) == 2
+        assert await _steps_of_one_request(conn, server, progress) == 1
     assert progress.stage is Stage.COMPLETE
     assert progress.bytes_sent > 9
 
@@ -198,7 +205,7 @@ async def test_our_stream_count_never_falls_below_h2s(connect: Connect) -> None:
             try:
                 response = await conn.send_request(get(f"/{i}"), progress)
                 check()
-                while await response.source.receive_body(progress, None):
+                while await response.source.receive_body(progress):
                     check()
             except WireError:
                 pass

@@ -207,8 +207,8 @@ async def test_cancelled_stream_sends_rst_cancel_and_the_connection_carries_on(
             nursery.start_soon(answer)
             progress = progress_at_pool()
             response = await conn.send_request(get("/next"), progress)
-            assert await response.source.receive_body(progress, None) == b"still here"
-            assert await response.source.receive_body(progress, None) == b""
+            assert await response.source.receive_body(progress) == b"still here"
+            assert await response.source.receive_body(progress) == b""
         assert progress.stage is Stage.COMPLETE
         assert not conn.closed
 
@@ -262,7 +262,7 @@ async def test_goaway_fails_streams_above_as_not_sent_and_finishes_those_below(
         try:
             response = await conn.send_request(get(f"/{name}"), progresses[name])
             body = b""
-            while chunk := await response.source.receive_body(progresses[name], None):
+            while chunk := await response.source.receive_body(progresses[name]):
                 body += chunk
             results[name] = body
         except WireError as exc:
@@ -320,7 +320,7 @@ async def test_flow_control_both_ways_beyond_the_initial_window(connect: Connect
             response = await conn.send_request(get("/up", upload, "PUT"), progress)
             assert progress.bytes_sent > len(upload)
             body = bytearray()
-            while chunk := await response.source.receive_body(progress, None):
+            while chunk := await response.source.receive_body(progress):
                 body += chunk
     assert body == upload
     assert progress.bytes_received == len(upload)
@@ -373,9 +373,9 @@ async def test_server_eof_fails_open_streams_with_their_stage(
 
             nursery.start_soon(close_after_head)
             response = await conn.send_request(get(), progress)
-            assert await response.source.receive_body(progress, None) == b"part"
+            assert await response.source.receive_body(progress) == b"part"
             with pytest.raises(WireError) as info:
-                await response.source.receive_body(progress, None)
+                await response.source.receive_body(progress)
     assert (info.value.evidence, info.value.category) == (
         Evidence.PARTIAL_RESPONSE,
         FailureCategory.CONNECTION_BROKEN,

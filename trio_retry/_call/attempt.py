@@ -1,11 +1,14 @@
 """One attempt: admission, a pooled connection, this attempt's headers, the exchange.
 
-:func:`run_attempt` never raises except on outer cancellation (or from the caller's own body
-iterators or auth object): however the attempt ends, the result is an :class:`Outcome` (a
-response, perhaps with its body, or a classified ``WireError``) and the wire's
-:class:`AttemptProgress` says which stage was reached. The order inside an attempt:
+An :class:`AttemptRun` is one wire attempt of one call (the retry loop makes one per attempt;
+each hedged copy makes its own). :meth:`AttemptRun.run` never raises except on outer
+cancellation (or from the caller's own body iterators, hooks or auth object): however the
+attempt ends, the run says how (a response, perhaps with its body, or a classified
+``WireError`` in :attr:`~AttemptRun.error`) and its :class:`AttemptProgress` says which stage
+was reached. The order inside an attempt:
 
-1. admission (:func:`~.upstream.admit`): the upstream's bulkhead permit, or a rejection;
+1. admission (:func:`~.upstream.admit`): the breaker and throttle, then the upstream's
+   bulkhead permit, or a rejection;
 2. the headers of this attempt (:func:`attempt_headers`): the request event hooks (which
    may change them, :mod:`trio_retry._observe.hooks`), then ``Host``, ``auth``, cookies,
    proxy credentials, and last the trace context (``traceparent``) — the one place
@@ -14,16 +17,25 @@ response, perhaps with its body, or a classified ``WireError``) and the wire's
 4. the exchange on it (the response event hooks see its head), and (buffered calls, or any
    status >= 400) the body.
 
-The connection and the permit are given back before :func:`run_attempt` returns, except for a
-streamed response whose body the caller has yet to read (then :func:`give_back` runs when the
-body ends or the ``stream()`` block exits).
+The call deadline (``request.deadline``) bounds the whole attempt through the one owner of
+time (``_wire/clock.py``, :class:`~trio_retry._wire.clock.DeadlineBound`): on the client's
+deadline lane when the attempt runs on a pooled connection taken at once (the connection then
+ends the attempt's waits when it passes), in a cancel scope otherwise, which ``aclose()`` and
+``drain()`` may also cancel. The common case needs neither: with no call deadline and nothing
+to wait for but a pooled connection ready at once (no bulkhead wait, no auth callback, no
+hook, a body in memory), every wait is on that connection, and ``aclose()`` closing it ends
+those waits as promptly (a scope costs more than the rest of a small request's bookkeeping).
+
+The connection and the permit are given back before :meth:`AttemptRun.run` returns, except
+for a streamed response whose body the caller has yet to read (then :meth:`AttemptRun.
+give_back` runs when the body ends or the ``stream()`` block exits).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -38,6 +50,7 @@ from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
 from .._proxy import ProxyConfig
+from .._wire.clock import DeadlineBound
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
@@ -48,42 +61,55 @@ from .prepare import PreparedRequest
 from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
 
-__all__ = [
-    "Outcome",
-    "attempt_headers",
-    "exchange",
-    "fixed_headers",
-    "give_back",
-    "guarded_attempt",
-    "observe",
-    "ready",
-    "record",
-    "run_attempt",
-    "settle",
-]
+if TYPE_CHECKING:
+    from .._observe.otel import AttemptTrace
+
+__all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
 
 _FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
+_RECEIVED = Evidence.RESPONSE_RECEIVED  # (a global: an enum attribute is slow on Python 3.11)
 
 
-class Outcome:
-    """How one attempt ended: a response (maybe with its body), or a classified failure; and
-    what it still holds (a connection, a permit) until :func:`give_back`."""
+class AttemptRun:
+    """One wire attempt of one call: :meth:`run` once, then read how it ended (``response``,
+    perhaps with its ``body``, or ``error``) and what it still holds (a connection, a permit)
+    until :meth:`give_back`."""
 
     __slots__ = (
+        "_rt",
+        "_state",
+        "_streaming",
         "admission",
         "body",
         "conn",
         "error",
-        "expired",
+        "number",
         "permit",
         "progress",
         "proxy",
+        "request",
         "response",
         "sent_headers",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        request: PreparedRequest,
+        state: UpstreamState,
+        progress: AttemptProgress,
+        *,
+        streaming: bool,
+        number: int = 1,
+    ) -> None:
+        self._rt = rt
+        self.request = request
+        self._state = state
+        self._streaming = streaming
+        #: The attempt's number, 1-based (for the event hooks and the span).
+        self.number = number
+        self.progress = progress
         self.response: WireResponse | None = None
         self.body: bytes | None = None
         self.error: BaseException | None = None
@@ -92,167 +118,289 @@ class Outcome:
         #: The header block this attempt sent (``Response.request.headers``).
         self.sent_headers: list[tuple[bytes, bytes]] | None = None
         self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
-        #: The call deadline passed while the attempt held its connection (without a scope).
-        self.expired = False
-        #: The attempt's progress, while its call deadline is on the deadline lane.
-        self.progress: AttemptProgress | None = None
-        #: The proxy the attempt goes through (``Connector.proxy_for``), from :func:`ready`.
+        #: The proxy the attempt goes through (``Connector.proxy_for``).
         self.proxy: ProxyConfig | None = None
 
-    def stage_expired(self, which: str, limit: float) -> None:
-        """The call deadline passed (the client's deadline lane, ``_wire/timers.py``): the
-        connection ends this attempt's waits at once (``attempt_expired``: HTTP/1.1 closes
-        itself, HTTP/2 fails the attempt's stream only)."""
-        conn = self.conn
-        if conn is not None and self.progress is not None:
-            self.expired = True
-            conn.attempt_expired(self.progress)
-
-
-async def run_attempt(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    streaming: bool,
-    deadline: float,
-    number: int = 1,
-) -> Outcome:
-    """One wire attempt inside the call deadline (absolute Trio time, ``inf`` for none);
-    ``number`` is the attempt's, 1-based (for the event hooks).
-
-    The attempt runs in a cancel scope carrying the call deadline, which ``aclose()`` also
-    cancels. The common case needs none: with nothing to wait for but a pooled connection
-    ready at once (no bulkhead, no auth callback, a body in memory), every wait is on that
-    connection (a socket read or write; on HTTP/2 also its stream events), and ``aclose()``
-    closing it fails those waits as promptly (a scope costs more than the rest of a small
-    request's bookkeeping). A call deadline then rides on the client's deadline lane, which
-    ends the attempt's waits when it passes (see ``_wire/timers.py``): an HTTP/1.1 connection
-    is closed; on a shared HTTP/2 connection only the attempt's stream fails (or, before it
-    has one, its wait for a slot ends). The attempt ends as it would in a scope, and is
-    reported the same way.
-
-    The common case with no call deadline runs :func:`exchange` from this frame (the retry
-    loop runs it from its own); the others run it inside :func:`guarded_attempt`.
-    """
-    outcome = ready(rt, request, state, progress, deadline)
-    if outcome.conn is not None and deadline == math.inf:
-        await exchange(rt, request, state, progress, streaming, outcome, number)
-        settle(rt, progress, outcome)
-        return outcome
-    return await guarded_attempt(rt, request, state, progress, streaming, deadline, number, outcome)
-
-
-def ready(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    deadline: float,
-) -> Outcome:
-    """An attempt's :class:`Outcome`, holding a pooled connection (and a bulkhead permit)
-    taken at once when the attempt can go without a scope (see :func:`run_attempt`). With a
-    connection and no call deadline, :func:`exchange` then :func:`settle` run it (the retry
-    loop does so in its own frame); anything else goes to :func:`guarded_attempt`."""
-    outcome = Outcome()
-    origin = request.url.origin
-    proxy = outcome.proxy = rt.connector.proxy_for(origin)
-    if (
-        (deadline == math.inf or rt.timers.running)
-        and not state.guarded
-        and rt.config.auth is None
-        and request.body.known_length is not None
-        and rt.config.hooks is None  # a hook may wait: only a scoped attempt may wait
-    ):
-        # A bulkhead permit free now is taken now; if none is, the attempt waits for one
-        # in its scope (and with a permit but no ready connection, waits for that there).
-        if state.limiter is not None:
-            outcome.permit = try_admit(state)
-        if state.limiter is None or outcome.permit is not None:
-            outcome.conn = rt.pool.take_idle(pool_key(origin, proxy), progress)
-    return outcome
-
-
-def settle(rt: Runtime, progress: AttemptProgress, outcome: Outcome) -> None:
-    """After an unguarded :func:`exchange`: a failure while the client closed is
-    ``aclose()``'s doing (it closed the connection the attempt held), not retried."""
-    if outcome.error is not None and rt.closed:
-        _closed_in_flight(outcome, progress)
-
-
-async def guarded_attempt(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    streaming: bool,
-    deadline: float,
-    number: int,
-    outcome: Outcome,
-) -> Outcome:
-    """:func:`run_attempt` when the attempt needs a guard: the call deadline on the client's
-    deadline lane (a pooled connection already taken), else a cancel scope."""
-    conn = outcome.conn
-    timers = rt.timers
-    unscoped = timed = False
-    if conn is not None:
-        # Scoped after all (on the connection already taken) when the deadline would put the
-        # lane out of order.
-        outcome.progress = progress
-        timed = timers.deadline.arm_at(outcome, deadline)
-        unscoped = timed
-    timed_out = drained = False
-    if timed:
+    async def run(self) -> None:
+        """Run the attempt (see the module docstring). Never raises but outer cancellation
+        and the caller's own code's errors; then, with ``telemetry=``, its span is marked
+        interrupted, and everything it held has been given back."""
+        trace = self.request.trace
+        span = None if trace is None else self._open_span()
         try:
-            await exchange(rt, request, state, progress, streaming, outcome, number)
-        finally:
-            timers.deadline.disarm(outcome)
-        if outcome.expired and outcome.error is not None:
-            timed_out = True  # reported below exactly as the scope's expiry would be
-    else:
-        scope = trio.CancelScope(deadline=deadline)
-        rt.scopes[scope] = progress
+            if self._ready():
+                # The common case: no call deadline, a connection taken at once.
+                await self._exchange()
+                if self.error is not None and self._rt.closed:
+                    self._closed_in_flight()
+            else:
+                await self._bounded()
+        except BaseException as exc:
+            if span is not None:
+                span.interrupt(
+                    stage=self.progress.stage,
+                    evidence_name=self.progress.evidence.name,
+                    duration=trio.current_time() - self.progress.started,
+                    cancelled=isinstance(exc, trio.Cancelled),
+                )
+            raise
+
+    def _open_span(self) -> AttemptTrace:
+        """The attempt's telemetry span, started now; it ends when the attempt is recorded
+        (the loop's ``_notify``), or in :meth:`run` when the attempt is interrupted."""
+        request = self.request
+        trace = request.trace
+        assert trace is not None
+        url = request.url
+        trace.current = trace.attempt(
+            method=request.method,
+            url=str(url),
+            scheme=url.scheme,
+            host=url.host,
+            port=url.port,
+            number=self.number,
+            idempotency=request.idempotency,
+            idempotency_key_present=request.idempotency_key is not None,
+        )
+        return trace.current
+
+    def _ready(self) -> bool:
+        """Whether the attempt goes without a bound of its own: no call deadline and a pooled
+        connection (with a bulkhead permit) taken at once. Also takes the connection (and
+        permit) for an attempt with a call deadline that may ride the deadline lane."""
+        rt = self._rt
+        request = self.request
+        state = self._state
+        origin = request.url.origin
+        proxy = self.proxy = rt.connector.proxy_for(origin)
+        deadline = request.deadline
+        if (
+            (deadline == math.inf or rt.clock.running)
+            and not state.guarded
+            and rt.config.auth is None
+            and request.body.known_length is not None
+            and rt.config.hooks is None  # a hook may wait: only a bounded attempt may wait
+        ):
+            # A bulkhead permit free now is taken now; if none is, the attempt waits for one
+            # in its scope (and with a permit but no ready connection, waits for that there).
+            if state.limiter is not None:
+                self.permit = try_admit(state)
+            if state.limiter is None or self.permit is not None:
+                self.conn = rt.pool.take_idle(pool_key(origin, proxy), self.progress)
+        return self.conn is not None and deadline == math.inf
+
+    async def _bounded(self) -> None:
+        """The attempt within its call deadline (:class:`DeadlineBound`: the deadline lane on
+        a connection already taken, else a cancel scope that ``aclose()`` and ``drain()`` may
+        cancel too), and the deadline's expiry reported as this attempt's ``TIMEOUT``."""
+        rt = self._rt
+        progress = self.progress
+        bound = DeadlineBound(rt.clock, self.request.deadline, progress, self.conn)
+        scope = bound.scope
+        if scope is not None:
+            rt.scopes[scope] = progress
         try:
-            with scope:
-                await exchange(rt, request, state, progress, streaming, outcome, number)
+            with bound:
+                await self._exchange()
         except BaseException:
             # Outer cancellation (or the caller's own error): no result to learn from; a
             # probe slot of the breaker is given back.
-            state.guard.release(outcome.admission)
+            self._state.guard.release(self.admission)
             raise
         finally:
-            del rt.scopes[scope]
-        timed_out = scope.cancelled_caught
-        if rt.drained and progress in rt.drained:
+            if scope is not None:
+                del rt.scopes[scope]
+        # On the lane, an expiry counts only if it ended the exchange (what arrived first
+        # wins); a scope's expiry always ended it.
+        timed_out = bound.expired and (scope is not None or self.error is not None)
+        if scope is not None and rt.drained and progress in rt.drained:
             rt.drained.discard(progress)
-            drained = timed_out and not rt.closed
-            if drained:
+            if timed_out and not rt.closed:
                 # drain() ended it while it waited for a permit or a pooled connection;
                 # nothing was sent (see Runtime.drain). Not retried.
-                outcome.response = None
-                outcome.error = _drained(request, progress)
-    if drained:
-        pass
-    elif (timed_out or (unscoped and outcome.error is not None)) and rt.closed:
-        # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
-        # closed. Not retried.
-        _closed_in_flight(outcome, progress)
-    elif timed_out:
-        outcome.response = None
-        outcome.error = WireError.at(
-            progress,
-            FailureCategory.TIMEOUT,
-            f"the call deadline expired during {progress.stage}",
+                self.response = None
+                self.error = _drained(self.request, progress)
+                return
+        if rt.closed and (timed_out or (scope is None and self.error is not None)):
+            # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
+            # closed.
+            self._closed_in_flight()
+        elif timed_out:
+            self.response = None
+            self.error = WireError.at(
+                progress,
+                FailureCategory.TIMEOUT,
+                f"the call deadline expired during {progress.stage}",
+            )
+
+    def _closed_in_flight(self) -> None:
+        """The attempt was ended by ``aclose()``: it ends the call."""
+        self.response = None
+        self.error = WireError.at(
+            self.progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, ends_call=True
         )
-    return outcome
 
+    async def _exchange(self) -> None:
+        """Admission, headers, connection, exchange, body (the module docstring's order); a
+        :class:`WireError` ends up in :attr:`error`. A streamed response keeps its connection
+        and permit until its body is consumed; anything else (an interrupted attempt
+        included) gives them back before this returns or raises."""
+        rt = self._rt
+        request = self.request
+        state = self._state
+        progress = self.progress
+        streaming = self._streaming
+        finished = False
+        proxy = self.proxy
+        try:
+            url = request.url
+            origin = url.origin
+            if state.guarded:  # the breaker and the throttle, before the bulkhead
+                self.admission = await state.guard.admit(
+                    f"{request.method} {url}", request.deadline
+                )
+            if state.limiter is not None and self.permit is None:  # (taken already if free)
+                self.permit = await admit(state, lambda: f"{request.method} {url}", origin)
+                if rt.drained and progress in rt.drained:
+                    raise _drained(request, progress)  # admitted just as drain() was called
+            # Cleartext through an HTTP(S) proxy: absolute-form target, one pool of proxy
+            # connections. SOCKS tunnels everything, so the request is then as without one.
+            via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
+            memo = request.wire_memo
+            wire_request = memo.request if memo is not None else None
+            if wire_request is None or not fixed_headers(rt, request, via_proxy):
+                headers = await attempt_headers(rt, request, progress, via_proxy, self.number)
+                body, length = request.body.opened_in_memory() or await request.body.open()
+                target = str(url) if via_proxy else url.target
+                wire_request = WireRequest(request.method, target, headers, body, length)
+                if (
+                    memo is not None
+                    and isinstance(body, bytes)
+                    and fixed_headers(rt, request, via_proxy)
+                ):
+                    memo.request = wire_request  # the template's calls send this one from now on
+            self.sent_headers = wire_request.headers
 
-def _closed_in_flight(outcome: Outcome, progress: AttemptProgress) -> None:
-    """The attempt was ended by ``aclose()``: not retried."""
-    outcome.response = None
-    outcome.error = WireError.at(
-        progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, retryable=False
-    )
+            conn = self.conn  # taken already by an attempt that found one ready
+            if conn is None:
+                key = pool_key(origin, proxy)
+                connector = rt.connector
+                conn = await rt.pool.acquire(
+                    key,
+                    progress,
+                    partial(connector.open, url=url, proxy=proxy, pool_key=key),
+                    expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
+                )
+                self.conn = conn
+                if rt.drained and progress in rt.drained:
+                    # drain() cancelled the wait just as a connection was granted: stop before
+                    # the first byte (the next await would be a write, and its cancellation
+                    # ambiguous).
+                    raise _drained(request, progress)
+            config = rt.config
+            response = await conn.send_request(wire_request, progress)
+            self.response = response
+            hooks = config.hooks
+            if hooks is not None and hooks.response:
+                await hooks.after_head(
+                    HookResponse(
+                        status=response.status,
+                        reason=response.reason,
+                        headers=Headers.from_wire(response.headers),
+                        http_version=response.http_version,
+                        url=url,
+                        request_method=request.method,
+                        attempt=self.number,
+                    ),
+                    progress,
+                )
+            jar = rt.cookies
+            if jar is not None:
+                store_cookies(
+                    jar,
+                    str(url),
+                    request.method,
+                    request.headers,
+                    Headers.from_wire(response.headers),
+                )
+            if streaming and response.status < 400:
+                finished = True
+                return
+            limit = config.max_body_bytes
+            decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
+            source = response.source
+            chunks = await source.receive_all(progress, limit)
+            self.body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
+            finished = True
+        except WireError as exc:
+            self.error = exc
+        finally:
+            if not (finished and streaming and self.body is None):
+                self.give_back()
+
+    def give_back(self) -> None:
+        """Return the connection (reusable only after a complete exchange) and the permit."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if self.error is None and self.body is not None:
+                self._rt.pool.release(conn)
+            else:
+                self._rt.pool.discard(conn)
+        permit, self.permit = self.permit, None
+        if permit is not None:
+            release(self._state, permit)
+
+    @property
+    def answered(self) -> bool:
+        """A response head arrived and nothing failed after it."""
+        return self.response is not None and self.error is None
+
+    def observe(self) -> tuple[Evidence, FailureCategory | None, float | None]:
+        """The evidence, failure category and Retry-After (seconds) of the finished attempt;
+        a Retry-After given as an HTTP-date is dated by the client's wall clock."""
+        error = self.error
+        wire = self.response
+        if wire is not None and error is None:
+            retry_after = None
+            if wire.status >= 400:  # below 400 the engine is not consulted
+                wall_clock = self._rt.config.wall_clock
+                for name, value in wire.headers:
+                    if name.lower() == b"retry-after":
+                        retry_after = parse_retry_after(value, wall_clock())
+            return _RECEIVED, None, retry_after
+        assert isinstance(error, WireError)
+        return error.evidence, error.category, None
+
+    def record(
+        self,
+        number: int,
+        evidence: Evidence,
+        category: FailureCategory | None,
+        ended: float,
+        decision: Decision | None = None,
+    ) -> Attempt:
+        """The :class:`Attempt` record of the finished attempt (built once, with its
+        decision); ``number`` is its place in the call's trail."""
+        progress = self.progress
+        timings = progress.timings  # the progress ends with its attempt: no copy needed
+        timings["total"] = ended - progress.started
+        wire = self.response
+        return build_attempt(  # Attempt(...), built faster
+            number=number,
+            stage=progress.stage,
+            evidence=evidence,
+            error=self.error,
+            # Kept when the head arrived, even if the body then broke (the engine's status
+            # rules still see None: a broken exchange is judged by the transport rules).
+            status=wire.status if wire is not None else None,
+            http_version=progress.http_version,
+            connection_reused=progress.connection_reused,
+            bytes_sent=progress.bytes_sent,
+            bytes_received=progress.bytes_received,
+            category=category,
+            timings=timings,
+            decision=decision,
+        )
 
 
 def fixed_headers(rt: Runtime, request: PreparedRequest, via_proxy: ProxyConfig | None) -> bool:
@@ -284,7 +432,7 @@ async def attempt_headers(
     cookie jar's ``Cookie``, the proxy's credentials and the trace context. Anything that adds
     a header per attempt adds it here, and says so in :func:`fixed_headers`.
 
-    A raising hook raises a ``WireError`` (``NOT_SENT`` at ``ADMISSION``, not retryable):
+    A raising hook raises a ``WireError`` (``NOT_SENT`` at ``ADMISSION``; it ends the call):
     nothing has been sent, no connection taken."""
     url = request.url
     prepared = request.headers
@@ -307,7 +455,7 @@ async def attempt_headers(
             signed = Headers(await auth_headers(auth, request))
         except InvalidRequest as exc:
             raise WireError.at(
-                progress, FailureCategory.INVALID_REQUEST, f"auth: {exc}", retryable=False
+                progress, FailureCategory.INVALID_REQUEST, f"auth: {exc}", ends_call=True
             ) from exc
         for name, value in signed.multi_items():
             if name.lower() in _FRAMING:
@@ -316,7 +464,7 @@ async def attempt_headers(
                     progress,
                     FailureCategory.INVALID_REQUEST,
                     f"auth returned {name}; the client frames the body itself",
-                    retryable=False,
+                    ends_call=True,
                 )
             if name not in prepared:
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
@@ -347,108 +495,6 @@ async def attempt_headers(
     return headers
 
 
-async def exchange(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    streaming: bool,
-    outcome: Outcome,
-    number: int,
-) -> None:
-    """Run the attempt (its :class:`Outcome` from :func:`ready`); a :class:`WireError` ends up
-    in ``outcome.error``. A streamed response keeps its connection and permit until its body
-    is consumed; anything else (an interrupted attempt included) gives them back before this
-    returns or raises."""
-    finished = False
-    proxy = outcome.proxy
-    try:
-        url = request.url
-        origin = url.origin
-        if state.guarded:  # the breaker and the throttle, before the bulkhead
-            outcome.admission = await state.guard.admit(f"{request.method} {url}", request.deadline)
-        if state.limiter is not None and outcome.permit is None:  # (taken already if free)
-            outcome.permit = await admit(state, lambda: f"{request.method} {url}", origin)
-            if rt.drained and progress in rt.drained:
-                raise _drained(request, progress)  # admitted just as drain() was called
-        # Cleartext through a proxy: absolute-form target, one pool of proxy connections.
-        # Cleartext through an HTTP(S) proxy: absolute form. SOCKS tunnels everything, so the
-        # request is then as without a proxy.
-        via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
-        memo = request.wire_memo
-        wire_request = memo.request if memo is not None else None
-        if wire_request is None or not fixed_headers(rt, request, via_proxy):
-            headers = await attempt_headers(rt, request, progress, via_proxy, number)
-            body, length = request.body.opened_in_memory() or await request.body.open()
-            target = str(url) if via_proxy else url.target
-            wire_request = WireRequest(request.method, target, headers, body, length)
-            if (
-                memo is not None
-                and isinstance(body, bytes)
-                and fixed_headers(rt, request, via_proxy)
-            ):
-                memo.request = wire_request  # the template's calls send this one from now on
-        outcome.sent_headers = wire_request.headers
-
-        conn = outcome.conn  # taken already by an unscoped attempt
-        if conn is None:
-            key = pool_key(origin, proxy)
-            connector = rt.connector
-            conn = await rt.pool.acquire(
-                key,
-                progress,
-                partial(connector.open, url=url, proxy=proxy, pool_key=key),
-                expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
-            )
-            outcome.conn = conn
-            if rt.drained and progress in rt.drained:
-                # drain() cancelled the wait just as a connection was granted: stop before the
-                # first byte (the next await would be a write, and its cancellation ambiguous).
-                raise _drained(request, progress)
-        config = rt.config
-        timeouts = config.stage_timeouts
-        response = await conn.send_request(
-            wire_request,
-            progress,
-            write_timeout=timeouts.write,
-            first_byte_timeout=timeouts.first_byte,
-        )
-        outcome.response = response
-        hooks = config.hooks
-        if hooks is not None and hooks.response:
-            await hooks.after_head(
-                HookResponse(
-                    status=response.status,
-                    reason=response.reason,
-                    headers=Headers.from_wire(response.headers),
-                    http_version=response.http_version,
-                    url=url,
-                    request_method=request.method,
-                    attempt=number,
-                ),
-                progress,
-            )
-        jar = rt.cookies
-        if jar is not None:
-            store_cookies(
-                jar, str(url), request.method, request.headers, Headers.from_wire(response.headers)
-            )
-        if streaming and response.status < 400:
-            finished = True
-            return
-        limit = config.max_body_bytes
-        decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
-        source = response.source
-        chunks = await source.receive_all(progress, timeouts.read, limit)
-        outcome.body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
-        finished = True
-    except WireError as exc:
-        outcome.error = exc
-    finally:
-        if not (finished and streaming and outcome.body is None):
-            give_back(rt, state, outcome)
-
-
 def _drained(request: PreparedRequest, progress: AttemptProgress) -> WireError:
     return WireError(
         f"{request.method} {request.url} not admitted: the client is draining (the attempt "
@@ -456,67 +502,5 @@ def _drained(request: PreparedRequest, progress: AttemptProgress) -> WireError:
         stage=progress.stage,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
-        retryable=False,
-    )
-
-
-def give_back(rt: Runtime, state: UpstreamState, outcome: Outcome) -> None:
-    """Return the connection (reusable only after a complete exchange) and the permit."""
-    conn, outcome.conn = outcome.conn, None
-    if conn is not None:
-        if outcome.error is None and outcome.body is not None:
-            rt.pool.release(conn)
-        else:
-            rt.pool.discard(conn)
-    permit, outcome.permit = outcome.permit, None
-    if permit is not None:
-        release(state, permit)
-
-
-def observe(
-    outcome: Outcome, wall_clock: Callable[[], float]
-) -> tuple[Evidence, FailureCategory | None, float | None]:
-    """The evidence, failure category and Retry-After (seconds) of a finished attempt;
-    ``wall_clock`` (Unix seconds) dates a Retry-After given as an HTTP-date."""
-    error = outcome.error
-    wire = outcome.response
-    if wire is not None and error is None:
-        retry_after = None
-        if wire.status >= 400:  # below 400 the engine is not consulted
-            for name, value in wire.headers:
-                if name.lower() == b"retry-after":
-                    retry_after = parse_retry_after(value, wall_clock())
-        return Evidence.RESPONSE_RECEIVED, None, retry_after
-    assert isinstance(error, WireError)
-    return error.evidence, error.category, None
-
-
-def record(
-    number: int,
-    progress: AttemptProgress,
-    outcome: Outcome,
-    evidence: Evidence,
-    category: FailureCategory | None,
-    ended: float,
-    decision: Decision | None = None,
-) -> Attempt:
-    """The :class:`Attempt` record of a finished attempt (built once, with its decision)."""
-    timings = progress.timings  # the progress ends with its attempt: no copy needed
-    timings["total"] = ended - progress.started
-    wire = outcome.response
-    return build_attempt(  # Attempt(...), built faster
-        number=number,
-        stage=progress.stage,
-        evidence=evidence,
-        error=outcome.error,
-        # Kept when the head arrived, even if the body then broke (the engine's status
-        # rules still see None: a broken exchange is judged by the transport rules).
-        status=wire.status if wire is not None else None,
-        http_version=progress.http_version,
-        connection_reused=progress.connection_reused,
-        bytes_sent=progress.bytes_sent,
-        bytes_received=progress.bytes_received,
-        category=category,
-        timings=timings,
-        decision=decision,
+        ends_call=True,
     )

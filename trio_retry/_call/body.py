@@ -47,20 +47,18 @@ def decoder_for(
 class BodyReader:
     """Reads the raw chunks of one response body, enforcing ``max_body_bytes`` on them."""
 
-    __slots__ = ("_hint", "_limit", "_read_timeout", "_received", "progress", "source")
+    __slots__ = ("_hint", "_limit", "_received", "progress", "source")
 
     def __init__(
         self,
         source: BodySource,
         progress: AttemptProgress,
         limit: int | None,
-        read_timeout: float | None,
         hint: str = "",
     ) -> None:
         self.source = source
         self.progress = progress
         self._limit = limit
-        self._read_timeout = read_timeout
         self._received = 0
         self._hint = hint
 
@@ -68,7 +66,7 @@ class BodyReader:
         """The next raw chunk (``b""`` at the end). Raises ``WireError`` when the body breaks,
         a read times out, or the body grows past the limit (the connection is then abandoned).
         """
-        chunk = await self.source.receive_body(self.progress, self._read_timeout)
+        chunk = await self.source.receive_body(self.progress)
         limit = self._limit
         if limit is not None:
             self._received += len(chunk)
@@ -84,7 +82,7 @@ def _too_large(source: BodySource, progress: AttemptProgress, limit: int, hint: 
         progress,
         FailureCategory.REMOTE_PROTOCOL,
         f"the response body exceeds max_body_bytes ({limit} bytes)" + hint,
-        retryable=False,
+        ends_call=True,
     )
 
 
@@ -96,8 +94,8 @@ def whole_body(
     decoder: Decoder | None,
     hint: str = "",
 ) -> bytes:
-    """The whole body of a buffered call from ``source.receive_all(progress, read_timeout,
-    limit)``'s chunks (awaited by the caller, in its own frame), decoded, under the rules of
+    """The whole body of a buffered call from ``source.receive_all(progress, limit)``'s
+    chunks (awaited by the caller, in its own frame), decoded, under the rules of
     :class:`BodyReader` (the same limit, the same error). Raises ``WireError``."""
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if limit is not None and len(raw) > limit:
@@ -108,7 +106,7 @@ def whole_body(
         return decoder.decode_all(raw)
     except DecodeError as exc:
         raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, str(exc),
-                           retryable=False) from exc  # fmt: skip
+                           ends_call=True) from exc  # fmt: skip
 
 
 #: Turns a failure of a handed-over body into the exception the caller gets (and closes up).

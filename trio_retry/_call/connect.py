@@ -19,12 +19,12 @@ import trio
 from .._models import URL, Origin
 from .._proxy import ProxyConfig, proxy_from_env
 from .._tls import InsecureTLSWarning, build_ssl_context
+from .._wire.clock import Clock
 from .._wire.dialer import ConnectTarget, Dialer
 from .._wire.h2 import HTTP2Connection
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
-from .._wire.timers import StageTimers
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
@@ -64,14 +64,14 @@ def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
 class Connector:
     """Opens the client's connections; HTTP/2 reader tasks live in the client's nursery."""
 
-    __slots__ = ("_config", "_proxy_ssl_context", "nursery", "open_transport", "timers")
+    __slots__ = ("_config", "_proxy_ssl_context", "clock", "nursery", "open_transport")
 
     def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
         self._config = config
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
         #: The client's stage-timeout lanes, handed to each HTTP/1.1 connection.
-        self.timers: StageTimers | None = None
+        self.clock: Clock | None = None
         self._proxy_ssl_context: ssl.SSLContext | None = None
 
     def _proxy_tls(self) -> ssl.SSLContext:
@@ -135,7 +135,7 @@ class Connector:
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.
             assert self.nursery is not None
-            h2_conn = await HTTP2Connection.open(
+            return await HTTP2Connection.open(
                 transport,
                 pool_key,
                 scheme=origin.scheme,
@@ -144,15 +144,14 @@ class Connector:
                 nursery=self.nursery,
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
+                clock=self.clock,
             )
-            h2_conn.timers = self.timers
-            return h2_conn
         return HTTP11Connection(
             transport,
             pool_key,
             config.max_header_bytes,
-            fast_path=config.http1_fast_path,  # fast (#16)
-            timers=self.timers,
+            fast_path=config.http1_fast_path,
+            clock=self.clock,
         )
 
     async def _dial(

@@ -2,9 +2,10 @@
 
 :func:`learn` feeds a finished attempt's evidence to its origin's breaker, throttle and
 hedging ledger (:mod:`.resilience`). :func:`hedged_attempt` stands in for
-:func:`~.attempt.run_attempt` when the call is hedged: the same contract (an ``Outcome``,
-never an exception but outer cancellation or the caller's own), plus the copies that did not
-win, appended to the trail before the winner.
+:meth:`~.attempt.AttemptRun.run` when the call is hedged: each copy is an
+:class:`~.attempt.AttemptRun` of its own, with the same contract (never an exception but outer
+cancellation or the caller's own); the copies that did not win are appended to the trail
+before the winner.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .._core.attempt import Attempt
 from .._core.evidence import FailureCategory
 from .._core.hedging import HedgeContext, HedgeLedger, Hedging, decide_hedge
 from .._wire.progress import AttemptProgress
-from .attempt import Outcome, observe, record, run_attempt
+from .attempt import AttemptRun
 from .prepare import PreparedRequest
 from .resilience import NON_FINAL_STATUSES, Copy, HedgeCancelled, run_hedged
 from .runtime import Runtime
@@ -48,7 +49,7 @@ def hedge_ledger(
 
 def learn(
     state: UpstreamState,
-    outcome: Outcome,
+    outcome: AttemptRun,
     progress: AttemptProgress,
     category: FailureCategory | None,
     retry_after: float | None,
@@ -69,7 +70,7 @@ def learn(
             ledger.observe_latency(first_byte)
 
 
-def _final(outcome: Outcome) -> bool:
+def _final(outcome: AttemptRun) -> bool:
     wire = outcome.response
     return wire is not None and outcome.error is None and wire.status not in NON_FINAL_STATUSES
 
@@ -80,14 +81,13 @@ async def hedged_attempt(
     state: UpstreamState,
     progress: AttemptProgress,
     streaming: bool,
-    deadline: float,
     attempts: list[Attempt],
     ledger: HedgeLedger,
     number: int,
     notify: Notify,
-) -> tuple[Outcome, AttemptProgress, int]:
-    """One attempt, with hedged copies after ``ledger.delay()``; returns the winner's outcome,
-    progress and attempt number.
+) -> tuple[AttemptRun, int]:
+    """One attempt, with hedged copies after ``ledger.delay()``; returns the winner's run and
+    attempt number.
 
     Copies that did not win are appended to ``attempts`` first (a cancelled one with a
     ``HedgeCancelled`` error and the evidence of the stage it reached; one that ended on its
@@ -102,7 +102,7 @@ async def hedged_attempt(
     def may_hedge(started: int) -> bool:
         nonlocal sent
         now = trio.current_time()
-        limit = min(deadline, trio.current_effective_deadline()) - now
+        limit = min(request.deadline, trio.current_effective_deadline()) - now
         calls, hedges = ledger.counts(now)
         denial = decide_hedge(
             HedgeContext(
@@ -129,8 +129,10 @@ async def hedged_attempt(
         sent += 1
         return True
 
-    async def copy_attempt(copy_progress: AttemptProgress) -> Outcome:
-        return await run_attempt(rt, request, state, copy_progress, streaming, deadline)
+    async def copy_attempt(copy_progress: AttemptProgress) -> AttemptRun:
+        run = AttemptRun(rt, request, state, copy_progress, streaming=streaming)
+        await run.run()
+        return run
 
     winner, others = await run_hedged(
         first=Copy(number, progress),
@@ -140,18 +142,17 @@ async def hedged_attempt(
         final=_final,
     )
     assert winner.outcome is not None
-    wall_clock = rt.config.wall_clock
     for copy in sorted(others, key=lambda c: c.number):
         outcome = copy.outcome
         if outcome is None:  # lost the race: cancelled
-            outcome = Outcome()
+            outcome = AttemptRun(rt, request, state, copy.progress, streaming=streaming)
             outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
             evidence, category = copy.progress.evidence, None
         else:
-            evidence, category, retry_after = observe(outcome, wall_clock)
+            evidence, category, retry_after = outcome.observe()
             learn(state, outcome, copy.progress, category, retry_after, ledger)
-        attempt = record(copy.number, copy.progress, outcome, evidence, category, copy.ended)
+        attempt = outcome.record(copy.number, evidence, category, copy.ended)
         attempts.append(attempt)
         if (pending := notify(rt, attempt, request)) is not None:
             await pending
-    return winner.outcome, winner.progress, winner.number
+    return winner.outcome, winner.number

@@ -3,16 +3,19 @@
 One call runs this loop (:func:`send`):
 
 1. admission: a draining client admits no new call (``AdmissionRejected``, ``NOT_SENT``);
-2. an attempt (:func:`~.attempt.run_attempt`, or :func:`~.hedge.hedged_attempt` when the
-   call is hedged) inside the call's deadline; the wire keeps an ``AttemptProgress`` current,
-   so however the attempt ends the stage reached is known; the origin's breaker, throttle and
-   hedging ledger learn from it (:func:`~.hedge.learn`);
+2. an attempt: an :class:`~.attempt.AttemptRun` (or, for a hedged call, the copies of
+   :func:`~.hedge.hedged_attempt`, each its own run) within the call's deadline; the wire
+   keeps its ``AttemptProgress`` current, so however the attempt ends the stage reached is
+   known; the origin's breaker, throttle and hedging ledger learn from it
+   (:func:`~.hedge.learn`);
 3. the :class:`Attempt` record (a call's one buffered attempt that nobody watches has its
-   record built when ``Response.attempts`` is first read); a response below 400 ends the
-   loop without asking the engine;
-4. otherwise the engine decides on a ``RetryContext``. On ``RetryAllowed`` the attempt has
-   *already* given back its connection and its bulkhead permit; the budget is debited and the
-   backoff sleeps — never past the call deadline, and cut short by ``drain()``;
+   record built when ``Response.attempts`` is first read);
+4. whether to send again, decided by the engine's file (``_core/engine.py``) alone: first
+   its "not consulted" decisions (a response below 400 is the answer; a connection's
+   refusal goes again uncounted; a failure that ends the call; an auth challenge to answer),
+   else the engine on a ``RetryContext``. On ``RetryAllowed`` the attempt has *already*
+   given back its connection and its bulkhead permit; the budget is debited and the backoff
+   sleeps — never past the call deadline, and cut short by ``drain()``;
 5. the end: a response, ``HttpAmbiguousExecutionError`` or a ``RequestFailed`` subclass
    (:mod:`.failures`).
 
@@ -35,31 +38,26 @@ import trio
 from .._auth import auth_request
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
-from .._core.engine import build_context
+from .._core.engine import (
+    AttemptFacts,
+    NotConsulted,
+    build_context,
+    final_response,
+    not_consulted,
+)
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response
 from .._redirects import REDIRECT_STATUSES
-from .._wire.exchange import RECONNECT_TRIES
+from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
-from .attempt import (
-    Outcome,
-    exchange,
-    give_back,
-    guarded_attempt,
-    observe,
-    ready,
-    record,
-    run_attempt,
-    settle,
-)
+from .attempt import AttemptRun
 from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
-from .upstream import UpstreamState
 
 __all__ = ["Closer", "send", "send_following"]
 
@@ -103,12 +101,12 @@ async def send_following(
 
 
 async def send(
-    rt: Runtime, request: PreparedRequest, *, streaming: bool, fresh: bool = False
+    rt: Runtime, request: PreparedRequest, *, streaming: bool, first_hop: bool = False
 ) -> tuple[Response, Closer | None]:
     """Attempts of one request until a response, a denial or a failure (the loop above).
 
-    ``fresh``: the request was prepared just now, so its ``started`` is also the start of
-    its first attempt (one clock read fewer); otherwise (a redirect hop) the clock is read."""
+    ``first_hop``: the request was prepared just now, so its ``started`` is also the start of
+    its first attempt (one clock read fewer); a redirect hop reads the clock."""
     if rt.draining:
         raise AdmissionRejected(
             f"{request.method} {request.url} not admitted: the client is draining",
@@ -119,119 +117,90 @@ async def send(
     config = rt.config
     state = rt.upstreams.get(request.url.origin)
     policy = request.retry
-    started = request.started if fresh else rt.now()
+    started = request.started if first_hop else rt.now()
     state.budget.deposit(started)
     attempts: list[Attempt] = []
     previous_delay: float | None = None
     auth_refreshed = retried_425 = challenged = False
-    challenge_rounds = 0  # answered auth challenges: in the trail, not counted as retries
-    # The attempt scopes carry the call's own deadline; an outer deadline is enforced by
-    # the caller's own scope (and surfaces as trio.Cancelled). The earlier of the two only
-    # matters when deciding about a retry, so it is read then (it costs a walk up the
-    # cancel-scope chain, a measurable share of a small request).
-    deadline = request.deadline
+    reconnects = 0  # tries sent again on a fresh connection, not counted as attempts
+    challenges = 0  # answered auth challenges: in the trail, not numbered as attempts
     hedged = request.hedging is not None or state.upstream.hedging is not None
     ledger = hedge_ledger(request, state, started) if hedged else None
     guarded = state.guarded or ledger is not None
-    uncounted = 0  # tries sent again on a fresh connection without counting (below)
 
     while True:
-        number = len(attempts) + 1 - challenge_rounds
+        number = len(attempts) + 1 - challenges
         progress = AttemptProgress(started if not attempts else rt.now())
         if ledger is not None:
-            # Hedged copies are not traced one span each yet (their attempts are recorded).
-            outcome, progress, number = await hedged_attempt(
-                rt, request, state, progress, streaming, deadline, attempts, ledger, number,
-                _notify,
-            )  # fmt: skip
-        elif request.trace is None:
-            # run_attempt, its common case in this frame (one coroutine fewer per await)
-            outcome = ready(rt, request, state, progress, deadline)
-            if outcome.conn is not None and deadline == math.inf:
-                await exchange(rt, request, state, progress, streaming, outcome, number)
-                settle(rt, progress, outcome)
-            else:
-                outcome = await guarded_attempt(
-                    rt, request, state, progress, streaming, deadline, number, outcome
-                )
-        else:
-            outcome = await _traced_attempt(
-                rt, request, state, progress, streaming, deadline, number
+            run, number = await hedged_attempt(
+                rt, request, state, progress, streaming, attempts, ledger, number, _notify
             )
+            progress = run.progress
+        else:
+            run = AttemptRun(rt, request, state, progress, streaming=streaming, number=number)
+            await run.run()
         ended = rt.now()
-        wire = outcome.response
-        if wire is not None and outcome.error is None and wire.status < 400:
-            # A response below 400 ends the loop without asking the engine (its evidence is
-            # RESPONSE_RECEIVED, no failure, and no Retry-After is read below 400).
+        wire = run.response
+        if wire is not None and run.error is None and final_response(wire.status):
+            # NotConsulted.FINAL_RESPONSE (its evidence is RESPONSE_RECEIVED, no failure).
             if guarded:
-                learn(state, outcome, progress, None, None, ledger)
+                learn(state, run, progress, None, None, ledger)
             if not attempts and not streaming and not _watched(rt, request):
                 # The call's one attempt, buffered, and nobody to tell of it: its record is
-                # built when Response.attempts is first read (from this progress and outcome,
-                # which nothing changes any more).
-                first = partial(record, 1, progress, outcome, _RECEIVED, None, ended)
-                return _response(
-                    request, outcome, None, None, ended=ended, attempt_record=first
-                ), None
-            attempt = record(len(attempts) + 1, progress, outcome, _RECEIVED, None, ended)
-            attempts.append(attempt)
-            if (pending := _notify(rt, attempt, request)) is not None:
+                # built when Response.attempts is first read (from this run, which nothing
+                # changes any more).
+                first = partial(run.record, 1, _RECEIVED, None, ended)
+                return _response(request, run, None, None, ended=ended, attempt_record=first), None
+            attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
+            if (pending := _notify(rt, attempts[-1], request)) is not None:
                 await pending
-            if not streaming or outcome.body is not None:
-                return _response(request, outcome, attempts, None, ended=ended), None
-            return _deliver(rt, request, state, outcome, attempts, deadline)
-        evidence, category, retry_after = observe(outcome, config.wall_clock)
-        # A try refused by the connection, not the request (a routine HTTP/2 GOAWAY rotation,
-        # a dead idle connection: ``WireError.reconnect``, always NOT_SENT) goes again at once
-        # on a fresh connection, like a stale pooled HTTP/1.1 connection (SPEC §3): no attempt
-        # counted, no budget, no backoff, at most RECONNECT_TRIES per call. It stays in the
-        # trail, with decision None (the engine was not consulted).
-        if (
-            isinstance(outcome.error, WireError)
-            and outcome.error.reconnect
-            and uncounted < RECONNECT_TRIES
-            and request.body.replayability.replayable
-            and not rt.draining
-        ):
-            uncounted += 1
-            attempt = record(number, progress, outcome, evidence, category, ended)
-            attempts.append(attempt)
-            if (pending := _notify(rt, attempt, request)) is not None:
+            if not streaming or run.body is not None:
+                return _response(request, run, attempts, None, ended=ended), None
+            return _deliver(rt, request, run, attempts)
+        evidence, category, retry_after = run.observe()
+        error = run.error
+        skip = not_consulted(
+            AttemptFacts(
+                status=wire.status if wire is not None and error is None else None,
+                reconnect=isinstance(error, WireError) and error.reconnect,
+                reconnects=reconnects,
+                ends_call=isinstance(error, WireError) and error.ends_call,
+                replayable=request.body.replayability.replayable,
+                draining=rt.draining,
+                challenge=not challenged and _may_answer_challenge(request),
+            )
+        )
+        if skip is NotConsulted.RECONNECT:
+            # Sent again at once on a fresh connection: no attempt counted, no budget, no
+            # backoff; it stays in the trail with decision None.
+            reconnects += 1
+            attempts.append(run.record(number, evidence, category, ended))
+            if (pending := _notify(rt, attempts[-1], request)) is not None:
                 await pending
             continue
         if guarded:
-            learn(state, outcome, progress, category, retry_after, ledger)
-        used = len(attempts) + 1  # attempts of this call so far, hedges included
-        counted = used - uncounted  # the uncounted tries above are not attempts
-        if (
-            not challenged
-            and wire is not None
-            and outcome.error is None
-            and wire.status == 401
-            and await _answer_challenge(request, wire.headers)
-        ):
-            # An auth challenge (Digest) answered: the request goes again with credentials.
-            # The 401 proves the server did not act on it; the body is replayable (checked).
+            learn(state, run, progress, category, retry_after, ledger)
+        if skip is NotConsulted.AUTH_CHALLENGE and await _answer_challenge(request, wire):
             challenged = True
-            challenge_rounds += 1
-            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
-            attempts.append(attempt)
-            if (pending := _notify(rt, attempt, request)) is not None:
+            challenges += 1
+            attempts.append(run.record(len(attempts) + 1, evidence, category, ended))
+            if (pending := _notify(rt, attempts[-1], request)) is not None:
                 await pending
             continue
-        if isinstance(outcome.error, WireError) and not outcome.error.retryable:
-            attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended)
-            attempts.append(attempt)
-            if (pending := _notify(rt, attempt, request)) is not None:
+        if skip is NotConsulted.ENDS_CALL:
+            assert error is not None
+            attempts.append(run.record(len(attempts) + 1, evidence, category, ended))
+            if (pending := _notify(rt, attempts[-1], request)) is not None:
                 await pending
-            raise _counted(request, failure(request, attempts, outcome.error, None))
+            raise _counted(request, failure(request, attempts, error, None))
 
+        counted = len(attempts) + 1 - reconnects  # attempts of this call, hedges included
         now = ended
         backoff = policy.backoff
         proposed = backoff.delay(counted, config.rng, previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
-        call_deadline = min(deadline, trio.current_effective_deadline())
+        call_deadline = min(request.deadline, trio.current_effective_deadline())
         remaining = call_deadline - now
         context = build_context(  # RetryContext(...), built faster
             attempt=counted,
@@ -256,7 +225,7 @@ async def send(
         )
         decision = config.engine.decide(context)
         # Built once, with its decision (a dataclasses.replace would build it twice).
-        attempt = record(len(attempts) + 1, progress, outcome, evidence, category, ended, decision)
+        attempt = run.record(len(attempts) + 1, evidence, category, ended, decision)
         attempts.append(attempt)
         if (pending := _notify(rt, attempt, request)) is not None:
             await pending
@@ -266,7 +235,7 @@ async def send(
             state.budget.try_withdraw(now)
             if not await _backoff(rt, decision.delay, call_deadline):
                 decision = RetryDenied.runtime_draining(retry_after=retry_after)
-                return _finish(request, outcome, attempts, decision)
+                return _finish(request, run, attempts, decision)
             previous_delay = decision.delay
             auth = request.auth
             if (
@@ -279,54 +248,23 @@ async def send(
             if attempt.status == 425 and attempt.category is None:
                 retried_425 = True
             continue
-        return _finish(request, outcome, attempts, decision)
+        return _finish(request, run, attempts, decision)
 
 
-async def _answer_challenge(request: PreparedRequest, headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether the call's auth answers this 401's challenge (``RequestAuth.challenge``) and
-    the request may go again: only with a replayable body, never after leaving the origin."""
+def _may_answer_challenge(request: PreparedRequest) -> bool:
+    """Whether the call's auth answers challenges (``RequestAuth.challenge``) and applies to
+    this request (never after leaving the origin)."""
+    return getattr(request.auth, "challenge", None) is not None and request.apply_auth
+
+
+async def _answer_challenge(request: PreparedRequest, wire: WireResponse | None) -> bool:
+    """Whether the call's auth answered this 401's challenge (``RequestAuth.challenge``), so
+    that the request may go again with credentials."""
     challenge = getattr(request.auth, "challenge", None)
-    if challenge is None or not request.apply_auth or not request.body.replayability.replayable:
-        return False
-    answered: bool = await challenge(auth_request(request), Headers.from_wire(headers))
+    assert challenge is not None
+    assert wire is not None
+    answered: bool = await challenge(auth_request(request), Headers.from_wire(wire.headers))
     return answered
-
-
-async def _traced_attempt(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    progress: AttemptProgress,
-    streaming: bool,
-    deadline: float,
-    number: int,
-) -> Outcome:
-    """:func:`run_attempt` inside its telemetry span (``telemetry=``): the span starts here
-    and ends when the attempt is recorded (:func:`_notify`), or here when the attempt is
-    interrupted — by cancellation (then marked so) or by the caller's own body or auth code."""
-    trace = request.trace
-    assert trace is not None
-    url = request.url
-    current = trace.current = trace.attempt(
-        method=request.method,
-        url=str(url),
-        scheme=url.scheme,
-        host=url.host,
-        port=url.port,
-        number=number,
-        idempotency=request.idempotency,
-        idempotency_key_present=request.idempotency_key is not None,
-    )
-    try:
-        return await run_attempt(rt, request, state, progress, streaming, deadline, number)
-    except BaseException as exc:
-        current.interrupt(
-            stage=progress.stage,
-            evidence_name=progress.evidence.name,
-            duration=trio.current_time() - progress.started,
-            cancelled=isinstance(exc, trio.Cancelled),
-        )
-        raise
 
 
 def _counted(request: PreparedRequest, error: Exception) -> Exception:
@@ -393,7 +331,7 @@ def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitabl
 
 def _response(
     request: PreparedRequest,
-    outcome: Outcome,
+    run: AttemptRun,
     attempts: list[Attempt] | None,
     decision: Decision | None,
     stream: StreamedBody | None = None,
@@ -403,7 +341,7 @@ def _response(
 ) -> Response:
     """The call's response; ``ended``: when its attempt ended, if just read (else now);
     ``attempts=None``: its one attempt is ``attempt_record()``'s, built when first read."""
-    wire = outcome.response
+    wire = run.response
     assert wire is not None
     return Response._received(
         status=wire.status,
@@ -412,9 +350,9 @@ def _response(
         http_version=wire.http_version,
         url=request.url,
         request_method=request.method,
-        sent_headers=outcome.sent_headers or (),
+        sent_headers=run.sent_headers or (),
         elapsed=(trio.current_time() if ended is None else ended) - request.started,
-        content=outcome.body,
+        content=run.body,
         attempts=attempts,  # the call's own list: the loop is done with it
         retry_decision=decision,
         stream=stream,
@@ -425,31 +363,26 @@ def _response(
 
 def _finish(
     request: PreparedRequest,
-    outcome: Outcome,
+    run: AttemptRun,
     attempts: list[Attempt],
     decision: Decision,
 ) -> tuple[Response, Closer | None]:
     """The loop stopped on ``decision``: the final response, or the exception it means."""
-    if outcome.response is not None and outcome.error is None:
-        response = _response(request, outcome, attempts, decision)
+    if run.response is not None and run.error is None:
+        response = _response(request, run, attempts, decision)
         if isinstance(decision, AmbiguousFailure):
             raise _counted(request, ambiguous_status(request, response, attempts, decision))
         return response, None
-    assert outcome.error is not None
-    raise _counted(request, failure(request, attempts, outcome.error, decision))
+    assert run.error is not None
+    raise _counted(request, failure(request, attempts, run.error, decision))
 
 
 def _deliver(
-    rt: Runtime,
-    request: PreparedRequest,
-    state: UpstreamState,
-    outcome: Outcome,
-    attempts: list[Attempt],
-    deadline: float,
+    rt: Runtime, request: PreparedRequest, run: AttemptRun, attempts: list[Attempt]
 ) -> tuple[Response, Closer | None]:
     """The response of a successful streamed attempt, with its body still to be read, and the
     :data:`Closer` that ends it."""
-    wire = outcome.response
+    wire = run.response
     assert wire is not None
     progress = AttemptProgress(rt.now())
     progress.stage = Stage.RESPONSE_BODY
@@ -461,12 +394,12 @@ def _deliver(
         if not done:
             done = True
             body.close()  # iterating after the block ends stops at once
-            if outcome.body is None and outcome.conn is not None:
+            if run.body is None and run.conn is not None:
                 wire.source.abandon()
-            give_back(rt, state, outcome)
+            run.give_back()
 
     def ended() -> None:
-        outcome.body = b""
+        run.body = b""
         close()
 
     def broken(exc: WireError) -> Exception:
@@ -485,12 +418,12 @@ def _deliver(
 
     config = rt.config
     limit = config.max_body_bytes
-    reader = BodyReader(wire.source, progress, limit, config.stage_timeouts.read)
+    reader = BodyReader(wire.source, progress, limit)
     decoder = decoder_for(request.method, wire.headers, limit)
-    body = StreamedBody(reader, deadline, ended, broken)
+    body = StreamedBody(reader, request.deadline, ended, broken)
     response = _response(
         request,
-        outcome,
+        run,
         attempts,
         None,
         body,

@@ -7,7 +7,7 @@ hedged copies of an attempt in the call's own nursery. The client calls it at th
 1. admission (:meth:`Guard.admit`), before the bulkhead, for every attempt: the breaker
    rejects at once while open; the throttle makes the attempt wait for a token, or rejects it
    when the wait would cross the deadline. A rejection is a ``WireError`` at ``ADMISSION``
-   with ``NOT_SENT`` evidence, not retryable (trying again at once would be rejected again),
+   with ``NOT_SENT`` evidence, ending the call (trying again at once would be rejected again),
    and its message names the breaker or the throttle;
 2. after every attempt (:meth:`Guard.observe`): the breaker and the throttle learn from the
    attempt's evidence (status, failure category, Retry-After), the hedging ledger from its
@@ -80,7 +80,7 @@ def _rejected(message: str) -> WireError:
         stage=Stage.ADMISSION,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
-        retryable=False,
+        ends_call=True,
     )
 
 
@@ -108,7 +108,7 @@ class Guard:
         """Admit one attempt (``what``: "METHOD URL", for messages) before ``deadline``.
 
         Returns the breaker's verdict (to hand back to :meth:`observe` or :meth:`release`).
-        Raises a non-retryable ``WireError`` (``ADMISSION``, ``NOT_SENT``) when the breaker is
+        Raises a ``WireError`` that ends the call (``ADMISSION``, ``NOT_SENT``) when the breaker is
         open, or when the throttle's wait would cross the deadline. A cancelled throttle wait
         releases a probe slot and leaves the reserved token spent (erring on the side of
         sending less).

@@ -13,9 +13,9 @@ from http.cookiejar import CookieJar
 import trio
 
 from .._core.evidence import Stage
+from .._wire.clock import Clock
 from .._wire.pool import ConnectionPool
 from .._wire.progress import AttemptProgress
-from .._wire.timers import StageTimers
 from .config import ClientConfig
 from .connect import Connector
 from .upstream import Upstreams
@@ -39,6 +39,7 @@ class Runtime:
 
     __slots__ = (
         "calls",
+        "clock",
         "config",
         "connector",
         "cookies",
@@ -49,7 +50,6 @@ class Runtime:
         "now",
         "pool",
         "scopes",
-        "timers",
         "upstreams",
     )
 
@@ -57,11 +57,10 @@ class Runtime:
         self.config = config
         self.cookies = cookies
         self.connector = Connector(config)
-        timeouts = config.stage_timeouts
-        #: Stage timeouts without a cancel scope per stage (``_wire/timers.py``); its task
-        #: runs in the client's background nursery.
-        self.timers = StageTimers(timeouts.write, timeouts.first_byte, timeouts.read)
-        self.connector.timers = self.timers
+        #: The one owner of time (``_wire/clock.py``): the limits of every wait, kept on its
+        #: lanes by its task in the client's background nursery.
+        self.clock = Clock(config.stage_timeouts)
+        self.connector.clock = self.clock
         self.upstreams = Upstreams(config.upstreams, config.default_upstream)
         self.pool = ConnectionPool(
             max_connections=config.max_connections,
@@ -86,8 +85,8 @@ class Runtime:
         """The client was entered: its background work runs in ``nursery``, and the clock is
         this run's."""
         self.connector.nursery = nursery
-        self.timers.start(nursery)
-        self.pool.bind(nursery)  # pool (#14): HTTP/2 openings outlive their attempt
+        self.clock.start(nursery)
+        self.pool.bind(nursery)  # HTTP/2 openings outlive their attempt
         self.now = trio.lowlevel.current_clock().current_time
         self.lifecycle = Lifecycle.OPEN
 

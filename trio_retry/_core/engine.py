@@ -27,10 +27,32 @@ The order lives in :data:`RULES`, a tuple; ``DefaultRetryEligibilityEngine`` jus
 engine is consulted only after a failure or a status >= 400, never on the success path, so a
 call per rule costs nothing a successful request pays). The decisions themselves are in
 :mod:`.decision`, re-exported here.
+
+**When the engine is not consulted.** This file owns every "send again?" of a call, including
+the four answers given without asking the engine (whose :class:`RetryContext` describes a
+failed attempt of the call). They are :class:`NotConsulted` decisions, taken in this order by
+:func:`not_consulted` (:data:`BEFORE_RULES`, data again) from an attempt's :class:`AttemptFacts`;
+the first that applies wins, and the client acts on it without building a context:
+
+0. a response below 400 (:func:`final_response`)  -> FINAL_RESPONSE: the caller gets it;
+1. the connection, not the request, refused it (a routine HTTP/2 GOAWAY rotation, an idle
+   connection that failed its PING: ``NOT_SENT``), fewer than :data:`MAX_RECONNECTS` times in
+   this call, with a body that can be sent again, the client not draining -> RECONNECT: sent
+   again at once on a fresh connection, counted as neither an attempt nor a retry (SPEC §3);
+2. a failure that ends the call (``WireError.ends_call``: a body over ``max_body_bytes``, the
+   client closing, an admission refusal, a raising hook) -> ENDS_CALL: trying again would meet
+   the same failure;
+3. a 401 with a challenge the call's auth may answer (Digest), once, with a replayable body
+   -> AUTH_CHALLENGE: if the auth answers it the request goes again with credentials (the 401
+   proves the server did not act on it), uncounted; if not, the engine decides after all.
+
+A stale pooled HTTP/1.1 connection found closed before a byte was written is not an attempt
+at all: the pool drops it and the same attempt goes on a fresh one (``_wire/pool.py``).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,7 +70,11 @@ from .replay import Replayability
 from .slots import slot_constructor
 
 __all__ = [
+    "BEFORE_RULES",
+    "MAX_RECONNECTS",
     "RULES",
+    "AttemptFacts",
+    "NotConsulted",
     "AmbiguousFailure",
     "Decision",
     "DefaultRetryEligibilityEngine",
@@ -58,7 +84,83 @@ __all__ = [
     "RetryDenied",
     "RetryEligibilityEngine",
     "build_context",
+    "final_response",
+    "not_consulted",
 ]
+
+#: How many times one call may send an attempt again on a fresh connection without counting
+#: it (:attr:`NotConsulted.RECONNECT`); past that, such a failure counts as an attempt.
+MAX_RECONNECTS = 3
+
+
+class NotConsulted(enum.Enum):
+    """Why the engine was not consulted after an attempt (the module docstring, 0-3)."""
+
+    FINAL_RESPONSE = "a response below 400 is the call's answer"
+    RECONNECT = "refused by the connection, not the request: sent again on a fresh one"
+    ENDS_CALL = "the failure ends the call: trying again would meet it again"
+    AUTH_CHALLENGE = "an auth challenge to answer: sent again with credentials"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptFacts:
+    """What :func:`not_consulted` looks at, about the attempt just finished."""
+
+    status: int | None  # a response's status (``None``: a failure)
+    reconnect: bool = False  # the failure is the connection's refusal (``WireError.reconnect``)
+    reconnects: int = 0  # uncounted reconnects this call made already
+    ends_call: bool = False  # the failure ends the call (``WireError.ends_call``)
+    replayable: bool = True  # the body can be sent again
+    draining: bool = False
+    challenge: bool = False  # the call's auth may answer a 401's challenge (not yet answered)
+
+
+def final_response(status: int) -> bool:
+    """Rule 0 of :data:`BEFORE_RULES`, for the success path (no facts built): a response
+    below 400 is the call's answer."""
+    return status < 400
+
+
+def _before_final(facts: AttemptFacts) -> bool:
+    return facts.status is not None and final_response(facts.status)
+
+
+def _before_reconnect(facts: AttemptFacts) -> bool:
+    return (
+        facts.reconnect
+        and facts.reconnects < MAX_RECONNECTS
+        and facts.replayable
+        and not facts.draining
+    )
+
+
+def _before_ends_call(facts: AttemptFacts) -> bool:
+    return facts.ends_call
+
+
+def _before_challenge(facts: AttemptFacts) -> bool:
+    return facts.status == 401 and facts.challenge and facts.replayable
+
+
+#: The "not consulted" decisions, in order: the first whose test holds wins.
+BEFORE_RULES: tuple[tuple[NotConsulted, Callable[[AttemptFacts], bool]], ...] = (
+    (NotConsulted.FINAL_RESPONSE, _before_final),
+    (NotConsulted.RECONNECT, _before_reconnect),
+    (NotConsulted.ENDS_CALL, _before_ends_call),
+    (NotConsulted.AUTH_CHALLENGE, _before_challenge),
+)
+
+
+def not_consulted(facts: AttemptFacts) -> NotConsulted | None:
+    """Which :class:`NotConsulted` decision applies to an attempt, or ``None``: then the
+    engine decides (on a :class:`RetryContext`). Pure."""
+    for decision, applies in BEFORE_RULES:
+        if applies(facts):
+            return decision
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

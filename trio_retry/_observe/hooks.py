@@ -130,7 +130,7 @@ class Hooks:
     async def before_attempt(self, view: HookRequest, progress: AttemptProgress) -> Headers:
         """Run the request hooks on ``view``; return the headers to send.
 
-        Raises :class:`WireError` (``NOT_SENT`` at ``ADMISSION``, not retryable, the hook's
+        Raises :class:`WireError` (``NOT_SENT`` at ``ADMISSION``, ending the call, the hook's
         exception as ``__cause__``) when a hook raises or sets a framing header; nothing has
         been sent then. Cancellation inside a hook propagates unchanged.
         """
@@ -158,7 +158,7 @@ class Hooks:
 
     async def after_head(self, view: HookResponse, progress: AttemptProgress) -> None:
         """Run the response hooks; a raising hook becomes a :class:`WireError`
-        (``RESPONSE_RECEIVED``, ``LOCAL_PROTOCOL``, not retryable, cause = the exception)."""
+        (``RESPONSE_RECEIVED``, ``LOCAL_PROTOCOL``, ending the call, cause = the exception)."""
         for hook in self.response:
             try:
                 result = hook(view)
@@ -171,7 +171,7 @@ class Hooks:
                     stage=progress.stage,
                     evidence=Evidence.RESPONSE_RECEIVED,
                     category=FailureCategory.LOCAL_PROTOCOL,
-                    retryable=False,
+                    ends_call=True,
                 ) from exc
 
     def __repr__(self) -> str:
@@ -193,7 +193,7 @@ def _request_hook_failed(
         stage=Stage.ADMISSION,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.INVALID_REQUEST,
-        retryable=False,
+        ends_call=True,
     )
 
 

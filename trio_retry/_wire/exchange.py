@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BODY_METHODS",
-    "RECONNECT_TRIES",
     "TRANSPORT_ERRORS",
     "BodySource",
     "WireRequest",
@@ -33,11 +32,6 @@ __all__ = [
     "content_length",
     "head_too_large",
 ]
-
-#: How many times one call may send an attempt again on a fresh connection without counting it,
-#: after a ``WireError(reconnect=True)`` (a routine HTTP/2 GOAWAY rotation, an idle connection
-#: that failed its PING); past that, such a failure counts as an attempt like any other.
-RECONNECT_TRIES = 3
 
 #: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -82,15 +76,14 @@ class WireRequest:
 class BodySource(Protocol):
     """What a response body is read from: a connection (HTTP/1.1) or a stream (HTTP/2)."""
 
-    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
-        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``)."""
+    async def receive_body(self, progress: AttemptProgress) -> bytes:
+        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``). Each
+        wait for it is within the read bound (an idle bound: ``clock.py``)."""
         ...
 
-    async def receive_all(
-        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
-    ) -> list[bytes]:
+    async def receive_all(self, progress: AttemptProgress, limit: int | None) -> list[bytes]:
         """Every chunk to the end of the body (stage ``COMPLETE``), each read as by
-        :meth:`receive_body` (``read_limit`` per wait); or, as soon as they add up to more
+        :meth:`receive_body`; or, as soon as they add up to more
         than ``limit`` bytes, the chunks so far (the caller refuses the body and abandons the
         source). Errors and cancellation as :meth:`receive_body`."""
         ...

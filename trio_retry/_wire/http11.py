@@ -35,6 +35,7 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
+from .clock import NO_LIMITS, Clock
 from .exchange import (
     TRANSPORT_ERRORS,
     WireRequest,
@@ -52,8 +53,7 @@ from .http11_rules import (
     request_event,
     unexpected,
 )
-from .progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
-from .timers import Lane, StageTimers
+from .progress import AttemptProgress, WireError
 from .transport import Transport
 from .virtual import VirtualSocket
 
@@ -64,6 +64,9 @@ RECEIVE_SIZE = 65536
 _END = h11.EndOfMessage()
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
+#: The most one ``send_all`` writes: the write timeout bounds each (an idle bound, so a long
+#: upload is never cut while the server keeps reading).
+WRITE_SLICE = 256 * 1024
 
 
 #: The stages an exchange passes, as module constants: on Python 3.11 an enum class's
@@ -85,18 +88,19 @@ class HTTP11Connection:
     multiplexed = False
 
     __slots__ = (
-        "_expired",
         "_fast",
+        "_first_byte",
         "_h11",
         "_max_header_bytes",
         "_now",
         "_parser",
         "_poller",
+        "_read",
         "_request",
         "_socket",
         "_stream",
-        "_timers",
         "_virtual",
+        "_write_bound",
         "busy",
         "closed",
         "expires_at",
@@ -111,7 +115,7 @@ class HTTP11Connection:
         max_header_bytes: int,
         *,
         fast_path: bool = True,
-        timers: StageTimers | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._stream = transport.stream
         self._socket = transport.socket
@@ -125,10 +129,13 @@ class HTTP11Connection:
         self._parser: FastParser | None = None
         self._request: WireRequest | None = None
         self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
-        #: The client's stage lanes (``timers.py``): used instead of a cancel scope per stage
-        #: while they run. ``_expired`` names the stage a lane timed out (then it is closed).
-        self._timers = timers
-        self._expired: tuple[str, float] | None = None
+        #: The bounds of this connection's waits (``clock.py``), one per kind: one request at
+        #: a time, so each is reused, its ``progress`` set per request.
+        if clock is None:
+            clock = Clock(NO_LIMITS)
+        self._write_bound = clock.bound("write", self)
+        self._first_byte = clock.bound("first_byte", self)
+        self._read = clock.bound("read", self)
         self.origin_key = origin_key
         self.busy = False
         self.closed = False
@@ -169,25 +176,10 @@ class HTTP11Connection:
         except (OSError, ValueError):
             return True
 
-    def stage_expired(self, which: str, limit: float) -> None:
-        """A stage lane ran out (``timers.py``): close now, so the request's wait ends at once
-        and is reported as that stage's timeout (:meth:`_timed_out`)."""
-        self._expired = (which, limit)
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        """A wait's bound ran out (``clock.py``): close now, so the wait ends at once (the
+        bound reports it as that wait's timeout)."""
         self.close()
-
-    def _timed_out(self, progress: AttemptProgress) -> WireError | None:
-        """The stage timeout that closed this connection, if a lane did."""
-        expired = self._expired
-        return None if expired is None else stage_timed_out(progress, *expired)
-
-    def _lane(self, which: str, limit: float | None) -> Lane | None:
-        """The running lane for stage ``which`` when it has a limit, else ``None`` (then a
-        cancel scope keeps the limit, if any)."""
-        timers = self._timers
-        if limit is None or timers is None or not timers.running:
-            return None
-        lane: Lane | None = getattr(timers, which)
-        return lane
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
         """The call deadline of the attempt on this connection passed: the attempt holds the
@@ -210,20 +202,34 @@ class HTTP11Connection:
         """The one path for request bytes: advance the stage, then await ``send_all``."""
         if stage > progress.stage:  # (progress.advance, inlined: this runs per chunk)
             progress.stage = stage
-        try:
-            await self._stream.send_all(data)
-        except TRANSPORT_ERRORS as exc:
-            raise self._transport_failure(progress, "while sending", exc) from exc
-        progress.bytes_sent += len(data)
+        await self._send_all(data, progress)
+
+    async def _send_all(self, data: bytes, progress: AttemptProgress) -> None:
+        """``send_all`` in slices of at most :data:`WRITE_SLICE`, each within the write bound;
+        ``bytes_sent`` counts what was written."""
+        if len(data) <= WRITE_SLICE:
+            try:
+                with self._write_bound:
+                    await self._stream.send_all(data)
+            except TRANSPORT_ERRORS as exc:
+                raise self._transport_failure(progress, "while sending", exc) from exc
+            progress.bytes_sent += len(data)
+            return
+        view = memoryview(data)
+        for start in range(0, len(data), WRITE_SLICE):
+            piece = view[start : start + WRITE_SLICE]
+            try:
+                with self._write_bound:
+                    await self._stream.send_all(piece)
+            except TRANSPORT_ERRORS as exc:
+                raise self._transport_failure(progress, "while sending", exc) from exc
+            progress.bytes_sent += len(piece)
 
     def _transport_failure(
         self, progress: AttemptProgress, when: str, exc: BaseException
     ) -> WireError:
-        """What a failed read or write (``when``: "while sending"...) means: the stage timeout
-        of a lane that closed the connection, else ``CONNECTION_BROKEN``."""
-        timed_out = self._timed_out(progress)
-        if timed_out is not None:
-            return timed_out
+        """What a failed read or write (``when``: "while sending"...) means:
+        ``CONNECTION_BROKEN`` (a bound that closed the connection reports its own timeout)."""
         if self.closed:  # closed under us: the client is closing (the pool closes lent ones)
             message = f"the connection was closed by the client {when}"
         else:
@@ -236,15 +242,9 @@ class HTTP11Connection:
         except h11.LocalProtocolError as exc:
             raise invalid_request(progress, exc) from exc
 
-    async def send_request(
-        self,
-        request: WireRequest,
-        progress: AttemptProgress,
-        *,
-        write_timeout: float | None = None,
-        first_byte_timeout: float | None = None,
-    ) -> WireResponse:
-        """Write the request and read up to the final response head.
+    async def send_request(self, request: WireRequest, progress: AttemptProgress) -> WireResponse:
+        """Write the request and read up to the final response head, each write within the
+        write bound and the head within the first-byte bound (``clock.py``).
 
         Raises :class:`WireError` classified by the stage reached. On cancellation the
         connection is closed (never reused) and ``progress`` says what may have been sent.
@@ -252,42 +252,14 @@ class HTTP11Connection:
         self.busy = True
         self.requests += 1
         progress.http_version = self.http_version
+        self._write_bound.progress = self._first_byte.progress = self._read.progress = progress
         try:
-            if write_timeout is None:
-                await self._write(request, progress)
-            else:
-                await self._timed_write(request, progress, write_timeout)
-            # (the first-byte wait inline: one coroutine layer fewer on the common path)
-            if first_byte_timeout is None:
+            await self._write(request, progress)
+            with self._first_byte:
                 return await self._head(progress)
-            lane = self._lane("first_byte", first_byte_timeout)
-            if lane is None:
-                return await self._head_in_scope(progress, first_byte_timeout)
-            lane.arm(self)
-            try:
-                return await self._head(progress)
-            finally:
-                lane.disarm(self)
         except BaseException:
             self.close()
             raise
-
-    async def _timed_write(
-        self, request: WireRequest, progress: AttemptProgress, limit: float
-    ) -> None:
-        """:meth:`_write` within the write limit: on the client's lane, else a scope."""
-        lane = self._lane("write", limit)
-        if lane is not None:
-            lane.arm(self)
-            try:
-                await self._write(request, progress)
-            finally:
-                lane.disarm(self)
-            return
-        with stage_timeout(limit) as scope:
-            await self._write(request, progress)
-        if scope.cancelled_caught:
-            raise stage_timed_out(progress, "write", limit)
 
     async def _write(self, request: WireRequest, progress: AttemptProgress) -> None:
         body = request.body
@@ -301,7 +273,8 @@ class HTTP11Connection:
                 data = self._encode_whole(request, progress, body)
             progress.stage = _REQUEST_BODY if body else _REQUEST_HEAD
             try:
-                await self._stream.send_all(data)
+                with self._write_bound:
+                    await self._stream.send_all(data)
             except TRANSPORT_ERRORS as exc:
                 raise self._transport_failure(progress, "while sending", exc) from exc
             progress.bytes_sent += len(data)
@@ -398,9 +371,13 @@ class HTTP11Connection:
         return WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, protocol_message(exc))
 
     async def _receive(self, progress: AttemptProgress) -> bytes | bytearray:
-        """One read of response bytes (for either parser), judged by :meth:`_took`."""
+        """One read of body bytes (for either parser) within the read bound, judged by
+        :meth:`_took`."""
+        bound = self._read
+        bound.progress = progress
         try:
-            data = await self._stream.receive_some(RECEIVE_SIZE)
+            with bound:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
         except TRANSPORT_ERRORS as exc:
             raise self._transport_failure(progress, _READING, exc) from exc
         return self._took(progress, data)
@@ -436,13 +413,6 @@ class HTTP11Connection:
                 else "the server closed the connection without sending a response",
             )
         return data
-
-    async def _head_in_scope(self, progress: AttemptProgress, limit: float) -> WireResponse:
-        """:meth:`_head` within the first-byte limit, in a cancel scope (no lane running)."""
-        with stage_timeout(limit) as scope:
-            return await self._head(progress)
-        assert scope.cancelled_caught
-        raise stage_timed_out(progress, "first_byte", limit)
 
     async def _head(self, progress: AttemptProgress) -> WireResponse:
         """Read up to the final response head (1xx skipped), checked: the fast parser's when
@@ -534,88 +504,59 @@ class HTTP11Connection:
         for _ in range(synthetic):
             conn.next_event()
 
-    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
-        """The next body chunk, ``b""`` at the end (then the connection is idle or closed)."""
+    async def receive_body(self, progress: AttemptProgress) -> bytes:
+        """The next body chunk, ``b""`` at the end (then the connection is idle or closed);
+        each read within the read bound."""
         try:
-            if read_limit is None:
-                return await self._body_chunk(progress)
-            return await self._timed_chunk(progress, read_limit)
+            return await self._body_chunk(progress)
         except BaseException:
             self.close()
             raise
 
-    async def receive_all(
-        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
-    ) -> list[bytes]:
+    async def receive_all(self, progress: AttemptProgress, limit: int | None) -> list[bytes]:
         """The body's chunks to its end, or past ``limit`` bytes (see ``BodySource``): the
-        loop of :meth:`receive_body`, without a coroutine per chunk around each read (and,
-        with no read limit while h11 has the exchange, h11's events read in this frame)."""
+        loop of :meth:`receive_body`, without a coroutine per chunk around each read."""
         chunks: list[bytes] = []
         total = 0
         try:
-            if read_limit is None:
-                while (parser := self._parser) is not None:  # the fast parser's, in this frame
-                    got = self._fast_next(parser, progress)
-                    if got is None:
-                        if self._parser is not None:
-                            await self._fast_fill(parser, progress)
-                        continue
-                    if not got:
-                        return chunks
-                    chunks.append(got)
-                    if limit is not None:
-                        total += len(got)
-                        if total > limit:
-                            return chunks
-                conn = self._h11
-                while True:
-                    try:
-                        event = conn.next_event()
-                    except h11.RemoteProtocolError as exc:
-                        raise self._refused(progress, exc) from exc
-                    if type(event) is h11.Data:
-                        chunk = event.data
-                        if chunk:
-                            chunks.append(bytes(chunk))
-                            if limit is not None:
-                                total += len(chunk)
-                                if total > limit:
-                                    return chunks
-                    elif type(event) is h11.EndOfMessage:
-                        progress.stage = _COMPLETE
-                        self._finish_cycle()
-                        return chunks
-                    elif event is h11.NEED_DATA:
-                        conn.receive_data(bytes(await self._receive(progress)))
-                    else:
-                        raise unexpected(progress, event)
-            assert read_limit is not None  # (without one, the loops above return or raise)
-            while True:
-                chunk = await self._timed_chunk(progress, read_limit)
-                if not chunk:
+            while (parser := self._parser) is not None:  # the fast parser's, in this frame
+                got = self._fast_next(parser, progress)
+                if got is None:
+                    if self._parser is not None:
+                        await self._fast_fill(parser, progress)
+                    continue
+                if not got:
                     return chunks
-                chunks.append(chunk)
+                chunks.append(got)
                 if limit is not None:
-                    total += len(chunk)
+                    total += len(got)
                     if total > limit:
                         return chunks
+            conn = self._h11
+            while True:
+                try:
+                    event = conn.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise self._refused(progress, exc) from exc
+                if type(event) is h11.Data:
+                    chunk = event.data
+                    if chunk:
+                        chunks.append(bytes(chunk))
+                        if limit is not None:
+                            total += len(chunk)
+                            if total > limit:
+                                return chunks
+                elif type(event) is h11.EndOfMessage:
+                    progress.stage = _COMPLETE
+                    self._finish_cycle()
+                    return chunks
+                elif event is h11.NEED_DATA:
+                    conn.receive_data(bytes(await self._receive(progress)))
+                else:
+                    raise unexpected(progress, event)
         except BaseException:
             self.close()
             raise
-
-    async def _timed_chunk(self, progress: AttemptProgress, read_limit: float) -> bytes:
-        """:meth:`_body_chunk` within the read limit: on the client's lane, else a scope."""
-        lane = self._lane("read", read_limit)
-        if lane is not None:
-            lane.arm(self)
-            try:
-                return await self._body_chunk(progress)
-            finally:
-                lane.disarm(self)
-        with stage_timeout(read_limit) as scope:
-            return await self._body_chunk(progress)
-        assert scope.cancelled_caught
-        raise stage_timed_out(progress, "read", read_limit)
 
     async def _body_chunk(self, progress: AttemptProgress) -> bytes:
         """The next chunk of the body (``b""`` at its end), from the fast parser while it has

@@ -48,14 +48,9 @@ class PooledConnection(Protocol):
         deadline lane): end that attempt's waits at once, and only its. Must not raise or
         block."""
 
-    async def send_request(
-        self,
-        request: WireRequest,
-        progress: AttemptProgress,
-        *,
-        write_timeout: float | None = None,
-        first_byte_timeout: float | None = None,
-    ) -> WireResponse: ...
+    async def send_request(self, request: WireRequest, progress: AttemptProgress) -> WireResponse:
+        """Write ``request`` and read up to its final response head, each wait within the
+        bounds of the client's clock (``clock.py``). Raises ``WireError``."""
 
 
 class MultiplexedConnection(PooledConnection, Protocol):

@@ -12,17 +12,9 @@ guess, and nothing upstream may "upgrade" it (only the wire proves ``NOT_SENT``)
 
 from __future__ import annotations
 
-import trio
-
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
 
-__all__ = [
-    "AttemptProgress",
-    "WireError",
-    "stage_timed_out",
-    "stage_timeout",
-    "stage_timeout_message",
-]
+__all__ = ["AttemptProgress", "WireError"]
 
 
 _ADMISSION = Stage.ADMISSION  # (a global: an enum attribute is slow on Python 3.11)
@@ -40,8 +32,8 @@ class AttemptProgress:
         "bytes_received",
         "bytes_sent",
         "connection_reused",
-        "deadline_passed",
         "http_version",
+        "interrupted",
         "proven_not_sent",
         "stage",
         "started",
@@ -53,9 +45,9 @@ class AttemptProgress:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connection_reused = False
-        #: The call deadline passed while this attempt ran on the client's deadline lane: a
-        #: wait the attempt is woken from sees it and stops (``timers.DeadlineLane``).
-        self.deadline_passed = False
+        #: A bound of this attempt ran out on the client's clock (its call deadline, or an
+        #: HTTP/2 write): a wait the attempt is woken from sees it and stops (``clock.py``).
+        self.interrupted = False
         self.http_version: str | None = None
         self.proven_not_sent = False
         self.started = started
@@ -77,8 +69,11 @@ class AttemptProgress:
 class WireError(Exception):
     """A classified failure of one attempt on the wire.
 
-    ``retryable=False`` marks failures that must end the call without consulting the engine
-    (a response larger than ``max_body_bytes``: trying again would fetch the same body).
+    ``ends_call=True`` marks failures that end the call without consulting the engine
+    (a response larger than ``max_body_bytes``: trying again would fetch the same body; the
+    client closing; a draining client's refusal). The engine's essay lists this as one of its
+    "not consulted" decisions (``_core/engine.py``, :func:`~trio_retry._core.engine.
+    before_engine`).
 
     ``reconnect=True`` marks a ``NOT_SENT`` failure caused by the connection, not the request:
     an HTTP/2 stream refused by a routine GOAWAY on a reused connection, or a connection that
@@ -93,14 +88,14 @@ class WireError(Exception):
         stage: Stage,
         evidence: Evidence,
         category: FailureCategory,
-        retryable: bool = True,
+        ends_call: bool = False,
         reconnect: bool = False,
     ) -> None:
         super().__init__(message)
         self.stage = stage
         self.evidence = evidence
         self.category = category
-        self.retryable = retryable
+        self.ends_call = ends_call
         self.reconnect = reconnect
 
     @classmethod
@@ -110,7 +105,7 @@ class WireError(Exception):
         category: FailureCategory,
         message: str,
         *,
-        retryable: bool = True,
+        ends_call: bool = False,
         reconnect: bool = False,
     ) -> WireError:
         """A failure at the progress's current stage, with the evidence that stage proves."""
@@ -119,48 +114,6 @@ class WireError(Exception):
             stage=progress.stage,
             evidence=progress.evidence,
             category=category,
-            retryable=retryable,
+            ends_call=ends_call,
             reconnect=reconnect,
         )
-
-
-_STAGE_TIMEOUT_TEXT = {
-    "write": "writing the request took longer than the write timeout",
-    "first_byte": "no response head within the first-byte timeout",
-    "read": "no body data within the read timeout",
-}
-
-
-def stage_timeout_message(which: str, limit: float | None) -> str:
-    """The words of a stage timeout, the same for HTTP/1.1 and HTTP/2."""
-    return f"{_STAGE_TIMEOUT_TEXT[which]} ({limit}s)"
-
-
-def stage_timed_out(progress: AttemptProgress, which: str, limit: float | None) -> WireError:
-    """The failure of a :class:`~trio_retry.StageTimeouts` stage (``"write"``,
-    ``"first_byte"`` or ``"read"``) that ran out: ``TIMEOUT``, with the evidence of the stage
-    reached. The same words for HTTP/1.1 and HTTP/2."""
-    return WireError.at(progress, FailureCategory.TIMEOUT, stage_timeout_message(which, limit))
-
-
-class _NoTimeout:
-    """Stands in for a cancel scope when a stage has no timeout: entering a real scope costs
-    more than the rest of a small request's bookkeeping, so the hot path avoids it."""
-
-    __slots__ = ()
-    cancelled_caught = False
-
-    def __enter__(self) -> _NoTimeout:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-_NO_TIMEOUT = _NoTimeout()
-
-
-def stage_timeout(timeout: float | None) -> trio.CancelScope | _NoTimeout:
-    if timeout is None:
-        return _NO_TIMEOUT
-    return trio.move_on_after(timeout)

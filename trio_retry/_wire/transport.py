@@ -26,6 +26,7 @@ import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
+from .clock import Bound
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
 from .socks import socks5_handshake
@@ -284,7 +285,10 @@ async def open_transport(
     via = f" via proxy {peer_host}:{peer_port}" if proxy is not None else ""
     if uds is not None:
         via = f" via Unix socket {uds!r}"
-    with trio.move_on_after(connect_timeout if connect_timeout is not None else float("inf")) as s:
+    # Every path cancelled inside the bound has already closed its socket.
+    with Bound(
+        None, "connect", connect_timeout, progress=progress, about=f"{peer_host}:{peer_port}{via}"
+    ):
         if uds is not None:
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
             sock, raw = await _connect_unix(uds)
@@ -320,14 +324,6 @@ async def open_transport(
             except BaseException:
                 sock.close()
                 raise
-    if s.cancelled_caught:
-        # Every path cancelled inside the scope has already closed its socket.
-        raise _fail(
-            progress.stage,
-            FailureCategory.TIMEOUT,
-            f"connecting to {peer_host}:{peer_port}{via} took longer than the connect timeout "
-            f"({connect_timeout}s)",
-        )
     progress.timings["connect"] = clock() - started
     if ssl_context is None:
         return Transport(tcp, sock, None)
@@ -336,7 +332,7 @@ async def open_transport(
     started = clock()
     tls = trio.SSLStream(tcp, ssl_context, server_hostname=host, https_compatible=True)
     try:
-        with trio.move_on_after(tls_timeout if tls_timeout is not None else float("inf")) as s:
+        with Bound(None, "tls", tls_timeout, progress=progress, about=f"{host}:{port}"):
             await tls.do_handshake()
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
         sock.close()
@@ -356,13 +352,6 @@ async def open_transport(
     except BaseException:
         sock.close()
         raise
-    if s.cancelled_caught:
-        sock.close()
-        raise _fail(
-            Stage.TLS,
-            FailureCategory.TIMEOUT,
-            f"TLS handshake with {host}:{port} took longer than the TLS timeout ({tls_timeout}s)",
-        )
     progress.timings["tls"] = clock() - started
     alpn = tls.selected_alpn_protocol()
     refused = check_alpn(alpn, http2)
@@ -374,6 +363,6 @@ async def open_transport(
             stage=Stage.TLS,
             evidence=Evidence.NOT_SENT,
             category=FailureCategory.TLS_HANDSHAKE,
-            retryable=False,
+            ends_call=True,
         )
     return Transport(tls, sock, alpn)

@@ -46,9 +46,9 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
+from ..clock import NO_LIMITS, Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
-from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
-from ..timers import StageTimers
+from ..progress import AttemptProgress, WireError
 from ..transport import Transport
 from .frames import InboundFrames
 from .headers import head_size, request_headers
@@ -108,13 +108,13 @@ class HTTP2Connection:
         "_streams",
         "_writer",
         "accepted_streams",
+        "clock",
         "closed",
         "expires_at",
         "on_retired",
         "origin_key",
         "request_limit",
         "requests",
-        "timers",
     )
 
     def __init__(
@@ -189,8 +189,9 @@ class HTTP2Connection:
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
         self.requests = 0
-        #: The client's stage lanes (set by whoever opened the connection), or ``None``.
-        self.timers: StageTimers | None = None
+        #: The client's clock (``clock.py``: the limits of this connection's waits), set by
+        #: whoever opened the connection; ``None``: its waits are unbounded.
+        self.clock: Clock | None = None
         #: Set by the pool: take no more than this many streams (learned from the origin's
         #: earlier GOAWAY rotations), so a burst is spread instead of refused.
         self.request_limit: int | None = None
@@ -209,6 +210,7 @@ class HTTP2Connection:
         nursery: trio.Nursery,
         progress: AttemptProgress,
         handshake_timeout: float | None = None,
+        clock: Clock | None = None,
         **options: float | None,
     ) -> HTTP2Connection:
         """Handshake over ``transport``, then start the reader and writer tasks in ``nursery``.
@@ -227,6 +229,7 @@ class HTTP2Connection:
             nursery=nursery,
             **options,  # type: ignore[arg-type]
         )
+        conn.clock = clock
         await conn._handshake(progress, handshake_timeout)
         try:
             nursery.start_soon(conn._read_loop)
@@ -283,17 +286,32 @@ class HTTP2Connection:
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
         """The call deadline of the attempt ``progress`` belongs to passed (the client's
-        deadline lane): end that attempt's waits, and only its; the connection and the other
-        streams carry on. Its stream, if it has one, fails with a timeout (which wakes it, and
-        resets the stream like any failure); an attempt still waiting for a free stream slot,
-        for the idle health check or for its frames to be written is woken and sees
-        ``progress.deadline_passed``. What arrived before stays the attempt's: a stream that
-        ended already is not failed (the attempt then succeeds, as over a scope that expired
-        after the last byte)."""
-        progress.deadline_passed = True
+        deadline lane): end that attempt's waits, and only its (:meth:`_interrupt`)."""
+        self._interrupt(progress, "the call deadline passed")
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        """The write bound of the attempt ``progress`` belongs to ran out (``clock.py``): end
+        that attempt's waits, and only its (:meth:`_interrupt`)."""
+        self._interrupt(progress, f"the {which} timeout ran out")
+
+    def write_bound(self, progress: AttemptProgress) -> Bound:
+        """The bound of one wait of ``progress``'s attempt for its frames to be written."""
+        clock = self.clock
+        limit = (clock.limits if clock is not None else NO_LIMITS).write
+        return Bound(clock, "write", limit, self, progress)
+
+    def _interrupt(self, progress: AttemptProgress, why: str) -> None:
+        """A bound of ``progress``'s attempt ran out: end that attempt's waits, and only its;
+        the connection and the other streams carry on. Its stream, if it has one, fails with
+        a timeout (which wakes it, and resets the stream like any failure); an attempt still
+        waiting for a free stream slot, for the idle health check or for its frames to be
+        written is woken and sees ``progress.interrupted``. What arrived before stays the
+        attempt's: a stream that ended already is not failed (the attempt then succeeds, as
+        over a scope that expired after the last byte)."""
+        progress.interrupted = True
         for stream in self._streams.values():
             if stream.progress is progress:
-                stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
+                stream.fail(Failure(FailureCategory.TIMEOUT, why))
                 break
         self._capacity.unpark_all()
         self._ping_lot.unpark_all()
@@ -308,15 +326,10 @@ class HTTP2Connection:
 
     # --- the request -------------------------------------------------------------------------
 
-    async def send_request(
-        self,
-        request: WireRequest,
-        progress: AttemptProgress,
-        *,
-        write_timeout: float | None = None,
-        first_byte_timeout: float | None = None,
-    ) -> WireResponse:
-        """Open a stream, write the request, and read up to the final response head.
+    async def send_request(self, request: WireRequest, progress: AttemptProgress) -> WireResponse:
+        """Open a stream, write the request, and read up to the final response head (each
+        wait for the frames to be written within the write bound, the head within the
+        first-byte bound: ``clock.py``).
 
         Raises :class:`WireError` classified by the stage reached; ``REFUSED_STREAM`` and a
         stream above a GOAWAY's last-stream-id are ``NOT_SENT`` (``progress.proven_not_sent``).
@@ -349,18 +362,12 @@ class HTTP2Connection:
             head_request=request.method == "HEAD",
         )
         try:
-            # A request without a write limit whose frames fit the windows is queued whole
-            # and not waited for (``queue_whole``): its task wakes once, for the response.
-            if not (
-                write_timeout is None
-                and isinstance(body, bytes)
-                and queue_whole(self, stream, body, progress)
-            ):
-                with stage_timeout(write_timeout) as scope:
-                    await write_body(self, stream, request, progress)
-                if scope.cancelled_caught:
-                    raise stage_timed_out(progress, "write", write_timeout)
-            return await read_head(self, stream, progress, first_byte_timeout)
+            # A request whose frames fit the windows is queued whole and not waited for
+            # (``queue_whole``): its task wakes once, for the response. Its frames are the
+            # writer's, whose stall bound (``writer.py``) ends a connection that stops reading.
+            if not (isinstance(body, bytes) and queue_whole(self, stream, body, progress)):
+                await write_body(self, stream, request, progress)
+            return await read_head(self, stream, progress)
         except BaseException:
             stream.abandon()
             raise
@@ -465,7 +472,7 @@ class HTTP2Connection:
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
         try:
-            with stage_timeout(limit) as scope:
+            with Bound(None, "handshake", limit, progress=progress):
                 await self._handshake_write()
                 while not self._settings_received and not self.closed:
                     await self._receive_once()
@@ -473,13 +480,6 @@ class HTTP2Connection:
         except BaseException:
             self.close()
             raise
-        if scope.cancelled_caught:
-            self.close()
-            raise WireError.at(
-                progress,
-                FailureCategory.TIMEOUT,
-                f"the HTTP/2 handshake took longer than {limit}s (the server sent no SETTINGS)",
-            )
         if self._death is not None:
             hint = "" if self._scheme == b"https" else " (does the server speak h2c?)"
             raise WireError.at(

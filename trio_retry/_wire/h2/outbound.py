@@ -10,11 +10,11 @@ frames queued and whole. A failure raised here is the stream's own first (its pr
 from __future__ import annotations
 
 import h2.exceptions
-import trio
 
 from ..._core.evidence import FailureCategory, Stage
+from ..clock import Bound
 from ..exchange import WireRequest, WireResponse, closing_body
-from ..progress import AttemptProgress, WireError, stage_timed_out, stage_timeout
+from ..progress import AttemptProgress, WireError
 from .headers import REASONS
 from .shared import ConnectionState
 from .stream import Failure, Stream, StreamState
@@ -23,10 +23,11 @@ from .writer import WriterBroken
 _PING = b"trio-rt!"
 
 
-def deadline_passed(progress: AttemptProgress) -> WireError:
-    """The call deadline passed on the client's deadline lane while the attempt waited here
-    (``HTTP2Connection.attempt_expired``); the attempt reports it as the deadline."""
-    return WireError.at(progress, FailureCategory.TIMEOUT, "the call deadline passed")
+def interrupted(progress: AttemptProgress) -> WireError:
+    """A bound of the attempt ran out while it waited here (``HTTP2Connection.
+    stage_expired``/``attempt_expired``); the bound, or the attempt for its deadline, reports
+    it as that timeout."""
+    return WireError.at(progress, FailureCategory.TIMEOUT, "a timeout of the attempt ran out")
 
 
 def _no_length_check(*_args: object) -> None:
@@ -41,11 +42,16 @@ async def health_check(conn: ConnectionState, progress: AttemptProgress) -> None
         conn._pings_sent += 1
         conn._writer.collect()
     wanted = conn._pings_sent
-    with trio.move_on_after(conn._ping_timeout):
-        while conn._pings_answered < wanted and not conn.closed:
-            if progress.deadline_passed:
-                raise deadline_passed(progress)
-            await conn._ping_lot.park()
+    bound = Bound(None, "ping", conn._ping_timeout, progress=progress)
+    try:
+        with bound:
+            while conn._pings_answered < wanted and not conn.closed:
+                if progress.interrupted:
+                    raise interrupted(progress)
+                await conn._ping_lot.park()
+    except WireError:
+        if not bound.expired:
+            raise
     if conn._pings_answered >= wanted:
         return
     conn._die(
@@ -77,8 +83,8 @@ async def open_stream(
     the same id until HEADERS are sent, and ids must reach the wire in increasing order.
     """
     while True:
-        if progress.deadline_passed:
-            raise deadline_passed(progress)
+        if progress.interrupted:
+            raise interrupted(progress)
         if conn.closed or conn._goaway_last is not None:
             # Nothing of this request was written: the stage (POOL) says NOT_SENT.
             category = (
@@ -130,7 +136,7 @@ async def open_stream(
         head_request=head_request,
         owner=conn,
         clock=conn._clock,
-        timers=conn.timers,
+        bounds=conn.clock,
     )
     conn._streams[stream_id] = stream
     conn._awaiting_head.add(stream_id)
@@ -260,44 +266,35 @@ async def send(
     conn: ConnectionState, stream: Stream, progress: AttemptProgress, stage: Stage
 ) -> None:
     """The one path for request bytes: advance the stage, queue what h2 produced for the
-    writer, and wait until it is written. A cancelled wait leaves the frames queued."""
+    writer, and wait until it is written, within the write bound (an idle bound: each wait
+    for the frames queued since the last). A cancelled wait leaves the frames queued."""
+    bound = conn.write_bound(progress)
     before = conn._writer.queued
     mark = conn._writer.collect()
     progress.advance(stage)
     writer = conn._writer
     try:
-        await writer.wait_written(mark, progress)
+        with bound:
+            await writer.wait_written(mark, progress)
     except WriterBroken:
         stream.check(progress)  # a stream's own proof wins over the connection's death
         assert conn._death is not None
         raise conn._death.error(progress) from None
-    if writer.written < mark:  # the call deadline passed: the frames stay queued, whole
+    if writer.written < mark:  # a bound ran out: the frames stay queued, whole
         stream.check(progress)
-        raise deadline_passed(progress)
+        raise interrupted(progress)
     progress.bytes_sent += mark - before
     stream.check(progress)
 
 
 async def read_head(
-    conn: ConnectionState, stream: Stream, progress: AttemptProgress, limit: float | None
+    conn: ConnectionState, stream: Stream, progress: AttemptProgress
 ) -> WireResponse:
-    timers = stream.timers
-    lane = timers.first_byte if timers is not None else None
-    if limit is not None and lane is not None:
-        lane.arm(stream)  # the lane fails the stream when it runs out: check() raises it
-        try:
-            while stream.head is None:
-                stream.check(progress)
-                await stream.wait()
-        finally:
-            lane.disarm(stream)
-    else:
-        with stage_timeout(limit) as scope:
-            while stream.head is None:
-                stream.check(progress)
-                await stream.wait()
-        if scope.cancelled_caught:
-            raise stage_timed_out(progress, "first_byte", limit)
+    """The final response head, within the first-byte bound."""
+    with stream.bound("first_byte", progress):  # a bound that runs out fails the stream
+        while stream.head is None:
+            stream.check(progress)
+            await stream.wait()
     # headers.malformed let through only heads that start with their one :status.
     head = stream.head
     status = int(head[0][1])

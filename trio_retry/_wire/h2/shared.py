@@ -11,7 +11,8 @@ from typing import Protocol
 import h2.connection
 import trio
 
-from ..timers import StageTimers
+from ..clock import Bound, Clock
+from ..progress import AttemptProgress
 from .frames import InboundFrames
 from .stream import Failure, Stream, StreamOwner
 from .writer import Writer
@@ -24,7 +25,7 @@ class ConnectionState(StreamOwner, Protocol):
 
     http_version: str
     closed: bool
-    timers: StageTimers | None
+    clock: Clock | None
     requests: int
     accepted_streams: int | None
     _h2: h2.connection.H2Connection
@@ -44,5 +45,6 @@ class ConnectionState(StreamOwner, Protocol):
     _pings_answered: int
 
     def close(self) -> None: ...
+    def write_bound(self, progress: AttemptProgress) -> Bound: ...
     def _in_use(self) -> int: ...
     def _die(self, failure: Failure) -> None: ...

@@ -27,14 +27,8 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..progress import (
-    AttemptProgress,
-    WireError,
-    stage_timed_out,
-    stage_timeout,
-    stage_timeout_message,
-)
-from ..timers import StageTimers
+from ..clock import NO_LIMITS, Bound, Clock
+from ..progress import AttemptProgress, WireError
 
 __all__ = ["Failure", "Stream", "StreamOwner", "StreamState"]
 
@@ -90,6 +84,7 @@ class Stream:
         "_others",
         "_owner",
         "_waiter",
+        "clock",
         "expected_length",
         "failure",
         "first_offset",
@@ -99,7 +94,6 @@ class Stream:
         "received",
         "state",
         "stream_id",
-        "timers",
     )
 
     def __init__(
@@ -111,7 +105,7 @@ class Stream:
         head_request: bool,
         owner: StreamOwner,
         clock: trio.abc.Clock | None = None,
-        timers: StageTimers | None = None,
+        bounds: Clock | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.progress = progress
@@ -131,9 +125,10 @@ class Stream:
         self._waiter: trio.lowlevel.Task | None = None
         self._others: trio.lowlevel.ParkingLot | None = None
         self._owner = owner
-        #: The client's stage lanes, used instead of a scope per stage while they run.
-        self.timers = timers if timers is not None and timers.running else None
-        # The run's clock, read directly (``trio.current_time()`` is three calls to it).
+        #: The client's clock (``clock.py``): the limits of this stream's waits.
+        self.clock = (
+            bounds  # The run's clock, read directly (``trio.current_time()`` is three calls to it).
+        )
         self._clock = trio.lowlevel.current_clock() if clock is None else clock
 
     # --- reader side -------------------------------------------------------------------------
@@ -195,14 +190,20 @@ class Stream:
         self.state = StreamState.ENDED
         self.wake()
 
-    def stage_expired(self, which: str, limit: float) -> None:
-        """A stage lane ran out (``timers.py``): the stream fails with that stage's timeout,
-        which wakes its task (and it is reset, as after any failure). What arrived before the
-        lane's task ran wins, as it would over a cancel scope's expiry: a head, for
-        ``first_byte``; a body chunk, for ``read``."""
+    def bound(self, which: str, progress: AttemptProgress) -> Bound:
+        """The bound of this stream's wait ``which`` (``"first_byte"`` or ``"read"``)."""
+        clock = self.clock
+        limit = getattr(clock.limits if clock is not None else NO_LIMITS, which)
+        return Bound(clock, which, limit, self, progress)
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        """A wait's bound ran out (``clock.py``): the stream fails, which wakes its task (and
+        it is reset, as after any failure; the bound reports the timeout). What arrived
+        before the clock's task ran wins, as it would over a cancel scope's expiry: a head,
+        for ``first_byte``; a body chunk, for ``read``."""
         if (which == "first_byte" and self.head is not None) or (which == "read" and self._chunks):
             return
-        self.fail(Failure(FailureCategory.TIMEOUT, stage_timeout_message(which, limit)))
+        self.fail(Failure(FailureCategory.TIMEOUT, f"the {which} timeout ran out"))
 
     def fail(self, failure: Failure) -> None:
         """Fail the stream unless it already failed (the first proof wins) or ended."""
@@ -246,8 +247,9 @@ class Stream:
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
-    async def receive_body(self, progress: AttemptProgress, read_limit: float | None) -> bytes:
-        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``).
+    async def receive_body(self, progress: AttemptProgress) -> bytes:
+        """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``); the
+        wait for it within the read bound.
 
         Reading hands the bytes' flow-control credit back to the server, so an unread body
         holds at most one stream window. Raises :class:`WireError` (``PARTIAL_RESPONSE`` by
@@ -255,38 +257,22 @@ class Stream:
         (``CANCEL``) and the connection carries on.
         """
         try:
-            # What is here already (a small response arrives whole) is taken without the
-            # read limit's cancel scope: nothing is waited for.
+            # What is here already (a small response arrives whole) is taken without a
+            # bound: nothing is waited for.
             data = self._take(progress)
             if data is not None:
                 return data
-            timers = self.timers
-            lane = timers.read if timers is not None else None
-            if read_limit is not None and lane is not None:
-                lane.arm(self)
-                try:
-                    while True:
-                        await self.wait()
-                        data = self._take(progress)
-                        if data is not None:
-                            return data
-                finally:
-                    lane.disarm(self)
-            with stage_timeout(read_limit) as scope:
+            with self.bound("read", progress):
                 while True:
                     await self.wait()
                     data = self._take(progress)
                     if data is not None:
                         return data
-            assert scope.cancelled_caught
-            raise stage_timed_out(progress, "read", read_limit)
         except BaseException:
             self.abandon()
             raise
 
-    async def receive_all(
-        self, progress: AttemptProgress, read_limit: float | None, limit: int | None
-    ) -> list[bytes]:
+    async def receive_all(self, progress: AttemptProgress, limit: int | None) -> list[bytes]:
         """The body's chunks to its end, or past ``limit`` bytes (see ``BodySource``); what
         the reader has delivered already is taken without a coroutine per chunk."""
         chunks: list[bytes] = []
@@ -295,7 +281,7 @@ class Stream:
             while True:
                 data = self._take(progress)
                 if data is None:
-                    data = await self.receive_body(progress, read_limit)
+                    data = await self.receive_body(progress)
                 if not data:
                     return chunks
                 chunks.append(data)

@@ -120,19 +120,19 @@ class Writer:
             self._pending.append((mark, sent, whom))
 
     async def wait_written(self, mark: int, progress: AttemptProgress | None = None) -> None:
-        """Wait until ``mark`` bytes were written, or until ``progress``'s call deadline
-        passed (:meth:`wake_waiters`; the caller sees ``written < mark``). Raises
+        """Wait until ``mark`` bytes were written, or until a bound of ``progress``'s attempt
+        ran out (:meth:`wake_waiters`; the caller sees ``written < mark``). Raises
         :class:`WriterBroken` if the connection failed first. Cancellation cancels this wait
         only: the bytes stay queued and are written (the frames are never cut)."""
         while self.written < mark:
             if self.broken:
                 raise WriterBroken
-            if progress is not None and progress.deadline_passed:
+            if progress is not None and progress.interrupted:
                 return
             await self._wake_callers.park()
 
     def wake_waiters(self) -> None:
-        """Wake every :meth:`wait_written` to look again (an attempt's deadline passed)."""
+        """Wake every :meth:`wait_written` to look again (a bound of an attempt ran out)."""
         self._wake_callers.unpark_all()
 
     def stop(self) -> None:

@@ -1,5 +1,5 @@
-"""Stage timeouts on lanes (``_wire/timers.py``): exact expiry on MockClock, in arm order, with
-the evidence of the stage reached, and no cancel scope per stage on HTTP/1.1."""
+"""Bounded waits on the clock's lanes (``_wire/clock.py``): exact expiry on MockClock, in arm
+order, with the evidence of the stage reached, and no cancel scope per stage on HTTP/1.1."""
 
 from __future__ import annotations
 
@@ -9,41 +9,54 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Attempt, Evidence, FailureCategory, RetryPolicy, Stage, StageTimeouts
-from trio_retry._wire.timers import Lane, StageTimers
+from trio_retry._wire.clock import Clock, Lane
 from trio_retry.testing import EndlessBody, FaultServer, Respond, Stall
 
 
 class Target:
-    def __init__(self, name: str, log: list[tuple[str, str, float]]) -> None:
+    """Stands in for a :class:`~trio_retry._wire.clock.Bound` armed on a lane (``which``)."""
+
+    def __init__(self, name: str, log: list[tuple[str, str, float]], which: str = "") -> None:
         self.name = name
         self.log = log
+        self.which = which
 
-    def stage_expired(self, which: str, limit: float) -> None:
-        self.log.append((self.name, which, trio.current_time()))
+    def expire(self) -> None:
+        self.log.append((self.name, self.which, trio.current_time()))
+
+
+def clock_of(
+    write: float | None = None, first_byte: float | None = None, read: float | None = None
+) -> Clock:
+    return Clock(StageTimeouts(write=write, first_byte=first_byte, read=read))
 
 
 async def test_lanes_expire_each_target_at_its_due_time_in_order(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     log: list[tuple[str, str, float]] = []
-    timers = StageTimers(write=None, first_byte=2.0, read=0.5)
-    a, b, c = Target("a", log), Target("b", log), Target("c", log)
+    clock = clock_of(first_byte=2.0, read=0.5)
+    a, b, c = (
+        Target("a", log, "first_byte"),
+        Target("b", log, "first_byte"),
+        Target("c", log, "read"),
+    )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(timers.run)
+        nursery.start_soon(clock.run)
         await trio.sleep(0.1)  # the task runs (and slept on empty lanes)
-        assert timers.running
-        assert timers.first_byte is not None
-        assert timers.read is not None
-        timers.first_byte.arm(a)  # due 2.1
+        assert clock.running
+        assert clock.first_byte is not None
+        assert clock.read is not None
+        clock.first_byte.arm(a)  # due 2.1
         await trio.sleep(0.4)
-        timers.first_byte.arm(b)  # due 2.5, then disarmed in time
-        timers.read.arm(c)  # due 1.0
+        clock.first_byte.arm(b)  # due 2.5, then disarmed in time
+        clock.read.arm(c)  # due 1.0
         await trio.sleep(1.0)
-        timers.first_byte.disarm(b)
-        timers.first_byte.disarm(b)  # twice is harmless
+        clock.first_byte.disarm(b)
+        clock.first_byte.disarm(b)  # twice is harmless
         await trio.sleep(5.0)
         nursery.cancel_scope.cancel()
-    assert not timers.running
+    assert not clock.running
     assert [(n, w) for n, w, _ in log] == [("c", "read"), ("a", "first_byte")]
     assert log[0][2] == pytest.approx(1.0, abs=1e-6)
     assert log[1][2] == pytest.approx(2.1, abs=1e-6)
@@ -55,20 +68,20 @@ async def test_a_lane_armed_after_a_long_idle_still_fires_on_time(
     """Nothing wakes the task when a stage is armed: an empty lane's task sleeps only until
     ``now + limit``, the earliest anything armed later can fall due."""
     log: list[tuple[str, str, float]] = []
-    timers = StageTimers(write=3.0, first_byte=None, read=None)
+    clock = clock_of(write=3.0)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(timers.run)
+        nursery.start_soon(clock.run)
         await trio.sleep(7.7)  # idle across two of the task's empty wake-ups
-        assert timers.write is not None
-        timers.write.arm(Target("x", log))
+        assert clock.write is not None
+        clock.write.arm(Target("x", log, "write"))
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
     assert log == [("x", "write", pytest.approx(10.7, abs=1e-6))]
 
 
 def test_lanes_exist_only_for_the_limits_given() -> None:
-    assert [lane.which for lane in StageTimers(None, None, None).lanes] == ["deadline"]
-    assert [lane.which for lane in StageTimers(None, 1.0, None).lanes] == ["first_byte", "deadline"]
+    assert [lane.which for lane in clock_of().lanes] == ["deadline"]
+    assert [lane.which for lane in clock_of(first_byte=1.0).lanes] == ["first_byte", "deadline"]
     lane = Lane("read", 1.0)
     assert lane.expire(5.0) == 6.0  # empty: looked at again no earlier than now + limit
 
@@ -99,7 +112,7 @@ async def test_first_byte_timeout_on_a_lane_is_exact_and_sent_no_response(
             stage_timeouts=StageTimeouts(first_byte=1.5),
             retry=trio_retry.RetryPolicy(max_attempts=1),
         ) as client:
-            assert client._rt.timers.running  # the lanes, not a scope, time this call
+            assert client._rt.clock.running  # the lanes, not a scope, time this call
             start = trio.current_time()
             with pytest.raises(trio_retry.DeadlineExceeded) as info:
                 await client.get(f"http://127.0.0.1:{port}/")

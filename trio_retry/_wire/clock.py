@@ -1,0 +1,403 @@
+"""The one owner of time: every wait of an attempt is bounded here, and only here.
+
+A wait of the wire layer (connect, TLS, the HTTP/2 handshake, a write, the response head, a
+read of the body) and the call deadline around a whole attempt are each kept by one
+:class:`Bound`, used as ``with bound: await <one thing>``. The bound decides, in one place
+(:meth:`Bound.__enter__`), how the limit is kept:
+
+- on a **lane** of the client's :class:`Clock` while its task runs: arming and disarming are
+  a dict store and a dict pop, with no cancel scope per wait. When an entry falls due the
+  clock's task tells the bound, which asks its target to end the wait at once
+  (:meth:`StageTarget.stage_expired`: an HTTP/1.1 connection closes its socket, an HTTP/2
+  stream fails, an HTTP/2 connection ends one attempt's waits);
+- in a **cancel scope** otherwise (no client around the connection, the clock not running, a
+  one-off wait such as connect or TLS, or a call deadline that would put the deadline lane
+  out of order).
+
+Either way the bound is what reports the expiry: :meth:`Bound.__exit__` turns whatever the
+interrupted wait raised (the closed socket's error, the stream's failure, the scope's
+``Cancelled``) into the stage's ``TIMEOUT`` with the evidence of the stage reached
+(:func:`timed_out`). What arrived before the expiry wins: a wait that completed is not turned
+into an error. Outer cancellation is never converted.
+
+**Idle bounds.** ``write`` and ``read`` bound each single write or read (no byte moved for so
+long), never a whole transfer: a long healthy download or upload is never cut. ``first_byte``
+bounds the wait for the response head. ``connect`` and ``tls`` bound the connection's set-up.
+:data:`DEFAULT_TIMEOUTS` (in ``_models.py`` as ``StageTimeouts``' defaults for ``Client()``)
+are chosen so that nothing waits forever under the defaults; ``StageTimeouts()`` (all
+``None``) is the explicit way out.
+
+Why lanes and not a scope per wait (the obvious way): entering and leaving a
+``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
+The limits of one kind are the same for every wait of a client, so the waits armed on one
+lane fall due in the order they were armed: a lane is an insertion-ordered dict from bound to
+due time, and the clock's task sleeps until the earliest oldest entry of any lane. A lane with
+nothing armed cannot have anything fall due before ``now + limit``, so the task never has to
+be woken early, whatever arms or disarms. Call deadlines differ per call: the deadline lane
+accepts one only when it does not fall due before the last one armed (:meth:`DeadlineLane.
+arm_at`), and the bound falls back to a scope otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import TracebackType
+from typing import Protocol
+
+import trio
+
+from .._core.evidence import FailureCategory
+from .progress import AttemptProgress, WireError
+
+__all__ = [
+    "NO_LIMITS",
+    "Bound",
+    "Clock",
+    "DeadlineBound",
+    "DeadlineLane",
+    "Lane",
+    "StageTarget",
+    "Timeouts",
+    "timed_out",
+    "timeout_message",
+]
+
+#: What each bounded wait is called in a timeout's message.
+_WORDS = {
+    "connect": "connecting took longer than the connect timeout",  # (DNS, TCP, the proxy)
+    "tls": "the TLS handshake took longer than the tls timeout",
+    "handshake": "the HTTP/2 handshake took longer than its timeout (the server sent no SETTINGS)",
+    "write": "the server accepted no request bytes within the write timeout",
+    "first_byte": "no response head within the first-byte timeout",
+    "read": "no body data within the read timeout",
+    "ping": "the idle HTTP/2 connection did not answer a PING in time",
+}
+
+
+def timeout_message(which: str, limit: float | None, about: str = "") -> str:
+    """The words of a timeout of wait ``which``, the same for every protocol; ``about``
+    names what was waited for (a peer), when the wait's own words do not."""
+    return f"{_WORDS[which]} ({limit}s)" + (f": {about}" if about else "")
+
+
+def timed_out(
+    progress: AttemptProgress, which: str, limit: float | None, about: str = ""
+) -> WireError:
+    """The failure of a bounded wait that ran out: ``TIMEOUT``, with the evidence of the
+    stage ``progress`` reached (a connect or TLS timeout is ``NOT_SENT`` by its stage)."""
+    return WireError.at(progress, FailureCategory.TIMEOUT, timeout_message(which, limit, about))
+
+
+class StageTarget(Protocol):
+    """What a lane can interrupt: told that the wait ``which`` of ``progress``'s attempt ran
+    out, it ends that wait at once (unless what it waited for has arrived). It must not raise
+    or block: the clock's task calls it."""
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None: ...
+
+
+class Timeouts(Protocol):
+    """The limits a :class:`Clock` keeps (``trio_retry.StageTimeouts`` is one)."""
+
+    @property
+    def connect(self) -> float | None: ...
+    @property
+    def tls(self) -> float | None: ...
+    @property
+    def write(self) -> float | None: ...
+    @property
+    def first_byte(self) -> float | None: ...
+    @property
+    def read(self) -> float | None: ...
+
+
+class _NoLimits:
+    """Limits of nothing: a connection made without a client's clock waits unbounded."""
+
+    __slots__ = ()
+    connect = tls = write = first_byte = read = None
+
+
+NO_LIMITS: Timeouts = _NoLimits()
+
+
+class _Expiring(Protocol):
+    def expire(self) -> None: ...
+
+
+class Lane:
+    """The armed waits of one kind (one limit): ``bound -> due`` in due order."""
+
+    __slots__ = ("limit", "now", "pending", "which")
+
+    def __init__(self, which: str, limit: float) -> None:
+        self.which = which
+        self.limit = limit
+        self.pending: dict[_Expiring, float] = {}
+        #: The run's clock, read directly once the lanes run (:meth:`Clock.start`).
+        self.now: Callable[[], float] = trio.current_time
+
+    def arm(self, bound: _Expiring) -> None:
+        """``bound``'s wait starts now and is due ``limit`` seconds from now."""
+        self.pending[bound] = self.now() + self.limit
+
+    def disarm(self, bound: _Expiring) -> None:
+        """The wait ended in time (or was abandoned); safe when not armed."""
+        self.pending.pop(bound, None)
+
+    def expire(self, now: float) -> float:
+        """Fire what is due by ``now``; return when this lane next needs looking at."""
+        pending = self.pending
+        while pending:
+            bound = next(iter(pending))
+            due = pending[bound]
+            if due > now:
+                return due
+            del pending[bound]
+            bound.expire()
+        return now + self.limit
+
+
+class DeadlineLane(Lane):
+    """Call deadlines (absolute times, each call its own). Due times must not go backwards:
+    :meth:`arm_at` refuses one earlier than the last armed (the bound then uses a scope), so
+    the lane stays in due order. ``limit`` is the shortest span from arming to due seen so
+    far: an empty lane needs looking at no earlier than ``now + limit``; a span shorter than
+    any before wakes the clock's task early (once per new shortest span, not per call)."""
+
+    __slots__ = ("clock", "last_due")
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__("deadline", math.inf)
+        self.clock = clock
+        self.last_due = -math.inf
+
+    def arm_at(self, bound: _Expiring, due: float) -> bool:
+        """Arm ``bound`` to expire at ``due``; False (nothing armed) if that would put the
+        lane out of order."""
+        if due < self.last_due:
+            return False
+        self.pending[bound] = self.last_due = due
+        span = due - self.now()
+        if span < self.limit:
+            self.limit = span
+            self.clock.wake_by(due)
+        return True
+
+
+class Clock:
+    """One client's limits (:class:`Timeouts`), its lanes (``None`` where a wait kind has no
+    limit) and the task that expires them (:meth:`run`, in the client's nursery)."""
+
+    __slots__ = ("_sleep", "deadline", "first_byte", "limits", "read", "running", "write")
+
+    def __init__(self, limits: Timeouts) -> None:
+        self.limits = limits
+        self.write = Lane("write", limits.write) if limits.write is not None else None
+        self.first_byte = (
+            Lane("first_byte", limits.first_byte) if limits.first_byte is not None else None
+        )
+        self.read = Lane("read", limits.read) if limits.read is not None else None
+        self.deadline = DeadlineLane(self)
+        #: True while :meth:`run` runs: only then are the lanes used.
+        self.running = False
+        self._sleep: trio.CancelScope | None = None  # the task's current sleep
+
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        stages = (self.write, self.first_byte, self.read)
+        return (*(lane for lane in stages if lane), self.deadline)
+
+    def bound(self, which: str, target: StageTarget | None = None) -> Bound:
+        """A :class:`Bound` for the waits ``which`` (``"write"``, ``"first_byte"``,
+        ``"read"``, ``"connect"``, ``"tls"``) of ``target`` at this clock's limit."""
+        return Bound(self, which, getattr(self.limits, which), target)
+
+    def wake_by(self, due: float) -> None:
+        """Make sure the task looks at the lanes no later than ``due``."""
+        sleep = self._sleep
+        if sleep is not None and sleep.deadline > due:
+            sleep.deadline = due
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run the lanes in ``nursery`` from now on (they are used at once: the task's first
+        look at the lanes comes before anything armed now can fall due)."""
+        now = trio.lowlevel.current_clock().current_time
+        for lane in self.lanes:
+            lane.now = now
+        self.running = True
+        nursery.start_soon(self.run)
+
+    async def run(self) -> None:
+        """Expire waits as they fall due, until cancelled (the client closing).
+
+        When it ends, :attr:`running` is False again and every wait still armed stays
+        unexpired: the client is closing, and closing ends those waits anyway."""
+        lanes = self.lanes
+        self.running = True
+        try:
+            while True:
+                now = trio.current_time()
+                wake = math.inf
+                for lane in lanes:
+                    due = lane.expire(now)
+                    if due < wake:
+                        wake = due
+                with trio.CancelScope(deadline=wake) as self._sleep:
+                    await trio.sleep_forever()
+        finally:
+            self._sleep = None
+            self.running = False
+
+
+class Bound:
+    """The limit on one kind of wait of one target: ``with bound: await <one thing>``.
+
+    Reusable, one wait at a time (an HTTP/1.1 connection keeps one per kind; ``progress`` is
+    set to the attempt's before use). With no limit it costs two calls and does nothing.
+    After cancellation (outer, or the client closing) nothing is armed any more and nothing
+    is converted: the ``Cancelled`` goes on.
+    """
+
+    __slots__ = (
+        "_armed",
+        "_clock",
+        "_scope",
+        "about",
+        "expired",
+        "limit",
+        "progress",
+        "target",
+        "which",
+    )
+
+    def __init__(
+        self,
+        clock: Clock | None,
+        which: str,
+        limit: float | None,
+        target: StageTarget | None = None,
+        progress: AttemptProgress | None = None,
+        about: str = "",
+    ) -> None:
+        self._clock = clock
+        self.about = about
+        self.which = which
+        self.limit = limit
+        self.target = target
+        self.progress = progress
+        self.expired = False
+        self._armed: Lane | None = None
+        self._scope: trio.CancelScope | None = None
+
+    def __enter__(self) -> Bound:
+        limit = self.limit
+        if limit is None:
+            return self
+        self.expired = False
+        clock = self._clock
+        if clock is not None and clock.running and self.target is not None:
+            lane: Lane | None = getattr(clock, self.which, None)
+            if lane is not None:
+                lane.arm(self)
+                self._armed = lane
+                return self
+        scope = self._scope = trio.move_on_after(limit)
+        scope.__enter__()
+        return self
+
+    def expire(self) -> None:
+        """The lane ran out (the clock's task): the target ends the wait."""
+        self.expired = True
+        target, progress = self.target, self.progress
+        assert target is not None
+        assert progress is not None
+        target.stage_expired(self.which, progress)
+
+    def __exit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Never swallows: a scope's own Cancelled becomes the timeout, anything else goes on.
+        lane = self._armed
+        if lane is not None:
+            self._armed = None
+            lane.disarm(self)
+            if self.expired and exc is not None and not isinstance(exc, trio.Cancelled):
+                assert self.progress is not None
+                raise timed_out(self.progress, self.which, self.limit, self.about) from exc
+            return
+        scope = self._scope
+        if scope is None:
+            return
+        self._scope = None
+        scope.__exit__(etype, exc, tb)  # (True also when nothing was raised)
+        if scope.cancelled_caught:  # it caught its own Cancelled: the limit ran out
+            self.expired = True
+            assert self.progress is not None
+            raise timed_out(self.progress, self.which, self.limit, self.about)
+
+
+class DeadlineBound:
+    """The call deadline around one attempt: ``with DeadlineBound(...) as bound: ...``, then
+    :attr:`expired` says whether it ran out. It does not convert what the attempt raised: the
+    attempt reports its own outcome (``_call/attempt.py``), reading :attr:`expired`.
+
+    On the deadline lane when the attempt holds a connection (``conn``) that can end its
+    waits (``attempt_expired``: HTTP/1.1 closes itself, HTTP/2 fails the attempt's stream
+    only), the clock runs and the deadline keeps the lane in order; in a cancel scope
+    otherwise (:attr:`scope`, which ``aclose()`` and ``drain()`` may also cancel)."""
+
+    __slots__ = ("_conn", "_lane", "due", "expired", "progress", "scope")
+
+    def __init__(
+        self,
+        clock: Clock,
+        due: float,
+        progress: AttemptProgress,
+        conn: _AttemptHolder | None,
+    ) -> None:
+        self.due = due
+        self.progress = progress
+        self.expired = False
+        self._conn = conn
+        self._lane: DeadlineLane | None = None
+        self.scope: trio.CancelScope | None = None
+        lane = clock.deadline
+        if conn is not None and clock.running and lane.arm_at(self, due):
+            self._lane = lane
+        else:
+            self.scope = trio.CancelScope(deadline=due)
+
+    def __enter__(self) -> DeadlineBound:
+        if self.scope is not None:
+            self.scope.__enter__()
+        return self
+
+    def expire(self) -> None:
+        self.expired = True
+        assert self._conn is not None
+        self._conn.attempt_expired(self.progress)
+
+    def __exit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        lane = self._lane
+        if lane is not None:
+            lane.disarm(self)
+            return False
+        scope = self.scope
+        assert scope is not None
+        handled = bool(scope.__exit__(etype, exc, tb))
+        self.expired = scope.cancelled_caught
+        return handled
+
+
+class _AttemptHolder(Protocol):
+    def attempt_expired(self, progress: AttemptProgress) -> None: ...
