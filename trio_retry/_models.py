@@ -99,9 +99,12 @@ class StageTimeouts:
     """Per-stage limits (seconds, each optional), on top of the call deadline.
 
     ``connect`` covers DNS and TCP connect, ``tls`` the handshake (both ``NOT_SENT`` when they
-    fire), ``write`` the request, ``first_byte`` the wait for the response head, ``read`` each
-    wait between body chunks. A stage timeout is a failure of category ``TIMEOUT`` with the
-    evidence of its stage.
+    fire), ``write`` each write of the request (an idle bound: no byte accepted by the server
+    for so long), ``first_byte`` the wait for the response head, ``read`` each wait between
+    body chunks (an idle bound too). A long healthy transfer is never cut. A stage timeout is a
+    failure of category ``TIMEOUT`` with the evidence of its stage. ``Client()`` uses
+    ``StageTimeouts(connect=10, tls=10, write=30, first_byte=30, read=30)`` unless told
+    otherwise; this class's own defaults are ``None`` (no limit).
     """
 
     connect: float | None = None

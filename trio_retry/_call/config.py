@@ -109,19 +109,23 @@ class ClientConfig:
     #: instrumentation (``None`` without it): each costs the hot path one ``is None`` check.
     hooks: Hooks | None = None
     instrumentation: Instrumentation | None = None
-    # --- fast (#16): the strict HTTP/1.1 fast path (``_wire/fast11.py``); ``False`` when
-    # ``http1_fast_path=False`` or ``TRIO_RETRY_HTTP1_FAST_PATH`` turns it off.
+    #: The strict HTTP/1.1 fast path (``_wire/fast11.py``); ``False`` when
+    #: ``http1_fast_path=False`` or ``TRIO_RETRY_HTTP1_FAST_PATH`` turns it off.
     http1_fast_path: bool = True
-    # --- end fast (#16)
 
 
-#: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: no call waits
-#: forever on a server that accepts and never answers (``stage_timeouts=None`` or
-#: ``StageTimeouts()`` removes them; docs/guide.md compares httpx and aiohttp). ``write`` and
-#: ``read`` stay unset by default: each is a cancel scope around every request (every body
-#: read), which measured +35-55% CPU per small request with all three set; connect and TLS
-#: cost nothing on a kept-alive connection, and first_byte is the one scope paid per request.
-DEFAULT_STAGE_TIMEOUTS = StageTimeouts(connect=10.0, tls=10.0, first_byte=30.0)
+#: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
+#: on a server that never accepts, never answers, stops in the middle of a head or a body, or
+#: stops reading the request. ``write`` and ``read`` are idle bounds (no byte moved for 30 s),
+#: so a long healthy transfer is never cut. Why these values: httpx's 5 s per phase fails an
+#: API that thinks for 10 s; aiohttp's 300 s total and Go's and curl's no read limit at all let
+#: a stalled body hang for minutes; nginx gives its upstreams 60 s (``proxy_read_timeout``).
+#: 30 s of silence is long for a healthy server and short for a caller. Kept on the client's
+#: clock (``_wire/clock.py``): a dict store per wait, no cancel scope.
+#: ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
+DEFAULT_STAGE_TIMEOUTS = StageTimeouts(
+    connect=10.0, tls=10.0, write=30.0, first_byte=30.0, read=30.0
+)
 
 
 def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoReturn:
