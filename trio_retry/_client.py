@@ -99,7 +99,7 @@ class Client:
         transport: Dialer | None = None,
         event_hooks: EventHooks | None = None,
         telemetry: OpenTelemetry | None = None,
-        http1_fast_path: bool = True,  # fast (#16): the strict HTTP/1.1 fast path, see fast11
+        http1_fast_path: bool = True,  # the strict HTTP/1.1 fast path (_wire/fast11.py)
     ) -> None:
         if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
             raise TypeError(
@@ -138,7 +138,7 @@ class Client:
             transport=transport,
             hooks=normalize_event_hooks(event_hooks),
             instrumentation=telemetry.instrument() if telemetry is not None else None,
-            http1_fast_path=http1_fast_path,  # fast (#16)
+            http1_fast_path=http1_fast_path,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self._templates: Templates = {}  # calls without options (prepare_plain)

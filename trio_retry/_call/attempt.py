@@ -34,6 +34,7 @@ give_back` runs when the body ends or the ``stream()`` block exits).
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -121,28 +122,37 @@ class AttemptRun:
         #: The proxy the attempt goes through (``Connector.proxy_for``).
         self.proxy: ProxyConfig | None = None
 
-    async def run(self) -> None:
-        """Run the attempt (see the module docstring). Never raises but outer cancellation
-        and the caller's own code's errors; then, with ``telemetry=``, its span is marked
-        interrupted, and everything it held has been given back."""
-        trace = self.request.trace
-        span = None if trace is None else self._open_span()
+    def run(self) -> Awaitable[None]:
+        """The attempt (see the module docstring), to be awaited once. It never raises but
+        outer cancellation and the caller's own code's errors; then everything it held has
+        been given back (and, with ``telemetry=``, its span is marked interrupted).
+
+        (A plain method returning the awaitable of the path it chose: the common case, no call
+        deadline and a connection taken at once, awaits the exchange itself, with no frame of
+        this method in between.)"""
+        if self.request.trace is not None:
+            return self._traced()
+        if self._ready():
+            return self._exchange()
+        return self._bounded()
+
+    async def _traced(self) -> None:
+        """:meth:`run` inside its telemetry span: the span starts here and ends when the
+        attempt is recorded (the loop's ``_notify``), or here when the attempt is interrupted
+        (by cancellation, then marked so, or by the caller's own code)."""
+        span = self._open_span()
         try:
             if self._ready():
-                # The common case: no call deadline, a connection taken at once.
                 await self._exchange()
-                if self.error is not None and self._rt.closed:
-                    self._closed_in_flight()
             else:
                 await self._bounded()
         except BaseException as exc:
-            if span is not None:
-                span.interrupt(
-                    stage=self.progress.stage,
-                    evidence_name=self.progress.evidence.name,
-                    duration=trio.current_time() - self.progress.started,
-                    cancelled=isinstance(exc, trio.Cancelled),
-                )
+            span.interrupt(
+                stage=self.progress.stage,
+                evidence_name=self.progress.evidence.name,
+                duration=trio.current_time() - self.progress.started,
+                cancelled=isinstance(exc, trio.Cancelled),
+            )
             raise
 
     def _open_span(self) -> AttemptTrace:
@@ -221,10 +231,9 @@ class AttemptRun:
                 self.response = None
                 self.error = _drained(self.request, progress)
                 return
-        if rt.closed and (timed_out or (scope is None and self.error is not None)):
-            # Ended by aclose(): its cancellation, or (no scope to cancel) the connection it
-            # closed.
-            self._closed_in_flight()
+        if rt.closed:
+            if timed_out:  # ended by aclose()'s cancellation of the scope
+                self._closed_in_flight()
         elif timed_out:
             self.response = None
             self.error = WireError.at(
@@ -334,6 +343,10 @@ class AttemptRun:
             finished = True
         except WireError as exc:
             self.error = exc
+            if rt.closed:
+                # A failure while the client closed is aclose()'s doing (it closed the
+                # connection the attempt held, or cancelled its scope): not retried.
+                self._closed_in_flight()
         finally:
             if not (finished and streaming and self.body is None):
                 self.give_back()

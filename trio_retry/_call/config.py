@@ -209,7 +209,7 @@ def configure(
     """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
     opened here."""
-    if transport is not None:  # transport= (testkit, #17): opens connections instead of us
+    if transport is not None:  # transport=: it opens connections instead of us
         if not callable(getattr(transport, "connect", None)):
             raise TypeError(
                 "transport must have an async connect() (e.g. trio_retry.testing."
@@ -324,7 +324,7 @@ def configure(
     )
 
 
-# --- fast (#16)
+# --- the HTTP/1.1 fast path's switch in the environment
 #: ``TRIO_RETRY_HTTP1_FAST_PATH``: these turn the HTTP/1.1 fast path off, these leave it as
 #: ``Client(http1_fast_path=...)`` says; anything else is refused (docs/reference.md).
 FAST_PATH_OFF = frozenset({"0", "false", "no", "off"})
@@ -343,9 +343,6 @@ def _fast_path_env() -> bool:
         "TRIO_RETRY_HTTP1_FAST_PATH must be one of 0, false, no, off (fast path off) or 1, "
         f"true, yes, on (as Client(http1_fast_path=...) says), got {value!r}"
     )
-
-
-# --- end fast (#16)
 
 
 def _client_params(params: object) -> tuple[tuple[str, Any], ...]:

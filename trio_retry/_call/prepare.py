@@ -317,7 +317,7 @@ def prepare(
         body = prepare_body(source, json, json_dumps=config.json_dumps)
         if data is not None and files is None and body.content_type is None:
             body.content_type = "application/x-www-form-urlencoded"
-    except UnicodeEncodeError as exc:  # pool (#14) audit: a lone surrogate in a str body
+    except UnicodeEncodeError as exc:  # a lone surrogate in a str body
         raise _invalid(
             f"the request body (content=, json= or data=) cannot be encoded as UTF-8: {exc}"
         ) from None

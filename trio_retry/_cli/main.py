@@ -151,7 +151,7 @@ def _tls(opts: Options, streams: Streams) -> ssl.SSLContext | None:
     elif opts.key is not None:
         raise _usage(opts, "--key", f"{opts.key!r} given without --cert")
     if context is not None:
-        # The client uses a context it is given as is (parity #18): offer ALPN here.
+        # The client uses a context it is given as is offer ALPN here.
         context.set_alpn_protocols(["h2", "http/1.1"] if opts.http2 else ["http/1.1"])
     return context
 

@@ -300,7 +300,7 @@ class Bound:
         if clock is not None and clock.running and self.target is not None:
             lane: Lane | None = getattr(clock, self.which, None)
             if lane is not None:
-                lane.arm(self)
+                lane.pending[self] = lane.now() + limit  # (Lane.arm, without its call)
                 self._armed = lane
                 return self
         scope = self._scope = trio.move_on_after(limit)
@@ -325,7 +325,7 @@ class Bound:
         lane = self._armed
         if lane is not None:
             self._armed = None
-            lane.disarm(self)
+            lane.pending.pop(self, None)  # (Lane.disarm, without its call)
             if self.expired and exc is not None and not isinstance(exc, trio.Cancelled):
                 assert self.progress is not None
                 raise timed_out(self.progress, self.which, self.limit, self.about) from exc

@@ -211,7 +211,7 @@ class H1Handler:
             return await self._raw(action)
         if isinstance(action, EndlessBody):
             return await self._endless(action, method)
-        if isinstance(action, StreamFrames):  # h2 (#13): as the `then` of a Stall
+        if isinstance(action, StreamFrames):  # as the `then` of a Stall
             raise ScriptError("StreamFrames is HTTP/2-only, but arrived over HTTP/1.1")
         return await self._respond(action, method)
 

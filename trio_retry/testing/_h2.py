@@ -72,7 +72,7 @@ def goaway_frame(last_stream_id: int, error_code: int) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((0x7, 0)) + struct.pack(">I", 0) + payload
 
 
-# --- hand-made frames (for `StreamFrames`), h2 (#13) -----------------------------------------
+# --- hand-made frames (for `StreamFrames`) ---------------------------------------------------
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
@@ -615,7 +615,7 @@ class H2Handler:
             last = stream.stream_id if action.last_stream_id is None else action.last_stream_id
             self._send_goaway(last, action.error_code, action)
             return None if stream.abandoned else action.then
-        if isinstance(action, (StopReading, ShutWindow)):  # h2 (#13): they act on HEADERS
+        if isinstance(action, (StopReading, ShutWindow)):  # they act on HEADERS
             raise ScriptError(
                 f"handler {handler.name} returned {action!r}, which acts when a stream's "
                 "HEADERS arrive, before its body: a handler cannot return it"

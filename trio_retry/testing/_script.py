@@ -401,7 +401,7 @@ class Handler:
         return getattr(self.handler, "__qualname__", None) or repr(self.handler)
 
 
-# --- HTTP/2 frame-level faults (h2, #13); served by _h2.py, HTTP/2 only ---------------------
+# --- HTTP/2 frame-level faults ; served by _h2.py, HTTP/2 only ---------------------
 
 
 @dataclass(frozen=True, slots=True)
