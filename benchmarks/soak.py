@@ -5,8 +5,8 @@
 (HTTP/1.1 and HTTP/2, cleartext and TLS) and five long-lived clients (one per mode, plus one
 that does not trust the test CA). Each worker loops: pick a mode, a body, an idempotency, a
 deadline and a schedule of up to three faults for a path of its own; make the call; queue it for
-judgement. Calls are judged ``--quarantine`` seconds (3) after they ended, by the oracle of the
-property tests (``tests/reliability/invariants.py``) against the server's record, so a request
+judgement. Calls are judged ``--quarantine`` seconds (3) after they ended, by the oracle the
+property tests use too (``benchmarks/invariants.py``) against the server's record, so a request
 the server executed late still counts.
 
 Clients and servers live for the whole run, so a leak in the client's per-call, per-connection
@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import random
-import sys
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -42,6 +41,17 @@ from typing import Any
 import trio
 
 import trio_retry
+from benchmarks.invariants import (
+    CallSpec,
+    Kind,
+    Outcome,
+    check_call,
+    client_tasks,
+    expected_idempotency,
+    final_action,
+    open_fds,
+    sockets_connected_to,
+)
 from trio_retry import (
     Backoff,
     FailureCategory,
@@ -66,22 +76,6 @@ from trio_retry.testing import (
     Respond,
     Stall,
     refused_port,
-)
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the oracle lives with the tests of a source checkout
-    sys.path.insert(0, str(ROOT))
-
-from tests.reliability.invariants import (  # noqa: E402
-    CallSpec,
-    Kind,
-    Outcome,
-    check_call,
-    client_tasks,
-    expected_idempotency,
-    final_action,
-    open_fds,
-    sockets_connected_to,
 )
 
 MODES = ("h1", "h1-tls", "h2c", "h2-tls")

@@ -192,3 +192,31 @@ def test_the_checker_catches_a_circle() -> None:
     assert cycles({k: set(v) for k, v in edges.items()}) == [
         ["trio_retry._core.engine", "trio_retry._core.evidence"]
     ]
+
+
+def imports_from_tests(source: str, filename: str = "<source>") -> list[str]:
+    """The modules of ``tests`` that ``source`` imports, wherever the import statement is."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "tests"]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "tests":
+                found.append(node.module)
+    return found
+
+
+def test_benchmarks_import_nothing_from_tests() -> None:
+    # Tests may import benchmarks (the soak's oracle, the adapters), never the other way:
+    # ``python -m benchmarks.soak`` must not depend on the test suite's layout.
+    benchmarks = PACKAGE.parent / "benchmarks"
+    found = {
+        str(path.relative_to(benchmarks)): imports_from_tests(path.read_text(), str(path))
+        for path in sorted(benchmarks.rglob("*.py"))
+    }
+    assert {name: modules for name, modules in found.items() if modules} == {}
+
+
+def test_the_checker_catches_an_import_from_tests() -> None:
+    source = "def f():\n    from tests.reliability.invariants import check_call\n"
+    assert imports_from_tests(source) == ["tests.reliability.invariants"]

@@ -67,9 +67,7 @@ def test_renew_is_replace_of_the_call_fields() -> None:
     assert isinstance(renewed, PreparedRequest)
     assert renewed == dataclasses.replace(request, started=20.0, deadline=22.0)
     assert request.started == 10.0
-    assert math.isclose(request.deadline, 12.0)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        renewed.started = 1.0  # type: ignore[misc]
+    assert math.isclose(request.deadline, 12.0)  # the template is left as it was
 
 
 async def test_a_call_with_only_deadline_uses_the_template_and_its_own_deadline(

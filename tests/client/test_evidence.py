@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import sys
 from typing import Any
 
 import pytest
@@ -28,6 +29,9 @@ from trio_retry.testing import (
 )
 
 from .conftest import FAST
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import ExceptionGroup
 
 
 async def test_get_succeeds_and_reuses_the_connection(
@@ -66,6 +70,38 @@ async def test_connect_refused_post_is_retried_and_never_executed(
     assert isinstance(err.attempts[0].decision, trio_retry.RetryAllowed)
     assert err.decision == trio_retry.RetryDenied.max_attempts()
     assert isinstance(err.__cause__, Exception)
+
+
+async def test_connect_keeps_the_error_of_each_address(client: trio_retry.Client) -> None:
+    # Two addresses for one name, both refused: the error names each and why it failed, and
+    # keeps each OSError (STYLE habit 18), not only the last address's.
+    port = refused_port()
+    addresses = [("127.0.0.1", port), ("127.0.0.2", port)]
+
+    class TwoAddresses(trio.abc.HostnameResolver):
+        async def getaddrinfo(self, host: Any, *args: Any, **kwargs: Any) -> Any:
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)
+                for addr in addresses
+            ]
+
+        async def getnameinfo(self, *args: Any) -> Any:  # pragma: no cover
+            raise NotImplementedError
+
+    trio.socket.set_custom_hostname_resolver(TwoAddresses())
+    try:
+        with pytest.raises(ConnectFailed) as info:
+            await client.get(f"http://api.example.test:{port}/x")
+    finally:
+        trio.socket.set_custom_hostname_resolver(None)
+    err = info.value
+    assert (err.category, err.evidence) == (FailureCategory.CONNECT, Evidence.NOT_SENT)
+    assert [a.stage for a in err.attempts] == [Stage.CONNECT] * 3
+    assert f"127.0.0.1:{port} (Connection refused); 127.0.0.2:{port} (" in str(err)
+    assert isinstance(err.__cause__, OSError)  # chained below the public error, as before
+    group = err.__cause__.__cause__
+    assert isinstance(group, ExceptionGroup)
+    assert [type(e) for e in group.exceptions] == [ConnectionRefusedError] * 2
 
 
 async def test_dns_failure_is_not_sent(client: trio_retry.Client) -> None:

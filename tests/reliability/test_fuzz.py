@@ -12,8 +12,8 @@ oversized heads, error statuses, REFUSED_STREAM, GOAWAY, HTTP/2 frames that brea
 
 Each scenario runs in a fresh ``trio.run`` with ``MockClock(autojump_threshold=0)`` against a
 real `FaultServer` on loopback, so time-outs and stalls cost no wall time and elapsed times
-are exact. Every call is then judged by ``invariants.check_call`` (invariants 1-4), and the
-run by invariant 5: once the client's ``async with`` has exited, no socket to the server and
+are exact. Every call is then judged by ``benchmarks.invariants.check_call`` (invariants 1-4),
+and the run by invariant 5: once the client's ``async with`` has exited, no socket to the server and
 no client task remains, calls still in flight ended at once, and once the server stopped too
 the process has exactly the file descriptors and tasks it had before.
 
@@ -43,6 +43,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trio_retry
+from benchmarks.invariants import (
+    CallSpec,
+    Kind,
+    Outcome,
+    check_call,
+    client_tasks,
+    expected_idempotency,
+    final_action,
+    open_fds,
+    sockets_connected_to,
+)
 from trio_retry import Backoff, Idempotency, Reopenable, RetryPolicy, StageTimeouts, Upstream
 from trio_retry.testing import (
     Action,
@@ -59,18 +70,6 @@ from trio_retry.testing import (
     Respond,
     Stall,
     refused_port,
-)
-
-from .invariants import (
-    CallSpec,
-    Kind,
-    Outcome,
-    check_call,
-    client_tasks,
-    expected_idempotency,
-    final_action,
-    open_fds,
-    sockets_connected_to,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

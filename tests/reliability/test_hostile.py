@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import trio_retry
+from benchmarks.invariants import sockets_connected_to
 from trio_retry import (
     ConnectFailed,
     DeadlineExceeded,
@@ -43,7 +44,6 @@ from trio_retry import (
 from trio_retry.testing import EndlessBody, FaultServer, Raw, Respond, Stall, refused_port
 
 from .conftest import LIMIT, client_for, server_for
-from .invariants import sockets_connected_to
 
 FUZZ = settings(
     max_examples=100,

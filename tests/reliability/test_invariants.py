@@ -5,6 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.invariants import (
+    CallSpec,
+    Kind,
+    Outcome,
+    check_call,
+    expected_idempotency,
+    has_side_effect,
+)
 from trio_retry import (
     Attempt,
     ClientStateError,
@@ -22,15 +30,6 @@ from trio_retry.testing import (
     RecordedRequest,
     Respond,
     Stall,
-)
-
-from .invariants import (
-    CallSpec,
-    Kind,
-    Outcome,
-    check_call,
-    expected_idempotency,
-    has_side_effect,
 )
 
 POST = CallSpec(

@@ -94,15 +94,21 @@ class RequestOptions(TypedDict, total=False):
     hedging: Hedging | bool | None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class PreparedRequest:
     """One request of a call, ready for its attempts: validated, headers merged, body framed.
 
     ``deadline`` is absolute Trio time (``inf`` for none). ``apply_auth`` is False once a
     redirect left the original origin (credentials are never sent to another origin).
 
-    Not slotted: a call from a template is a copy of its ``__dict__`` (:func:`_renew`), one
-    C-level update instead of a descriptor call per field.
+    No field changes once the request is prepared: the next request of a call (a template's
+    next call, a redirect hop) is a new value (:func:`_renew`, ``dataclasses.replace``).
+    Not frozen, and not slotted, because :func:`_renew` builds a call from its template by
+    copying the template's ``__dict__`` (one C-level update instead of ``__init__``'s
+    assignment per field). Frozen, it would have to be written through its ``__dict__``
+    there and when :func:`prepare_plain` gives a template its ``wire_memo``: a value that says
+    "immutable" while being written. ``replace``, the frozen way, runs ``__init__`` for every
+    call from a template (and a frozen ``__init__`` sets each field with ``object.__setattr__``).
     """
 
     method: str
@@ -164,7 +170,7 @@ def _renew(
     two calls without options, without its ``__init__`` round trip (the fields were checked
     when the template was built)."""
     request: PreparedRequest = _new(PreparedRequest)
-    fields = request.__dict__  # (frozen: set through the instance dict, as replace's __init__)
+    fields = request.__dict__  # its own dict: a store each, without setattr's descriptor lookup
     fields.update(template.__dict__)
     fields["started"] = started
     fields["deadline"] = deadline
@@ -204,7 +210,7 @@ def prepare_plain(
     entry = templates.get(key)
     if entry is None or entry[0] is not version:
         request = prepare(config, client_headers, method, url, clock)
-        request.__dict__["wire_memo"] = WireMemo()  # (frozen: set as _renew sets fields)
+        request.wire_memo = WireMemo()  # still being prepared: no call has seen it yet
         if len(templates) >= _MAX_TEMPLATES:
             templates.clear()
         templates[key] = entry = (version, request)

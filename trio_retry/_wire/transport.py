@@ -16,8 +16,10 @@ The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy
 
 from __future__ import annotations
 
+import os
 import socket as _stdlib_socket
 import ssl
+import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -31,6 +33,9 @@ from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
 from .socks import socks5_handshake
 from .virtual import VirtualSocket
+
+if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
+    from exceptiongroup import ExceptionGroup
 
 __all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
 
@@ -81,18 +86,38 @@ async def _connect_one(info: AddrInfo) -> Sockets:
     return sock, raw
 
 
+def _address(sockaddr: Any) -> str:
+    """``host:port`` of a socket address (``[host]:port`` for IPv6)."""
+    host, port = sockaddr[0], sockaddr[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+def _why(exc: OSError) -> str:
+    """The reason alone (trio's connect error repeats the address in its ``strerror``)."""
+    return os.strerror(exc.errno) if exc.errno is not None else str(exc)
+
+
 async def _connect(infos: Sequence[AddrInfo]) -> Sockets:
-    """Happy eyeballs over ``infos``; raises ``OSError`` (the last error) if none connects."""
+    """Happy eyeballs over ``infos``; raises ``OSError`` if none connects.
+
+    With one address its own error is raised. With several, every address's error is kept,
+    as ``trio.open_tcp_stream`` does: the ``OSError`` names each address and why it failed,
+    and its ``__cause__`` is an ``ExceptionGroup`` of the individual errors (in address
+    order). Raising only the last error would hide why the others failed: an IPv6 address
+    that is unreachable and an IPv4 one that refuses are two different stories.
+    """
     if len(infos) == 1:
         return await _connect_one(infos[0])
     winner: list[Sockets] = []
-    errors: list[OSError] = []
+    errors: dict[int, OSError] = {}
 
-    async def attempt(info: AddrInfo, failed: trio.Event, nursery: trio.Nursery) -> None:
+    async def attempt(
+        index: int, info: AddrInfo, failed: trio.Event, nursery: trio.Nursery
+    ) -> None:
         try:
             sock = await _connect_one(info)
         except OSError as exc:
-            errors.append(exc)
+            errors[index] = exc
             failed.set()
             return
         if winner:
@@ -102,14 +127,18 @@ async def _connect(infos: Sequence[AddrInfo]) -> Sockets:
         nursery.cancel_scope.cancel()
 
     async with trio.open_nursery() as nursery:
-        for info in infos:
+        for index, info in enumerate(infos):
             failed = trio.Event()
-            nursery.start_soon(attempt, info, failed, nursery)
+            nursery.start_soon(attempt, index, info, failed, nursery)
             with trio.move_on_after(HAPPY_EYEBALLS_DELAY):
                 await failed.wait()
     if winner:
         return winner[0]
-    raise errors[-1] if errors else OSError("connect failed")
+    tried = [(infos[i][4], errors[i]) for i in sorted(errors)]
+    message = "every address failed: " + "; ".join(
+        f"{_address(sockaddr)} ({_why(exc)})" for sockaddr, exc in tried
+    )
+    raise OSError(message) from ExceptionGroup(message, [exc for _, exc in tried])
 
 
 async def _connect_unix(path: str) -> Sockets:

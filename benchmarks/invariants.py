@@ -1,9 +1,11 @@
 """The oracle: the central promise, as checks of one call's outcome against the server's record.
 
-Shared by the property-based fuzzing (``test_fuzz.py``) and the soak (``benchmarks/soak.py``),
-so both judge a call by the same rules. A call is identified by a path of its own
-(``/call/<n>``), so every `RecordedRequest` with that path belongs to it. The invariants, in
-the words of issue 8:
+Shared by the soak (``benchmarks/soak.py``) and the property-based fuzzing and lifecycle tests
+(``tests/reliability/``), so all judge a call by the same rules. It lives here because
+``benchmarks/`` imports nothing from ``tests/`` (tests may import benchmarks).
+
+A call is identified by a path of its own (``/call/<n>``), so every `RecordedRequest` with that
+path belongs to it. The invariants, in the words of issue 8:
 
 1. a ``NON_IDEMPOTENT`` request is never executed twice;
 2. an attempt reported ``NOT_SENT`` reached no request handler. Attempts cannot always be
