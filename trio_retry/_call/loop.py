@@ -41,11 +41,13 @@ from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDeni
 from .._core.engine import (
     AttemptFacts,
     NotConsulted,
+    RetryContext,
     build_context,
     final_response,
     not_consulted,
 )
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .._core.hedging import HedgeLedger
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response
 from .._redirects import REDIRECT_STATUSES
@@ -58,6 +60,7 @@ from .failures import ambiguous_status, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
+from .upstream import UpstreamState
 
 __all__ = ["Closer", "send", "send_following"]
 
@@ -103,112 +106,203 @@ async def send_following(
 async def send(
     rt: Runtime, request: PreparedRequest, *, streaming: bool, first_hop: bool = False
 ) -> tuple[Response, Closer | None]:
-    """Attempts of one request until a response, a denial or a failure (the loop above).
+    """Attempts of one request until a response, a denial or a failure: the five steps of
+    the module docstring, in order.
 
     ``first_hop``: the request was prepared just now, so its ``started`` is also the start of
     its first attempt (one clock read fewer); a redirect hop reads the clock."""
-    if rt.draining:
+    if rt.draining:  # 1. admission
         raise AdmissionRejected(
             f"{request.method} {request.url} not admitted: the client is draining",
             evidence=Evidence.NOT_SENT,
             category=FailureCategory.ADMISSION,
         )
     rt.calls += 1
-    config = rt.config
     state = rt.upstreams.get(request.url.origin)
-    policy = request.retry
     started = request.started if first_hop else rt.now()
     state.budget.deposit(started)
-    attempts: list[Attempt] = []
-    previous_delay: float | None = None
-    auth_refreshed = retried_425 = challenged = False
-    reconnects = 0  # tries sent again on a fresh connection, not counted as attempts
-    challenges = 0  # answered auth challenges: in the trail, not numbered as attempts
     hedged = request.hedging is not None or state.upstream.hedging is not None
     ledger = hedge_ledger(request, state, started) if hedged else None
     guarded = state.guarded or ledger is not None
+    attempts: list[Attempt] = []
+    retries: _Retries | None = None  # the failure path's state, made at the first failure
 
     while True:
-        number = len(attempts) + 1 - challenges
+        # 2. an attempt (answered auth challenges are in the trail, not numbered)
+        number = len(attempts) + 1 - (retries.challenges if retries is not None else 0)
         progress = AttemptProgress(started if not attempts else rt.now())
         if ledger is not None:
             run, number = await hedged_attempt(
                 rt, request, state, progress, streaming, attempts, ledger, number, _notify
             )
-            progress = run.progress
         else:
             run = AttemptRun(rt, request, state, progress, streaming=streaming, number=number)
             await run.run()
         ended = rt.now()
         wire = run.response
         if wire is not None and run.error is None and final_response(wire.status):
-            # NotConsulted.FINAL_RESPONSE (its evidence is RESPONSE_RECEIVED, no failure).
+            # 3, 5: NotConsulted.FINAL_RESPONSE: the record, and the caller's response.
             if guarded:
-                learn(state, run, progress, None, None, ledger)
-            if not attempts and not streaming and not _watched(rt, request):
-                # The call's one attempt, buffered, and nobody to tell of it: its record is
-                # built when Response.attempts is first read (from this run, which nothing
-                # changes any more).
-                first = partial(run.record, 1, _RECEIVED, None, ended)
-                return _response(request, run, None, None, ended=ended, attempt_record=first), None
-            attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
-            if (pending := _notify(rt, attempts[-1], request)) is not None:
-                await pending
-            if not streaming or run.body is not None:
-                return _response(request, run, attempts, None, ended=ended), None
-            return _deliver(rt, request, run, attempts)
-        evidence, category, retry_after = run.observe()
+                learn(state, run, run.progress, None, None, ledger)
+            return await _answer(rt, request, run, attempts, ended, streaming)
+        # 4. whether to send again: the engine's file decides (and the attempt is recorded).
+        if retries is None:
+            retries = _Retries(rt, request, state, ledger)
+        decision = await retries.decide(run, attempts, ended)
+        if decision is None:
+            continue  # sent again at once, uncounted (a reconnect, an answered challenge)
+        if isinstance(decision, RetryAllowed):
+            denied = await retries.wait(decision, attempts[-1])
+            if denied is None:
+                continue
+            decision = denied
+        return _finish(request, run, attempts, decision)  # 5
+
+
+async def _answer(
+    rt: Runtime,
+    request: PreparedRequest,
+    run: AttemptRun,
+    attempts: list[Attempt],
+    ended: float,
+    streaming: bool,
+) -> tuple[Response, Closer | None]:
+    """The call's response from an attempt answered below 400, and the attempt's record."""
+    if not attempts and not streaming and not _watched(rt, request):
+        # The call's one attempt, buffered, and nobody to tell of it: its record is built
+        # when Response.attempts is first read (from this run, which nothing changes any
+        # more).
+        first = partial(run.record, 1, _RECEIVED, None, ended)
+        return _response(request, run, None, None, ended=ended, attempt_record=first), None
+    attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
+    if (pending := _notify(rt, attempts[-1], request)) is not None:
+        await pending
+    if not streaming or run.body is not None:
+        return _response(request, run, attempts, None, ended=ended), None
+    return _deliver(rt, request, run, attempts)
+
+
+class _Retries:
+    """A call's state once an attempt failed (or answered 400 or more): what the engine's
+    file is told, and what follows its decision. Made at the first failure, so that a call
+    answered at once pays nothing for it."""
+
+    __slots__ = (
+        "_auth_refreshed",
+        "_challenged",
+        "_ended",
+        "_guarded",
+        "_ledger",
+        "_previous_delay",
+        "_reconnects",
+        "_request",
+        "_retried_425",
+        "_retry_after",
+        "_rt",
+        "_state",
+        "challenges",
+        "deadline",
+    )
+
+    def __init__(
+        self,
+        rt: Runtime,
+        request: PreparedRequest,
+        state: UpstreamState,
+        ledger: HedgeLedger | None,
+    ) -> None:
+        self._rt = rt
+        self._request = request
+        self._state = state
+        self._ledger = ledger
+        self._guarded = state.guarded or ledger is not None
+        self._previous_delay: float | None = None
+        self._auth_refreshed = self._retried_425 = self._challenged = False
+        self._reconnects = 0  # tries sent again on a fresh connection, not counted
+        self.challenges = 0  # answered auth challenges: in the trail, not numbered
+        self._retry_after: float | None = None
+        self._ended = 0.0  # when the attempt the engine decided on ended
+        #: The call's deadline, or the caller's own if earlier (read when deciding: it costs
+        #: a walk up the cancel-scope chain).
+        self.deadline = math.inf
+
+    async def decide(
+        self, run: AttemptRun, attempts: list[Attempt], ended: float
+    ) -> Decision | None:
+        """What follows the finished attempt ``run``, its record appended to ``attempts``
+        (and told: ``on_attempt``, the log, the span): ``None`` to send again at once,
+        uncounted (``NotConsulted.RECONNECT``, an answered ``AUTH_CHALLENGE``), or the
+        engine's decision. Raises the call's exception for ``NotConsulted.ENDS_CALL``."""
+        rt = self._rt
+        request = self._request
+        wire = run.response
         error = run.error
+        evidence, category, retry_after = run.observe()
+        self._retry_after = retry_after
         skip = not_consulted(
             AttemptFacts(
                 status=wire.status if wire is not None and error is None else None,
                 reconnect=isinstance(error, WireError) and error.reconnect,
-                reconnects=reconnects,
+                reconnects=self._reconnects,
                 ends_call=isinstance(error, WireError) and error.ends_call,
                 replayable=request.body.replayability.replayable,
                 draining=rt.draining,
-                challenge=not challenged and _may_answer_challenge(request),
+                challenge=not self._challenged and _may_answer_challenge(request),
             )
         )
         if skip is NotConsulted.RECONNECT:
-            # Sent again at once on a fresh connection: no attempt counted, no budget, no
-            # backoff; it stays in the trail with decision None.
-            reconnects += 1
-            attempts.append(run.record(number, evidence, category, ended))
-            if (pending := _notify(rt, attempts[-1], request)) is not None:
-                await pending
-            continue
-        if guarded:
-            learn(state, run, progress, category, retry_after, ledger)
+            # No attempt counted, no budget, no backoff; in the trail with decision None.
+            self._reconnects += 1
+            await _told(rt, request, attempts, run.record(run.number, evidence, category, ended))
+            return None
+        if self._guarded:
+            learn(self._state, run, run.progress, category, retry_after, self._ledger)
+        number = len(attempts) + 1
         if skip is NotConsulted.AUTH_CHALLENGE and await _answer_challenge(request, wire):
-            challenged = True
-            challenges += 1
-            attempts.append(run.record(len(attempts) + 1, evidence, category, ended))
-            if (pending := _notify(rt, attempts[-1], request)) is not None:
-                await pending
-            continue
+            self._challenged = True
+            self.challenges += 1
+            await _told(rt, request, attempts, run.record(number, evidence, category, ended))
+            return None
         if skip is NotConsulted.ENDS_CALL:
             assert error is not None
-            attempts.append(run.record(len(attempts) + 1, evidence, category, ended))
-            if (pending := _notify(rt, attempts[-1], request)) is not None:
-                await pending
+            await _told(rt, request, attempts, run.record(number, evidence, category, ended))
             raise _counted(request, failure(request, attempts, error, None))
+        context = self._context(run, attempts, ended, evidence, category)
+        decision = rt.config.engine.decide(context)
+        # Built once, with its decision (a dataclasses.replace would build it twice).
+        await _told(rt, request, attempts, run.record(number, evidence, category, ended, decision))
+        return decision
 
-        counted = len(attempts) + 1 - reconnects  # attempts of this call, hedges included
-        now = ended
+    def _context(
+        self,
+        run: AttemptRun,
+        attempts: list[Attempt],
+        now: float,
+        evidence: Evidence,
+        category: FailureCategory | None,
+    ) -> RetryContext:
+        """The engine's view of the call after ``run`` (its evidence and category, the
+        backoff it would wait, the deadline left at ``now``)."""
+        request = self._request
+        state = self._state
+        policy = request.retry
         backoff = policy.backoff
-        proposed = backoff.delay(counted, config.rng, previous_delay)
+        wire = run.response
+        retry_after = self._retry_after
+        self._ended = now
+        counted = len(attempts) + 1 - self._reconnects  # attempts so far, hedges included
+        proposed = backoff.delay(counted, self._rt.config.rng, self._previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
-        call_deadline = min(request.deadline, trio.current_effective_deadline())
-        remaining = call_deadline - now
-        context = build_context(  # RetryContext(...), built faster
+        self.deadline = min(request.deadline, trio.current_effective_deadline())
+        remaining = self.deadline - now
+        return build_context(  # RetryContext(...), built faster
             attempt=counted,
             max_attempts=policy.max_attempts,
             budget_available=state.budget.available(now),
             replayability=request.body.replayability,
             response_delivered=False,
-            draining=rt.draining,
+            draining=self._rt.draining,
             remaining_deadline=remaining if math.isfinite(remaining) else None,
             min_attempt_budget=policy.min_attempt_budget,
             failure=category,
@@ -219,36 +313,37 @@ async def send(
             transient_500=state.upstream.transient_500,
             proposed_delay=proposed,
             max_backoff=backoff.max,
-            auth_refreshed=auth_refreshed,
-            retried_425=retried_425,
+            auth_refreshed=self._auth_refreshed,
+            retried_425=self._retried_425,
             auth_refreshable=isinstance(request.auth, RefreshableAuth),
         )
-        decision = config.engine.decide(context)
-        # Built once, with its decision (a dataclasses.replace would build it twice).
-        attempt = run.record(len(attempts) + 1, evidence, category, ended, decision)
-        attempts.append(attempt)
-        if (pending := _notify(rt, attempt, request)) is not None:
-            await pending
 
-        if isinstance(decision, RetryAllowed):
-            # The attempt has already returned its connection and its permit.
-            state.budget.try_withdraw(now)
-            if not await _backoff(rt, decision.delay, call_deadline):
-                decision = RetryDenied.runtime_draining(retry_after=retry_after)
-                return _finish(request, run, attempts, decision)
-            previous_delay = decision.delay
-            auth = request.auth
-            if (
-                attempt.status == 401
-                and attempt.category is None
-                and isinstance(auth, RefreshableAuth)
-            ):
-                await auth.refresh()
-                auth_refreshed = True
-            if attempt.status == 425 and attempt.category is None:
-                retried_425 = True
-            continue
-        return _finish(request, run, attempts, decision)
+    async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None:
+        """After ``RetryAllowed``: debit the budget, wait the backoff (never past the
+        deadline; the attempt has already returned its connection and its permit), refresh
+        the auth after a 401. ``None`` to go on; ``RetryDenied.runtime_draining()`` when
+        ``drain()`` cut the wait short."""
+        rt = self._rt
+        self._state.budget.try_withdraw(self._ended)
+        if not await _backoff(rt, decision.delay, self.deadline):
+            return RetryDenied.runtime_draining(retry_after=self._retry_after)
+        self._previous_delay = decision.delay
+        auth = self._request.auth
+        if attempt.status == 401 and attempt.category is None and isinstance(auth, RefreshableAuth):
+            await auth.refresh()
+            self._auth_refreshed = True
+        if attempt.status == 425 and attempt.category is None:
+            self._retried_425 = True
+        return None
+
+
+async def _told(
+    rt: Runtime, request: PreparedRequest, attempts: list[Attempt], attempt: Attempt
+) -> None:
+    """Append ``attempt`` to the call's trail and tell of it (:func:`_notify`)."""
+    attempts.append(attempt)
+    if (pending := _notify(rt, attempt, request)) is not None:
+        await pending
 
 
 def _may_answer_challenge(request: PreparedRequest) -> bool:
