@@ -1,15 +1,23 @@
 """One call, from options to the caller's answer. Each module has one job:
 
-- :mod:`.config`: the client's configuration, a frozen value built once (``ClientConfig``);
+- :mod:`.options`: the check of every option (shared by ``Client(...)`` and each call);
+- :mod:`.config`: the client's configuration, a value built once (``ClientConfig``);
 - :mod:`.prepare`: options -> :class:`~.prepare.PreparedRequest` (pure: validation, headers,
   body, idempotency; also the next request of a redirect);
-- :mod:`.loop`: the retry loop and the redirect chain (engine, budget, backoff, drain);
-- :mod:`.attempt`: one attempt: admission, pooled connection, the headers finalised for this
-  attempt, the exchange; its :class:`~.attempt.Outcome` and :class:`Attempt` record;
+- :mod:`.loop`: the retry loop and the redirect chain; it asks ``_core/engine.py`` whether to
+  send again, and only it;
+- :mod:`.attempt`: one attempt, :class:`~.attempt.AttemptRun` (admission, a pooled connection,
+  this attempt's headers, the exchange, within the call deadline) and its record;
+- :mod:`.hedge`: hedged copies of an attempt, and learning from each attempt;
+- :mod:`.resilience`: per-upstream hedging, throttling and breaking state (the decisions are
+  ``_core``'s);
 - :mod:`.upstream`: per-upstream state (budget, bulkhead) and the admission step;
 - :mod:`.connect`: opening connections (transport, TLS, ALPN, proxy) and the pool key;
 - :mod:`.body`: the one response-body reader, buffered or streamed (one limit, one decoding);
-- :mod:`.failures`: the public exception a final failure becomes.
+- :mod:`.failures`: the public exception a final failure becomes;
+- :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).
 
 Layering: these modules import ``_core``, ``_wire`` and the value modules, never ``_client``.
+Time is never decided here: every wait of an attempt, its call deadline included, is bounded
+by ``_wire/clock.py``.
 """

@@ -144,6 +144,12 @@ async def send(
             # 3, 5: NotConsulted.FINAL_RESPONSE: the record, and the caller's response.
             if guarded:
                 learn(state, run, run.progress, None, None, ledger)
+            if not attempts and not streaming and not _watched(rt, request):
+                # The call's one attempt, buffered, and nobody to tell of it: its record is
+                # built when Response.attempts is first read (from this run, which nothing
+                # changes any more).
+                first = partial(run.record, 1, _RECEIVED, None, ended)
+                return _response(request, run, None, None, ended=ended, attempt_record=first), None
             return await _answer(rt, request, run, attempts, ended, streaming)
         # 4. whether to send again: the engine's file decides (and the attempt is recorded).
         if retries is None:
@@ -167,13 +173,9 @@ async def _answer(
     ended: float,
     streaming: bool,
 ) -> tuple[Response, Closer | None]:
-    """The call's response from an attempt answered below 400, and the attempt's record."""
-    if not attempts and not streaming and not _watched(rt, request):
-        # The call's one attempt, buffered, and nobody to tell of it: its record is built
-        # when Response.attempts is first read (from this run, which nothing changes any
-        # more).
-        first = partial(run.record, 1, _RECEIVED, None, ended)
-        return _response(request, run, None, None, ended=ended, attempt_record=first), None
+    """The call's response from an attempt answered below 400, and the attempt's record
+    (told of). (A call's one buffered attempt that nobody watches is answered in
+    :func:`send` itself, with no coroutine of this one.)"""
     attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
     if (pending := _notify(rt, attempts[-1], request)) is not None:
         await pending
