@@ -23,7 +23,7 @@ import ssl
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import TextIO
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -43,6 +43,7 @@ from .. import (
     TooManyRedirects,
     TrioRetryError,
 )
+from .._call.config import DEFAULT_STAGE_TIMEOUTS
 from .._core.replay import Body
 from .._trail import Hop, attempt_table, execution_line, trail_json
 from .args import PROG, Options, UsageError, parse
@@ -372,11 +373,20 @@ def _client(opts: Options, prepared: _Prepared) -> Client:
             max_redirects=opts.max_redirs,
             proxy=prepared.proxy,
             trust_env=True,  # HTTP(S)_PROXY, ALL_PROXY, NO_PROXY, as curl honours them
-            stage_timeouts=StageTimeouts(connect=opts.connect_timeout),
+            # Client()'s bounds (nothing waits forever), with --connect-timeout if given.
+            stage_timeouts=_timeouts(opts),
         )
     except (InvalidRequest, ValueError) as exc:
         # The only option Client() can refuse here is the proxy URL; shown without userinfo.
         raise _usage(opts, "--proxy", str(exc)) from None
+
+
+def _timeouts(opts: Options) -> StageTimeouts:
+    """``Client()``'s default stage timeouts, the connect limit replaced by
+    ``--connect-timeout`` when it is given."""
+    if opts.connect_timeout is None:
+        return DEFAULT_STAGE_TIMEOUTS
+    return replace(DEFAULT_STAGE_TIMEOUTS, connect=opts.connect_timeout)
 
 
 async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
