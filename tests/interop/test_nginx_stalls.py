@@ -1,0 +1,225 @@
+"""Idle bounds on reads and writes against nginx: a body that stops in the middle (nginx
+proxying a backend that sends the head and half the body, then nothing), a healthy body
+nginx paces with ``limit_rate`` (never cut), and an upload nginx stops taking (proxying,
+unbuffered, to a backend that stops reading). Counted in nginx's own log. The last ends at
+the write bound over HTTP/1.1; over HTTP/2 nginx stops reopening the stream's window, a wait
+nothing bounds (strict xfail, reported).
+
+These run on real time, so they use small explicit bounds (``StageTimeouts(read=1.0)``,
+``StageTimeouts(write=1.0)``) for speed. ``Client()``'s defaults (``read=30``, ``write=30``)
+are the same bounds, kept by the same mechanism (``_wire/clock.py``); tests/call/
+test_bounded_defaults.py shows them under the defaults, on a MockClock."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import trio_retry
+from tests.support.fixtures import StartNginx
+from tests.support.nginx import NginxLog, RunningNginx
+from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+
+ONCE = trio_retry.RetryPolicy(max_attempts=1)
+#: The stalled response: its declared length, and how much of it the backend sends.
+DECLARED = 2000
+HALF = 1000
+#: The paced file: 300 KB at 100 KB/s (about 3 s) through a 1.5 s read bound.
+PACED = 300_000
+MiB = 1024 * 1024
+#: Real seconds: the bound on each call.
+LIMIT = 15
+
+LOCATIONS = """root {{workdir}}/html;
+    location /paced.bin { limit_rate 100k; }
+    location /stall {
+        proxy_pass http://{{host}}:{{half_body}};
+        proxy_buffering off;
+        proxy_read_timeout 60s;
+    }
+    location /deaf {
+        proxy_pass http://{{host}}:{{deaf}};
+        proxy_request_buffering off;
+        proxy_http_version 1.1;
+        client_max_body_size 0;
+        proxy_send_timeout 60s;
+        proxy_read_timeout 60s;
+    }"""
+SERVERS = f"""
+  server {{ listen {{{{host}}}}:{{{{stalls}}}}; {LOCATIONS} }}
+  server {{ listen {{{{host}}}}:{{{{stalls_h2_tls}}}} ssl http2; {{{{tls}}}} {LOCATIONS} }}
+"""
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = await stream.receive_some(1)  # the head only: no byte of a body with it
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def _backend(act: str, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """nginx's upstream. ``half_body``: read the head, send a head promising DECLARED bytes
+    and HALF of them, then nothing. ``deaf``: read the head, then never read again. Each
+    connection is held 30 s at most, and everything closes when the test cancels it."""
+    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with listener:
+        task_status.started(listener.socket.getsockname()[1])
+        async with trio.open_nursery() as nursery:
+            while True:
+                stream = await listener.accept()
+
+                async def serve(stream: trio.SocketStream = stream) -> None:
+                    async with stream:
+                        await _read_head(stream)
+                        if act == "half_body":
+                            head = f"HTTP/1.1 200 OK\r\nContent-Length: {DECLARED}\r\n\r\n"
+                            await stream.send_all(head.encode() + b"h" * HALF)
+                        await trio.sleep(30)
+
+                nursery.start_soon(serve)
+
+
+async def _start(nginx: StartNginx, nursery: trio.Nursery) -> RunningNginx:
+    half_body = await nursery.start(_backend, "half_body")
+    deaf = await nursery.start(_backend, "deaf")
+    return nginx(
+        servers=SERVERS,
+        listeners=("stalls", "stalls_h2_tls"),
+        values={"half_body": half_body, "deaf": deaf},
+        files={"html/paced.bin": b"p" * PACED},
+    )
+
+
+def _client(server: RunningNginx, http2: bool, timeouts: StageTimeouts) -> trio_retry.Client:
+    if http2:
+        return trio_retry.Client(
+            retry=ONCE, stage_timeouts=timeouts, ssl_context=server.ssl_context()
+        )
+    return trio_retry.Client(retry=ONCE, stage_timeouts=timeouts)
+
+
+def _base(server: RunningNginx, http2: bool) -> str:
+    return server.url("stalls_h2_tls" if http2 else "stalls", "")
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
+async def test_a_body_stalled_behind_nginx_ends_at_the_read_bound(
+    nginx: StartNginx, http2: bool
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await _start(nginx, nursery)
+        async with _client(server, http2, StageTimeouts(read=1.0)) as client:
+            start = trio.current_time()
+            with trio.fail_after(LIMIT), pytest.raises(trio_retry.DeadlineExceeded) as info:
+                await client.get(_base(server, http2) + "/stall", headers={"x-request-id": "s"})
+            elapsed = trio.current_time() - start
+        log = server.log(expect=1)
+        nursery.cancel_scope.cancel()
+    (attempt,) = info.value.attempts
+    assert attempt.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+    assert (attempt.stage, attempt.evidence, attempt.category) == (
+        Stage.RESPONSE_BODY,
+        Evidence.PARTIAL_RESPONSE,
+        FailureCategory.TIMEOUT,
+    )
+    assert attempt.bytes_received >= HALF
+    assert "no body data within the read timeout (1.0s)" in str(info.value)
+    assert 1.0 <= elapsed < 3.0
+    (entry,) = log.entries
+    assert entry.request_id == "s"
+    assert entry.status == 200
+    assert entry.body_bytes_sent == HALF  # nginx passed on half the body, then we left
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
+async def test_a_body_nginx_paces_with_limit_rate_is_not_cut(
+    nginx: StartNginx, http2: bool
+) -> None:
+    """300 KB at ``limit_rate 100k``: about 3 s in all, twice the 1.5 s read bound, but no
+    wait for a byte as long (nginx paces per second: its pauses stay under a second)."""
+    async with trio.open_nursery() as nursery:
+        server = await _start(nginx, nursery)
+        async with _client(server, http2, StageTimeouts(read=1.5)) as client:
+            with trio.fail_after(LIMIT):
+                start = trio.current_time()
+                response = await client.get(
+                    _base(server, http2) + "/paced.bin", headers={"x-request-id": "p"}
+                )
+            elapsed = trio.current_time() - start
+        log = server.log(expect=1)
+        nursery.cancel_scope.cancel()
+    assert response.content == b"p" * PACED
+    assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+    assert len(response.attempts) == 1
+    assert elapsed > 1.5  # longer than the read bound, yet not cut
+    (entry,) = log.entries
+    assert (entry.request_id, entry.status, entry.body_bytes_sent) == ("p", 200, PACED)
+
+
+async def _put_to_deaf(nginx: StartNginx, http2: bool, limit: float) -> _Outcome:
+    """A 64 MiB PUT through nginx (``proxy_request_buffering off``: nginx streams the body)
+    to a backend that stops reading: nginx stops reading too, and the upload backs up behind
+    the buffers."""
+    async with trio.open_nursery() as nursery:
+        server = await _start(nginx, nursery)
+        async with _client(server, http2, StageTimeouts(write=1.0)) as client:
+            start = trio.current_time()
+            with trio.fail_after(limit), pytest.raises(trio_retry.RequestFailed) as info:
+                await client.put(
+                    _base(server, http2) + "/deaf",
+                    content=b"u" * (64 * MiB),
+                    headers={"x-request-id": "u"},
+                )
+            elapsed = trio.current_time() - start
+        log = server.log()
+        nursery.cancel_scope.cancel()
+    return info.value, elapsed, log
+
+
+_Outcome = tuple[trio_retry.RequestFailed, float, NginxLog]
+
+
+async def test_h1_an_upload_nginx_stops_taking_ends_at_the_write_bound(
+    nginx: StartNginx,
+) -> None:
+    error, elapsed, log = await _put_to_deaf(nginx, False, LIMIT)
+    assert isinstance(error, trio_retry.DeadlineExceeded)
+    (attempt,) = error.attempts
+    assert (attempt.stage, attempt.evidence, attempt.category) == (
+        Stage.REQUEST_BODY,
+        Evidence.SENT_NO_RESPONSE,
+        FailureCategory.TIMEOUT,
+    )
+    assert 0 < attempt.bytes_sent < 64 * MiB
+    assert "the server accepted no request bytes within the write timeout (1.0s)" in str(error)
+    assert 1.0 <= elapsed < 3.0
+    # nginx has not finished the request (it still waits to write to its backend, up to
+    # proxy_send_timeout): nothing logged, so nothing executed.
+    assert log.count(request_id="u") == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: an HTTP/2 wait for flow-control credit (outbound.wait_send_window) is bound "
+    "by nothing: nginx stops reopening the stream's window, the write bound never fires",
+)
+async def test_h2_an_upload_nginx_stops_taking_ends_at_the_write_bound(
+    nginx: StartNginx,
+) -> None:
+    """Over HTTP/2 nginx stops taking the body by not reopening the stream's flow-control
+    window (``http2_body_preread_size``, 64 KiB): no byte moves, the call should end at the
+    1 s write bound."""
+    error, elapsed, log = await _put_to_deaf(nginx, True, 4.0)
+    assert isinstance(error, trio_retry.DeadlineExceeded)
+    (attempt,) = error.attempts
+    assert (attempt.stage, attempt.evidence, attempt.category) == (
+        Stage.REQUEST_BODY,
+        Evidence.SENT_NO_RESPONSE,
+        FailureCategory.TIMEOUT,
+    )
+    assert 1.0 <= elapsed < 3.0
+    assert log.count(request_id="u") == 0
