@@ -18,9 +18,15 @@ SILENT = 1e9  # seconds: the server never answers
 def test_the_defaults_bound_every_stage() -> None:
     timeouts = trio_retry.Client().config.stage_timeouts
     assert timeouts == DEFAULT_STAGE_TIMEOUTS
-    # Connecting, the handshake and the wait for the response head: a server that accepts
-    # and never answers is bounded. (write and read are left out for speed: see config.py.)
-    assert None not in (timeouts.connect, timeouts.tls, timeouts.first_byte)
+    # Connecting, the handshake, the wait for the response head, and each write and read (idle
+    # bounds): a server that accepts and then goes silent at any point is bounded.
+    assert None not in (
+        timeouts.connect,
+        timeouts.tls,
+        timeouts.first_byte,
+        timeouts.write,
+        timeouts.read,
+    )
     assert trio_retry.Client().config.deadline is None
 
 
