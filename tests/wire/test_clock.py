@@ -9,7 +9,8 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Attempt, Evidence, FailureCategory, RetryPolicy, Stage, StageTimeouts
-from trio_retry._wire.clock import Clock, Lane
+from trio_retry._wire.clock import Bound, Clock, Lane
+from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry.testing import EndlessBody, FaultServer, Respond, Stall
 
 
@@ -260,3 +261,113 @@ async def test_h2_first_byte_and_read_lanes_fail_only_their_stream(
     assert "first-byte timeout (1.5s)" in str(first_byte.error)
     assert (read.evidence, read.category) == (Evidence.PARTIAL_RESPONSE, FailureCategory.TIMEOUT)
     assert "read timeout (0.5s)" in str(read.error)
+
+
+# --- the Bound itself: lane or scope, decided once; the expiry reported once ------------------
+
+
+class Interruptible:
+    """A wait's target: records the interruption and ends the wait (as a connection does)."""
+
+    def __init__(self) -> None:
+        self.interrupted: list[str] = []
+        self.event = trio.Event()
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        self.interrupted.append(which)
+        self.event.set()
+
+
+async def _wait_for(target: Interruptible, bound: Bound) -> None:
+    """A wait that the target's interruption ends with an error (a closed socket's)."""
+    with bound:
+        await target.event.wait()
+        raise trio.ClosedResourceError("closed under the wait")
+
+
+async def test_a_bound_on_a_running_lane_reports_the_expiry_as_its_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    clock = clock_of(read=2.0)
+    target = Interruptible()
+    progress = AttemptProgress(0.0)
+    progress.stage = Stage.RESPONSE_BODY
+    async with trio.open_nursery() as nursery:
+        clock.start(nursery)
+        bound = clock.bound("read", target)
+        bound.progress = progress
+        start = trio.current_time()
+        with pytest.raises(WireError) as info:
+            await _wait_for(target, bound)
+        nursery.cancel_scope.cancel()
+    assert trio.current_time() - start == pytest.approx(2.0, abs=1e-6)
+    assert target.interrupted == ["read"]  # the lane, not a scope, ended it
+    assert (info.value.category, info.value.evidence) == (
+        FailureCategory.TIMEOUT,
+        Evidence.PARTIAL_RESPONSE,
+    )
+    assert str(info.value) == "no body data within the read timeout (2.0s)"
+    assert clock.read is not None
+    assert not clock.read.pending  # disarmed
+
+
+async def test_a_bound_without_a_running_clock_keeps_its_limit_in_a_scope(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = Interruptible()
+    bound = clock_of(first_byte=1.5).bound("first_byte", target)  # the clock is not running
+    bound.progress = AttemptProgress(0.0)
+    bound.progress.stage = Stage.AWAITING_RESPONSE
+    start = trio.current_time()
+    with pytest.raises(WireError) as info:
+        await _wait_for(target, bound)
+    assert trio.current_time() - start == pytest.approx(1.5, abs=1e-6)
+    assert target.interrupted == []  # the scope cancelled the wait itself
+    assert (info.value.category, info.value.evidence) == (
+        FailureCategory.TIMEOUT,
+        Evidence.SENT_NO_RESPONSE,
+    )
+    assert bound.expired
+
+
+async def test_what_arrives_before_the_expiry_wins(autojump_clock: trio.testing.MockClock) -> None:
+    """A wait that completes although its lane fired is not turned into an error."""
+    clock = clock_of(write=1.0)
+    target = Interruptible()
+    async with trio.open_nursery() as nursery:
+        clock.start(nursery)
+        bound = clock.bound("write", target)
+        bound.progress = AttemptProgress(0.0)
+        with bound:
+            await target.event.wait()  # ended by the interruption, but without an error
+        nursery.cancel_scope.cancel()
+    assert bound.expired
+    assert target.interrupted == ["write"]
+
+
+async def test_outer_cancellation_goes_through_a_bound_unconverted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    for running in (True, False):
+        clock = clock_of(read=10.0)
+        target = Interruptible()
+        async with trio.open_nursery() as nursery:
+            if running:
+                clock.start(nursery)
+            bound = clock.bound("read", target)
+            bound.progress = AttemptProgress(0.0)
+            with trio.move_on_after(1.0) as outer:
+                with bound:
+                    await trio.sleep_forever()
+            nursery.cancel_scope.cancel()
+        assert outer.cancelled_caught
+        assert not bound.expired
+        assert target.interrupted == []
+
+
+def test_a_bound_without_a_limit_does_nothing() -> None:
+    bound = clock_of().bound("read", Interruptible())
+    assert bound.limit is None
+    with bound:
+        pass
+    assert not bound.expired
