@@ -232,7 +232,7 @@ class Driver:
         idle = [c for c in live if c.streams == 0 and not _held(self, c)]
         assert pool.idle_count == len(idle), text
         # No waiter asleep while something it could use is free.
-        for state in pool._origins.values():
+        for state in pool.book.ledger.origins.values():
             if not state.waiting:
                 continue
             assert not state.idle, ("waiter asleep beside an idle connection", text)

@@ -38,7 +38,7 @@ def mutant(name: str) -> Iterator[None]:
     from trio_retry._call.runtime import Runtime
     from trio_retry._core import engine
     from trio_retry._core.evidence import Evidence, Stage
-    from trio_retry._wire import pool, progress
+    from trio_retry._wire import pool_book, progress
 
     undo: list[Callable[[], None]] = []
 
@@ -67,10 +67,10 @@ def mutant(name: str) -> Iterator[None]:
         patch(engine.DefaultRetryEligibilityEngine, "decide", retrying)
     elif name == "leak":
 
-        def leaky_close(self: pool.ConnectionPool) -> None:
+        def leaky_close(self: pool_book.PoolBook) -> None:
             self.closed = True
 
-        patch(pool.ConnectionPool, "close", leaky_close)
+        patch(pool_book.PoolBook, "close", leaky_close)
     elif name == "backoff":
 
         async def overslept(rt: Runtime, delay: float, deadline: float) -> bool:

@@ -1,22 +1,13 @@
-"""The connection pool: synchronous bookkeeping, with I/O kept outside it.
+"""The connection pool: who gets which connection, and the awaits around that decision.
 
 One job: decide which attempt gets which connection, or which attempt may open one, under
 ``max_connections`` (across all origins) and ``max_connections_per_origin``. Every decision is
 made synchronously, in the method that changed the state; the only awaits are a waiter's sleep
-and the opener (which runs outside the bookkeeping). The synchronous bookkeeping is
-:mod:`.pool_state` (:class:`~.pool_state.PoolState`); this module adds acquire, release and the
-openings.
-
-State:
-
-- per origin (:class:`_Origin`): a count of its connections (idle, busy, multiplexed and being
-  opened), a LIFO stack of idle HTTP/1.1 connections (the warmest socket is the least likely to
-  have been closed by the peer), its HTTP/2 connections with the streams lent on each, a FIFO
-  of waiters, and at most one HTTP/2 connection being opened (:class:`_Opening`);
-- globally: the total count, every idle connection in least-recently-used order (HTTP/1.1
-  *and* HTTP/2 connections with no stream: either may be closed to make room), and a heap of
-  the origins whose first waiter could open a connection if a global slot were free, keyed by
-  that waiter's arrival number.
+and the opener (which runs outside the bookkeeping). The synchronous bookkeeping is a
+collaborator the pool owns, :class:`~.pool_book.PoolBook` (the rules), which writes its
+decisions down in a :class:`~.pool_ledger.Ledger` (the counts and orders; the state is
+described there). This module adds the awaits: :meth:`ConnectionPool.acquire`'s sleep, the
+openings, run inline or in the bound nursery.
 
 The rules, in the order they are applied:
 
@@ -24,10 +15,10 @@ The rules, in the order they are applied:
    HTTP/1.1 one, or an HTTP/2 one with a free stream).
 2. An attempt that expects HTTP/2 joins the connection its origin is already opening: the
    connection is shared, up to the server's concurrent-stream limit, instead of one connection
-   per waiter. The opening runs in a task of the nursery given to :meth:`bind`, not in the
-   attempt that started it, so cancelling that attempt does not lose the connection: it is
-   finished and handed to the others (or kept idle). A GOAWAY ends a connection's new streams;
-   the next attempts coalesce on one new opening in the same way.
+   per waiter. The opening runs in a task of the nursery given to :meth:`~ConnectionPool.bind`,
+   not in the attempt that started it, so cancelling that attempt does not lose the
+   connection: it is finished and handed to the others (or kept idle). A GOAWAY ends a
+   connection's new streams; the next attempts coalesce on one new opening in the same way.
 3. Otherwise, with room under both limits, the attempt opens a connection. At the global limit,
    the least recently used idle connection of any origin is closed to make room.
 4. Otherwise the attempt waits. Waiters are served in arrival order across origins: a released
@@ -41,19 +32,7 @@ Invariant (checked by the property test after every step): no waiter sleeps whil
 could use is free, i.e. while its origin has a usable connection, or its origin is under its
 limit and the pool has a free slot or an idle connection to close.
 
-Every request costs O(1) bookkeeping (O(log origins) on the heap): no scan of every connection
-or every waiter. The only loops are over one origin's HTTP/2 connections (at most
-``max_connections_per_origin``) and over the waiters actually served. :meth:`__repr__` ("1
-active, 2 idle, 0 waiting") is a test oracle.
-
-The one check before reusing an idle HTTP/1.1 connection is a single non-blocking poll
-(:meth:`HTTP11Connection.peer_closed`): a connection the peer closed while it sat idle is dropped
-and the *same* attempt continues on a fresh one — never a request written into a dead socket,
-which would be ``SENT_NO_RESPONSE`` instead of the ``NOT_SENT`` it really is.
-
-HTTP/2 connections tell the pool when they die or retire (after a GOAWAY, once their last
-stream finished) through their ``on_retired`` hook, which frees the slot at once. A failed or
-cancelled HTTP/2 stream resets only itself, so :meth:`discard` of one is a :meth:`release`.
+:meth:`~ConnectionPool.__repr__` ("1 active, 2 idle, 0 waiting") is a test oracle.
 
 Cancellation: a waiter cancelled after it was granted a connection or slot gives it back, so
 the counts stay exact.
@@ -67,20 +46,19 @@ from collections.abc import Callable
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .pool_state import (
-    _ATTACHED,
-    _CONN,
-    _FAILED,
-    _SLOT,
-    _WAITING,
+from .pool_book import PoolBook
+from .pool_ledger import (
+    ATTACHED,
+    CONN,
+    FAILED,
+    SLOT,
+    WAITING,
     MultiplexedConnection,
     Opener,
+    Opening,
     PooledConnection,
-    PoolState,
-    _closed_error,
-    _Opening,
-    _Origin,
-    _Waiter,
+    Waiter,
+    closed_error,
 )
 from .progress import AttemptProgress, WireError
 
@@ -90,15 +68,101 @@ __all__ = ["ConnectionPool", "MultiplexedConnection", "Opener", "PooledConnectio
 _POOL = Stage.POOL  # (a global: an enum attribute is slow on Python 3.11)
 
 
-class ConnectionPool(PoolState):
+class ConnectionPool:
     """Keep-alive pool with global and per-origin limits; see the module docstring."""
+
+    #: ``release(conn)``: give ``conn`` back after a request: kept if reusable, else closed.
+    #: Never blocks. It is the book's own method (:meth:`.PoolBook.release`), bound in
+    #: ``__init__`` rather than forwarded by a method here: every request calls it, and a
+    #: forwarding frame costs each about 600 instructions (callgrind).
+    release: Callable[[PooledConnection], None]
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 100,
+        max_connections_per_origin: int | None = None,
+        keepalive_expiry: float | None = 5.0,
+        pool_timeout: float | None = None,
+    ) -> None:
+        self._book = PoolBook(
+            max_connections=max_connections,
+            max_connections_per_origin=max_connections_per_origin,
+            keepalive_expiry=keepalive_expiry,
+            pool_timeout=pool_timeout,
+        )
+        self._ledger = self._book.ledger
+        self._nursery: trio.Nursery | None = None
+        self.release = self._book.release
 
     def bind(self, nursery: trio.Nursery) -> None:
         """Run HTTP/2 openings in ``nursery`` (the client's), so that they survive the
         cancellation of the attempt that started them. Without it, every attempt opens its
         own connections inline. From here on the pool reads the run's clock directly."""
         self._nursery = nursery
-        self._now = trio.lowlevel.current_clock().current_time
+        self._book.bind(self._start_opening, trio.lowlevel.current_clock().current_time)
+
+    # --- what it holds (the book's and its ledger's figures) ----------------------------------
+
+    @property
+    def book(self) -> PoolBook:
+        """The synchronous bookkeeping, to read (tests, debugging); change it through the
+        pool's methods only."""
+        return self._book
+
+    @property
+    def max_connections(self) -> int:
+        return self._ledger.max_connections
+
+    @property
+    def max_per_origin(self) -> int:
+        return self._ledger.max_per_origin
+
+    @property
+    def opened(self) -> int:
+        """Connections opened over the pool's life (an observation for tests)."""
+        return self._book.opened
+
+    @property
+    def closed(self) -> bool:
+        return self._book.closed
+
+    @property
+    def idle_count(self) -> int:
+        """Connections with nothing to do: idle HTTP/1.1 ones and HTTP/2 ones with no stream."""
+        return self._ledger.idle_count
+
+    @property
+    def total(self) -> int:
+        return self._ledger.total
+
+    @property
+    def active_count(self) -> int:
+        """Connections not idle: busy, carrying streams, or still being opened."""
+        return self._ledger.active_count
+
+    @property
+    def waiting(self) -> int:
+        """Attempts waiting: for a slot, or for the HTTP/2 connection being opened."""
+        return self._ledger.waiting
+
+    def origin_count(self, origin: object) -> int:
+        """Connections of ``origin`` (idle, busy, multiplexed, being opened)."""
+        return self._ledger.origin_count(origin)
+
+    def origin_counts(self) -> dict[object, tuple[int, int, int]]:
+        """``{pool key: (active, idle, waiting)}`` per origin with a connection or a waiter:
+        see :meth:`.Ledger.origin_counts`."""
+        return self._ledger.origin_counts()
+
+    def __repr__(self) -> str:
+        return f"<ConnectionPool {self._ledger.summary()}>"
+
+    def describe(self) -> str:
+        """The repr, then one line per origin (for debugging and test failure messages)."""
+        return "\n".join([repr(self), *(f"  {o!r}" for o in self._ledger.origins.values())])
+
+    # --- lending --------------------------------------------------------------------------
 
     async def acquire(
         self,
@@ -122,29 +186,15 @@ class ConnectionPool(PoolState):
         :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
         """
         progress.advance(Stage.POOL)
-        if self.closed:
-            raise _closed_error()
-        state = self._origins.get(origin)
-        if state is None:
-            state = self._origins[origin] = _Origin(origin)
-        conn = self._take(state)
+        book = self._book
+        if book.closed:
+            raise closed_error()
+        conn = book.take(origin)
         if conn is not None:
             progress.connection_reused = True
             return conn
-        if self._origins.get(origin) is not state:
-            # _take dropped the origin's last (expired or peer-closed) connection, and the
-            # origin's state with it: start a fresh one, as for an origin never seen.
-            state = self._origins[origin] = _Origin(origin)
-        multiplexed = expect_multiplexed and origin not in self._not_multiplexed
-        waiter = _Waiter(state, next(self._seq), opener, multiplexed)
-        opening = state.opening
-        if multiplexed and opening is not None:
-            self._attach(waiter, opening)
-        elif self._reserve(state):
-            self._grant_slot(waiter)
-        else:
-            self._enqueue(waiter)
-        if waiter.state <= _ATTACHED:
+        waiter = book.join(origin, opener, expect_multiplexed)
+        if waiter.state <= ATTACHED:
             await self._sleep(waiter)
         return await self._outcome(waiter, progress)
 
@@ -152,67 +202,70 @@ class ConnectionPool(PoolState):
         """A connection for ``origin`` at once, or ``None``. Never blocks.
 
         An idle HTTP/1.1 connection, or an HTTP/2 one with a free stream, as :meth:`acquire`
-        would hand out without waiting; give it back the same way. ``None`` when there is none:
-        then :meth:`acquire` decides whether to wait or connect.
+        would hand out without waiting; give it back the same way. ``None`` when there is none
+        (or the pool is closed): then :meth:`acquire` decides whether to wait or connect.
         """
-        if self.closed:
-            return None
-        state = self._origins.get(origin)
-        if state is None:
-            return None
-        conn = self._take(state)
+        conn = self._book.take(origin)
         if conn is None:
             return None
         progress.advance(_POOL)
         progress.connection_reused = True
         return conn
 
-    async def _sleep(self, waiter: _Waiter) -> None:
-        limit = self.pool_timeout
+    def discard(self, conn: PooledConnection) -> None:
+        """``conn`` broke or was interrupted: close it and free its slot. Never blocks.
+
+        A multiplexed connection is only closed if it is itself dead: a failed or cancelled
+        HTTP/2 stream has already reset itself, and the connection carries the other streams.
+        """
+        self._book.discard(conn)
+
+    def fail_waiters(self, make_error: Callable[[], BaseException]) -> int:
+        """End every attempt waiting in the pool with ``make_error()`` (one each); return how
+        many. Openings in progress carry on and their connections are kept. For ``drain()``:
+        attempts still waiting for a connection have sent nothing."""
+        return self._book.fail_waiters(make_error)
+
+    def close(self) -> None:
+        """Close every connection, idle, shared or lent; waiters and openings end with an error.
+
+        A lent connection is closed under its user, whose next read or write fails; its slot
+        is freed when the user gives it back (:meth:`release` or :meth:`discard`).
+        """
+        self._book.close()
+
+    # --- the awaits -----------------------------------------------------------------------
+
+    async def _sleep(self, waiter: Waiter) -> None:
+        """Sleep until ``waiter`` is resolved; queued, at most ``pool_timeout``."""
+        book = self._book
+        limit = book.pool_timeout
         deadline = math.inf
-        if waiter.state == _WAITING and limit is not None:
-            deadline = self._now() + limit
+        if waiter.state == WAITING and limit is not None:
+            deadline = book.now() + limit
         waiter.scope = trio.CancelScope(deadline=deadline)
         try:
             with waiter.scope:
                 await waiter.event.wait()
         except BaseException:
-            self._abandon(waiter)
+            book.abandon(waiter)
             raise
-        if waiter.state == _WAITING:
-            self._abandon(waiter)
+        if waiter.state == WAITING:
+            book.abandon(waiter)
+            ledger = self._ledger
             raise WireError(
                 f"no connection to {waiter.origin.key} became available within pool_timeout "
-                f"({self.pool_timeout}s); limits: max_connections={self.max_connections}, "
-                f"max_connections_per_origin={self.max_per_origin}, "
-                f"{self.active_count} active",
+                f"({limit}s); limits: max_connections={ledger.max_connections}, "
+                f"max_connections_per_origin={ledger.max_per_origin}, "
+                f"{ledger.active_count} active",
                 stage=Stage.POOL,
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.POOL_TIMEOUT,
             )
 
-    def _abandon(self, waiter: _Waiter) -> None:
-        """``waiter`` leaves (cancelled, timed out): give back anything it was granted."""
-        state = waiter.state
-        if state == _WAITING:
-            self._dequeue(waiter)
-            self._forget_if_empty(waiter.origin)
-        elif state == _ATTACHED:
-            opening = waiter.origin.opening
-            assert opening is not None
-            del opening.waiters[waiter]
-            self._waiting -= 1
-        elif state == _SLOT:
-            self._count_down(waiter.origin)
-            self._grant_slots()
-        elif state == _CONN:
-            assert waiter.conn is not None
-            self.release(waiter.conn)
-        waiter.state = _FAILED  # nothing held any more
-
-    async def _outcome(self, waiter: _Waiter, progress: AttemptProgress) -> PooledConnection:
+    async def _outcome(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
         """What a waiter was given, as :meth:`acquire` returns it."""
-        if waiter.state == _CONN:
+        if waiter.state == CONN:
             conn = waiter.conn
             assert conn is not None
             if waiter.opened is not None:  # a fresh connection, opened by the pool for us
@@ -220,7 +273,7 @@ class ConnectionPool(PoolState):
             else:
                 progress.connection_reused = True
             return conn
-        if waiter.state == _FAILED:
+        if waiter.state == FAILED:
             error = waiter.error
             assert error is not None
             if isinstance(error, WireError):
@@ -229,41 +282,36 @@ class ConnectionPool(PoolState):
                     str(error), stage=error.stage, evidence=error.evidence, category=error.category
                 ) from error
             raise error
-        assert waiter.state == _SLOT
-        return await self._open_inline(waiter.origin, progress, waiter.opener, waiter.multiplexed)
+        assert waiter.state == SLOT
+        return await self._open_inline(waiter, progress)
 
-    async def _open_inline(
-        self, state: _Origin, progress: AttemptProgress, opener: Opener, multiplexed: bool
-    ) -> PooledConnection:
-        """Open a connection in the calling task, under the slot it holds."""
+    async def _open_inline(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
+        """Open a connection in the calling task, under the slot ``waiter`` holds."""
         try:
-            conn = await opener(progress)
+            conn = await waiter.opener(progress)
         except BaseException:
-            self._count_down(state)
-            self._grant_slots()
+            self._book.abandon(waiter)  # the slot goes to the next waiter
             raise
-        self.opened += 1
-        if self.closed:
-            conn.close()
-            self._count_down(state)
+        if not self._book.connected(waiter, conn):
             raise WireError(
                 "the client closed while connecting",
                 stage=progress.stage,
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.ADMISSION,
             )
-        self._learn(state, conn, multiplexed)
-        if conn.multiplexed:
-            self._add_shared(state, conn, lent=1)
-            self._serve_streams(state, conn)
-        else:
-            self._lent.add(conn)
         return conn
 
-    async def _open(self, opening: _Opening, opener: Opener) -> None:
+    def _start_opening(self, opening: Opening, opener: Opener) -> None:
+        """The book's way to run an HTTP/2 opening in the background (``RuntimeError`` once
+        the nursery is closing)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._open, opening, opener)
+
+    async def _open(self, opening: Opening, opener: Opener) -> None:
         """The background task of an opening: never raises (but for the nursery's own
         cancellation, after the bookkeeping is done)."""
-        progress = AttemptProgress(self._now())
+        book = self._book
+        progress = AttemptProgress(book.now())
         progress.advance(Stage.POOL)
         conn: PooledConnection | None = None
         error: BaseException | None = None
@@ -273,179 +321,11 @@ class ConnectionPool(PoolState):
         except Exception as exc:  # delivered to the waiters, raised in their tasks
             error = exc
         except BaseException:
-            self._opening_done(opening, progress, None, _closed_error())
+            book.opening_finished(opening, progress, None, closed_error())
             raise
         if conn is None and error is None:  # the pool closed while connecting
-            error = _closed_error()
-        self._opening_done(opening, progress, conn, error)
-
-    def _opening_done(
-        self,
-        opening: _Opening,
-        progress: AttemptProgress,
-        conn: PooledConnection | None,
-        error: BaseException | None,
-    ) -> None:
-        state = opening.origin
-        state.opening = None
-        waiters = list(opening.waiters)
-        opening.waiters.clear()
-        if conn is not None:
-            self.opened += 1
-            if self.closed:
-                conn.close()
-                conn, error = None, _closed_error()
-            elif not conn.is_reusable():
-                conn.close()
-                conn = None
-                error = WireError(
-                    "the new connection closed before it could carry a request",
-                    stage=progress.stage,
-                    evidence=Evidence.NOT_SENT,
-                    category=FailureCategory.CONNECTION_BROKEN,
-                )
-        if conn is None:
-            self._count_down(state)
-            for waiter in waiters:
-                self._resolve(waiter, _FAILED, error=error)
-            self._grant_slots()
-            return
-        self._learn(state, conn, True)
-        left = iter(waiters)
-        if conn.multiplexed:
-            self._add_shared(state, conn, lent=0)
-            for waiter in left:
-                lent = state.shared[conn]
-                if not self._has_stream(conn, lent):
-                    self._requeue(waiter)
-                    break
-                state.shared[conn] = lent + 1
-                self._resolve(waiter, _CONN, conn=conn, opened=progress)
-            if state.shared.get(conn) == 0:
-                self._stream_returned(state, conn)
-        else:
-            first = next(left, None)
-            if first is None:
-                self._lent.add(conn)
-                self.release(conn)
-            else:
-                self._lent.add(conn)
-                self._resolve(first, _CONN, conn=conn, opened=progress)
-        for waiter in left:
-            self._requeue(waiter)
-        if state.waiting:
-            for other in list(state.shared):  # a stream freed elsewhere meanwhile
-                if other is not conn and state.waiting:
-                    self._serve_streams(state, other)
-            self._mark_ready(state)
-            self._grant_slots()
-
-    def release(self, conn: PooledConnection) -> None:
-        """Give ``conn`` back after a request: kept if reusable, else closed. Never blocks."""
-        state = self._origins.get(conn.origin_key)
-        if conn.multiplexed:
-            lent = state.shared.get(conn) if state is not None else None
-            if state is None or lent is None:
-                return  # retired (or evicted) meanwhile: its slot is free already
-            state.shared[conn] = lent - 1
-            self._stream_returned(state, conn)
-            return
-        self._lent.discard(conn)
-        assert state is not None
-        if self.closed or conn.closed or not conn.is_reusable():
-            conn.close()
-            self._count_down(state)
-            self._grant_slots()
-            return
-        # (no waiter anywhere, the common case: two calls fewer)
-        mine = state.head() if state.waiting else None
-        other = self._eligible() if self._ready else None
-        if mine is not None and (other is None or mine.seq <= other.seq):
-            self._dequeue(mine)
-            self._lent.add(conn)
-            self._resolve(mine, _CONN, conn=conn)
-            return
-        expiry = self.keepalive_expiry
-        if other is not None or (expiry is not None and expiry <= 0):
-            conn.close()  # an earlier waiter elsewhere needs the slot, or no keep-alive
-            self._count_down(state)
-            self._grant_slots()
-            return
-        conn.expires_at = self._now() + (expiry if expiry is not None else math.inf)
-        state.idle.append(conn)
-        self._idle_lru[conn] = None
-
-    def discard(self, conn: PooledConnection) -> None:
-        """``conn`` broke or was interrupted: close it and free its slot.
-
-        A multiplexed connection is only closed if it is itself dead: a failed or cancelled
-        HTTP/2 stream has already reset itself, and the connection carries the other streams.
-        """
-        if not conn.multiplexed:
-            conn.close()
-        self.release(conn)
-
-    def _stream_returned(self, state: _Origin, conn: PooledConnection) -> None:
-        """A stream of ``conn`` ended (or the connection is new): serve a waiter, keep it
-        idle, or close it for an earlier waiter of another origin."""
-        if conn.closed or not conn.is_reusable() or self.closed:
-            self._forget_shared(conn)
-            return
-        if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
-            return
-        if state.shared[conn] > 0:
-            return
-        expiry = self.keepalive_expiry
-        if (self._ready and self._eligible() is not None) or (expiry is not None and expiry <= 0):
-            self._forget_shared(conn)  # closed for an earlier waiter elsewhere, or no keep-alive
-            return
-        conn.expires_at = self._now() + (expiry if expiry is not None else math.inf)
-        self._idle_lru[conn] = None
-
-    def fail_waiters(self, make_error: Callable[[], BaseException]) -> int:
-        """End every attempt waiting in the pool with ``make_error()`` (one each); return how
-        many. Openings in progress carry on and their connections are kept. For ``drain()``:
-        attempts still waiting for a connection have sent nothing."""
-        failed = 0
-        for state in list(self._origins.values()):
-            while state.waiting:
-                waiter = next(iter(state.waiting))
-                self._dequeue(waiter)
-                self._resolve(waiter, _FAILED, error=make_error())
-                failed += 1
-            opening = state.opening
-            if opening is not None:
-                for waiter in list(opening.waiters):
-                    del opening.waiters[waiter]
-                    self._resolve(waiter, _FAILED, error=make_error())
-                    failed += 1
-        return failed
-
-    def close(self) -> None:
-        """Close every connection, idle, shared or lent; waiters and openings end with an error.
-
-        A lent connection is closed under its user, whose next read or write fails; its slot
-        is freed when the user gives it back (:meth:`release` or :meth:`discard`).
-        """
-        self.closed = True
-        self.fail_waiters(_closed_error)
-        for state in list(self._origins.values()):
-            if state.opening is not None:
-                state.opening.scope.cancel()
-            for conn in list(state.idle):
-                state.idle.remove(conn)
-                del self._idle_lru[conn]
-                conn.close()
-                self._count_down(state)
-            for conn in list(state.shared):
-                conn.close()  # its on_retired hook frees the slot
-                self._forget_shared(conn, grant=False)
-        for conn in list(self._lent):
-            conn.close()
-
-    def _start_opening(self, opening: _Opening, opener: Opener) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(self._open, opening, opener)
+            error = closed_error()
+        book.opening_finished(opening, progress, conn, error)
 
 
 def _merge(progress: AttemptProgress, opened: AttemptProgress) -> None:

@@ -1,0 +1,446 @@
+"""The pool's bookkeeping: which connection or slot goes to whom. Synchronous.
+
+:class:`PoolBook` applies the rules written down in :mod:`.pool`, each decision made in the
+method that changed the state, and writes it down in its :class:`~.pool_ledger.Ledger` (the
+counts and orders the rules read); it never awaits. The pool (:class:`~.pool.ConnectionPool`)
+owns one and adds the awaits around it: a waiter's sleep, an opener's task. The one thing the
+book cannot do itself, start an opening in the background, it asks of the callback the pool
+gives it (:meth:`PoolBook.bind`).
+
+Every request costs O(1) bookkeeping (O(log origins) on the ledger's heap): no scan of every
+connection or every waiter. The only loops are over one origin's HTTP/2 connections (at most
+``max_connections_per_origin``) and over the waiters actually served.
+
+The one check before reusing an idle HTTP/1.1 connection is a single non-blocking poll
+(:meth:`HTTP11Connection.peer_closed`): a connection the peer closed while it sat idle is dropped
+and the *same* attempt continues on a fresh one — never a request written into a dead socket,
+which would be ``SENT_NO_RESPONSE`` instead of the ``NOT_SENT`` it really is.
+
+HTTP/2 connections tell the pool when they die or retire (after a GOAWAY, once their last
+stream finished) through their ``on_retired`` hook, which frees the slot at once. A failed or
+cancelled HTTP/2 stream resets only itself, so :meth:`~PoolBook.discard` of one is a
+:meth:`~PoolBook.release`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import cast
+
+import trio
+
+from .._core.evidence import Evidence, FailureCategory
+from .pool_ledger import (
+    ATTACHED,
+    CONN,
+    FAILED,
+    SLOT,
+    WAITING,
+    Ledger,
+    MultiplexedConnection,
+    Opener,
+    Opening,
+    Origin,
+    PooledConnection,
+    Waiter,
+    closed_error,
+)
+from .progress import AttemptProgress, WireError
+
+__all__ = ["PoolBook"]
+
+
+class PoolBook:
+    """Bookkeeping of :class:`~.pool.ConnectionPool`; see :mod:`.pool` for the rules."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        max_connections_per_origin: int | None,
+        keepalive_expiry: float | None,
+        pool_timeout: float | None,
+    ) -> None:
+        #: The counts and orders this book writes its decisions down in (read them there).
+        self.ledger = Ledger(max_connections, max_connections_per_origin)
+        self.keepalive_expiry = keepalive_expiry
+        self.pool_timeout = pool_timeout
+        # Origins that answered HTTP/1.1 when HTTP/2 was expected: not coalesced.
+        self._not_multiplexed: set[object] = set()
+        # Per origin, how many streams an HTTP/2 connection was allowed before the server
+        # rotated it (GOAWAY refusing the rest, e.g. nginx keepalive_requests): new connections
+        # take no more, so a burst spreads over connections, not refusals.
+        self._stream_limits: dict[object, int] = {}
+        # HTTP/1.1 connections lent to an attempt (or being handed to a waiter): close() must
+        # reach them too, or a response body still being read would outlive the client.
+        self._lent: set[PooledConnection] = set()
+        # Runs an HTTP/2 opening in the background; None until bound: then attempts open inline.
+        self._start_opening: Callable[[Opening, Opener], None] | None = None
+        #: The clock. Once bound, the run's clock read directly (``trio.current_time()`` is
+        #: three calls).
+        self.now: Callable[[], float] = trio.current_time
+        self.opened = 0  # connections opened over the pool's life (an observation for tests)
+        self.closed = False
+
+    def bind(
+        self, start_opening: Callable[[Opening, Opener], None], now: Callable[[], float]
+    ) -> None:
+        """From here on, HTTP/2 openings are handed to ``start_opening`` (which raises
+        ``RuntimeError`` if it cannot start one: the client is closing), and time is ``now()``."""
+        self._start_opening = start_opening
+        self.now = now
+
+    # --- rules 1 to 4, for one attempt ------------------------------------------------------
+
+    def take(self, origin: object) -> PooledConnection | None:
+        """Rule 1: a usable connection of ``origin``, lent; or ``None`` (also once closed)."""
+        if self.closed:
+            return None
+        ledger = self.ledger
+        state = ledger.origins.get(origin)
+        if state is None:
+            return None
+        dropped = False
+        if state.shared:
+            now = self.now()
+            for conn, lent in list(state.shared.items()):
+                if lent == 0 and conn.expires_at <= now:
+                    self._forget_shared(conn, grant=False)  # idle longer than keepalive_expiry
+                    dropped = True
+                elif self._has_stream(conn, lent):
+                    self._lend_stream(state, conn, lent)
+                    return conn
+        stack = state.idle
+        conn_h1: PooledConnection | None = None
+        if stack:
+            now = self.now()
+            while stack:
+                candidate = stack.pop()
+                del ledger.idle[candidate]
+                if candidate.expires_at > now and not candidate.peer_closed():
+                    conn_h1 = candidate
+                    self._lent.add(candidate)
+                    break
+                candidate.close()
+                ledger.count_down(state)
+                dropped = True
+        if dropped:
+            self._grant_slots()
+        return conn_h1
+
+    def join(self, origin: object, opener: Opener, expect_multiplexed: bool) -> Waiter:
+        """Rules 2 to 4 for an attempt :meth:`take` had nothing for. The waiter returned is
+        ``ATTACHED`` to its origin's HTTP/2 opening, or ``WAITING`` in its origin's queue (both
+        to sleep until resolved), or already resolved: ``SLOT`` (open a connection under it),
+        or ``FAILED`` (the client is closing)."""
+        ledger = self.ledger
+        # (A fresh record if take() dropped the origin's last, expired or peer-closed,
+        # connection and its record with it, as for an origin never seen.)
+        state = ledger.origin(origin)
+        multiplexed = expect_multiplexed and origin not in self._not_multiplexed
+        waiter = ledger.arrive(state, opener, multiplexed)
+        opening = state.opening
+        if multiplexed and opening is not None:
+            ledger.attach(waiter, opening)
+        elif ledger.reserve(state):
+            self._grant_slot(waiter)
+        else:
+            ledger.enqueue(waiter)
+        return waiter
+
+    def abandon(self, waiter: Waiter) -> None:
+        """``waiter`` leaves (cancelled, timed out, or its opener failed): give back anything
+        it was granted."""
+        state = waiter.state
+        if state == WAITING:
+            self.ledger.dequeue(waiter)
+            self.ledger.forget_if_empty(waiter.origin)
+        elif state == ATTACHED:
+            self.ledger.detach(waiter)
+        elif state == SLOT:
+            self.ledger.count_down(waiter.origin)
+            self._grant_slots()
+        elif state == CONN:
+            assert waiter.conn is not None
+            self.release(waiter.conn)
+        waiter.state = FAILED  # nothing held any more
+
+    def connected(self, waiter: Waiter, conn: PooledConnection) -> bool:
+        """``waiter``, holding a slot, opened ``conn`` itself: lend it (and share its other
+        streams with the origin's waiters). False if the pool closed meanwhile: then ``conn``
+        is closed and the slot freed."""
+        self.opened += 1
+        state = waiter.origin
+        if self.closed:
+            conn.close()
+            self.ledger.count_down(state)
+            return False
+        self._learn(state, conn, waiter.multiplexed)
+        if conn.multiplexed:
+            self._add_shared(state, conn, lent=1)
+            self._serve_streams(state, conn)
+        else:
+            self._lent.add(conn)
+        return True
+
+    def opening_finished(
+        self,
+        opening: Opening,
+        progress: AttemptProgress,
+        conn: PooledConnection | None,
+        error: BaseException | None,
+    ) -> None:
+        """The background ``opening`` ended with ``conn`` or ``error``: hand the connection's
+        streams (or the error) to the waiters attached to it; those it cannot carry queue
+        again in their place."""
+        state = opening.origin
+        state.opening = None
+        waiters = list(opening.waiters)
+        opening.waiters.clear()
+        if conn is not None:
+            self.opened += 1
+            if self.closed:
+                conn.close()
+                conn, error = None, closed_error()
+            elif not conn.is_reusable():
+                conn.close()
+                conn = None
+                error = WireError(
+                    "the new connection closed before it could carry a request",
+                    stage=progress.stage,
+                    evidence=Evidence.NOT_SENT,
+                    category=FailureCategory.CONNECTION_BROKEN,
+                )
+        ledger = self.ledger
+        if conn is None:
+            ledger.count_down(state)
+            for waiter in waiters:
+                ledger.resolve(waiter, FAILED, error=error)
+            self._grant_slots()
+            return
+        self._learn(state, conn, True)
+        left = iter(waiters)
+        if conn.multiplexed:
+            self._add_shared(state, conn, lent=0)
+            for waiter in left:
+                lent = state.shared[conn]
+                if not self._has_stream(conn, lent):
+                    ledger.requeue(waiter)
+                    break
+                state.shared[conn] = lent + 1
+                ledger.resolve(waiter, CONN, conn=conn, opened=progress)
+            if state.shared.get(conn) == 0:
+                self._stream_returned(state, conn)
+        else:
+            first = next(left, None)
+            if first is None:
+                self._lent.add(conn)
+                self.release(conn)
+            else:
+                self._lent.add(conn)
+                ledger.resolve(first, CONN, conn=conn, opened=progress)
+        for waiter in left:
+            ledger.requeue(waiter)
+        if state.waiting:
+            for other in list(state.shared):  # a stream freed elsewhere meanwhile
+                if other is not conn and state.waiting:
+                    self._serve_streams(state, other)
+            ledger.mark_ready(state)
+            self._grant_slots()
+
+    # --- giving back ----------------------------------------------------------------------
+
+    def release(self, conn: PooledConnection) -> None:
+        """Give ``conn`` back after a request: kept if reusable, else closed."""
+        ledger = self.ledger
+        state = ledger.origins.get(conn.origin_key)
+        if conn.multiplexed:
+            lent = state.shared.get(conn) if state is not None else None
+            if state is None or lent is None:
+                return  # retired (or evicted) meanwhile: its slot is free already
+            state.shared[conn] = lent - 1
+            self._stream_returned(state, conn)
+            return
+        self._lent.discard(conn)
+        assert state is not None
+        if self.closed or conn.closed or not conn.is_reusable():
+            conn.close()
+            ledger.count_down(state)
+            self._grant_slots()
+            return
+        # (no waiter anywhere, the common case: two calls fewer)
+        mine = state.head() if state.waiting else None
+        other = ledger.eligible() if ledger.ready else None
+        if mine is not None and (other is None or mine.seq <= other.seq):
+            ledger.dequeue(mine)
+            self._lent.add(conn)
+            ledger.resolve(mine, CONN, conn=conn)
+            return
+        expiry = self.keepalive_expiry
+        if other is not None or (expiry is not None and expiry <= 0):
+            conn.close()  # an earlier waiter elsewhere needs the slot, or no keep-alive
+            ledger.count_down(state)
+            self._grant_slots()
+            return
+        conn.expires_at = self.now() + (expiry if expiry is not None else math.inf)
+        state.idle.append(conn)
+        ledger.idle[conn] = None
+
+    def discard(self, conn: PooledConnection) -> None:
+        """``conn`` broke or was interrupted: close it and free its slot.
+
+        A multiplexed connection is only closed if it is itself dead: a failed or cancelled
+        HTTP/2 stream has already reset itself, and the connection carries the other streams.
+        """
+        if not conn.multiplexed:
+            conn.close()
+        self.release(conn)
+
+    def fail_waiters(self, make_error: Callable[[], BaseException]) -> int:
+        """End every attempt waiting with ``make_error()`` (one each); return how many.
+        Openings in progress carry on and their connections are kept."""
+        return self.ledger.fail_all(make_error)
+
+    def close(self) -> None:
+        """Close every connection, idle, shared or lent; waiters and openings end with an error.
+
+        A lent connection is closed under its user, whose next read or write fails; its slot
+        is freed when the user gives it back (:meth:`release` or :meth:`discard`).
+        """
+        self.closed = True
+        self.fail_waiters(closed_error)
+        ledger = self.ledger
+        for state in list(ledger.origins.values()):
+            if state.opening is not None:
+                state.opening.scope.cancel()
+            for conn in list(state.idle):
+                state.idle.remove(conn)
+                del ledger.idle[conn]
+                conn.close()
+                ledger.count_down(state)
+            for conn in list(state.shared):
+                conn.close()  # its on_retired hook frees the slot
+                self._forget_shared(conn, grant=False)
+        for conn in list(self._lent):
+            conn.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _has_stream(self, conn: PooledConnection, lent: int) -> bool:
+        return conn.is_available() and lent < cast(MultiplexedConnection, conn).stream_limit
+
+    def _lend_stream(self, state: Origin, conn: PooledConnection, lent: int) -> None:
+        if lent == 0:
+            self.ledger.idle.pop(conn, None)
+        state.shared[conn] = lent + 1
+
+    def _grant_slots(self) -> None:
+        """Rule 4: give free slots (or idle connections to close) to the earliest waiters."""
+        ledger = self.ledger
+        while not self.closed:
+            waiter = ledger.eligible()
+            if waiter is None or not ledger.reserve(waiter.origin):
+                return
+            ledger.dequeue(waiter)
+            self._grant_slot(waiter)
+
+    def _grant_slot(self, waiter: Waiter) -> None:
+        """``waiter`` holds a counted slot: it opens inline, or an HTTP/2 opening starts that
+        it and its origin's other HTTP/2 waiters share."""
+        state = waiter.origin
+        ledger = self.ledger
+        multiplexed = waiter.multiplexed and state.key not in self._not_multiplexed
+        if multiplexed and self._start_opening is not None:
+            opening = state.opening = Opening(state)
+            ledger.attach(waiter, opening)
+            for other in [w for w in state.waiting if w.multiplexed]:
+                ledger.dequeue(other)
+                ledger.attach(other, opening)
+            try:
+                self._start_opening(opening, waiter.opener)
+            except RuntimeError:  # the nursery is closing: so is the client
+                state.opening = None
+                ledger.count_down(state)
+                for other in list(opening.waiters):
+                    ledger.resolve(other, FAILED, error=closed_error())
+            return
+        ledger.resolve(waiter, SLOT)
+
+    def _learn(self, state: Origin, conn: PooledConnection, multiplexed: bool) -> None:
+        if multiplexed and not conn.multiplexed:
+            self._not_multiplexed.add(state.key)
+        elif conn.multiplexed:
+            self._not_multiplexed.discard(state.key)
+
+    def _add_shared(self, state: Origin, conn: PooledConnection, *, lent: int) -> None:
+        state.shared[conn] = lent
+        multiplexed = cast(MultiplexedConnection, conn)
+        multiplexed.on_retired = lambda: self._forget_shared(conn)
+        if (limit := self._stream_limits.get(state.key)) is not None:
+            multiplexed.request_limit = limit  # what the origin allowed its last connection
+
+    def _serve_streams(self, state: Origin, conn: PooledConnection) -> bool:
+        """Hand free streams of ``conn`` to its origin's waiters, first come first served;
+        true if any was handed."""
+        ledger = self.ledger
+        served = False
+        while (head := state.head()) is not None:
+            lent = state.shared[conn]
+            if not self._has_stream(conn, lent):
+                return served
+            ledger.dequeue(head)
+            self._lend_stream(state, conn, lent)
+            ledger.resolve(head, CONN, conn=conn)
+            served = True
+        # Then the waiters of the connection being opened: a stream now beats a handshake.
+        opening = state.opening
+        while opening is not None and opening.waiters:
+            lent = state.shared[conn]
+            if not self._has_stream(conn, lent):
+                break
+            waiter = next(iter(opening.waiters))
+            del opening.waiters[waiter]
+            self._lend_stream(state, conn, lent)
+            ledger.resolve(waiter, CONN, conn=conn)
+            served = True
+        return served
+
+    def _stream_returned(self, state: Origin, conn: PooledConnection) -> None:
+        """A stream of ``conn`` ended (or the connection is new): serve a waiter, keep it
+        idle, or close it for an earlier waiter of another origin."""
+        if conn.closed or not conn.is_reusable() or self.closed:
+            self._forget_shared(conn)
+            return
+        if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
+            return
+        if state.shared[conn] > 0:
+            return
+        expiry = self.keepalive_expiry
+        ledger = self.ledger
+        if (ledger.ready and ledger.eligible() is not None) or (expiry is not None and expiry <= 0):
+            self._forget_shared(conn)  # closed for an earlier waiter elsewhere, or no keep-alive
+            return
+        conn.expires_at = self.now() + (expiry if expiry is not None else math.inf)
+        ledger.idle[conn] = None
+
+    def _forget_shared(self, conn: PooledConnection, *, grant: bool = True) -> None:
+        """An HTTP/2 connection is finished with: close it and free its slot, once.
+
+        Also its ``on_retired`` hook, so it may run from its reader task.
+        """
+        ledger = self.ledger
+        state = ledger.origins.get(conn.origin_key)
+        if state is None or conn not in state.shared:
+            return
+        # getattr: a connection that never learns its limit need not carry the field.
+        accepted: int | None = getattr(conn, "accepted_streams", None)
+        if accepted:
+            self._stream_limits[state.key] = accepted
+        del state.shared[conn]
+        ledger.idle.pop(conn, None)
+        cast(MultiplexedConnection, conn).on_retired = None
+        conn.close()
+        ledger.count_down(state)
+        if grant:
+            self._grant_slots()
