@@ -231,10 +231,11 @@ class AttemptRun:
                 self.response = None
                 self.error = _drained(self.request, progress)
                 return
+        if not timed_out:
+            return
         if rt.closed:
-            if timed_out:  # ended by aclose()'s cancellation of the scope
-                self._closed_in_flight()
-        elif timed_out:
+            self._closed_in_flight()  # ended by aclose()'s cancellation of the scope
+        else:
             self.response = None
             self.error = WireError.at(
                 progress,

@@ -390,7 +390,7 @@ class DeadlineBound:
     ) -> bool:
         lane = self._lane
         if lane is not None:
-            lane.disarm(self)
+            lane.pending.pop(self, None)  # (Lane.disarm, without its call)
             return False
         scope = self.scope
         assert scope is not None
