@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory
-from trio_retry._wire.h2.connection import HTTP2Connection
+from trio_retry._wire.http2.connection import HTTP2Connection
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry.testing import FaultServer, Respond, Stall
 from trio_retry.testing._script import StopReading

@@ -17,9 +17,9 @@ from h2.errors import ErrorCodes
 from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, Stage
 from trio_retry._wire.clock import Clock
-from trio_retry._wire.h2.connection import HTTP2Connection
-from trio_retry._wire.h2.stream import Stream, StreamState
-from trio_retry._wire.h2.writer import Writer
+from trio_retry._wire.http2.connection import HTTP2Connection
+from trio_retry._wire.http2.stream import Stream, StreamState
+from trio_retry._wire.http2.writer import Writer
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .test_http2 import LIMIT, Connect, Server, connect, get, progress_at_pool

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.exchange import WireRequest
-from trio_retry._wire.h2 import HTTP2Connection
-from trio_retry._wire.h2.frames import FrameError, GoAway, InboundFrames
+from trio_retry._wire.http2 import HTTP2Connection
+from trio_retry._wire.http2.frames import FrameError, GoAway, InboundFrames
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.transport import Transport
 
