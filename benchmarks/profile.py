@@ -89,7 +89,7 @@ TRIO_RETRY_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "_wire/transport",
         ("_wire/transport.py", "_wire/rawsock", "_wire/dialer.py", "_wire/socks.py", "_tls.py"),
     ),
-    ("_wire/h2", ("_wire/h2/",)),
+    ("_wire/http2", ("_wire/http2/",)),
     ("trio_retry, other", ("",)),
 )
 # Other packages by area (their top-level module's directory).

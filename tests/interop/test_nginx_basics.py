@@ -44,7 +44,7 @@ async def test_repeated_requests_are_not_hpack_coded_again(nginx: StartNginx) ->
     """30 GETs on one HTTP/2 connection, the 16th with another header value: hpack codes a
     request again only after the table changed, and a response only when nginx's bytes
     change (its first block, and each new ``date``); every call is answered and executed once
-    (``_wire/h2/hpack_memo.py``)."""
+    (``_wire/http2/hpack_memo.py``)."""
     server = nginx()
     coded = {"encode": 0, "decode": 0}
     encode, decode = hpack.Encoder.encode, hpack.Decoder.decode

@@ -13,7 +13,7 @@ import trio
 import trio_retry
 from tests.support.fixtures import StartNginx
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
-from trio_retry._wire.h2.connection import HTTP2Connection
+from trio_retry._wire.http2.connection import HTTP2Connection
 
 BIG = 256 * 1024
 LOCATIONS = """root {{workdir}}/html;

@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory
-from trio_retry._wire.h2.connection import HTTP2Connection
+from trio_retry._wire.http2.connection import HTTP2Connection
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry.testing import FaultServer, Respond, Stall
 from trio_retry.testing._script import StopReading
@@ -54,7 +54,7 @@ async def test_an_attempt_waiting_for_a_stream_slot_stops_there_not_sent(
 ) -> None:
     conn, server = await connect({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1})
     with trio.fail_after(LIMIT):
-        while conn._max_streams != 1:  # the server's SETTINGS, read by the reader task
+        while conn.session.max_streams != 1:  # the server's SETTINGS, read by the reader task
             await trio.sleep(0.001)
         results: dict[str, Any] = {}
         late = progress_at_pool()
@@ -102,7 +102,7 @@ async def test_an_attempt_in_the_idle_health_check_stops_there_not_sent(
 
             nursery.start_soon(call)
             await trio.testing.wait_all_tasks_blocked()
-            assert conn._pings_sent == 1
+            assert conn.session.pings_sent == 1
             conn.attempt_expired(progress)
     assert not conn.closed  # a PING unanswered for 0 s is no proof of a dead peer
     blocker.set()

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_retry._wire.h2 import headers as headers_module
-from trio_retry._wire.h2.headers import explain
-from trio_retry._wire.h2.headers import malformed as _malformed
+from trio_retry._wire.http2 import headers as headers_module
+from trio_retry._wire.http2.headers import explain
+from trio_retry._wire.http2.headers import malformed as _malformed
 
 OK = [(b":status", b"200"), (b"content-type", b"text/plain"), (b"x-empty", b"")]
 

@@ -1,4 +1,4 @@
-"""The h2 package's parts on their own (#13): inbound frame cutting, the stream's first proof,
+"""The http2 package's parts on their own: inbound frame cutting, the stream's first proof,
 GOAWAY closing the connection to new streams at once, the idle PING check."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.h2.frames import DroppedData, GoAway, InboundFrames
-from trio_retry._wire.h2.stream import Failure, Stream, StreamState
+from trio_retry._wire.http2.frames import DroppedData, GoAway, InboundFrames
+from trio_retry._wire.http2.stream import Failure, Stream, StreamState
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .test_http2 import LIMIT, Connect, connect, frame, get, goaway, progress_at_pool

@@ -1,4 +1,4 @@
-"""The HTTP/2 request path's wakes and bookkeeping (#16): a request queued whole costs its task
+"""The HTTP/2 request path's wakes and bookkeeping: a request queued whole costs its task
 one wake (its response), the writer reports the bytes it wrote to the stream, and the
 connection's own stream count never falls below h2's."""
 
@@ -17,9 +17,9 @@ from h2.errors import ErrorCodes
 from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, Stage
 from trio_retry._wire.clock import Clock
-from trio_retry._wire.h2.connection import HTTP2Connection
-from trio_retry._wire.h2.stream import Stream, StreamState
-from trio_retry._wire.h2.writer import Writer
+from trio_retry._wire.http2.connection import HTTP2Connection
+from trio_retry._wire.http2.stream import Stream, StreamState
+from trio_retry._wire.http2.writer import Writer
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .test_http2 import LIMIT, Connect, Server, connect, get, progress_at_pool
@@ -141,7 +141,7 @@ async def test_a_request_queued_behind_a_stuck_write_is_not_sent_when_the_connec
     may go again on a fresh connection), while the upload, handed over, is SENT_NO_RESPONSE."""
     conn, server = await connect()
     stuck = _Stuck()
-    conn._writer._stream = stuck
+    conn.session.writer._stream = stuck
     failures: dict[str, WireError] = {}
     upload, small = progress_at_pool(), progress_at_pool()
 
@@ -179,7 +179,7 @@ async def test_our_stream_count_never_falls_below_h2s(connect: Connect) -> None:
     def check() -> None:
         nonlocal checks
         checks += 1
-        assert conn._in_use() >= conn._h2.open_outbound_streams
+        assert conn.session.in_use() >= conn.session.h2.open_outbound_streams
 
     async def serve() -> None:
         async for event in server.events:
@@ -221,7 +221,7 @@ async def test_our_stream_count_never_falls_below_h2s(connect: Connect) -> None:
                         await trio.sleep(0.005)
             nursery.cancel_scope.cancel()
     assert checks > 40
-    assert conn._in_use() == conn._h2.open_outbound_streams == 0
+    assert conn.session.in_use() == conn.session.h2.open_outbound_streams == 0
     assert conn.is_available()
 
 

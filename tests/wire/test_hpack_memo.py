@@ -1,4 +1,4 @@
-"""The memoising HPACK coders give exactly what hpack's own give (``_wire/h2/hpack_memo.py``).
+"""The memoising HPACK coders give exactly what hpack's own give (``_wire/http2/hpack_memo.py``).
 
 Each property runs one script of steps against a plain ``hpack`` coder and a memoising one side
 by side, and compares every output (bytes, header lists, or the exception raised) and the
@@ -18,8 +18,8 @@ from hpack.table import HeaderTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_retry._wire.h2 import hpack_memo
-from trio_retry._wire.h2.hpack_memo import MemoDecoder, MemoEncoder
+from trio_retry._wire.http2 import hpack_memo
+from trio_retry._wire.http2.hpack_memo import MemoDecoder, MemoEncoder
 
 _FIELDS = [
     (b":method", b"GET"),

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.exchange import WireRequest
-from trio_retry._wire.h2 import HTTP2Connection
-from trio_retry._wire.h2.frames import FrameError, GoAway, InboundFrames
+from trio_retry._wire.http2 import HTTP2Connection
+from trio_retry._wire.http2.frames import FrameError, GoAway, InboundFrames
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.transport import Transport
 
@@ -330,7 +330,7 @@ async def test_stage_is_advanced_before_the_write(pair: tuple[HTTP2Connection, S
     conn, _ = pair
     seen: list[Stage] = []
     progress = progress_at_pool()
-    original = conn._writer._stream  # the writer task does every write
+    original = conn.session.writer._stream  # the writer task does every write
 
     class Spy(trio.abc.Stream):
         async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -346,10 +346,10 @@ async def test_stage_is_advanced_before_the_write(pair: tuple[HTTP2Connection, S
         async def aclose(self) -> None:  # pragma: no cover
             await original.aclose()
 
-    conn._writer._stream = Spy()
+    conn.session.writer._stream = Spy()
     with trio.fail_after(LIMIT), trio.move_on_after(0.05):
         await conn.send_request(get("/s", b"x" * 100_000, "POST"), progress)
-    conn._writer._stream = original
+    conn.session.writer._stream = original
     assert seen[0] is Stage.REQUEST_HEAD
     assert set(seen[1:]) == {Stage.REQUEST_BODY}
     assert progress.stage is Stage.AWAITING_RESPONSE

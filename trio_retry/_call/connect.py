@@ -21,7 +21,7 @@ from .._proxy import ProxyConfig, proxy_from_env
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._wire.clock import Clock
 from .._wire.dialer import ConnectTarget, Dialer
-from .._wire.h2 import HTTP2Connection
+from .._wire.http2 import HTTP2Connection
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress

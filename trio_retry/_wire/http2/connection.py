@@ -1,11 +1,12 @@
 """HTTP/2 over h2: many streams on one connection, one reader task, one writer task.
 
-An :class:`HTTP2Connection` owns one h2 state machine and one byte stream. Its reader task
+An :class:`HTTP2Connection` owns one byte stream and one :class:`~.session.Session` (the h2
+state machine, the streams, the writer, GOAWAY and death: ``session.py``). Its reader task
 feeds every received byte to h2, frame by frame (``frames.py``), and hands the resulting events
-to the streams (``stream.py``); its writer task (``writer.py``) is the only one that writes.
-Neither raises, so neither can cancel the client's nursery, and a caller only ever waits for its
-own stream's events or for its own bytes to be written: a caller's deadline cancels that wait
-and nothing else.
+to the streams (``inbound.py``); a request goes by ``outbound.py``; its writer task
+(``writer.py``) is the only one that writes. Neither task raises, so neither can cancel the
+client's nursery, and a caller only ever waits for its own stream's events or for its own
+bytes to be written: a caller's deadline cancels that wait and nothing else.
 
 The proof each stream gives (what the client may claim if the attempt breaks there):
 
@@ -39,24 +40,21 @@ from collections.abc import Callable
 
 import h2.config
 import h2.connection
-import h2.events
-import h2.exceptions
 import h2.settings
 import trio
-from h2.errors import ErrorCodes
 
-from ..._core.evidence import FailureCategory, Stage
-from ..clock import NO_LIMITS, Bound, Clock
+from ..._core.evidence import FailureCategory
+from ..clock import Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
 from ..transport import Transport
-from .frames import InboundFrames
 from .headers import head_size, request_headers
 from .hpack_memo import MemoDecoder, MemoEncoder
 from .inbound import receive
-from .outbound import health_check, open_stream, queue_whole, read_head, write_body
-from .stream import Failure, Stream
-from .writer import STALL_TIMEOUT, Writer
+from .outbound import HTTP_VERSION, health_check, open_stream, queue_whole, read_head, write_body
+from .session import Session
+from .stream import Failure
+from .writer import STALL_TIMEOUT
 
 __all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection"]
 
@@ -78,43 +76,26 @@ class HTTP2Connection:
     Create it with :meth:`open`. ``send_request`` may be called from many tasks at once, up to
     the server's ``SETTINGS_MAX_CONCURRENT_STREAMS`` (callers beyond it wait for a stream to
     finish). The pool learns that the connection died or retired (after a GOAWAY, once its
-    last stream finished) through ``on_retired``.
+    last stream finished) through ``on_retired``. What the reader and the request path share
+    is :attr:`session`.
     """
 
-    http_version = "HTTP/2"
+    http_version = HTTP_VERSION
     multiplexed = True
 
     __slots__ = (
         "_authority",
-        "_awaiting_head",
-        "_capacity",
         "_clock",
-        "_death",
-        "_goaway_last",
-        "_h2",
-        "_inbound",
         "_last_read",
-        "_max_streams",
         "_nursery",
         "_ping_after_idle",
-        "_ping_lot",
-        "_ping_timeout",
-        "_pings_answered",
-        "_pings_sent",
         "_scheme",
-        "_settings_received",
-        "_socket",
         "_stream",
-        "_streams",
-        "_writer",
-        "accepted_streams",
-        "clock",
-        "closed",
         "expires_at",
         "on_retired",
         "origin_key",
         "request_limit",
-        "requests",
+        "session",
     )
 
     def __init__(
@@ -131,7 +112,6 @@ class HTTP2Connection:
         ping_timeout: float = PING_TIMEOUT,
     ) -> None:
         self._stream = transport.stream
-        self._socket = transport.socket
         # Request headers reach h2 already validated and normalised (``headers.py`` and
         # ``_models.check_header``); inbound headers are validated by ``headers.malformed``,
         # so that a malformed response fails its own stream only.
@@ -142,14 +122,14 @@ class HTTP2Connection:
             normalize_outbound_headers=False,
             validate_inbound_headers=False,
         )
-        self._h2 = h2.connection.H2Connection(config=config)
+        machine = h2.connection.H2Connection(config=config)
         # hpack's coders, keeping the blocks that repeat (``hpack_memo.py``); replaced before
         # the connection codes its first block.
-        self._h2.encoder = MemoEncoder()
-        self._h2.decoder = MemoDecoder()
+        machine.encoder = MemoEncoder()
+        machine.decoder = MemoDecoder()
         codes = h2.settings.SettingCodes
         # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
-        self._h2.local_settings = h2.settings.Settings(
+        machine.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
                 codes.ENABLE_PUSH: 0,
@@ -160,43 +140,28 @@ class HTTP2Connection:
         )
         # h2 applies MAX_HEADER_LIST_SIZE to its HPACK decoder only when the server ACKs a
         # *change*; ours is the initial value, so the decoder is told directly.
-        self._h2.decoder.max_header_list_size = max_header_bytes
+        machine.decoder.max_header_list_size = max_header_bytes
         self._scheme = scheme.encode("ascii")
         self._authority = authority.encode("ascii")
         self._nursery = nursery
-        self._writer = Writer(
-            self._stream, self._h2, self._writer_broken, stall_timeout=stall_timeout
+        #: The state the reader (``inbound.py``) and the request path (``outbound.py``)
+        #: share; it tells :meth:`_dead` when the connection is over.
+        self.session = Session(
+            machine,
+            transport,
+            stall_timeout=stall_timeout,
+            ping_timeout=ping_timeout,
+            on_dead=self._dead,
         )
-        self._awaiting_head: set[int] = set()
-        self._inbound = InboundFrames(self._awaiting_head)
-        self._streams: dict[int, Stream] = {}
-        self._capacity = trio.lowlevel.ParkingLot()
-        self._settings_received = False
-        self._goaway_last: int | None = None
-        self._death: Failure | None = None
-        self._clock = trio.lowlevel.current_clock()
+        self._clock = self.session.run_clock
         self._last_read = self._clock.current_time()
-        #: The server's SETTINGS_MAX_CONCURRENT_STREAMS, refreshed on every SETTINGS frame
-        #: (``inbound.py``); h2's own lookup is several calls, made a few times per request.
-        self._max_streams = self._h2.remote_settings.max_concurrent_streams
         self._ping_after_idle = ping_after_idle
-        self._ping_timeout = ping_timeout
-        self._ping_lot = trio.lowlevel.ParkingLot()
-        self._pings_sent = 0
-        self._pings_answered = 0
         self.origin_key = origin_key
-        self.closed = False
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
-        self.requests = 0
-        #: The client's clock (``clock.py``: the limits of this connection's waits), set by
-        #: whoever opened the connection; ``None``: its waits are unbounded.
-        self.clock: Clock | None = None
         #: Set by the pool: take no more than this many streams (learned from the origin's
         #: earlier GOAWAY rotations), so a burst is spread instead of refused.
         self.request_limit: int | None = None
-        #: Set on a rotation GOAWAY that refused streams: how many this connection was allowed.
-        self.accepted_streams: int | None = None
 
     @classmethod
     async def open(
@@ -244,85 +209,86 @@ class HTTP2Connection:
     # --- pool hooks ------------------------------------------------------------------------
 
     @property
+    def closed(self) -> bool:
+        """The connection is over (closed by the client, or died: ``Session.die``)."""
+        return self.session.closed
+
+    @property
+    def requests(self) -> int:
+        """Streams opened on this connection, in all."""
+        return self.session.requests
+
+    @property
+    def accepted_streams(self) -> int | None:
+        """Set on a rotation GOAWAY that refused streams: how many this connection was
+        allowed (``Session.goaway``)."""
+        return self.session.accepted_streams
+
+    @accepted_streams.setter
+    def accepted_streams(self, value: int | None) -> None:
+        self.session.accepted_streams = value
+
+    @property
+    def clock(self) -> Clock | None:
+        """The client's clock (``clock.py``: the limits of this connection's waits), set by
+        whoever opened the connection; ``None``: its waits are unbounded."""
+        return self.session.clock
+
+    @clock.setter
+    def clock(self, clock: Clock | None) -> None:
+        self.session.clock = clock
+
+    @property
     def active_streams(self) -> int:
         """Streams the client has not finished with."""
-        return len(self._streams)
+        return len(self.session.streams)
 
     @property
     def stream_limit(self) -> int:
         """Streams the pool may lend at once: the server's ``SETTINGS_MAX_CONCURRENT_STREAMS``,
         and, under a learned ``request_limit``, no more than the streams open now plus those
         the connection may still take (a stream lent but not yet opened uses one of those)."""
-        limit = self._max_streams
+        session = self.session
+        limit = session.max_streams
         if self.request_limit is not None:
-            limit = min(limit, len(self._streams) + max(0, self.request_limit - self.requests))
+            limit = min(limit, len(session.streams) + max(0, self.request_limit - session.requests))
         return limit
 
     def is_available(self) -> bool:
         """Alive, no GOAWAY received, under the learned request limit, and fewer open streams
         than the server allows."""
+        session = self.session
         return (
-            not self.closed
-            and self._goaway_last is None
-            and (self.request_limit is None or self.requests < self.request_limit)
-            and len(self._streams) < self._max_streams
+            not session.closed
+            and session.goaway_last is None
+            and (self.request_limit is None or session.requests < self.request_limit)
+            and len(session.streams) < session.max_streams
         )
 
     def is_reusable(self) -> bool:
         """Worth keeping in the pool: not closed. (After a GOAWAY the connection closes itself
         once its last stream finishes, so "not closed" also covers that case.)"""
-        return not self.closed
+        return not self.session.closed
 
     def peer_closed(self) -> bool:
         """The reader saw the connection end (EOF, reset, GOAWAY with nothing left to finish)."""
-        return self.closed
+        return self.session.closed
 
     def close(self) -> None:
         """Close at once (safe to call twice): every open stream fails with the evidence of
         its stage, the socket is closed, and the reader and writer tasks then end."""
-        self._die(
-            Failure(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
-        )
+        self.session.close()
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
         """The call deadline of the attempt ``progress`` belongs to passed (the client's
-        deadline lane): end that attempt's waits, and only its (:meth:`_interrupt`)."""
-        self._interrupt(progress, "the call deadline passed")
+        deadline lane): end that attempt's waits, and only its (``Session.interrupt``)."""
+        self.session.interrupt(progress, "the call deadline passed")
 
-    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
-        """The write bound of the attempt ``progress`` belongs to ran out (``clock.py``): end
-        that attempt's waits, and only its (:meth:`_interrupt`)."""
-        self._interrupt(progress, f"the {which} timeout ran out")
-
-    def write_bound(self, progress: AttemptProgress) -> Bound:
-        """The bound of one wait of ``progress``'s attempt for its frames to be written."""
-        clock = self.clock
-        limit = (clock.limits if clock is not None else NO_LIMITS).write
-        return Bound(clock, "write", limit, self, progress)
-
-    def _interrupt(self, progress: AttemptProgress, why: str) -> None:
-        """A bound of ``progress``'s attempt ran out: end that attempt's waits, and only its;
-        the connection and the other streams carry on. Its stream, if it has one, fails with
-        a timeout (which wakes it, and resets the stream like any failure); an attempt still
-        waiting for a free stream slot, for the idle health check or for its frames to be
-        written is woken and sees ``progress.interrupted``. What arrived before stays the
-        attempt's: a stream that ended already is not failed (the attempt then succeeds, as
-        over a scope that expired after the last byte)."""
-        progress.interrupted = True
-        for stream in self._streams.values():
-            if stream.progress is progress:
-                stream.fail(Failure(FailureCategory.TIMEOUT, why))
-                break
-        self._capacity.unpark_all()
-        self._ping_lot.unpark_all()
-        self._writer.wake_waiters()
-
-    def _in_use(self) -> int:
-        """Streams that count against the server's limit: ours. h2 counts no more (each of
-        its open streams is one of ours: a stream leaves ``_streams`` only in
-        :meth:`stream_done`, which resets it if h2 still has it open), and its count walks
-        every stream; ``tests/wire/test_h2_units.py`` checks the two agree."""
-        return len(self._streams)
+    def _dead(self) -> None:
+        """The session is over (``Session.die``): the pool forgets the connection."""
+        retired, self.on_retired = self.on_retired, None
+        if retired is not None:
+            retired()
 
     # --- the request -------------------------------------------------------------------------
 
@@ -337,15 +303,16 @@ class HTTP2Connection:
         frames already queued still leave whole) while the connection and its other streams
         carry on; ``progress`` says what may have been sent.
         """
-        progress.http_version = self.http_version
+        progress.http_version = HTTP_VERSION
+        session = self.session
         if (
             self._ping_after_idle is not None
-            and not self._streams
+            and not session.streams
             and self._clock.current_time() - self._last_read >= self._ping_after_idle
         ):
-            await health_check(self, progress)
+            await health_check(session, progress)
         headers = request_headers(request, scheme=self._scheme, authority=self._authority)
-        limit = self._h2.remote_settings.max_header_list_size
+        limit = session.h2.remote_settings.max_header_list_size
         if limit is not None and (size := head_size(headers)) > limit:
             raise WireError.at(
                 progress,
@@ -355,7 +322,7 @@ class HTTP2Connection:
             )
         body = request.body
         stream = await open_stream(
-            self,
+            session,
             progress,
             headers,
             end_stream=isinstance(body, bytes) and not body,
@@ -365,136 +332,46 @@ class HTTP2Connection:
             # A request whose frames fit the windows is queued whole and not waited for
             # (``queue_whole``): its task wakes once, for the response. Its frames are the
             # writer's, whose stall bound (``writer.py``) ends a connection that stops reading.
-            if not (isinstance(body, bytes) and queue_whole(self, stream, body, progress)):
-                await write_body(self, stream, request, progress)
-            return await read_head(self, stream, progress)
+            if not (isinstance(body, bytes) and queue_whole(session, stream, body, progress)):
+                await write_body(session, stream, request, progress)
+            return await read_head(stream, progress)
         except BaseException:
             stream.abandon()
             raise
-
-    # --- stream bookkeeping (the StreamOwner protocol) ---------------------------------------
-
-    def consumed(self, stream_id: int, flow_controlled: int) -> None:
-        """The client read ``flow_controlled`` bytes: hand the credit back to the server."""
-        if flow_controlled and not self.closed:
-            try:
-                self._h2.acknowledge_received_data(flow_controlled, stream_id)
-            except h2.exceptions.ProtocolError:
-                return
-            self._writer.collect()
-
-    def stream_done(self, stream: Stream, unread: int) -> None:
-        """The client is done with ``stream``: reset it if h2 still has it open (interrupted,
-        or the response ended before our request did), hand back the credit of ``unread``
-        bytes, free its slot."""
-        if self._streams.get(stream.stream_id) is stream:
-            del self._streams[stream.stream_id]
-        self._awaiting_head.discard(stream.stream_id)
-        if not self.closed:
-            h2_stream = self._h2.streams.get(stream.stream_id)
-            reset = h2_stream is not None and not h2_stream.closed
-            if reset or unread:
-                try:
-                    if reset:
-                        self._h2.reset_stream(stream.stream_id, ErrorCodes.CANCEL)
-                    if unread:
-                        # Unread DATA still counts against the connection window: give it back.
-                        self._h2.acknowledge_received_data(unread, stream.stream_id)
-                except h2.exceptions.ProtocolError:
-                    pass  # closed meanwhile: nothing to reset
-                self._writer.collect()
-        if self._capacity:
-            self._capacity.unpark_all()
-        if self._goaway_last is not None and not self._streams:
-            # The server asked us to go; the last stream it promised to finish has finished.
-            self._die(Failure(FailureCategory.GOAWAY, "the server sent GOAWAY", not_sent=True))
-
-    def stream_error(self, stream: Stream, problem: str) -> None:
-        """A malformed response is a stream error (RFC 9113 §8.1.1): reset that stream with
-        PROTOCOL_ERROR and fail it; the connection and its other streams carry on."""
-        self._awaiting_head.discard(stream.stream_id)
-        try:
-            self._h2.reset_stream(stream.stream_id, ErrorCodes.PROTOCOL_ERROR)
-        except h2.exceptions.ProtocolError:
-            pass  # already closed on h2's side: nothing to reset
-        self._writer.collect()
-        stream.fail(
-            Failure(
-                FailureCategory.REMOTE_PROTOCOL,
-                f"the server broke HTTP/2 on stream {stream.stream_id}: a malformed response "
-                f"with {problem}",
-            )
-        )
-
-    def _writer_broken(self, message: str) -> None:
-        self._die(Failure(FailureCategory.CONNECTION_BROKEN, message))
-
-    def _die(self, failure: Failure) -> None:
-        """The connection is over: fail every open stream, close the socket, tell the pool.
-
-        Idempotent; the first cause is kept (a later "closed by the client" does not hide the
-        EOF that really ended it). A stream none of whose bytes the writer had handed to the
-        transport is proven ``NOT_SENT``; one already proven so keeps its own failure.
-        """
-        if self._death is None:
-            self._death = failure
-        if self.closed:
-            return
-        self.closed = True
-        death = self._death
-        handed = self._writer.handed
-        self._writer.stop()
-        self._socket.close()
-        # Never handed to the transport: the connection failed, not the request, so the
-        # client may send it again on a fresh connection without counting (``reconnect``).
-        unsent = Failure(
-            death.category,
-            f"{death.message} (before the request was sent)",
-            not_sent=True,
-            reconnect=True,
-        )
-        for stream in list(self._streams.values()):
-            never_left = (
-                handed <= stream.first_offset and stream.progress.stage < Stage.RESPONSE_HEAD
-            )
-            stream.fail(unsent if never_left else death)
-        self._capacity.unpark_all()
-        self._ping_lot.unpark_all()
-        retired, self.on_retired = self.on_retired, None
-        if retired is not None:
-            retired()
 
     # --- the reader and the writer -----------------------------------------------------------
 
     async def _handshake(self, progress: AttemptProgress, limit: float | None) -> None:
         """Preface and SETTINGS, written by the caller itself: no task exists yet, and
         nothing of a request is at stake (the stage is CONNECT/TLS: ``NOT_SENT``)."""
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
+        session = self.session
+        session.h2.initiate_connection()
+        session.h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
         try:
             with Bound(None, "handshake", limit, progress=progress):
                 await self._handshake_write()
-                while not self._settings_received and not self.closed:
+                while not session.settings_received and not session.closed:
                     await self._receive_once()
                 await self._handshake_write()  # our SETTINGS ACK
         except BaseException:
             self.close()
             raise
-        if self._death is not None:
+        if session.death is not None:
             hint = "" if self._scheme == b"https" else " (does the server speak h2c?)"
             raise WireError.at(
                 progress,
-                self._death.category,
-                f"the HTTP/2 handshake failed: {self._death.message}{hint}",
+                session.death.category,
+                f"the HTTP/2 handshake failed: {session.death.message}{hint}",
             )
 
     async def _handshake_write(self) -> None:
-        data = self._h2.data_to_send()
-        if data and not self.closed:
+        session = self.session
+        data = session.h2.data_to_send()
+        if data and not session.closed:
             try:
                 await self._stream.send_all(data)
             except TRANSPORT_ERRORS as exc:
-                self._die(
+                session.die(
                     Failure(
                         FailureCategory.CONNECTION_BROKEN,
                         f"connection broke while sending: {exc.__cause__ or exc}",
@@ -503,11 +380,11 @@ class HTTP2Connection:
 
     async def _receive_once(self) -> None:
         """Read once and process what arrived; a broken or closed transport kills the
-        connection (``_die``) rather than raising."""
+        connection (``Session.die``) rather than raising."""
         try:
             data = await self._stream.receive_some(RECEIVE_SIZE)
         except TRANSPORT_ERRORS as exc:
-            self._die(
+            self.session.die(
                 Failure(
                     FailureCategory.CONNECTION_BROKEN,
                     f"the connection broke: {exc.__cause__ or exc}",
@@ -515,12 +392,12 @@ class HTTP2Connection:
             )
             return
         if not data:
-            self._die(
+            self.session.die(
                 Failure(FailureCategory.CONNECTION_BROKEN, "the server closed the connection")
             )
             return
         self._last_read = self._clock.current_time()
-        receive(self, bytes(data))
+        receive(self.session, bytes(data))
 
     async def _read_loop(self) -> None:
         """The connection's reader task, in the client's nursery, until the connection ends.
@@ -530,42 +407,44 @@ class HTTP2Connection:
         when the client closes — fails the open streams with the evidence of their stages and
         closes the connection. Only ``trio.Cancelled`` leaves it, as trio requires.
         """
+        session = self.session
         try:
-            while not self.closed:
+            while not session.closed:
                 await self._receive_once()
-                self._writer.collect()  # acknowledgements, WINDOW_UPDATEs
+                session.writer.collect()  # acknowledgements, WINDOW_UPDATEs
         except Exception as exc:  # a bug: fail the streams, never the client's nursery
-            self._die(
+            session.die(
                 Failure(
                     FailureCategory.CONNECTION_BROKEN,
                     f"internal error in the HTTP/2 reader: {exc!r}",
                 )
             )
         finally:
-            self._die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
+            session.die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
 
     async def _write_loop(self) -> None:
+        session = self.session
         try:
-            await self._writer.run()
+            await session.writer.run()
         except Exception as exc:  # a bug: fail the streams, never the client's nursery
-            self._die(
+            session.die(
                 Failure(
                     FailureCategory.CONNECTION_BROKEN,
                     f"internal error in the HTTP/2 writer: {exc!r}",
                 )
             )
         finally:
-            self._die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
+            session.die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
 
     def __repr__(self) -> str:
-        if self.closed:
+        session = self.session
+        if session.closed:
             state = "closed"
-        elif self._goaway_last is not None:
-            state = f"goaway({self._goaway_last})"
+        elif session.goaway_last is not None:
+            state = f"goaway({session.goaway_last})"
         else:
             state = "open"
-        limit = self._max_streams
         return (
-            f"<HTTP2Connection {self.origin_key} {state} streams={len(self._streams)}/{limit} "
-            f"requests={self.requests}>"
+            f"<HTTP2Connection {self.origin_key} {state} "
+            f"streams={len(session.streams)}/{session.max_streams} requests={session.requests}>"
         )

@@ -17,6 +17,9 @@ Three jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's
 The frame size is checked here, on the header: h2 checks it only once the whole frame has
 arrived, so a peer that is not speaking HTTP/2 at all (an HTTP/1.1 answer reads as a 4.7 MB
 frame header) would otherwise hold the connection until a deadline fired.
+
+:func:`code_name` names the error code a GOAWAY or a RST_STREAM carries, for the failures'
+messages.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import struct
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames"]
+from h2.errors import ErrorCodes
+
+__all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames", "code_name"]
 
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, never raised): the largest frame we accept.
 MAX_FRAME = 16384
@@ -131,3 +136,11 @@ class InboundFrames:
             self._passthrough = _FRAME_HEADER + length
         if pos < end:
             self._buffer += data[pos:]  # kept until the rest of the frame header arrives
+
+
+def code_name(code: int) -> str:
+    """The name of a GOAWAY's or RST_STREAM's error code, for a failure's message."""
+    try:
+        return ErrorCodes(code).name
+    except ValueError:
+        return f"error code {code:#x}"

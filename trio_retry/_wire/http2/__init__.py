@@ -1,14 +1,15 @@
-"""HTTP/2 over h2, one job per module:
+"""HTTP/2 over h2, one job per module (named ``http2``, not ``h2``: a package must not shadow the
+library it wraps). Imports go one way, down this list:
 
 - ``frames.py``     inbound bytes cut at frame boundaries; GOAWAY taken out; DATA before a head
 - ``headers.py``    the request's header block; the response's validated (stream errors)
 - ``hpack_memo.py`` hpack's coders, giving a repeated block's result again while the table holds
 - ``stream.py``     one exchange: a state enum, its proof (first failure wins), its body
 - ``writer.py``     the one task that writes to the socket
-- ``outbound.py``   the request side: a stream opened, its request written, its head read
-- ``inbound.py``    what each inbound frame and h2 event does: GOAWAY, resets, stream errors
-- ``shared.py``     the connection state those two halves share (a protocol)
-- ``connection.py`` the connection: opening, the request path, health checks, the pool hooks
+- ``session.py``    the state the two halves share, and its moves: GOAWAY, death, slots, PINGs
+- ``inbound.py``    the reader's half: what each inbound frame and h2 event does to the streams
+- ``outbound.py``   the request's half: a stream opened, its request written, its head read
+- ``connection.py`` the connection: opening, the reader and writer tasks, the pool hooks
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The request side of an HTTP/2 connection: a stream opened, its request written, its head read.
 
-Functions of :class:`~.connection.HTTP2Connection` (``conn``), used by its ``send_request``.
-Every write goes one way (:func:`send`): advance the stage, queue the frames with h2, hand them
-to the writer (``writer.py``) and wait until they are written; a cancelled wait leaves the
-frames queued and whole. A failure raised here is the stream's own first (its proof wins, as
-``stream.py`` says), then the connection's.
+Functions of the connection's :class:`~.session.Session`, used by ``HTTP2Connection.
+send_request``. Every write goes one way (:func:`send`): advance the stage, queue the frames
+with h2, hand them to the writer (``writer.py``) and wait until they are written; a cancelled
+wait leaves the frames queued and whole. A failure raised here is the stream's own first (its
+proof wins, as ``stream.py`` says), then the connection's.
 """
 
 from __future__ import annotations
@@ -16,17 +16,25 @@ from ..clock import Bound
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
 from .headers import REASONS
-from .shared import ConnectionState
+from .session import Session
 from .stream import Failure, Stream, StreamState
 from .writer import WriterBroken
 
-_PING = b"trio-rt!"
+__all__ = [
+    "HTTP_VERSION",
+    "health_check",
+    "open_stream",
+    "queue_whole",
+    "read_head",
+    "write_body",
+]
+
+HTTP_VERSION = "HTTP/2"
 
 
 def interrupted(progress: AttemptProgress) -> WireError:
-    """A bound of the attempt ran out while it waited here (``HTTP2Connection.
-    stage_expired``/``attempt_expired``); the bound, or the attempt for its deadline, reports
-    it as that timeout."""
+    """A bound of the attempt ran out while it waited here (``Session.interrupt``); the bound,
+    or the attempt for its deadline, reports it as that timeout."""
     return WireError.at(progress, FailureCategory.TIMEOUT, "a timeout of the attempt ran out")
 
 
@@ -34,43 +42,39 @@ def _no_length_check(*_args: object) -> None:
     """Stands in for h2's per-stream Content-Length checks (see :func:`open_stream`)."""
 
 
-async def health_check(conn: ConnectionState, progress: AttemptProgress) -> None:
+async def health_check(session: Session, progress: AttemptProgress) -> None:
     """PING an idle connection; close it if the answer does not come in time (then the
     request was not sent: ``reconnect``). Concurrent callers share one PING."""
-    if conn._pings_sent == conn._pings_answered:
-        conn._h2.ping(_PING)
-        conn._pings_sent += 1
-        conn._writer.collect()
-    wanted = conn._pings_sent
-    bound = Bound(None, "ping", conn._ping_timeout, progress=progress)
+    wanted = session.ping()
+    bound = Bound(None, "ping", session.ping_timeout, progress=progress)
     try:
         with bound:
-            while conn._pings_answered < wanted and not conn.closed:
+            while session.pings_answered < wanted and not session.closed:
                 if progress.interrupted:
                     raise interrupted(progress)
-                await conn._ping_lot.park()
+                await session.ping_lot.park()
     except WireError:
         if not bound.expired:
             raise
-    if conn._pings_answered >= wanted:
+    if session.pings_answered >= wanted:
         return
-    conn._die(
+    session.die(
         Failure(
             FailureCategory.CONNECTION_BROKEN,
-            f"the idle connection did not answer a PING within {conn._ping_timeout}s",
+            f"the idle connection did not answer a PING within {session.ping_timeout}s",
         )
     )
     raise WireError.at(
         progress,
         FailureCategory.CONNECTION_BROKEN,
-        f"the idle HTTP/2 connection did not answer a PING within {conn._ping_timeout}s; "
+        f"the idle HTTP/2 connection did not answer a PING within {session.ping_timeout}s; "
         "nothing of the request was sent",
         reconnect=True,
     )
 
 
 async def open_stream(
-    conn: ConnectionState,
+    session: Session,
     progress: AttemptProgress,
     headers: list[tuple[bytes, bytes]],
     *,
@@ -85,40 +89,38 @@ async def open_stream(
     while True:
         if progress.interrupted:
             raise interrupted(progress)
-        if conn.closed or conn._goaway_last is not None:
+        if session.closed or session.goaway_last is not None:
             # Nothing of this request was written: the stage (POOL) says NOT_SENT.
             category = (
                 FailureCategory.GOAWAY
-                if conn._goaway_last is not None
+                if session.goaway_last is not None
                 else FailureCategory.CONNECTION_BROKEN
             )
             raise WireError.at(
                 progress,
                 category,
                 "the HTTP/2 connection no longer accepts new streams",
-                reconnect=conn._goaway_last is not None,
+                reconnect=session.goaway_last is not None,
             )
-        if len(conn._streams) < conn._max_streams:
+        if len(session.streams) < session.max_streams:
             break
         # The pool hands out a connection with a free slot, but another task may have
         # taken it meanwhile: wait for a stream to finish (bounded by the call deadline).
-        await conn._capacity.park()
+        await session.capacity.park()
+    machine = session.h2
     try:
-        stream_id = conn._h2.get_next_available_stream_id()
+        stream_id = machine.get_next_available_stream_id()
     except h2.exceptions.NoAvailableStreamIDError as exc:
-        # 2**30 streams used: like a GOAWAY from ourselves, finish the others, then retire.
-        conn._goaway_last = conn._h2.highest_outbound_stream_id
-        if not conn._streams:
-            conn.close()
+        session.refuse_new_streams()
         raise WireError.at(
             progress,
             FailureCategory.GOAWAY,
             "the HTTP/2 connection ran out of stream ids",
             reconnect=True,
         ) from exc
-    first_offset = conn._writer.collect()  # other streams' frames go first
+    first_offset = session.writer.collect()  # other streams' frames go first
     try:
-        conn._h2.send_headers(stream_id, headers, end_stream=end_stream)
+        machine.send_headers(stream_id, headers, end_stream=end_stream)
     except h2.exceptions.ProtocolError as exc:
         raise WireError.at(
             progress, FailureCategory.LOCAL_PROTOCOL, f"invalid HTTP/2 request: {exc}"
@@ -126,7 +128,7 @@ async def open_stream(
     # h2 checks a response's Content-Length inside its stream and fails the *connection*
     # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
     # (stream.py), so h2's checks are switched off for this stream.
-    h2_stream = conn._h2.streams[stream_id]
+    h2_stream = machine.streams[stream_id]
     h2_stream.__dict__["_initialize_content_length"] = _no_length_check
     h2_stream.__dict__["_track_content_length"] = _no_length_check
     stream = Stream(
@@ -134,19 +136,15 @@ async def open_stream(
         progress,
         first_offset=first_offset,
         head_request=head_request,
-        owner=conn,
-        clock=conn._clock,
-        bounds=conn.clock,
+        owner=session,
+        clock=session.run_clock,
+        bounds=session.clock,
     )
-    conn._streams[stream_id] = stream
-    conn._awaiting_head.add(stream_id)
-    conn.requests += 1
+    session.add(stream)
     return stream
 
 
-def queue_whole(
-    conn: ConnectionState, stream: Stream, body: bytes, progress: AttemptProgress
-) -> bool:
+def queue_whole(session: Session, stream: Stream, body: bytes, progress: AttemptProgress) -> bool:
     """A request whose HEADERS are queued and whose body is ``b""`` (sent with them) or fits
     the flow-control windows: queue the body too and return ``True`` without waiting; the
     writer reports the bytes written to the stream (``Stream.on_written``: bytes sent, stage
@@ -155,13 +153,13 @@ def queue_whole(
     The caller then waits only for its response: its frames are whole in the writer's queue,
     so a cancellation from here on cannot cut them (they leave, the reset after them).
     """
-    writer = conn._writer
+    writer = session.writer
     if writer.broken:
         return False
     if body:
-        if len(body) > send_window(conn, stream.stream_id):
+        if len(body) > send_window(session, stream.stream_id):
             return False
-        conn._h2.send_data(stream.stream_id, body, end_stream=True)
+        session.h2.send_data(stream.stream_id, body, end_stream=True)
         stage = Stage.REQUEST_BODY
     else:
         stage = Stage.REQUEST_HEAD
@@ -173,113 +171,112 @@ def queue_whole(
 
 
 async def write_body(
-    conn: ConnectionState, stream: Stream, request: WireRequest, progress: AttemptProgress
+    session: Session, stream: Stream, request: WireRequest, progress: AttemptProgress
 ) -> None:
     body = request.body
     stream_id = stream.stream_id
     if isinstance(body, bytes):
-        if body and len(body) <= send_window(conn, stream_id):
+        if body and len(body) <= send_window(session, stream_id):
             # One write for small requests: the body leaves with the head.
-            conn._h2.send_data(stream_id, body, end_stream=True)
-            await send(conn, stream, progress, Stage.REQUEST_BODY)
+            session.h2.send_data(stream_id, body, end_stream=True)
+            await send(session, stream, progress, Stage.REQUEST_BODY)
         else:
-            await send(conn, stream, progress, Stage.REQUEST_HEAD)
+            await send(session, stream, progress, Stage.REQUEST_HEAD)
             if body:
-                await send_data(conn, stream, progress, body)
-                await end_stream(conn, stream, progress)
+                await send_data(session, stream, progress, body)
+                await end_stream(session, stream, progress)
     else:
-        await send(conn, stream, progress, Stage.REQUEST_HEAD)
+        await send(session, stream, progress, Stage.REQUEST_HEAD)
         async with closing_body(body):
             async for chunk in body:
                 if chunk:
-                    await send_data(conn, stream, progress, bytes(chunk))
-        await end_stream(conn, stream, progress)
+                    await send_data(session, stream, progress, bytes(chunk))
+        await end_stream(session, stream, progress)
     progress.advance(Stage.AWAITING_RESPONSE)
 
 
-def send_window(conn: ConnectionState, stream_id: int) -> int:
+def send_window(session: Session, stream_id: int) -> int:
+    machine = session.h2
     try:
-        window = conn._h2.local_flow_control_window(stream_id)
+        window = machine.local_flow_control_window(stream_id)
     except h2.exceptions.ProtocolError:
         return 0
-    return min(window, conn._h2.max_outbound_frame_size)
+    return min(window, machine.max_outbound_frame_size)
 
 
 async def send_data(
-    conn: ConnectionState, stream: Stream, progress: AttemptProgress, data: bytes
+    session: Session, stream: Stream, progress: AttemptProgress, data: bytes
 ) -> None:
     """Send ``data`` as the server's flow-control windows allow, a frame at a time."""
     offset = 0
     while offset < len(data):
-        size = await wait_send_window(conn, stream, progress)
+        size = await wait_send_window(session, stream, progress)
         if not size:
             return  # the server already sent its whole response: it wants no more
-        conn._writer.collect()
+        session.writer.collect()
         try:
-            conn._h2.send_data(stream.stream_id, data[offset : offset + size])
+            session.h2.send_data(stream.stream_id, data[offset : offset + size])
         except h2.exceptions.ProtocolError as exc:
-            raise unusable(conn, stream, progress, exc) from exc
-        await send(conn, stream, progress, Stage.REQUEST_BODY)
+            raise unusable(session, stream, progress, exc) from exc
+        await send(session, stream, progress, Stage.REQUEST_BODY)
         offset += size
 
 
-async def end_stream(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> None:
+async def end_stream(session: Session, stream: Stream, progress: AttemptProgress) -> None:
     if stream.state is StreamState.ENDED:
         return
-    conn._writer.collect()
+    session.writer.collect()
     try:
-        conn._h2.end_stream(stream.stream_id)
+        session.h2.end_stream(stream.stream_id)
     except h2.exceptions.ProtocolError as exc:
-        raise unusable(conn, stream, progress, exc) from exc
-    await send(conn, stream, progress, Stage.REQUEST_BODY)
+        raise unusable(session, stream, progress, exc) from exc
+    await send(session, stream, progress, Stage.REQUEST_BODY)
 
 
 def unusable(
-    conn: ConnectionState, stream: Stream, progress: AttemptProgress, exc: Exception
+    session: Session, stream: Stream, progress: AttemptProgress, exc: Exception
 ) -> WireError:
     """h2 refused to send on the stream: it was reset or the connection failed."""
     if stream.failure is not None:
         return stream.failure.error(progress)
-    if conn._death is not None:
-        return conn._death.error(progress)
+    if session.death is not None:
+        return session.death.error(progress)
     return WireError.at(
         progress, FailureCategory.CONNECTION_BROKEN, f"the stream was closed: {exc}"
     )
 
 
-async def wait_send_window(conn: ConnectionState, stream: Stream, progress: AttemptProgress) -> int:
+async def wait_send_window(session: Session, stream: Stream, progress: AttemptProgress) -> int:
     """The bytes that may be sent now (``0``: the response ended, stop sending)."""
     while True:
         stream.check(progress)  # the stream's own proof first, then the connection's
-        if conn._death is not None:
-            raise conn._death.error(progress)
+        if session.death is not None:
+            raise session.death.error(progress)
         if stream.state is StreamState.ENDED:
             return 0
-        size = send_window(conn, stream.stream_id)
+        size = send_window(session, stream.stream_id)
         if size > 0:
             return size
         # Woken by WINDOW_UPDATE (stream or connection), a SETTINGS change, or a failure.
         await stream.wait()
 
 
-async def send(
-    conn: ConnectionState, stream: Stream, progress: AttemptProgress, stage: Stage
-) -> None:
+async def send(session: Session, stream: Stream, progress: AttemptProgress, stage: Stage) -> None:
     """The one path for request bytes: advance the stage, queue what h2 produced for the
     writer, and wait until it is written, within the write bound (an idle bound: each wait
     for the frames queued since the last). A cancelled wait leaves the frames queued."""
-    bound = conn.write_bound(progress)
-    before = conn._writer.queued
-    mark = conn._writer.collect()
+    bound = session.write_bound(progress)
+    writer = session.writer
+    before = writer.queued
+    mark = writer.collect()
     progress.advance(stage)
-    writer = conn._writer
     try:
         with bound:
             await writer.wait_written(mark, progress)
     except WriterBroken:
         stream.check(progress)  # a stream's own proof wins over the connection's death
-        assert conn._death is not None
-        raise conn._death.error(progress) from None
+        assert session.death is not None
+        raise session.death.error(progress) from None
     if writer.written < mark:  # a bound ran out: the frames stay queued, whole
         stream.check(progress)
         raise interrupted(progress)
@@ -287,9 +284,7 @@ async def send(
     stream.check(progress)
 
 
-async def read_head(
-    conn: ConnectionState, stream: Stream, progress: AttemptProgress
-) -> WireResponse:
+async def read_head(stream: Stream, progress: AttemptProgress) -> WireResponse:
     """The final response head, within the first-byte bound."""
     with stream.bound("first_byte", progress):  # a bound that runs out fails the stream
         while stream.head is None:
@@ -298,4 +293,4 @@ async def read_head(
     # headers.malformed let through only heads that start with their one :status.
     head = stream.head
     status = int(head[0][1])
-    return WireResponse(status, REASONS.get(status, ""), head[1:], conn.http_version, stream)
+    return WireResponse(status, REASONS.get(status, ""), head[1:], HTTP_VERSION, stream)
