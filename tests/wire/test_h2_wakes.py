@@ -340,7 +340,12 @@ async def _run_writer(
     """Queue each of ``writes`` after its pause; returns what was written, the breaks, and
     how long the writer lived."""
     peer, queue, broken = _SlowPeer(delays), _Queue(), []
-    writer = Writer(peer, queue, broken.append, stall_timeout=10.0)  # type: ignore[arg-type]
+    writer = Writer(
+        peer,  # type: ignore[arg-type]
+        queue,  # type: ignore[arg-type]
+        lambda _category, message: broken.append(message),
+        stall_timeout=10.0,
+    )
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
 

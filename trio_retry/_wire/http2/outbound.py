@@ -207,10 +207,14 @@ def send_window(session: Session, stream_id: int) -> int:
 async def send_data(
     session: Session, stream: Stream, progress: AttemptProgress, data: bytes
 ) -> None:
-    """Send ``data`` as the server's flow-control windows allow, a frame at a time."""
+    """Send ``data`` as the server's flow-control windows allow, a frame at a time; each
+    wait (for window, then for the frame to be written) within the write bound: a server that
+    never reopens its window is a write that makes no progress."""
+    bound = session.write_bound(progress)
     offset = 0
     while offset < len(data):
-        size = await wait_send_window(session, stream, progress)
+        with bound:
+            size = await wait_send_window(session, stream, progress)
         if not size:
             return  # the server already sent its whole response: it wants no more
         session.writer.collect()
@@ -218,7 +222,7 @@ async def send_data(
             session.h2.send_data(stream.stream_id, data[offset : offset + size])
         except h2.exceptions.ProtocolError as exc:
             raise unusable(session, stream, progress, exc) from exc
-        await send(session, stream, progress, Stage.REQUEST_BODY)
+        await send(session, stream, progress, Stage.REQUEST_BODY, bound)
         offset += size
 
 
@@ -261,11 +265,19 @@ async def wait_send_window(session: Session, stream: Stream, progress: AttemptPr
         await stream.wait()
 
 
-async def send(session: Session, stream: Stream, progress: AttemptProgress, stage: Stage) -> None:
+async def send(
+    session: Session,
+    stream: Stream,
+    progress: AttemptProgress,
+    stage: Stage,
+    bound: Bound | None = None,
+) -> None:
     """The one path for request bytes: advance the stage, queue what h2 produced for the
     writer, and wait until it is written, within the write bound (an idle bound: each wait
-    for the frames queued since the last). A cancelled wait leaves the frames queued."""
-    bound = session.write_bound(progress)
+    for the frames queued since the last; ``bound`` if the caller has one already). A
+    cancelled wait leaves the frames queued."""
+    if bound is None:
+        bound = session.write_bound(progress)
     writer = session.writer
     before = writer.queued
     mark = writer.collect()

@@ -302,8 +302,8 @@ class Session:
         self.ping_lot.unpark_all()
         self._on_dead()
 
-    def _writer_broken(self, message: str) -> None:
-        self.die(Failure(FailureCategory.CONNECTION_BROKEN, message))
+    def _writer_broken(self, category: FailureCategory, message: str) -> None:
+        self.die(Failure(category, message))
 
     # --- an attempt's bounds -------------------------------------------------------------------
 

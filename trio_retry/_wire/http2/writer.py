@@ -37,6 +37,7 @@ from typing import Protocol
 import h2.connection
 import trio
 
+from ..._core.evidence import FailureCategory
 from ..exchange import TRANSPORT_ERRORS
 from ..progress import AttemptProgress
 
@@ -81,7 +82,7 @@ class Writer:
         self,
         stream: trio.abc.SendStream,
         conn: h2.connection.H2Connection,
-        on_broken: Callable[[str], None],
+        on_broken: Callable[[FailureCategory, str], None],
         *,
         stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
@@ -159,8 +160,9 @@ class Writer:
             if stall.cancelled_caught:
                 if not self.broken:
                     self._on_broken(
-                        f"the server read nothing for {self.stall_timeout}s while we wrote; "
-                        "the connection was given up"
+                        FailureCategory.TIMEOUT,
+                        f"the server read nothing for {self.stall_timeout}s while we wrote "
+                        "(the write timeout); the connection was given up",
                     )
                 return
             if stop:
@@ -195,7 +197,10 @@ class Writer:
                 await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
                 if not self.broken:
-                    self._on_broken(f"connection broke while sending: {exc.__cause__ or exc}")
+                    self._on_broken(
+                        FailureCategory.CONNECTION_BROKEN,
+                        f"connection broke while sending: {exc.__cause__ or exc}",
+                    )
                 return True
             written = self.written = self.written + len(chunk)
             pending = self._pending
