@@ -18,10 +18,13 @@ wire, never the client's internals (``_call``, ``_client``).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+
+import trio_retry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trio_retry"
 
@@ -220,3 +223,18 @@ def test_benchmarks_import_nothing_from_tests() -> None:
 def test_the_checker_catches_an_import_from_tests() -> None:
     source = "def f():\n    from tests.reliability.invariants import check_call\n"
     assert imports_from_tests(source) == ["tests.reliability.invariants"]
+
+
+@pytest.mark.parametrize("package", ["_wire", "_call", "_wire/http2"])
+def test_each_package_map_names_every_module(package: str) -> None:
+    """The module map in a package's ``__init__`` docstring names each of its modules (and
+    nothing that does not exist), so a newcomer can find the one file that owns a behaviour."""
+    root = Path(trio_retry.__file__).parent / package
+    modules = {p.stem for p in root.glob("*.py") if p.name != "__init__.py"} | {
+        p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
+    doc = ast.get_docstring(ast.parse((root / "__init__.py").read_text(encoding="utf-8"))) or ""
+    named = set(re.findall(r"``(\w+)(?:\.py|/)``|:mod:`\.(\w+)`", doc))
+    names = {a or b for a, b in named}
+    assert modules - names == set(), f"{package}: modules missing from the map"
+    assert names - modules == set(), f"{package}: the map names modules that do not exist"

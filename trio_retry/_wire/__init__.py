@@ -1,0 +1,26 @@
+"""The wire: Trio I/O around the sans-IO protocol objects, and the proof of each stage.
+
+Only this layer can prove ``NOT_SENT``: it records, before each await that crosses a stage, how
+far the request got (``progress.AttemptProgress``), and raises one exception type,
+``progress.WireError``, classified where the proof is. Each module has one job:
+
+- ``progress.py``     the attempt's progress (its stage and counts) and ``WireError``
+- ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes)
+- ``exchange.py``     the contract HTTP/1.1 and HTTP/2 share: the wire request and response,
+                      body framing, Trio's errors as ``WireError``
+- ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
+- ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
+- ``socks.py``        the SOCKS5 handshake (extra ``socks``)
+- ``dialer.py``       the seam where ``Client(transport=...)`` supplies the byte stream
+- ``virtual.py``      what the HTTP layers need of a socket, for a connection that has none
+- ``http11.py``       one HTTP/1.1 connection over h11: one send path, one receive path
+- ``http11_rules.py`` what that connection refuses, and its words
+- ``fast11.py``       the strict HTTP/1.1 fast path, differential-tested against h11
+- ``http2/``          HTTP/2 over h2 (its ``__init__`` is its own map)
+- ``pool.py``         the connection pool: acquire and release, openings (async)
+- ``pool_book.py``    the pool's rules, applied synchronously (``PoolBook``)
+- ``pool_ledger.py``  the pool's counts and orders, and the connection contracts
+
+Layering: ``_wire`` imports ``_core`` (stages, evidence, categories) and nothing of ``_call``;
+it never calls back into ``_call``.
+"""
