@@ -20,7 +20,7 @@ import trio_retry
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry import RetryPolicy
-from trio_retry._wire.http11 import HTTP11Connection
+from trio_retry._wire.http11_reader import ResponseReader
 
 ONE = RetryPolicy(max_attempts=1)
 TEXT = b"".join(b"line %d of a text nginx gzips on the fly\n" % i for i in range(400))
@@ -58,13 +58,13 @@ async def test_nginx_keepalive_chunked_and_connection_close(
     nginx: StartNginx, fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deferrals = [0]
-    real_defer = HTTP11Connection._defer
+    real_handover = ResponseReader.handover
 
-    def counting_defer(self: HTTP11Connection) -> None:
+    def counting_handover(self: ResponseReader) -> None:
         deferrals[0] += 1
-        real_defer(self)
+        real_handover(self)
 
-    monkeypatch.setattr(HTTP11Connection, "_defer", counting_defer)
+    monkeypatch.setattr(ResponseReader, "handover", counting_handover)
     server = nginx(servers=SERVERS, listeners=("fast",), files={"html/text": TEXT})
     base = server.url("fast", "")
     paths = ["/small", "/text", "/small", "/text"] * 3  # 12 requests, 4 per connection

@@ -17,7 +17,8 @@ import trio
 
 import trio_retry
 from trio_retry import RetryPolicy, StageTimeouts
-from trio_retry._wire.http11 import HTTP11Connection
+from trio_retry._wire.exchange import WireRequest
+from trio_retry._wire.http11_reader import ResponseReader
 from trio_retry.testing import (
     Action,
     CloseAfterBody,
@@ -173,13 +174,13 @@ async def test_fast_path_on_and_off_are_indistinguishable(
     name: str, action: Action, method: str, canonical: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deferrals = [0]
-    real_defer = HTTP11Connection._defer
+    real_handover = ResponseReader.handover
 
-    def counting_defer(self: HTTP11Connection) -> None:
+    def counting_handover(self: ResponseReader) -> None:
         deferrals[0] += 1
-        real_defer(self)
+        real_handover(self)
 
-    monkeypatch.setattr(HTTP11Connection, "_defer", counting_defer)
+    monkeypatch.setattr(ResponseReader, "handover", counting_handover)
     fast = await _run(action, method, True, deferrals)
     slow = await _run(action, method, False, deferrals)
     assert slow[-1] == 0  # the h11 path never defers
@@ -213,13 +214,14 @@ async def test_fast_path_option_and_environment(monkeypatch: pytest.MonkeyPatch)
 async def test_env_var_turns_the_fast_path_off_on_the_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the variable set to 0 a canonical exchange goes through h11 (no fast parser)."""
     used: list[bool] = []
-    real_write = HTTP11Connection._write
+    real_begin = ResponseReader.begin
 
-    async def spy(self: HTTP11Connection, *args: Any) -> None:
-        await real_write(self, *args)
-        used.append(self._parser is not None)
+    def spy(self: ResponseReader, request: WireRequest) -> bytes | None:
+        head = real_begin(self, request)
+        used.append(self.parser is not None)
+        return head
 
-    monkeypatch.setattr(HTTP11Connection, "_write", spy)
+    monkeypatch.setattr(ResponseReader, "begin", spy)
     server = FaultServer(http2=False)
     server.script(Respond(200, body=b"a"), Respond(200, body=b"b"))
     async with trio.open_nursery() as nursery:

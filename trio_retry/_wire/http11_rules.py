@@ -1,10 +1,12 @@
-"""What the HTTP/1.1 connection (``http11.py``) refuses, and how it words it.
+"""What the HTTP/1.1 connection (``http11.py``) has h11 write, what it refuses, and the words.
 
-The h11 request event of a request (built once per ``WireRequest``), and the judgements of
-what the server sent: a response head past ``max_header_bytes`` (raised here), a head with
-both framings, h11's refusals classified (an EOF inside the response, or bytes that are not
-HTTP/1.1), an event that cannot come inside a body. The others return the ``WireError`` (or
-its words) for the connection to raise.
+h11's bytes for a request (:func:`h11_request`, built once per ``WireRequest``; :func:`encode`,
+:func:`encode_whole`: h11 refusing the request is ``LOCAL_PROTOCOL``, raised before anything
+of it was written), and the judgements of what the server sent (``http11_reader.py`` applies
+them): a response head past ``max_header_bytes`` (raised here), a head with both framings,
+h11's refusals classified (an EOF inside the response, or bytes that are not HTTP/1.1), an
+event that cannot come inside a body. The others return the ``WireError`` (or its words) for
+the reader to raise.
 """
 
 from __future__ import annotations
@@ -14,13 +16,20 @@ from collections.abc import Iterable
 import h11
 
 from .._core.evidence import FailureCategory
-from .exchange import WireRequest, head_too_large
+from .exchange import WireRequest, content_length, head_too_large
 from .progress import AttemptProgress, WireError
 
+#: h11's events are immutable: the one end of a request body serves every request.
+END_OF_MESSAGE = h11.EndOfMessage()
+
 __all__ = [
+    "END_OF_MESSAGE",
     "check_head_size",
+    "encode",
+    "encode_whole",
     "eof_error",
     "framing_conflict",
+    "h11_request",
     "invalid_request",
     "protocol_message",
     "request_event",
@@ -51,6 +60,39 @@ def request_event(request: WireRequest, length: bytes | None) -> h11.Request:
 def invalid_request(progress: AttemptProgress, exc: Exception) -> WireError:
     """h11 refused the request (nothing of it was written)."""
     return WireError.at(progress, FailureCategory.LOCAL_PROTOCOL, f"invalid request: {exc}")
+
+
+def h11_request(request: WireRequest, progress: AttemptProgress) -> h11.Request:
+    """The request's h11 event (built once per WireRequest, which a template reuses)."""
+    event = request.h11_event
+    if event is None:
+        try:
+            event = request.h11_event = request_event(request, content_length(request))
+        except (h11.LocalProtocolError, UnicodeEncodeError) as exc:
+            raise invalid_request(progress, exc) from exc
+    return event
+
+
+def encode(conn: h11.Connection, event: h11.Event, progress: AttemptProgress) -> bytes:
+    """The bytes h11 writes for ``event`` of the request."""
+    try:
+        return conn.send(event) or b""
+    except h11.LocalProtocolError as exc:
+        raise invalid_request(progress, exc) from exc
+
+
+def encode_whole(
+    conn: h11.Connection, request: WireRequest, body: bytes, progress: AttemptProgress
+) -> tuple[bytes, bytes]:
+    """The bytes h11 writes for a request whose body is in memory: the head, and the body
+    with its end."""
+    event = h11_request(request, progress)
+    try:
+        head = conn.send(event) or b""
+        data = (conn.send(h11.Data(data=body)) or b"") if body else b""
+        return head, data + (conn.send(END_OF_MESSAGE) or b"")
+    except h11.LocalProtocolError as exc:
+        raise invalid_request(progress, exc) from exc
 
 
 def check_head_size(
