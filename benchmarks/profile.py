@@ -82,7 +82,13 @@ TRIO_RETRY_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("_core records", ("_core/", "_trail.py", "_errors.py", "_observe/")),
     (
         "_wire/http11 + progress",
-        ("_wire/http11.py", "_wire/progress.py", "_wire/exchange.py", "_wire/fast11"),
+        (
+            "_wire/http11",  # http11.py, http11_reader.py, http11_rules.py
+            "_wire/progress.py",
+            "_wire/exchange.py",
+            "_wire/fast11",
+            "_wire/clock.py",
+        ),
     ),
     ("_wire/pool", ("_wire/pool",)),
     (

@@ -310,7 +310,8 @@ def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
         assert 0 <= c["blocking_waits_per_req"] <= 2
         assert c["cpu_us_per_req"] > 0
         assert sum(a["share"] for a in c["areas"].values()) == pytest.approx(1.0, abs=0.01)
-        assert "h11" in c["areas"]
+    # The bare loop is h11; trio_retry's fast path may not call h11 at all on a small GET.
+    assert "h11" in clients["h11_trio"]["areas"]
     ours = clients["trio_retry"]["areas"]
     assert "_call/loop+attempt" in ours
     assert "_wire/http11 + progress" in ours

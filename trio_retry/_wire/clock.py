@@ -68,7 +68,8 @@ _WORDS = {
     "connect": "connecting took longer than the connect timeout",  # (DNS, TCP, the proxy)
     "tls": "the TLS handshake took longer than the tls timeout",
     "handshake": "the HTTP/2 handshake took longer than its timeout (the server sent no SETTINGS)",
-    "write": "the server accepted no request bytes within the write timeout",
+    # (a write: at most 64 KiB over HTTP/1.1, the frames queued since the last over HTTP/2)
+    "write": "a write of the request did not complete within the write timeout",
     "first_byte": "no response head within the first-byte timeout",
     "read": "no body data within the read timeout",
     "ping": "the idle HTTP/2 connection did not answer a PING in time",

@@ -50,9 +50,10 @@ __all__ = ["ConnectionState", "HTTP11Connection"]
 RECEIVE_SIZE = 65536
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
-#: The most one ``send_all`` writes: the write timeout bounds each (an idle bound, so a long
-#: upload is never cut while the server keeps reading).
-WRITE_SLICE = 256 * 1024
+#: The most one ``send_all`` writes: the write timeout bounds each, so an upload is cut only
+#: when so few bytes took longer than the timeout (64 KiB in 30 s: about 2 KiB/s); a long
+#: upload is never cut while the server keeps reading.
+WRITE_SLICE = 64 * 1024
 
 
 class ConnectionState(enum.Enum):
@@ -223,19 +224,24 @@ class HTTP11Connection:
                 head = self._reader.begin(request)  # the fast path's head, or None: h11's
                 if head is None:
                     head, body = encode_whole(self._h11, request, body, progress)
-                if len(body) <= COALESCE_LIMIT:  # one send_all: the body leaves with the head
-                    if body:
-                        await self._send(head + body, progress, _REQUEST_BODY)
-                    else:
-                        await self._send(head, progress, _REQUEST_HEAD)
+                if len(body) <= COALESCE_LIMIT:
+                    # One send_all (the body leaves with the head), counted in the first-byte
+                    # bound, as an HTTP/2 request queued whole is: so few bytes wait for the
+                    # socket only behind a server that stopped reading, which that bound ends.
+                    with self._first_byte:
+                        if body:
+                            await self._send(head + body, progress, _REQUEST_BODY, None)
+                        else:
+                            await self._send(head, progress, _REQUEST_HEAD, None)
+                        progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
+                        got = await self._events(progress, None, None, None)
                 else:
-                    await self._send(head, progress, _REQUEST_HEAD)
-                    await self._send(body, progress, _REQUEST_BODY)
+                    await self._send(head, progress, _REQUEST_HEAD, self._write_bound)
+                    await self._send(body, progress, _REQUEST_BODY, self._write_bound)
+                    got = await self._head(progress)
             else:
                 await self._send_streamed(request, body, progress)
-            progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
-            with self._first_byte:
-                got = await self._events(progress, None, None, None)
+                got = await self._head(progress)
             assert got is not None  # (the reader gives the head before anything else)
             status, reason, headers = got
             progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
@@ -244,11 +250,23 @@ class HTTP11Connection:
             self.close()
             raise
 
-    async def _send(self, data: bytes, progress: AttemptProgress, stage: Stage) -> None:
+    async def _head(self, progress: AttemptProgress) -> Head:
+        """The final response head, after the request's last byte, within the first-byte
+        bound."""
+        progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
+        with self._first_byte:
+            got = await self._events(progress, None, None, None)
+        assert got is not None  # (the reader gives the head before anything else)
+        return got
+
+    async def _send(
+        self, data: bytes, progress: AttemptProgress, stage: Stage, bound: Bound | None
+    ) -> None:
         """The one path for request bytes: move to ``stage``, then ``send_all`` in slices of at
-        most :data:`WRITE_SLICE`, each within the write bound; ``bytes_sent`` counts each
-        slice written. A failed or cancelled slice may have sent some, all or none of its
-        bytes (trio's ``send_all``): the caller closes the connection."""
+        most :data:`WRITE_SLICE`, each within ``bound`` (the write bound; ``None`` when the
+        caller bounds the write as a whole); ``bytes_sent`` counts each slice written. A
+        failed or cancelled slice may have sent some, all or none of its bytes (trio's
+        ``send_all``): the caller closes the connection."""
         if stage > progress.stage:  # (progress.advance, inlined: this runs per chunk)
             progress.stage = stage
         if len(data) <= WRITE_SLICE:
@@ -258,8 +276,12 @@ class HTTP11Connection:
             pieces = [view[i : i + WRITE_SLICE] for i in range(0, len(data), WRITE_SLICE)]
         for piece in pieces:
             try:
-                with self._write_bound:
+                # (as in _events: a branch, not a Bound without a limit, whose `with` costs)
+                if bound is None:
                     await self._stream.send_all(piece)
+                else:
+                    with bound:
+                        await self._stream.send_all(piece)
             except TRANSPORT_ERRORS as exc:
                 raise self._transport_failure(progress, "while sending", exc) from exc
             progress.bytes_sent += len(piece)
@@ -270,17 +292,17 @@ class HTTP11Connection:
         """The head, then each chunk of a streamed body as it comes, then the body's end
         (chunked framing unless the caller gave a length), all encoded by h11."""
         conn = self._h11
-        await self._send(
-            encode(conn, h11_request(request, progress), progress), progress, _REQUEST_HEAD
-        )
+        bound = self._write_bound
+        head = encode(conn, h11_request(request, progress), progress)
+        await self._send(head, progress, _REQUEST_HEAD, bound)
         async with closing_body(body):
             async for chunk in body:
                 if chunk:
                     data = encode(conn, h11.Data(data=chunk), progress)
-                    await self._send(data, progress, _REQUEST_BODY)
+                    await self._send(data, progress, _REQUEST_BODY, bound)
         end = encode(conn, END_OF_MESSAGE, progress)
         if end:
-            await self._send(end, progress, _REQUEST_BODY)
+            await self._send(end, progress, _REQUEST_BODY, bound)
 
     def _transport_failure(
         self, progress: AttemptProgress, when: str, exc: BaseException
