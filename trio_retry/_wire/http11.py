@@ -63,7 +63,7 @@ class ConnectionState(enum.Enum):
 
     - ``IDLE -> ACTIVE``: :meth:`~HTTP11Connection.send_request` starts an exchange;
     - ``ACTIVE -> IDLE``: the response ended and the connection may carry the next request
-      (keep-alive, nothing buffered past the response: ``ResponseReader.next_cycle``);
+      (keep-alive, nothing buffered past the response: ``ResponseReader.reusable``);
     - ``IDLE -> CLOSED``, ``ACTIVE -> CLOSED``: :meth:`~HTTP11Connection.close` (any
       exception during an exchange, a response that ends the connection, a bound that ran
       out, the pool) or :meth:`~HTTP11Connection.aclose`.
@@ -378,7 +378,8 @@ class HTTP11Connection:
                             data = await self._stream.receive_some(RECEIVE_SIZE)
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
-                reader.feed(self._took(progress, data))
+                event = reader.next_event(progress, self._took(progress, data))
+                continue
             elif type(event) is bytes:
                 assert chunks is not None  # (body data comes after the head)
                 chunks.append(event)
@@ -388,7 +389,7 @@ class HTTP11Connection:
                         return None
             elif event is END:
                 progress.stage = _COMPLETE
-                if reader.next_cycle() and self.state is _ACTIVE:
+                if reader.reusable and self.state is _ACTIVE:
                     self.state = _IDLE
                 else:
                     self.close()

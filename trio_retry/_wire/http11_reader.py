@@ -49,14 +49,14 @@ class ResponseReader:
     """The response side of one HTTP/1.1 connection, one exchange at a time.
 
     Per exchange: :meth:`begin` (for a request whose body is in memory) says whether the fast
-    parser reads the response; then :meth:`next_event` and :meth:`feed` until ``END``; then
-    :meth:`next_cycle`. The events come in one order: any number of ``NEED``, one head (1xx
-    heads are skipped), body data, ``END``. After an exception the reader (and the h11 state
-    it shares with the connection's request writer) no longer matches the wire: the
-    connection is closed, never reused.
+    parser reads the response; then :meth:`next_event` (handed each read's bytes) until
+    ``END``, when :attr:`reusable` says whether the connection may go on. The events come in
+    one order: any number of ``NEED``, one head (1xx heads are skipped), body data, ``END``.
+    After an exception the reader (and the h11 state it shares with the connection's request
+    writer) no longer matches the wire: the connection is closed, never reused.
     """
 
-    __slots__ = ("fast", "h11", "max_header_bytes", "parser", "request")
+    __slots__ = ("fast", "h11", "max_header_bytes", "parser", "request", "reusable")
 
     def __init__(self, conn: h11.Connection, max_header_bytes: int, *, fast: bool) -> None:
         #: h11, shared with the connection (it writes the requests the fast path does not).
@@ -67,6 +67,8 @@ class ResponseReader:
         #: The fast parser and its request while it has the exchange (else ``None``).
         self.parser: FastParser | None = None
         self.request: WireRequest | None = None
+        #: At ``END``: whether the connection may carry the next request.
+        self.reusable = False
 
     def begin(self, request: WireRequest) -> bytes | None:
         """The request head the fast path writes for ``request`` (its body in memory), the
@@ -84,31 +86,40 @@ class ResponseReader:
             self.request = request
         return head
 
-    def feed(self, data: bytes | bytearray) -> None:
-        """Bytes received; ``b""`` is the end of the stream (only inside a body: an EOF
-        before the head is complete is the connection's to judge, and fed nowhere)."""
-        parser = self.parser
-        if parser is None:
-            self.h11.receive_data(bytes(data))
-        elif data:
-            parser.buf += data
-        else:  # an EOF mid-body: h11 says what it means
-            self.handover()
-            self.h11.receive_data(b"")
-
-    def next_event(self, progress: AttemptProgress) -> Event:
-        """``NEED``, the final head, the next non-empty body data, or ``END``.
+    def next_event(
+        self, progress: AttemptProgress, received: bytes | bytearray | None = None
+    ) -> Event:
+        """``NEED``, the final head, the next non-empty body data, or ``END``; first taking
+        in ``received``, the bytes of a read (``b""``: the end of the stream, only inside a
+        body: an EOF before the head is complete is the connection's to judge). At ``END``,
+        :attr:`reusable` says whether the connection may carry the next request (the reader
+        is then ready for it).
 
         Raises :class:`WireError` for what the server must not send: a head over
         ``max_header_bytes`` or with both framings, anything h11 refuses (an EOF inside the
         response is ``CONNECTION_BROKEN``, anything else ``REMOTE_PROTOCOL``)."""
         parser = self.parser
+        if received is not None:
+            if parser is None:
+                self.h11.receive_data(bytes(received))
+            elif received:
+                parser.buf += received
+            else:  # an EOF mid-body: h11 says what it means
+                self.handover()
+                self.h11.receive_data(b"")
+                parser = None
         if parser is not None:
             event = parser.next_event()
-            if isinstance(event, ResponseHead):
+            if type(event) is ResponseHead:
                 if progress.bytes_received > self.max_header_bytes:  # cheap bound first
                     check_head_size(progress, event.headers, self.max_header_bytes)
                 return (event.status, event.reason, event.headers)
+            if event is END:
+                # h11 stayed IDLE: the fast path had the whole exchange. Bytes past the end
+                # of the response, or a response that asked to close: not reusable.
+                self.parser = self.request = None
+                self.reusable = parser.keep_alive and not parser.buf
+                return END
             if event is not DEFER:
                 return event
             self.handover()
@@ -129,6 +140,7 @@ class ResponseReader:
             elif event is h11.NEED_DATA:
                 return NEED
             elif type(event) is h11.EndOfMessage:
+                self.reusable = self._h11_next_cycle()
                 return END
             elif type(event) is h11.Response:
                 return self._h11_head(event, progress)
@@ -179,19 +191,15 @@ class ResponseReader:
         for _ in range(synthetic):
             conn.next_event()
 
-    def next_cycle(self) -> bool:
-        """After ``END``: True when the connection may carry the next request (the reader is
-        then ready for it), False when it must be closed.
+    def _h11_next_cycle(self) -> bool:
+        """At h11's end of a response: whether the connection may carry the next request
+        (then h11 is ready for it).
 
         Bytes already buffered past the end of this response were sent before the next
         request existed: they cannot be its response. Reusing the connection would hand them
         to the next request as if the server had answered it (a response desync), so it is
         closed instead. (Bytes arriving later are caught by the connection's
         ``peer_closed``.) Likewise when the response asked to close (keep-alive off)."""
-        parser = self.parser
-        if parser is not None:  # (h11 stayed IDLE: the fast path had the whole exchange)
-            self.parser = self.request = None
-            return parser.keep_alive and not parser.buf
         conn = self.h11
         if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
             if not conn.trailing_data[0]:

@@ -264,7 +264,7 @@ class PoolBook:
             return
         self._lent.discard(conn)
         assert state is not None
-        if self.closed or conn.closed or not conn.is_reusable():
+        if self.closed or not conn.is_reusable():  # (not reusable once closed)
             conn.close()
             ledger.count_down(state)
             self._grant_slots()
@@ -409,7 +409,7 @@ class PoolBook:
     def _stream_returned(self, state: Origin, conn: PooledConnection) -> None:
         """A stream of ``conn`` ended (or the connection is new): serve a waiter, keep it
         idle, or close it for an earlier waiter of another origin."""
-        if conn.closed or not conn.is_reusable() or self.closed:
+        if not conn.is_reusable() or self.closed:  # (not reusable once closed)
             self._forget_shared(conn)
             return
         if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
