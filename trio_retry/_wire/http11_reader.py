@@ -110,7 +110,7 @@ class ResponseReader:
                 parser = None
         if parser is not None:
             event = parser.next_event()
-            if type(event) is ResponseHead:
+            if isinstance(event, ResponseHead):
                 if progress.bytes_received > self.max_header_bytes:  # cheap bound first
                     check_head_size(progress, event.headers, self.max_header_bytes)
                 return (event.status, event.reason, event.headers)
