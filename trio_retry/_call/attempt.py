@@ -70,6 +70,7 @@ __all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
 _FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
 _RECEIVED = Evidence.RESPONSE_RECEIVED  # (a global: an enum attribute is slow on Python 3.11)
+_INF = math.inf
 
 
 class AttemptRun:
@@ -181,23 +182,27 @@ class AttemptRun:
         rt = self._rt
         request = self.request
         state = self._state
+        config = rt.config
         origin = request.url.origin
         proxy = self.proxy = rt.connector.proxy_for(origin)
-        deadline = request.deadline
+        unbounded = request.deadline == _INF
         if (
-            (deadline == math.inf or rt.clock.running)
+            (unbounded or rt.clock.running)
             and not state.guarded
-            and rt.config.auth is None
+            and config.auth is None
+            and config.hooks is None  # a hook may wait: only a bounded attempt may wait
             and request.body.known_length is not None
-            and rt.config.hooks is None  # a hook may wait: only a bounded attempt may wait
         ):
             # A bulkhead permit free now is taken now; if none is, the attempt waits for one
             # in its scope (and with a permit but no ready connection, waits for that there).
-            if state.limiter is not None:
-                self.permit = try_admit(state)
-            if state.limiter is None or self.permit is not None:
+            limiter = state.limiter
+            if limiter is None:
                 self.conn = rt.pool.take_idle(pool_key(origin, proxy), self.progress)
-        return self.conn is not None and deadline == math.inf
+            else:
+                self.permit = try_admit(state)
+                if self.permit is not None:
+                    self.conn = rt.pool.take_idle(pool_key(origin, proxy), self.progress)
+        return unbounded and self.conn is not None
 
     async def _bounded(self) -> None:
         """The attempt within its call deadline (:class:`DeadlineBound`: the deadline lane on

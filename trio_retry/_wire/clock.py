@@ -264,6 +264,7 @@ class Bound:
     __slots__ = (
         "_armed",
         "_clock",
+        "_lane",
         "_scope",
         "about",
         "expired",
@@ -289,6 +290,9 @@ class Bound:
         self.target = target
         self.progress = progress
         self.expired = False
+        #: The clock's lane for this wait (a lane needs a target to interrupt), else ``None``.
+        lane: Lane | None = getattr(clock, which, None) if target is not None else None
+        self._lane = lane if isinstance(lane, Lane) and lane.limit == limit else None
         self._armed: Lane | None = None
         self._scope: trio.CancelScope | None = None
 
@@ -297,13 +301,12 @@ class Bound:
         if limit is None:
             return self
         self.expired = False
+        lane = self._lane
         clock = self._clock
-        if clock is not None and clock.running and self.target is not None:
-            lane: Lane | None = getattr(clock, self.which, None)
-            if lane is not None:
-                lane.pending[self] = lane.now() + limit  # (Lane.arm, without its call)
-                self._armed = lane
-                return self
+        if lane is not None and clock is not None and clock.running:
+            lane.pending[self] = lane.now() + limit  # (Lane.arm, without its call)
+            self._armed = lane
+            return self
         scope = self._scope = trio.move_on_after(limit)
         scope.__enter__()
         return self

@@ -89,6 +89,9 @@ _RESPONSE_HEAD = Stage.RESPONSE_HEAD
 _RESPONSE_BODY = Stage.RESPONSE_BODY
 _COMPLETE = Stage.COMPLETE
 _READING = "while reading the response"
+#: The ``chunks`` of a head's read (:meth:`HTTP11Connection._events`): nothing is appended to
+#: it (the head comes before any body data, and ends that read).
+_HEAD_ONLY: list[bytes] = []
 
 
 class HTTP11Connection:
@@ -217,7 +220,7 @@ class HTTP11Connection:
             self.state = _ACTIVE
         self.requests += 1
         progress.http_version = self.http_version
-        self._write_bound.progress = self._first_byte.progress = self._read.progress = progress
+        self._first_byte.progress = progress  # (the write and read bounds: where used)
         try:
             body = request.body
             if isinstance(body, bytes):
@@ -234,7 +237,7 @@ class HTTP11Connection:
                         else:
                             await self._send(head, progress, _REQUEST_HEAD, None)
                         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
-                        got = await self._events(progress, None, None, None)
+                        got = await self._events(progress, None, _HEAD_ONLY, None)
                 else:
                     await self._send(head, progress, _REQUEST_HEAD, self._write_bound)
                     await self._send(body, progress, _REQUEST_BODY, self._write_bound)
@@ -255,7 +258,7 @@ class HTTP11Connection:
         bound."""
         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
         with self._first_byte:
-            got = await self._events(progress, None, None, None)
+            got = await self._events(progress, None, _HEAD_ONLY, None)
         assert got is not None  # (the reader gives the head before anything else)
         return got
 
@@ -274,6 +277,8 @@ class HTTP11Connection:
         else:
             view = memoryview(data)
             pieces = [view[i : i + WRITE_SLICE] for i in range(0, len(data), WRITE_SLICE)]
+        if bound is not None:
+            bound.progress = progress
         for piece in pieces:
             try:
                 # (as in _events: a branch, not a Bound without a limit, whose `with` costs)
@@ -347,7 +352,7 @@ class HTTP11Connection:
         self,
         progress: AttemptProgress,
         bound: Bound | None,
-        chunks: list[bytes] | None,
+        chunks: list[bytes],
         limit: int | None,
     ) -> Head | None:
         """The one receive loop: the reader's events, reading from the socket whenever it
@@ -380,8 +385,7 @@ class HTTP11Connection:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))
                 continue
-            elif type(event) is bytes:
-                assert chunks is not None  # (body data comes after the head)
+            if type(event) is bytes:
                 chunks.append(event)
                 if limit is not None:
                     total += len(event)
@@ -394,10 +398,8 @@ class HTTP11Connection:
                 else:
                     self.close()
                 return None
-            else:
-                assert chunks is None  # (one head, before the body)
-                assert type(event) is tuple
-                return event
+            else:  # the head: the reader gives it first, once (chunks is None then)
+                return event  # type: ignore[return-value]
             event = reader.next_event(progress)
 
     def _took(self, progress: AttemptProgress, data: bytes | bytearray) -> bytes | bytearray:
