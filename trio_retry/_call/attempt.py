@@ -101,7 +101,6 @@ class AttemptRun:
         request: PreparedRequest,
         state: UpstreamState,
         progress: AttemptProgress,
-        *,
         streaming: bool,
         number: int = 1,
     ) -> None:

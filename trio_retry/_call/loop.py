@@ -39,11 +39,11 @@ from .._auth import auth_request
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
 from .._core.engine import (
+    FINAL_BELOW,
     AttemptFacts,
     NotConsulted,
     RetryContext,
     build_context,
-    final_response,
     not_consulted,
 )
 from .._core.evidence import Evidence, FailureCategory, Stage
@@ -136,11 +136,11 @@ async def send(
                 rt, request, state, progress, streaming, attempts, ledger, number, _notify
             )
         else:
-            run = AttemptRun(rt, request, state, progress, streaming=streaming, number=number)
+            run = AttemptRun(rt, request, state, progress, streaming, number)
             await run.run()
         ended = rt.now()
         wire = run.response
-        if wire is not None and run.error is None and final_response(wire.status):
+        if wire is not None and run.error is None and wire.status < FINAL_BELOW:
             # 3, 5: NotConsulted.FINAL_RESPONSE: the record, and the caller's response.
             if guarded:
                 learn(state, run, run.progress, None, None, ledger)

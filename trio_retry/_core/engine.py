@@ -34,7 +34,7 @@ failed attempt of the call). They are :class:`NotConsulted` decisions, taken in 
 :func:`not_consulted` (:data:`BEFORE_RULES`, data again) from an attempt's :class:`AttemptFacts`;
 the first that applies wins, and the client acts on it without building a context:
 
-0. a response below 400 (:func:`final_response`)  -> FINAL_RESPONSE: the caller gets it;
+0. a response below 400 (:data:`FINAL_BELOW`)  -> FINAL_RESPONSE: the caller gets it;
 1. the connection, not the request, refused it (a routine HTTP/2 GOAWAY rotation, an idle
    connection that failed its PING: ``NOT_SENT``), fewer than :data:`MAX_RECONNECTS` times in
    this call, with a body that can be sent again, the client not draining -> RECONNECT: sent
@@ -71,6 +71,7 @@ from .slots import slot_constructor
 
 __all__ = [
     "BEFORE_RULES",
+    "FINAL_BELOW",
     "MAX_RECONNECTS",
     "RULES",
     "AttemptFacts",
@@ -118,10 +119,15 @@ class AttemptFacts:
     challenge: bool = False  # the call's auth may answer a 401's challenge (not yet answered)
 
 
+#: Rule 0 of :data:`BEFORE_RULES`: a response whose status is below this is the call's answer.
+#: The client's success path compares with it directly (no facts built, no call).
+FINAL_BELOW = 400
+
+
 def final_response(status: int) -> bool:
-    """Rule 0 of :data:`BEFORE_RULES`, for the success path (no facts built): a response
-    below 400 is the call's answer."""
-    return status < 400
+    """Rule 0 of :data:`BEFORE_RULES`: a response below :data:`FINAL_BELOW` is the call's
+    answer."""
+    return status < FINAL_BELOW
 
 
 def _before_final(facts: AttemptFacts) -> bool:

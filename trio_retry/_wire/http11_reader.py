@@ -25,7 +25,7 @@ import h11
 
 from .._core.evidence import FailureCategory
 from .exchange import WireRequest, content_length
-from .fast11 import DEFER, END, NEED, FastParser, ResponseHead, Signal, request_head
+from .fast11 import END, NEED, FastParser, ResponseHead, Signal, request_head
 from .http11_rules import (
     END_OF_MESSAGE,
     check_head_size,
@@ -110,19 +110,20 @@ class ResponseReader:
                 parser = None
         if parser is not None:
             event = parser.next_event()
-            if isinstance(event, ResponseHead):
-                if progress.bytes_received > self.max_header_bytes:  # cheap bound first
-                    check_head_size(progress, event.headers, self.max_header_bytes)
-                return (event.status, event.reason, event.headers)
+            # (the commonest first: body data, then NEED; one isinstance per head only)
+            if type(event) is bytes or event is NEED:
+                return event
             if event is END:
                 # h11 stayed IDLE: the fast path had the whole exchange. Bytes past the end
                 # of the response, or a response that asked to close: not reusable.
                 self.parser = self.request = None
                 self.reusable = parser.keep_alive and not parser.buf
                 return END
-            if event is not DEFER:
-                return event
-            self.handover()
+            if isinstance(event, ResponseHead):
+                if progress.bytes_received > self.max_header_bytes:  # cheap bound first
+                    check_head_size(progress, event.headers, self.max_header_bytes)
+                return (event.status, event.reason, event.headers)
+            self.handover()  # DEFER
         return self._h11_event(progress)
 
     def _h11_event(self, progress: AttemptProgress) -> Event:
