@@ -20,12 +20,19 @@ interrupted wait raised (the closed socket's error, the stream's failure, the sc
 (:func:`timed_out`). What arrived before the expiry wins: a wait that completed is not turned
 into an error. Outer cancellation is never converted.
 
-**Idle bounds.** ``write`` and ``read`` bound each single write or read (no byte moved for so
-long), never a whole transfer: a long healthy download or upload is never cut. ``first_byte``
-bounds the wait for the response head. ``connect`` and ``tls`` bound the connection's set-up.
-:data:`DEFAULT_TIMEOUTS` (in ``_models.py`` as ``StageTimeouts``' defaults for ``Client()``)
-are chosen so that nothing waits forever under the defaults; ``StageTimeouts()`` (all
-``None``) is the explicit way out.
+**Idle bounds.** ``write`` and ``read`` bound each single write or read, never a whole
+transfer: a long healthy download or upload is never cut (an HTTP/1.1 write is at most 64 KiB;
+an HTTP/2 write is a wait for queued frames or for flow-control window). ``first_byte`` bounds
+the wait for the response head (a request small enough to be written or queued whole counts
+from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s defaults
+(``_call/config.py``, ``DEFAULT_STAGE_TIMEOUTS``) are chosen so that nothing waits forever;
+``StageTimeouts()`` (all ``None``) is the explicit way out.
+
+One wait is kept outside a :class:`Bound`, at this clock's limit: the HTTP/2 connection's
+writer task (``http2/writer.py``) gives its connection up when one ``send_all`` makes no
+progress for the ``write`` limit. It is the connection's own task, not an attempt's wait, and
+keeps the limit with one cancel scope re-armed per write (a lane entry would need an attempt to
+interrupt and a progress to report on).
 
 Why lanes and not a scope per wait (the obvious way): entering and leaving a
 ``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
