@@ -14,7 +14,8 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``dialer.py``       the seam where ``Client(transport=...)`` supplies the byte stream
 - ``virtual.py``      what the HTTP layers need of a socket, for a connection that has none
 - ``http11.py``       one HTTP/1.1 connection over h11: one send path, one receive path
-- ``http11_rules.py`` what that connection refuses, and its words
+- ``http11_reader.py`` what a response's bytes mean: the fast parser, or h11, and the hand-over
+- ``http11_rules.py`` h11's bytes for a request, what the connection refuses, and its words
 - ``fast11.py``       the strict HTTP/1.1 fast path, differential-tested against h11
 - ``http2/``          HTTP/2 over h2 (its ``__init__`` is its own map)
 - ``pool.py``         the connection pool: acquire and release, openings (async)
