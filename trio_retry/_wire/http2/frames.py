@@ -1,6 +1,10 @@
 """Inbound HTTP/2 bytes, cut at frame boundaries before h2 sees them.
 
-Three jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's):
+Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's):
+
+- **The server's preface is a SETTINGS frame** (RFC 9113 §3.4): a first frame of another kind,
+  or bytes that are not a frame at all, fail the connection at once (:class:`FrameError`),
+  rather than leaving the handshake to wait for a SETTINGS frame that will never come.
 
 - **GOAWAY is taken out.** h2 moves its whole connection to CLOSED on a received GOAWAY and from
   then on rejects every frame, including the responses of the streams the GOAWAY promised to
@@ -36,7 +40,21 @@ __all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames", 
 MAX_FRAME = 16384
 _FRAME_HEADER = 9
 _DATA = 0x0
+_SETTINGS = 0x4
 _GOAWAY = 0x7
+_ACK = 0x1
+_NAMES = (
+    "DATA",
+    "HEADERS",
+    "PRIORITY",
+    "RST_STREAM",
+    "SETTINGS",
+    "PUSH_PROMISE",
+    "PING",
+    "GOAWAY",
+    "WINDOW_UPDATE",
+    "CONTINUATION",
+)
 _HEAD = struct.Struct(">IBI")  # 24-bit length + 8-bit type, flags, R + 31-bit stream id
 _GOAWAY_FIELDS = struct.Struct(">II")  # last-stream-id, error code
 
@@ -57,8 +75,8 @@ class DroppedData:
 
 
 class FrameError(Exception):
-    """A malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
-    peer)."""
+    """A server preface that is not a SETTINGS frame, a malformed GOAWAY frame, or a frame
+    larger than we allow (a connection error of the peer)."""
 
 
 class InboundFrames:
@@ -68,10 +86,13 @@ class InboundFrames:
     when its header is reached, after everything before it has been processed by the caller.
     """
 
-    __slots__ = ("_buffer", "_dropping", "_passthrough", "awaiting_head")
+    __slots__ = ("_buffer", "_dropping", "_passthrough", "_preface", "awaiting_head")
 
-    def __init__(self, awaiting_head: Container[int]) -> None:
+    def __init__(self, awaiting_head: Container[int], *, preface: bool = False) -> None:
         self.awaiting_head = awaiting_head
+        #: The first frame is still to come and must be a SETTINGS frame (the server's
+        #: connection preface); false for a feed that starts after it (the unit tests').
+        self._preface = preface
         self._buffer = bytearray()  # an incomplete frame header (or GOAWAY) from the last read
         self._passthrough = 0  # bytes of the current frame still to hand on
         self._dropping = False  # ... or to skip (a dropped DATA frame)
@@ -102,11 +123,19 @@ class InboundFrames:
                 self._dropping = False
                 continue
             if end - pos < _FRAME_HEADER:
+                if self._preface and end - pos >= 4 and data[pos + 3] != _SETTINGS:
+                    # Four bytes tell the preface's frame type: a short answer that is no
+                    # frame at all ("OK\r\n") fails now rather than waiting for five more.
+                    raise FrameError(_not_preface(data[pos + 3], 0))
                 break
-            head, _flags, stream_id = _HEAD.unpack_from(data, pos)
+            head, flags, stream_id = _HEAD.unpack_from(data, pos)
             length = head >> 8
             kind = head & 0xFF
             stream_id &= 0x7FFFFFFF
+            if self._preface:
+                if kind != _SETTINGS or flags & _ACK or stream_id:
+                    raise FrameError(_not_preface(kind, flags))
+                self._preface = False
             if length > MAX_FRAME:
                 raise FrameError(
                     f"the server sent a frame of {length} bytes, more than our "
@@ -136,6 +165,19 @@ class InboundFrames:
             self._passthrough = _FRAME_HEADER + length
         if pos < end:
             self._buffer += data[pos:]  # kept until the rest of the frame header arrives
+
+
+def _not_preface(kind: int, flags: int) -> str:
+    if kind == _SETTINGS:
+        what = "a SETTINGS ACK" if flags & _ACK else "a SETTINGS frame on a stream"
+    elif kind < len(_NAMES):
+        what = f"a {_NAMES[kind]} frame"
+    else:
+        what = f"an unknown frame type {kind:#x}: not HTTP/2"
+    return (
+        "the server's connection preface is not a SETTINGS frame (RFC 9113 §3.4): its first "
+        f"frame reads as {what}"
+    )
 
 
 def code_name(code: int) -> str:

@@ -91,7 +91,7 @@ class Session:
         #: The streams whose final head has not arrived (DATA for them is a stream error).
         self.awaiting_head: set[int] = set()
         #: Inbound bytes cut at frame boundaries (``frames.py``), read by the reader only.
-        self.frames = InboundFrames(self.awaiting_head)
+        self.frames = InboundFrames(self.awaiting_head, preface=True)
         #: Where requests wait for a free stream slot.
         self.capacity = trio.lowlevel.ParkingLot()
         self.settings_received = False
