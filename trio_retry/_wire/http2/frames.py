@@ -5,6 +5,11 @@ Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's)
 - **The server's preface is a SETTINGS frame** (RFC 9113 §3.4): a first frame of another kind,
   or bytes that are not a frame at all, fail the connection at once (:class:`FrameError`),
   rather than leaving the handshake to wait for a SETTINGS frame that will never come.
+- **A frame on a stream the client never opened is a connection error** (RFC 9113 §5.1.1,
+  §5.1: a frame other than PRIORITY on an idle stream): an even id (the server may open none,
+  push being off) or an odd id above the highest we opened. h2 would ignore a HEADERS frame on
+  an even id, and the call would wait out its deadline. A stream we opened and since reset or
+  finished is not idle: frames may still arrive for it a while, and are h2's to handle.
 
 - **GOAWAY is taken out.** h2 moves its whole connection to CLOSED on a received GOAWAY and from
   then on rejects every frame, including the responses of the streams the GOAWAY promised to
@@ -40,9 +45,13 @@ __all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames", 
 MAX_FRAME = 16384
 _FRAME_HEADER = 9
 _DATA = 0x0
+_PRIORITY = 0x2
 _SETTINGS = 0x4
 _GOAWAY = 0x7
+_CONTINUATION = 0x9
 _ACK = 0x1
+#: No stream id goes above this (31 bits).
+_TOP = 0x7FFFFFFF
 _NAMES = (
     "DATA",
     "HEADERS",
@@ -75,8 +84,9 @@ class DroppedData:
 
 
 class FrameError(Exception):
-    """A server preface that is not a SETTINGS frame, a malformed GOAWAY frame, or a frame
-    larger than we allow (a connection error of the peer)."""
+    """A server preface that is not a SETTINGS frame, a frame on a stream we never opened, a
+    malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
+    peer)."""
 
 
 class InboundFrames:
@@ -86,10 +96,16 @@ class InboundFrames:
     when its header is reached, after everything before it has been processed by the caller.
     """
 
-    __slots__ = ("_buffer", "_dropping", "_passthrough", "_preface", "awaiting_head")
+    __slots__ = ("_buffer", "_dropping", "_passthrough", "_preface", "awaiting_head", "opened")
 
-    def __init__(self, awaiting_head: Container[int], *, preface: bool = False) -> None:
+    def __init__(
+        self, awaiting_head: Container[int], *, preface: bool = False, opened: int = _TOP
+    ) -> None:
         self.awaiting_head = awaiting_head
+        #: The highest stream id the client opened (``Session.add`` raises it): a frame on an
+        #: odd id above it, or on any even id, is refused. The top by default: a feed that
+        #: does not track its streams (the unit tests') refuses even ids only.
+        self.opened = opened
         #: The first frame is still to come and must be a SETTINGS frame (the server's
         #: connection preface); false for a feed that starts after it (the unit tests').
         self._preface = preface
@@ -140,6 +156,17 @@ class InboundFrames:
                 raise FrameError(
                     f"the server sent a frame of {length} bytes, more than our "
                     f"SETTINGS_MAX_FRAME_SIZE ({MAX_FRAME})"
+                )
+            if (
+                stream_id
+                and (stream_id > self.opened or not stream_id & 1)
+                and kind <= _CONTINUATION
+                and kind != _PRIORITY
+            ):
+                name = _NAMES[kind]
+                raise FrameError(
+                    f"the server sent a {name} frame on stream {stream_id}, which the client "
+                    "never opened (RFC 9113 §5.1.1)"
                 )
             if kind == _GOAWAY:
                 if length < 8:
