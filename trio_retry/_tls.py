@@ -6,7 +6,10 @@ checks off and warns, loudly, every time a client is built that way. ``cert="cli
 ``cert=("client.crt", "client.key")`` or ``cert=("client.crt", "client.key", "password")``
 presents a client certificate (mutual TLS).
 
-For all of those the client builds, and so owns, its context, and sets its ALPN list on it.
+For all of those the client builds, and so owns, its context, and sets its ALPN list on it,
+and matches the host name against the certificate's subjectAltName only, never its subject's
+common name (``hostname_checks_common_name = False``, RFC 9525 §6.3: Python's default still
+falls back to the CN of a certificate without a DNS name).
 
 ``verify=ssl_context`` (or the older ``ssl_context=``) hands the client a context of the caller's.
 It is used exactly as given and never changed. Python cannot copy an ``SSLContext`` (no copy, no
@@ -92,6 +95,7 @@ def build_ssl_context(
             "verify= must be True, False, a CA bundle path (str) or an ssl.SSLContext, got "
             f"{type(verify).__name__}"
         )
+    context.hostname_checks_common_name = False
     if cert is not None:
         _load_cert(context, cert)
     context.set_alpn_protocols(alpn_protocols(http2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ssl
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,40 @@ async def test_a_proxy_that_closes_mid_handshake_is_not_sent(nursery: trio.Nurse
         with trio.fail_after(LIMIT), pytest.raises(trio_retry.ConnectFailed, match="closed") as e:
             await client.put("http://localhost/", content=b"x")
     _assert_not_sent_at_connect(e.value, FAST.max_attempts)
+
+
+@pytest.mark.parametrize(
+    ("userinfo", "replies", "which"),
+    [
+        ("", [b"\x04\x00"], "method selection"),  # SOCKS4's version: not "no auth"
+        ("u:p@", [b"\x05\x02", b"\x05\x00"], "username/password"),  # version 1 expected
+        ("", [b"\x05\x00", b"\x04\x00\x00\x01" + bytes(6)], "CONNECT"),
+    ],
+    ids=["greeting-v4", "auth-v5", "connect-v4"],
+)
+async def test_a_socks_reply_with_the_wrong_version_fails_at_once(
+    nursery: trio.Nursery, userinfo: str, replies: list[bytes], which: str
+) -> None:
+    """A greeting answered ``04 00`` was read as "no authentication": the client sent its
+    CONNECT and waited out its deadline, with a message that never named SOCKS."""
+
+    async def hostile(stream: trio.SocketStream) -> None:
+        for reply in replies:
+            await stream.receive_some(512)
+            await stream.send_all(reply)
+        while await stream.receive_some(512):
+            pass  # silent from here on
+
+    listeners = await nursery.start(partial(trio.serve_tcp, hostile, 0, host="127.0.0.1"))
+    port = listeners[0].socket.getsockname()[1]
+    proxy = f"socks5://{userinfo}127.0.0.1:{port}"
+    async with trio_retry.Client(retry=FAST, proxy=proxy) as client:
+        with trio.fail_after(2), pytest.raises(trio_retry.ConnectFailed) as info:
+            await client.post("http://127.0.0.1:9/", content=b"x")
+    error = info.value
+    _assert_not_sent_at_connect(error, FAST.max_attempts)
+    assert error.category is FailureCategory.CONNECT
+    assert f"malformed SOCKS5 {which} reply" in str(error)
 
 
 def test_socks_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

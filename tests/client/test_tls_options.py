@@ -4,6 +4,7 @@ cert= (mutual TLS), against the FaultServer on loopback with trustme certificate
 from __future__ import annotations
 
 import ssl
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,144 @@ def test_the_clients_own_context_verifies_by_default() -> None:
     assert owned
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname
+
+
+def test_every_context_the_client_builds_ignores_the_subject_cn(tmp_path: Path) -> None:
+    """RFC 9525 §6.3 on every context built here (the client's, the CLI's, the testing
+    helper's); a caller's own context is left as it was."""
+    import io
+
+    from trio_retry._cli.args import parse
+    from trio_retry._cli.main import _tls
+    from trio_retry._cli.output import Streams
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    built = [
+        build_ssl_context(True, None, http2=True)[0],
+        build_ssl_context(str(ca_file), None, http2=False)[0],
+        build_ssl_context(str(tmp_path), None, http2=False)[0],
+        FaultServer(tls=True).client_ssl_context(),
+    ]
+    with pytest.warns(InsecureTLSWarning):
+        built.append(build_ssl_context(False, None, http2=False)[0])
+    streams = Streams(io.StringIO(), io.StringIO())
+    for argv in (["--cacert", str(ca_file)], ["-k"]):
+        options = parse(["get", "https://example.test/", *argv])
+        context = _tls(options, streams)  # type: ignore[arg-type]
+        assert context is not None
+        built.append(context)
+    assert [c.hostname_checks_common_name for c in built] == [False] * len(built)
+
+    callers = ssl.create_default_context()
+    assert build_ssl_context(callers, None, http2=False) == (callers, False)
+    assert callers.hostname_checks_common_name is True  # never mutated
+
+
+def _cn_only_pki(tmp_path: Path, name: str) -> tuple[str, ssl.SSLContext]:
+    """A CA, and a server certificate it signed whose ``name`` is only in the subject's CN
+    (no subjectAltName: trustme always adds one, so both are made here). Returns the CA
+    file and a server context presenting the certificate."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "CN-only test CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_name)
+        .public_key(leaf_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    ca_file = tmp_path / "cn-only-ca.pem"
+    ca_file.write_bytes(ca_cert.public_bytes(pem))
+    chain = tmp_path / "cn-only-leaf.pem"
+    chain.write_bytes(
+        leaf.public_bytes(pem)
+        + leaf_key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(str(chain))
+    return str(ca_file), server
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+async def test_a_name_only_in_the_subject_cn_is_refused(
+    nursery: trio.Nursery, tmp_path: Path, host: str
+) -> None:
+    """RFC 9525 §6.3: a client matches names in subjectAltName only, never the subject's CN,
+    on every context it builds (``hostname_checks_common_name = False``)."""
+    ca_file, server_context = _cn_only_pki(tmp_path, host)
+    handshakes = 0
+
+    async def serve(stream: trio.SocketStream) -> None:
+        nonlocal handshakes
+        tls = trio.SSLStream(stream, server_context, server_side=True)
+        with trio.move_on_after(LIMIT):
+            try:
+                await tls.do_handshake()
+                handshakes += 1
+                await tls.receive_some(65536)
+                await tls.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    port = listeners[0].socket.getsockname()[1]
+    async with trio_retry.Client(retry=FAST, verify=ca_file) as client:
+        with trio.fail_after(2), pytest.raises(trio_retry.TLSFailed) as info:
+            await client.get(f"https://{host}:{port}/")
+    assert info.value.evidence is Evidence.NOT_SENT
+    assert info.value.category is FailureCategory.TLS_CERTIFICATE
+    assert len(info.value.attempts) == 1  # a certificate failure is permanent
+    assert handshakes == 0

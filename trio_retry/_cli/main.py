@@ -152,7 +152,9 @@ def _tls(opts: Options, streams: Streams) -> ssl.SSLContext | None:
     elif opts.key is not None:
         raise _usage(opts, "--key", f"{opts.key!r} given without --cert")
     if context is not None:
-        # The client uses a context it is given as is offer ALPN here.
+        # The client uses a context it is given as is: offer ALPN here, and match the host
+        # name in subjectAltName only, never the subject's CN (RFC 9525 §6.3).
+        context.hostname_checks_common_name = False
         context.set_alpn_protocols(["h2", "http/1.1"] if opts.http2 else ["http/1.1"])
     return context
 

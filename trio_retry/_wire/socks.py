@@ -3,7 +3,8 @@
 socksio (extra ``socks``) encodes the messages and tracks the protocol state; this module does
 the I/O. socksio parses each reply from exactly the bytes it is handed and keeps no buffer, so
 the reads here are framed: the fixed part of a reply first, then the rest its address type
-says, so a reply split across TCP segments parses the same.
+says, so a reply split across TCP segments parses the same. Each reply's version byte is
+checked here (socksio skips it on two of the three).
 
 Everything here happens before a byte of the request exists: every failure (the proxy
 refusing, asking for a method we do not offer, rejecting the credentials, failing to reach the
@@ -40,6 +41,18 @@ def _fail(message: str) -> WireError:
     return WireError(
         message, stage=Stage.CONNECT, evidence=Evidence.NOT_SENT, category=FailureCategory.CONNECT
     )
+
+
+def _versioned(reply: bytes, version: int, which: str, via: str) -> bytes:
+    """``reply`` if its first byte is ``version``: socksio reads a method selection reply's
+    method without looking at its version, so a SOCKS4 answer (``04 00``) would pass for "no
+    authentication" and the CONNECT that follows would wait for an answer that never comes."""
+    if reply[0] != version:
+        raise _fail(
+            f"the SOCKS proxy {via} answered with a malformed SOCKS5 {which} reply (version "
+            f"{reply[0]}, not {version}): is it a SOCKS5 proxy?"
+        )
+    return reply
 
 
 class _Reader:
@@ -87,12 +100,13 @@ async def socks5_handshake(
     try:
         conn.send(socks5.SOCKS5AuthMethodsRequest(methods))
         await stream.send_all(conn.data_to_send())
-        reply = conn.receive_data(await reader.exactly(2))
+        reply = conn.receive_data(_versioned(await reader.exactly(2), 5, "method selection", via))
         if reply.method == socks5.SOCKS5AuthMethod.USERNAME_PASSWORD and username is not None:
             user, secret = username.encode(), (password or "").encode()
             conn.send(socks5.SOCKS5UsernamePasswordRequest(user, secret))
             await stream.send_all(conn.data_to_send())
-            if not conn.receive_data(await reader.exactly(2)).success:
+            answer = _versioned(await reader.exactly(2), 1, "username/password", via)
+            if not conn.receive_data(answer).success:
                 raise _fail(f"the SOCKS proxy {via} rejected the username and password")
         elif reply.method != socks5.SOCKS5AuthMethod.NO_AUTH_REQUIRED:
             raise _fail(
@@ -110,7 +124,7 @@ async def socks5_handshake(
             socks5.SOCKS5CommandRequest.from_address(socks5.SOCKS5Command.CONNECT, (address, port))
         )
         await stream.send_all(conn.data_to_send())
-        head = await reader.exactly(4)
+        head = _versioned(await reader.exactly(4), 5, "CONNECT", via)
         atype = head[3:4]
         if atype == b"\x01":
             rest = await reader.exactly(4 + 2)

@@ -314,6 +314,7 @@ class FaultServer:
         if self._ca is None:
             raise RuntimeError("this FaultServer was created with tls=False")
         context = ssl.create_default_context()
+        context.hostname_checks_common_name = False  # RFC 9525 §6.3, as the client's own
         self._ca.configure_trust(context)
         offer_h2 = self.http2 if http2 is None else http2 and self.http2
         context.set_alpn_protocols(["h2", "http/1.1"] if offer_h2 else ["http/1.1"])

@@ -1,6 +1,15 @@
 """Inbound HTTP/2 bytes, cut at frame boundaries before h2 sees them.
 
-Three jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's):
+Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's):
+
+- **The server's preface is a SETTINGS frame** (RFC 9113 §3.4): a first frame of another kind,
+  or bytes that are not a frame at all, fail the connection at once (:class:`FrameError`),
+  rather than leaving the handshake to wait for a SETTINGS frame that will never come.
+- **A frame on a stream the client never opened is a connection error** (RFC 9113 §5.1.1,
+  §5.1: a frame other than PRIORITY on an idle stream): an even id (the server may open none,
+  push being off) or an odd id above the highest we opened. h2 would ignore a HEADERS frame on
+  an even id, and the call would wait out its deadline. A stream we opened and since reset or
+  finished is not idle: frames may still arrive for it a while, and are h2's to handle.
 
 - **GOAWAY is taken out.** h2 moves its whole connection to CLOSED on a received GOAWAY and from
   then on rejects every frame, including the responses of the streams the GOAWAY promised to
@@ -36,7 +45,25 @@ __all__ = ["MAX_FRAME", "DroppedData", "FrameError", "GoAway", "InboundFrames", 
 MAX_FRAME = 16384
 _FRAME_HEADER = 9
 _DATA = 0x0
+_PRIORITY = 0x2
+_SETTINGS = 0x4
 _GOAWAY = 0x7
+_CONTINUATION = 0x9
+_ACK = 0x1
+#: No stream id goes above this (31 bits).
+_TOP = 0x7FFFFFFF
+_NAMES = (
+    "DATA",
+    "HEADERS",
+    "PRIORITY",
+    "RST_STREAM",
+    "SETTINGS",
+    "PUSH_PROMISE",
+    "PING",
+    "GOAWAY",
+    "WINDOW_UPDATE",
+    "CONTINUATION",
+)
 _HEAD = struct.Struct(">IBI")  # 24-bit length + 8-bit type, flags, R + 31-bit stream id
 _GOAWAY_FIELDS = struct.Struct(">II")  # last-stream-id, error code
 
@@ -57,7 +84,8 @@ class DroppedData:
 
 
 class FrameError(Exception):
-    """A malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
+    """A server preface that is not a SETTINGS frame, a frame on a stream we never opened, a
+    malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
     peer)."""
 
 
@@ -68,10 +96,19 @@ class InboundFrames:
     when its header is reached, after everything before it has been processed by the caller.
     """
 
-    __slots__ = ("_buffer", "_dropping", "_passthrough", "awaiting_head")
+    __slots__ = ("_buffer", "_dropping", "_passthrough", "_preface", "awaiting_head", "opened")
 
-    def __init__(self, awaiting_head: Container[int]) -> None:
+    def __init__(
+        self, awaiting_head: Container[int], *, preface: bool = False, opened: int = _TOP
+    ) -> None:
         self.awaiting_head = awaiting_head
+        #: The highest stream id the client opened (``Session.add`` raises it): a frame on an
+        #: odd id above it, or on any even id, is refused. The top by default: a feed that
+        #: does not track its streams (the unit tests') refuses even ids only.
+        self.opened = opened
+        #: The first frame is still to come and must be a SETTINGS frame (the server's
+        #: connection preface); false for a feed that starts after it (the unit tests').
+        self._preface = preface
         self._buffer = bytearray()  # an incomplete frame header (or GOAWAY) from the last read
         self._passthrough = 0  # bytes of the current frame still to hand on
         self._dropping = False  # ... or to skip (a dropped DATA frame)
@@ -102,15 +139,34 @@ class InboundFrames:
                 self._dropping = False
                 continue
             if end - pos < _FRAME_HEADER:
+                if self._preface and end - pos >= 4 and data[pos + 3] != _SETTINGS:
+                    # Four bytes tell the preface's frame type: a short answer that is no
+                    # frame at all ("OK\r\n") fails now rather than waiting for five more.
+                    raise FrameError(_not_preface(data[pos + 3], 0))
                 break
-            head, _flags, stream_id = _HEAD.unpack_from(data, pos)
+            head, flags, stream_id = _HEAD.unpack_from(data, pos)
             length = head >> 8
             kind = head & 0xFF
             stream_id &= 0x7FFFFFFF
+            if self._preface:
+                if kind != _SETTINGS or flags & _ACK or stream_id:
+                    raise FrameError(_not_preface(kind, flags))
+                self._preface = False
             if length > MAX_FRAME:
                 raise FrameError(
                     f"the server sent a frame of {length} bytes, more than our "
                     f"SETTINGS_MAX_FRAME_SIZE ({MAX_FRAME})"
+                )
+            if (
+                stream_id
+                and (stream_id > self.opened or not stream_id & 1)
+                and kind <= _CONTINUATION
+                and kind != _PRIORITY
+            ):
+                name = _NAMES[kind]
+                raise FrameError(
+                    f"the server sent a {name} frame on stream {stream_id}, which the client "
+                    "never opened (RFC 9113 §5.1.1)"
                 )
             if kind == _GOAWAY:
                 if length < 8:
@@ -136,6 +192,19 @@ class InboundFrames:
             self._passthrough = _FRAME_HEADER + length
         if pos < end:
             self._buffer += data[pos:]  # kept until the rest of the frame header arrives
+
+
+def _not_preface(kind: int, flags: int) -> str:
+    if kind == _SETTINGS:
+        what = "a SETTINGS ACK" if flags & _ACK else "a SETTINGS frame on a stream"
+    elif kind < len(_NAMES):
+        what = f"a {_NAMES[kind]} frame"
+    else:
+        what = f"an unknown frame type {kind:#x}: not HTTP/2"
+    return (
+        "the server's connection preface is not a SETTINGS frame (RFC 9113 §3.4): its first "
+        f"frame reads as {what}"
+    )
 
 
 def code_name(code: int) -> str:

@@ -91,7 +91,7 @@ class Session:
         #: The streams whose final head has not arrived (DATA for them is a stream error).
         self.awaiting_head: set[int] = set()
         #: Inbound bytes cut at frame boundaries (``frames.py``), read by the reader only.
-        self.frames = InboundFrames(self.awaiting_head)
+        self.frames = InboundFrames(self.awaiting_head, preface=True, opened=0)
         #: Where requests wait for a free stream slot.
         self.capacity = trio.lowlevel.ParkingLot()
         self.settings_received = False
@@ -131,6 +131,7 @@ class Session:
         """``stream``'s HEADERS are queued: it counts from now on, awaiting its head."""
         self.streams[stream.stream_id] = stream
         self.awaiting_head.add(stream.stream_id)
+        self.frames.opened = stream.stream_id  # ids only go up
         self.requests += 1
 
     def consumed(self, stream_id: int, flow_controlled: int) -> None:
