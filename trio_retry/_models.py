@@ -16,6 +16,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
 
+import idna
+
 from ._core.attempt import Attempt
 from ._core.errors import InvalidRequest, ResponseNotJSON, TrioRetryError
 from ._core.evidence import Evidence, FailureCategory
@@ -56,6 +58,28 @@ _USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
 def _shown(url: str) -> str:
     """The URL as it may appear in an error: any user:password@ part redacted."""
     return repr(_USERINFO.sub("[redacted]@", url))
+
+
+def _a_label(host: str, url: str) -> str:
+    """The host as sent: an internationalised name in its IDNA A-label form (IDNA 2008 with the
+    UTS #46 mapping: ``bücher.example`` -> ``xn--bcher-kva.example``); an ASCII name (or IP
+    literal) as it is, after a cheap check of its labels (no idna call)."""
+    if host.isascii():
+        if ":" in host:  # an IPv6 literal (urlsplit checked the brackets)
+            return host
+        labels = (host[:-1] if host.endswith(".") else host).split(".")
+        if len(host) <= 253 and all(0 < len(label) <= 63 for label in labels):
+            return host
+        raise _invalid(
+            f"URL host {host!r} is not a valid host name (an empty label, a label over 63 "
+            f"characters, or over 253 in all): {_shown(url)}"
+        )
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except UnicodeError as exc:  # idna.IDNAError included
+        raise _invalid(
+            f"URL host {host!r} cannot be encoded as an IDNA host name ({exc}): {_shown(url)}"
+        ) from None
 
 
 def _invalid(message: str) -> InvalidRequest:
@@ -115,7 +139,12 @@ class StageTimeouts:
 
 
 class URL:
-    """An absolute ``http``/``https`` URL, validated and split once."""
+    """An absolute ``http``/``https`` URL, validated and split once.
+
+    An internationalised host name is converted to its IDNA A-label form when the URL is
+    parsed (``http://bücher.example/`` is ``http://xn--bcher-kva.example/``): ``host``, the
+    ``Host`` header, the origin, SNI, certificate checks and ``str()`` all use that form.
+    """
 
     __slots__ = ("_parts", "host", "host_header", "origin", "port", "scheme", "target")
 
@@ -157,6 +186,12 @@ class URL:
             raise _invalid(f"URL has no host: {_shown(url)}")
         if parts.username is not None or parts.password is not None:
             raise _invalid("credentials in the URL are not supported; use auth=BasicAuth(...)")
+        international = not host.isascii()
+        host = _a_label(host, url)
+        if international:  # str(url) shows the A-label too
+            userinfo, at, hostport = parts.netloc.rpartition("@")
+            port_text = f":{hostport.rpartition(':')[2]}" if port is not None else ""
+            parts = parts._replace(netloc=f"{userinfo}{at}{host}{port_text}")
         self._parts = parts
         self.scheme = scheme
         self.host = host
