@@ -164,7 +164,7 @@ class AttemptRun:
         url = request.url
         trace.current = trace.attempt(
             method=request.method,
-            url=str(url),
+            url=format(url),  # without the userinfo
             scheme=url.scheme,
             host=url.host,
             port=url.port,
@@ -285,7 +285,7 @@ class AttemptRun:
             if wire_request is None or not fixed_headers(rt, request, via_proxy):
                 headers = await attempt_headers(rt, request, progress, via_proxy, self.number)
                 body, length = request.body.opened_in_memory() or await request.body.open()
-                target = str(url) if via_proxy else url.target
+                target = url.without_userinfo() if via_proxy else url.target
                 wire_request = WireRequest(request.method, target, headers, body, length)
                 if (
                     memo is not None
