@@ -47,6 +47,7 @@ from ._errors import HTTPStatusError as HTTPStatusError
 from ._errors import InvalidRequest as InvalidRequest
 from ._errors import PoolTimeout as PoolTimeout
 from ._errors import ProtocolFailed as ProtocolFailed
+from ._errors import RejectReason as RejectReason
 from ._errors import RequestFailed as RequestFailed
 from ._errors import ResponseNotJSON as ResponseNotJSON
 from ._errors import TLSFailed as TLSFailed
@@ -105,6 +106,7 @@ __all__ = [
     "PoolTimeout",
     "ProtocolFailed",
     "RefreshableAuth",
+    "RejectReason",
     "Reopenable",
     "RequestAuth",
     "Replayability",

@@ -11,7 +11,7 @@
     │   ├── DeadlineExceeded          the call's deadline (or a stage timeout) fired
     │   ├── ConnectionBroken          reset, EOF or write error on an established connection
     │   ├── ProtocolFailed            the peer broke HTTP (or we would have)
-    │   └── AdmissionRejected         draining, bulkhead, circuit breaker open, throttled
+    │   └── AdmissionRejected         draining, bulkhead, circuit breaker open, throttled (.reason)
     ├── HttpAmbiguousExecutionError   a non-idempotent request may have run: NOT a RequestFailed
     ├── HTTPStatusError               raise_for_status() on a status >= 400
     ├── TooManyRedirects              more than max_redirects hops
@@ -43,6 +43,7 @@ from ._core.errors import DeadlineExceeded as DeadlineExceeded
 from ._core.errors import InvalidRequest as InvalidRequest
 from ._core.errors import PoolTimeout as PoolTimeout
 from ._core.errors import ProtocolFailed as ProtocolFailed
+from ._core.errors import RejectReason as RejectReason
 from ._core.errors import RequestFailed as RequestFailed
 from ._core.errors import ResponseNotJSON as ResponseNotJSON
 from ._core.errors import TLSFailed as TLSFailed
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidRequest",
     "PoolTimeout",
     "ProtocolFailed",
+    "RejectReason",
     "RequestFailed",
     "TLSFailed",
     "TooManyRedirects",

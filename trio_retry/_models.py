@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
-from urllib.parse import SplitResult, quote, urlencode, urljoin, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlencode, urljoin, urlsplit
+
+import idna
 
 from ._core.attempt import Attempt
 from ._core.errors import InvalidRequest, ResponseNotJSON, TrioRetryError
@@ -56,6 +58,28 @@ _USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
 def _shown(url: str) -> str:
     """The URL as it may appear in an error: any user:password@ part redacted."""
     return repr(_USERINFO.sub("[redacted]@", url))
+
+
+def _a_label(host: str, url: str) -> str:
+    """The host as sent: an internationalised name in its IDNA A-label form (IDNA 2008 with the
+    UTS #46 mapping: ``bücher.example`` -> ``xn--bcher-kva.example``); an ASCII name (or IP
+    literal) as it is, after a cheap check of its labels (no idna call)."""
+    if host.isascii():
+        if ":" in host:  # an IPv6 literal (urlsplit checked the brackets)
+            return host
+        labels = (host[:-1] if host.endswith(".") else host).split(".")
+        if len(host) <= 253 and all(0 < len(label) <= 63 for label in labels):
+            return host
+        raise _invalid(
+            f"URL host {host!r} is not a valid host name (an empty label, a label over 63 "
+            f"characters, or over 253 in all): {_shown(url)}"
+        )
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except UnicodeError as exc:  # idna.IDNAError included
+        raise _invalid(
+            f"URL host {host!r} cannot be encoded as an IDNA host name ({exc}): {_shown(url)}"
+        ) from None
 
 
 def _invalid(message: str) -> InvalidRequest:
@@ -115,9 +139,29 @@ class StageTimeouts:
 
 
 class URL:
-    """An absolute ``http``/``https`` URL, validated and split once."""
+    """An absolute ``http``/``https`` URL, validated and split once.
 
-    __slots__ = ("_parts", "host", "host_header", "origin", "port", "scheme", "target")
+    An internationalised host name is converted to its IDNA A-label form when the URL is
+    parsed (``http://bücher.example/`` is ``http://xn--bcher-kva.example/``): ``host``, the
+    ``Host`` header, the origin, SNI, certificate checks and ``str()`` all use that form.
+
+    Userinfo (``https://user:pass@host/``) is the call's ``BasicAuth`` (``credentials``,
+    percent-decoded): it is never part of ``target`` nor of the ``Host`` header. ``str()``
+    keeps it, for the caller's own use; ``repr()`` and ``format()`` (so every f-string of an
+    error message) show ``[redacted]@`` instead.
+    """
+
+    __slots__ = (
+        "_parts",
+        "_shown",
+        "credentials",
+        "host",
+        "host_header",
+        "origin",
+        "port",
+        "scheme",
+        "target",
+    )
 
     _parts: SplitResult
     scheme: str
@@ -127,6 +171,9 @@ class URL:
     target: str
     #: The ``Host`` header value: the host (IPv6 in brackets), and the port unless default.
     host_header: str
+    #: The URL's ``(user, password)``, percent-decoded (``""`` for a missing password), or None.
+    credentials: tuple[str, str] | None
+    _shown: str | None  # the text without its userinfo, when it has some
 
     def __init__(self, url: str | URL) -> None:
         if isinstance(url, URL):
@@ -134,6 +181,7 @@ class URL:
             self.scheme, self.host, self.port = url.scheme, url.host, url.port
             self.origin, self.target = url.origin, url.target
             self.host_header = url.host_header
+            self.credentials, self._shown = url.credentials, url._shown
             return
         if not isinstance(url, str):
             raise _invalid(f"URL must be a str, got {type(url).__name__}")
@@ -155,8 +203,18 @@ class URL:
         host = parts.hostname
         if not host:
             raise _invalid(f"URL has no host: {_shown(url)}")
-        if parts.username is not None or parts.password is not None:
-            raise _invalid("credentials in the URL are not supported; use auth=BasicAuth(...)")
+        international = not host.isascii()
+        host = _a_label(host, url)
+        if international:  # str(url) shows the A-label too
+            userinfo, at, hostport = parts.netloc.rpartition("@")
+            port_text = f":{hostport.rpartition(':')[2]}" if port is not None else ""
+            parts = parts._replace(netloc=f"{userinfo}{at}{host}{port_text}")
+        if "@" in parts.netloc:
+            self.credentials = (unquote(parts.username or ""), unquote(parts.password or ""))
+            hostport = parts.netloc.rpartition("@")[2]
+            self._shown = parts._replace(netloc=f"[redacted]@{hostport}").geturl()
+        else:
+            self.credentials = self._shown = None
         self._parts = parts
         self.scheme = scheme
         self.host = host
@@ -192,11 +250,21 @@ class URL:
         """Resolve ``url`` against this one (RFC 3986)."""
         return URL(urljoin(str(self), url))
 
+    def without_userinfo(self) -> str:
+        """The URL as text without its userinfo (a proxy's absolute-form request target)."""
+        if self._shown is None:
+            return self._parts.geturl()
+        return self._parts._replace(netloc=self._parts.netloc.rpartition("@")[2]).geturl()
+
     def __str__(self) -> str:
         return self._parts.geturl()
 
+    def __format__(self, spec: str) -> str:
+        # Messages, reprs and logs format URLs: the userinfo never shows there.
+        return format(self._parts.geturl() if self._shown is None else self._shown, spec)
+
     def __repr__(self) -> str:
-        return f"URL({str(self)!r})"
+        return f"URL({format(self)!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, URL) and str(self) == str(other)

@@ -56,10 +56,44 @@ async def test_drain_ends_waiting_calls_at_once(
     assert (queued.evidence, queued.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
     assert [a.stage for a in queued.attempts] == [stage]
     assert "draining" in str(queued)
+    assert queued.reason is trio_retry.RejectReason.DRAINING
     assert ended["queued"] == pytest.approx(0.3, abs=0.001)  # at once, not after the holder
     # The attempt already on the wire finished as it would have.
     assert isinstance(outcomes["holder"], trio_retry.Response)
     assert ended["holder"] == pytest.approx(1.0, abs=0.01)
+    assert [r.path for r in server.requests] == ["/holder"]
+
+
+@pytest.mark.parametrize("waiting_for", ["bulkhead permit", "pooled connection"])
+async def test_closing_refuses_waiting_calls_as_closed(
+    server: FaultServer, autojump_clock: trio.testing.MockClock, waiting_for: str
+) -> None:
+    server.default = Stall(1.0)
+    if waiting_for == "bulkhead permit":
+        options: dict[str, Any] = {"upstreams": {server.url: Upstream(max_concurrency=1)}}
+    else:
+        options = {"max_connections": 1}
+    outcomes: dict[str, Any] = {}
+
+    async def call(client: trio_retry.Client, name: str, delay: float) -> None:
+        await trio.sleep(delay)
+        try:
+            outcomes[name] = await client.get(server.url + "/" + name, deadline=30)
+        except trio_retry.TrioRetryError as exc:
+            outcomes[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        async with trio_retry.Client(retry=SINGLE, **options) as client:
+            nursery.start_soon(call, client, "holder", 0.0)
+            nursery.start_soon(call, client, "queued", 0.1)
+            await trio.sleep(0.3)
+        # (the client closed under both calls)
+    queued = outcomes["queued"]
+    assert isinstance(queued, trio_retry.AdmissionRejected), queued
+    assert queued.reason is trio_retry.RejectReason.CLOSED
+    assert queued.evidence is Evidence.NOT_SENT
+    assert "the client is closed" in str(queued)
+    assert not isinstance(outcomes["holder"], trio_retry.AdmissionRejected)
     assert [r.path for r in server.requests] == ["/holder"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_retry import Headers, Response
+from trio_retry import Evidence, Headers, InvalidRequest, Response
 from trio_retry._models import URL
 
 
@@ -63,3 +63,60 @@ def test_the_host_header_of_a_url(url: str, host: str) -> None:
     assert URL(url).host_header == host
     assert URL(URL(url)).host_header == host
     assert URL(url).with_params({"k": "v"}).host_header == host
+
+
+# -- internationalised host names (SPEC §17): the IDNA A-label from parsing on ------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "shown"),
+    [
+        ("http://bücher.example/", "xn--bcher-kva.example", "http://xn--bcher-kva.example/"),
+        ("http://BÜCHER.example/", "xn--bcher-kva.example", "http://xn--bcher-kva.example/"),
+        # IDNA 2008 (UTS #46, nontransitional): ß is kept, not mapped to "ss" as IDNA 2003 does
+        ("https://straße.de:8443/p?q=1", "xn--strae-oqa.de", "https://xn--strae-oqa.de:8443/p?q=1"),
+        ("http://例え.テスト./", "xn--r8jz45g.xn--zckzah.", "http://xn--r8jz45g.xn--zckzah./"),
+    ],
+)
+def test_an_international_host_is_its_a_label(url: str, host: str, shown: str) -> None:
+    parsed = URL(url)
+    assert parsed.host == host
+    assert parsed.origin.host == host
+    port = parsed.port
+    assert parsed.host_header == (host if port in (80, 443) else f"{host}:{port}")
+    assert str(parsed) == shown  # str() and Response.url show the A-label too
+    assert URL(str(parsed)) == parsed == URL(parsed)
+    assert parsed.join("/other").host == host
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["a.test", "127.0.0.1", "[::1]", "example.com.", "_srv.example", "xn--bcher-kva.example"],
+)
+def test_an_ascii_host_is_kept_without_idna(host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import idna
+
+    def refuse(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("idna called for an ASCII host")
+
+    monkeypatch.setattr(idna, "encode", refuse)
+    assert URL(f"http://{host}/").host == host.strip("[]")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://a..b/",
+        "http://.a/",
+        "http://" + "x" * 64 + ".example/",
+        "http://" + ".".join(["abcdefghi"] * 26) + "/",  # over 253 characters
+        "http://☃.net/",  # a code point IDNA 2008 disallows
+        "http://bücher..example/",
+        "http://ü" + "x" * 63 + ".example/",
+    ],
+)
+def test_a_host_that_cannot_be_encoded_is_invalid_request(url: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        URL(url)
+    assert caught.value.evidence is Evidence.NOT_SENT
+    assert "host" in str(caught.value)

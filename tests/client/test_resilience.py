@@ -20,6 +20,7 @@ from trio_retry import (
     CircuitState,
     Evidence,
     Hedging,
+    RejectReason,
     RetryBudget,
     RetryPolicy,
     Stage,
@@ -243,6 +244,7 @@ async def test_throttle_rejects_not_sent_when_the_wait_would_cross_the_deadline(
     assert error.evidence is Evidence.NOT_SENT
     assert error.attempts[-1].stage == Stage.ADMISSION
     assert "adaptive throttle" in str(error)
+    assert error.reason is RejectReason.THROTTLED
     assert len(server.requests) == received + 1  # the rejected call never reached it
     assert waited == pytest.approx(2.0, abs=0.01)
 
@@ -279,6 +281,7 @@ async def test_breaker_fails_fast_not_sent_while_down_and_recovers(
         assert error.evidence is Evidence.NOT_SENT
         assert error.attempts[-1].stage == Stage.ADMISSION
         assert "circuit breaker of orders-api is open" in str(error)
+        assert error.reason is RejectReason.BREAKER_OPEN
         # After the cool-down one probe goes; it fails: open again, for twice as long.
         await trio.sleep(1.0)
         assert client.upstream_status(server.url).circuit is CircuitState.HALF_OPEN
@@ -303,6 +306,7 @@ async def test_breaker_opens_on_connect_failures(autojump_clock: trio.testing.Mo
             await client.get(url)  # attempt 1 and 2 fail to connect; 3 is rejected
     attempts = info.value.attempts
     assert [a.stage for a in attempts] == [Stage.CONNECT, Stage.CONNECT, Stage.ADMISSION]
+    assert info.value.reason is RejectReason.BREAKER_OPEN
     assert all(a.evidence is Evidence.NOT_SENT for a in attempts)
 
 

@@ -281,6 +281,7 @@ async def test_a_full_bulkhead_queue_rejects_at_once_without_sending(
     assert shed.attempts[0].stage is Stage.ADMISSION
     assert "bulkhead" in str(shed)
     assert "max_queue=1" in str(shed)
+    assert shed.reason is trio_retry.RejectReason.BULKHEAD_FULL
     assert ended["shed"] == pytest.approx(0.2, abs=0.01)  # at once, not after a wait
     assert isinstance(outcomes["holder"], trio_retry.Response)
     assert isinstance(outcomes["queued"], trio_retry.Response)
@@ -318,6 +319,7 @@ async def test_drain_ends_calls_in_backoff_and_refuses_new_ones(
     assert result[0].retry_decision == RetryDenied.runtime_draining()
     assert info.value.evidence is Evidence.NOT_SENT
     assert info.value.category is FailureCategory.ADMISSION
+    assert info.value.reason is trio_retry.RejectReason.DRAINING
     assert len(server.requests) == 1
 
 

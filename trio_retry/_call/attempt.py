@@ -46,6 +46,7 @@ from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
 from .._core.breaker import BreakerVerdict
 from .._core.decision import Decision
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
@@ -164,7 +165,7 @@ class AttemptRun:
         url = request.url
         trace.current = trace.attempt(
             method=request.method,
-            url=str(url),
+            url=format(url),  # without the userinfo
             scheme=url.scheme,
             host=url.host,
             port=url.port,
@@ -229,11 +230,11 @@ class AttemptRun:
         timed_out = bound.expired and (scope is not None or self.error is not None)
         if scope is not None and rt.drained and progress in rt.drained:
             rt.drained.discard(progress)
-            if timed_out and not rt.closed:
-                # drain() ended it while it waited for a permit or a pooled connection;
-                # nothing was sent (see Runtime.drain). Not retried.
+            if timed_out:
+                # drain() (aclose() too) ended it while it waited for a permit or a pooled
+                # connection; nothing was sent (see Runtime.drain). Not retried.
                 self.response = None
-                self.error = _drained(self.request, progress)
+                self.error = _drained(self.request, progress, closed=rt.closed)
                 return
         if not timed_out:
             return
@@ -285,7 +286,7 @@ class AttemptRun:
             if wire_request is None or not fixed_headers(rt, request, via_proxy):
                 headers = await attempt_headers(rt, request, progress, via_proxy, self.number)
                 body, length = request.body.opened_in_memory() or await request.body.open()
-                target = str(url) if via_proxy else url.target
+                target = url.without_userinfo() if via_proxy else url.target
                 wire_request = WireRequest(request.method, target, headers, body, length)
                 if (
                     memo is not None
@@ -513,12 +514,16 @@ async def attempt_headers(
     return headers
 
 
-def _drained(request: PreparedRequest, progress: AttemptProgress) -> WireError:
+def _drained(
+    request: PreparedRequest, progress: AttemptProgress, closed: bool = False
+) -> WireError:
     return WireError(
-        f"{request.method} {request.url} not admitted: the client is draining (the attempt "
-        f"was still waiting at {progress.stage})",
+        f"{request.method} {request.url} not admitted: the client is "
+        f"{'closed' if closed else 'draining'} (the attempt was still waiting at "
+        f"{progress.stage})",
         stage=progress.stage,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
         ends_call=True,
+        reason=RejectReason.CLOSED if closed else RejectReason.DRAINING,
     )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, is_ambiguous
+from .._core.errors import RejectReason
 from .._core.evidence import FailureCategory
 from .._errors import (
     AdmissionRejected,
@@ -100,14 +101,26 @@ def failure(
         category = last.category or FailureCategory.CONNECTION_BROKEN
         kind = FAILURE_TYPES[category]
         count = len(attempts)
-        exc = kind(
+        message = (
             f"{request.method} {request.url} failed after {count} attempt"
-            f"{'s' if count != 1 else ''}: {error}",
-            evidence=evidence,
-            attempts=attempts,
-            decision=decision,
-            category=category,
+            f"{'s' if count != 1 else ''}: {error}"
         )
+        if kind is AdmissionRejected:
+            # Where the refusal happened says why; an ADMISSION error that does not (HTTP/2's
+            # "closed while connecting") is the client closing.
+            reason = error.reason if isinstance(error, WireError) else None
+            exc = AdmissionRejected(
+                message,
+                reason=reason or RejectReason.CLOSED,
+                evidence=evidence,
+                attempts=attempts,
+                decision=decision,
+                category=category,
+            )
+        else:
+            exc = kind(
+                message, evidence=evidence, attempts=attempts, decision=decision, category=category
+            )
     # The underlying OS / protocol error when there is one; the wire's own error otherwise.
     cause = error.__cause__ if isinstance(error, WireError) else None
     exc.__cause__ = cause if cause is not None else error

@@ -46,6 +46,7 @@ from .._core.engine import (
     build_context,
     not_consulted,
 )
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.hedging import HedgeLedger
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
@@ -112,8 +113,11 @@ async def send(
     ``first_hop``: the request was prepared just now, so its ``started`` is also the start of
     its first attempt (one clock read fewer); a redirect hop reads the clock."""
     if rt.draining:  # 1. admission
+        closed = rt.closed  # (a redirect hop after aclose())
         raise AdmissionRejected(
-            f"{request.method} {request.url} not admitted: the client is draining",
+            f"{request.method} {request.url} not admitted: the client is "
+            + ("closed" if closed else "draining"),
+            reason=RejectReason.CLOSED if closed else RejectReason.DRAINING,
             evidence=Evidence.NOT_SENT,
             category=FailureCategory.ADMISSION,
         )

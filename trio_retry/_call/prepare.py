@@ -358,13 +358,15 @@ def prepare(
 
 
 def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None:
-    """The call's ``auth=``, else the client's, else (``trust_env``) the netrc entry of the
-    URL's host."""
+    """The call's ``auth=``, else the client's, else the URL's userinfo (``BasicAuth``), else
+    (``trust_env``) the netrc entry of the URL's host."""
     if auth is not None:
         try:
             return coerce_auth(auth, "auth")
         except TypeError as exc:  # a call-time mistake: refused before any I/O (SPEC §11)
             raise _invalid(str(exc)) from None
+    if config.auth is None and url.credentials is not None:  # the client's auth= wins, as in httpx
+        return BasicAuth(*url.credentials)
     if config.auth is not None or not config.trust_env:
         return config.auth
     try:

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 import trio
 
 from .._core.breaker import BreakerState, BreakerVerdict, CircuitState, health_of
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.hedging import HedgeLedger, Hedging
 from .._core.policy import Upstream
@@ -74,13 +75,14 @@ class UpstreamStatus:
     hedges_in_window: int = 0
 
 
-def _rejected(message: str) -> WireError:
+def _rejected(message: str, reason: RejectReason) -> WireError:
     return WireError(
         message,
         stage=Stage.ADMISSION,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
         ends_call=True,
+        reason=reason,
     )
 
 
@@ -120,7 +122,8 @@ class Guard:
             if not verdict.admitted:
                 raise _rejected(
                     f"{what} not admitted: the circuit breaker of {self.name} is "
-                    f"{verdict.state} ({verdict}; opened {self.breaker.openings} times)"
+                    f"{verdict.state} ({verdict}; opened {self.breaker.openings} times)",
+                    RejectReason.BREAKER_OPEN,
                 )
         if self.throttle is not None:
             limit = min(deadline, trio.current_effective_deadline())
@@ -132,7 +135,8 @@ class Guard:
                     f"{what} not admitted: the adaptive throttle of {self.origin} sends "
                     f"{wait.rate:.3g} requests/s and the next slot is {wait.wait:.3f}s away, "
                     "past the call's deadline"
-                    + (" or max_wait" if self.throttle.config.max_wait is not None else "")
+                    + (" or max_wait" if self.throttle.config.max_wait is not None else ""),
+                    RejectReason.THROTTLED,
                 )
             if wait.wait > 0:
                 try:

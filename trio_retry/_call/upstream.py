@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.policy import Upstream
 from .._models import Origin
@@ -104,6 +105,7 @@ async def admit(state: UpstreamState, what: Callable[[], str], origin: Origin) -
             stage=Stage.ADMISSION,
             evidence=Evidence.NOT_SENT,
             category=FailureCategory.ADMISSION,
+            reason=RejectReason.BULKHEAD_FULL,
         )
     state.waiting += 1
     try:

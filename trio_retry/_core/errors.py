@@ -5,6 +5,7 @@ carry a response, is in ``trio_retry._errors``). Pure values: no I/O.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 
 from .attempt import Attempt
@@ -20,6 +21,7 @@ __all__ = [
     "InvalidRequest",
     "PoolTimeout",
     "ProtocolFailed",
+    "RejectReason",
     "RequestFailed",
     "TLSFailed",
     "TrioRetryError",
@@ -98,10 +100,44 @@ class ProtocolFailed(RequestFailed):
     (``LOCAL_PROTOCOL``)."""
 
 
+class RejectReason(enum.Enum):
+    """Why a call was refused at admission (``AdmissionRejected.reason``)."""
+
+    #: ``Client.drain()`` was called: no new call, nor one still waiting, is admitted.
+    DRAINING = "draining"
+    #: The upstream's bulkhead is full and ``Upstream.max_queue`` calls already wait.
+    BULKHEAD_FULL = "bulkhead_full"
+    #: The upstream's circuit breaker is open (or half-open with its probes taken).
+    BREAKER_OPEN = "breaker_open"
+    #: The adaptive throttle's next slot is past the call's deadline (or ``max_wait``).
+    THROTTLED = "throttled"
+    #: The client closed (``aclose()``) while the call waited to be admitted.
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class AdmissionRejected(RequestFailed):
     """The call was not admitted, so nothing was sent: the client is draining or closed, the
     bulkhead's queue is full, the upstream's circuit breaker is open (the message names the
-    breaker), or the adaptive throttle's next slot is past the deadline."""
+    breaker), or the adaptive throttle's next slot is past the deadline. ``.reason`` (a
+    :class:`RejectReason`) says which."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: RejectReason,
+        evidence: Evidence = Evidence.NOT_SENT,
+        attempts: Sequence[Attempt] = (),
+        decision: Decision | None = None,
+        category: FailureCategory | None = None,
+    ) -> None:
+        super().__init__(
+            message, evidence=evidence, attempts=attempts, decision=decision, category=category
+        )
+        self.reason = reason
 
 
 class ClientStateError(TrioRetryError, RuntimeError):

@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 import trio
 
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .pool_book import PoolBook
 from .pool_ledger import (
@@ -298,6 +299,7 @@ class ConnectionPool:
                 stage=progress.stage,
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.ADMISSION,
+                reason=RejectReason.CLOSED,
             )
         return conn
 

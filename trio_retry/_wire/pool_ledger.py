@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import trio
 
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .progress import AttemptProgress, WireError
 
@@ -424,4 +425,5 @@ def closed_error() -> WireError:
         stage=Stage.POOL,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
+        reason=RejectReason.CLOSED,
     )

@@ -12,6 +12,7 @@ guess, and nothing upstream may "upgrade" it (only the wire proves ``NOT_SENT``)
 
 from __future__ import annotations
 
+from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
 
 __all__ = ["AttemptProgress", "WireError"]
@@ -90,6 +91,7 @@ class WireError(Exception):
         category: FailureCategory,
         ends_call: bool = False,
         reconnect: bool = False,
+        reason: RejectReason | None = None,
     ) -> None:
         super().__init__(message)
         self.stage = stage
@@ -97,6 +99,8 @@ class WireError(Exception):
         self.category = category
         self.ends_call = ends_call
         self.reconnect = reconnect
+        #: Why an ``ADMISSION`` failure refused the call (``AdmissionRejected.reason``).
+        self.reason = reason
 
     @classmethod
     def at(
