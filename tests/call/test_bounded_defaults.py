@@ -359,18 +359,22 @@ async def test_h2_an_undrained_post_is_ambiguous_at_the_write_bound(
 async def test_h2_the_writers_stall_bound_is_the_write_limit(
     server: FaultServer, mode: str, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """The writer's stall bound follows ``StageTimeouts.write`` (here 5 s), so the explicit
-    way out (``write=None``) leaves it unbounded too; without a client's clock (a connection
-    made directly) it is ``STALL_TIMEOUT``."""
-    server.route("PUT", "/up", StopReading(seconds=FOREVER))
-    limits = StageTimeouts(connect=10, tls=10, write=5.0, first_byte=30, read=30)
-    async with trio_retry.Client(
-        http2_prior_knowledge=True, retry=ONCE, stage_timeouts=limits
-    ) as client:
-        with trio.fail_after(LIMIT), pytest.raises(trio_retry.DeadlineExceeded):
-            await client.put(server.url + "/up", content=BIG)
-        elapsed = trio.current_time()
-    assert 5.0 <= elapsed < 6.0
+    """The writer's stall bound follows ``StageTimeouts.write`` (here 5 s); with no write
+    limit it stays ``STALL_TIMEOUT`` (10 s), a connection-level safety bound, so a partial
+    ``StageTimeouts`` never leaves an HTTP/2 upload to a deaf server waiting forever."""
+    for write, ends in ((5.0, 5.0), (None, STALL_TIMEOUT)):
+        server.route("PUT", "/up", StopReading(seconds=FOREVER))
+        limits = StageTimeouts(connect=10, tls=10, write=write, first_byte=30, read=30)
+        async with trio_retry.Client(
+            http2_prior_knowledge=True, retry=ONCE, stage_timeouts=limits
+        ) as client:
+            start = trio.current_time()
+            with trio.fail_after(LIMIT), pytest.raises(trio_retry.RequestFailed) as info:
+                await client.put(server.url + "/up", content=BIG)
+            elapsed = trio.current_time() - start
+        assert ends <= elapsed < ends + 1, write
+        (attempt,) = info.value.attempts
+        assert attempt.evidence is Evidence.SENT_NO_RESPONSE
     assert STALL_TIMEOUT == 10.0
 
 

@@ -1,4 +1,4 @@
-"""Deadlines and stage timeouts without a cancel scope (``_wire/timers.py``), against nginx:
+"""Deadlines and stage timeouts without a cancel scope (``_wire/clock.py``), against nginx:
 a call deadline mid-body on a reused connection (HTTP/1.1 and HTTP/2, with a sibling stream
 answered meanwhile), and a first-byte timeout behind a ``proxy_pass`` to a backend that never
 answers. Counted in nginx's own log."""

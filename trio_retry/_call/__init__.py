@@ -18,6 +18,7 @@
 - :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).
 
 Layering: these modules import ``_core``, ``_wire`` and the value modules, never ``_client``.
-Time is never decided here: every wait of an attempt, its call deadline included, is bounded
-by ``_wire/clock.py``.
+Every wait of an attempt, its call deadline included (and a streamed body's), is bounded
+through ``_wire/clock.py``; what is decided here is only how long a backoff sleeps (within the
+deadline) and how long a throttle lets a call wait.
 """

@@ -83,6 +83,7 @@ class AttemptRun:
         "_rt",
         "_state",
         "_streaming",
+        "_traced_run",
         "admission",
         "body",
         "conn",
@@ -104,11 +105,15 @@ class AttemptRun:
         progress: AttemptProgress,
         streaming: bool,
         number: int = 1,
+        traced: bool = True,
     ) -> None:
         self._rt = rt
         self.request = request
         self._state = state
         self._streaming = streaming
+        #: Whether the attempt has a telemetry span of its own: with ``telemetry=``, unless it
+        #: is a hedged copy (copies run at once, and a call has one span slot: not traced yet).
+        self._traced_run = traced and request.trace is not None
         #: The attempt's number, 1-based (for the event hooks and the span).
         self.number = number
         self.progress = progress
@@ -126,12 +131,14 @@ class AttemptRun:
     def run(self) -> Awaitable[None]:
         """The attempt (see the module docstring), to be awaited once. It never raises but
         outer cancellation and the caller's own code's errors; then everything it held has
-        been given back (and, with ``telemetry=``, its span is marked interrupted).
+        been given back (and, with ``telemetry=``, its span is marked interrupted). After it,
+        it holds its connection and permit only for a streamed response below 400, until
+        :meth:`give_back`.
 
         (A plain method returning the awaitable of the path it chose: the common case, no call
         deadline and a connection taken at once, awaits the exchange itself, with no frame of
         this method in between.)"""
-        if self.request.trace is not None:
+        if self._traced_run:
             return self._traced()
         if self._ready():
             return self._exchange()

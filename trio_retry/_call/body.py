@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-import trio
-
 from .._core.evidence import FailureCategory
 from .._decoding import DecodeError, Decoder, make_decoder
+from .._wire.clock import DeadlineBound
 from .._wire.exchange import BodySource
 from .._wire.progress import AttemptProgress, WireError
 
@@ -147,9 +146,9 @@ class StreamedBody:
             raise StopAsyncIteration
         reader = self._reader
         try:
-            with trio.CancelScope(deadline=self._deadline) as scope:
+            with DeadlineBound(None, self._deadline, reader.progress, None) as bound:
                 chunk = await reader.next_chunk()
-            if scope.cancelled_caught:
+            if bound.expired:
                 raise WireError.at(
                     reader.progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
                 )

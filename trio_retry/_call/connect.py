@@ -70,7 +70,7 @@ class Connector:
         self._config = config
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
-        #: The client's stage-timeout lanes, handed to each HTTP/1.1 connection.
+        #: The client's clock (``_wire/clock.py``), handed to each connection it opens.
         self.clock: Clock | None = None
         self._proxy_ssl_context: ssl.SSLContext | None = None
 

@@ -130,7 +130,8 @@ async def hedged_attempt(
         return True
 
     async def copy_attempt(copy_progress: AttemptProgress) -> AttemptRun:
-        run = AttemptRun(rt, request, state, copy_progress, streaming=streaming)
+        # (Copies have no span of their own yet: they run at once, and a call has one slot.)
+        run = AttemptRun(rt, request, state, copy_progress, streaming, traced=False)
         await run.run()
         return run
 
@@ -145,7 +146,7 @@ async def hedged_attempt(
     for copy in sorted(others, key=lambda c: c.number):
         outcome = copy.outcome
         if outcome is None:  # lost the race: cancelled
-            outcome = AttemptRun(rt, request, state, copy.progress, streaming=streaming)
+            outcome = AttemptRun(rt, request, state, copy.progress, streaming, traced=False)
             outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
             evidence, category = copy.progress.evidence, None
         else:

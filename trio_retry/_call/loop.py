@@ -139,6 +139,7 @@ async def send(
             run, number = await hedged_attempt(
                 rt, request, state, progress, streaming, attempts, ledger, number, _notify
             )
+            run.number = number  # the winner's place in the trail
         else:
             run = AttemptRun(rt, request, state, progress, streaming, number)
             await run.run()
@@ -257,7 +258,11 @@ class _Retries:
             )
         )
         if skip is NotConsulted.RECONNECT:
-            # No attempt counted, no budget, no backoff; in the trail with decision None.
+            # No attempt counted, no budget, no backoff; in the trail with decision None. The
+            # breaker does not learn from it (the connection refused it, not the upstream),
+            # but a probe slot the attempt held is given back.
+            self._state.guard.release(run.admission)
+            run.admission = None
             self._reconnects += 1
             await _told(rt, request, attempts, run.record(run.number, evidence, category, ended))
             return None

@@ -100,7 +100,7 @@ class Runtime:
 
         An attempt at ``Stage.ADMISSION`` or ``Stage.POOL`` has sent nothing and is not yet
         on a connection, so cancelling its scope ends it ``NOT_SENT`` at once (the attempt
-        reports it as ``ADMISSION``: see ``attempt.run_attempt``). One that is connecting or
+        reports it as ``ADMISSION``: see ``attempt.AttemptRun``). One that is connecting or
         exchanging is left to finish. The stage read here is exact: ``drain()`` is synchronous
         and the attempts' tasks are parked at an await.
         """

@@ -28,7 +28,9 @@ from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s
 (``_call/config.py``, ``DEFAULT_STAGE_TIMEOUTS``) are chosen so that nothing waits forever;
 ``StageTimeouts()`` (all ``None``) is the explicit way out.
 
-One wait is kept outside a :class:`Bound`, at this clock's limit: the HTTP/2 connection's
+Two waits are kept outside a bound of this module. The pool's wait for a connection
+(``pool_timeout``, ``pool.py``) is a cancel scope of the pool's own, which its bookkeeping also
+cancels to hand a waiter its connection. And, at this clock's limit, the HTTP/2 connection's
 writer task (``http2/writer.py``) gives its connection up when one ``send_all`` makes no
 progress for the ``write`` limit. It is the connection's own task, not an attempt's wait, and
 keeps the limit with one cancel scope re-armed per write (a lane entry would need an attempt to
@@ -167,12 +169,17 @@ class Lane:
         return now + self.limit
 
 
+#: The shortest interval at which the clock's task looks at an empty deadline lane.
+MIN_SPAN = 0.05
+
+
 class DeadlineLane(Lane):
     """Call deadlines (absolute times, each call its own). Due times must not go backwards:
     :meth:`arm_at` refuses one earlier than the last armed (the bound then uses a scope), so
     the lane stays in due order. ``limit`` is the shortest span from arming to due seen so
-    far: an empty lane needs looking at no earlier than ``now + limit``; a span shorter than
-    any before wakes the clock's task early (once per new shortest span, not per call)."""
+    far (but not below :data:`MIN_SPAN`): an empty lane needs looking at no earlier than
+    ``now + limit``; a span shorter than that wakes the clock's task early (once per new
+    shortest span, and for every span below :data:`MIN_SPAN`)."""
 
     __slots__ = ("clock", "last_due")
 
@@ -189,8 +196,13 @@ class DeadlineLane(Lane):
         self.pending[bound] = self.last_due = due
         span = due - self.now()
         if span < self.limit:
-            self.limit = span
             self.clock.wake_by(due)
+            # A shorter span than any before shortens how often an empty lane is looked at,
+            # but never below MIN_SPAN: one call with a tiny (or past) deadline must not make
+            # the task wake hundreds of times a second for the client's life. A span below it
+            # wakes the task itself, as here.
+            if span > MIN_SPAN:
+                self.limit = span
         return True
 
 
@@ -366,7 +378,7 @@ class DeadlineBound:
 
     def __init__(
         self,
-        clock: Clock,
+        clock: Clock | None,
         due: float,
         progress: AttemptProgress,
         conn: _AttemptHolder | None,
@@ -377,9 +389,13 @@ class DeadlineBound:
         self._conn = conn
         self._lane: DeadlineLane | None = None
         self.scope: trio.CancelScope | None = None
-        lane = clock.deadline
-        if conn is not None and clock.running and lane.arm_at(self, due):
-            self._lane = lane
+        if (
+            conn is not None
+            and clock is not None
+            and clock.running
+            and clock.deadline.arm_at(self, due)
+        ):
+            self._lane = clock.deadline
         else:
             self.scope = trio.CancelScope(deadline=due)
 

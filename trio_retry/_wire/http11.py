@@ -231,11 +231,14 @@ class HTTP11Connection:
                     # One send_all (the body leaves with the head), counted in the first-byte
                     # bound, as an HTTP/2 request queued whole is: so few bytes wait for the
                     # socket only behind a server that stopped reading, which that bound ends.
-                    with self._first_byte:
+                    # (Without a first-byte limit, the write bound keeps the write.)
+                    first_byte = self._first_byte
+                    write = None if first_byte.limit is not None else self._write_bound
+                    with first_byte:
                         if body:
-                            await self._send(head + body, progress, _REQUEST_BODY, None)
+                            await self._send(head + body, progress, _REQUEST_BODY, write)
                         else:
-                            await self._send(head, progress, _REQUEST_HEAD, None)
+                            await self._send(head, progress, _REQUEST_HEAD, write)
                         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
                         got = await self._events(progress, None, _HEAD_ONLY, None)
                 else:

@@ -74,7 +74,7 @@ class WireError(Exception):
     (a response larger than ``max_body_bytes``: trying again would fetch the same body; the
     client closing; a draining client's refusal). The engine's essay lists this as one of its
     "not consulted" decisions (``_core/engine.py``, :func:`~trio_retry._core.engine.
-    before_engine`).
+    not_consulted`).
 
     ``reconnect=True`` marks a ``NOT_SENT`` failure caused by the connection, not the request:
     an HTTP/2 stream refused by a routine GOAWAY on a reused connection, or a connection that

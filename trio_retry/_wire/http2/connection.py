@@ -185,11 +185,11 @@ class HTTP2Connection:
         (``NOT_SENT``: no request byte exists yet). On cancellation or failure the transport
         is closed and no task is left behind.
         """
-        if clock is not None and "stall_timeout" not in options:
+        if clock is not None and clock.limits.write is not None and "stall_timeout" not in options:
             # The writer's stall bound is the client's write limit (``writer.py``): the one
-            # owner of time says how long, the writer's task keeps it; None: unbounded.
-            write = clock.limits.write
-            options["stall_timeout"] = write if write is not None else math.inf
+            # owner of time says how long, the writer's task keeps it. Without a write limit it
+            # stays STALL_TIMEOUT: a connection-level safety bound, as it always was.
+            options["stall_timeout"] = clock.limits.write
         conn = cls(
             transport,
             origin_key,

@@ -126,9 +126,8 @@ class Stream:
         self._others: trio.lowlevel.ParkingLot | None = None
         self._owner = owner
         #: The client's clock (``clock.py``): the limits of this stream's waits.
-        self.clock = (
-            bounds  # The run's clock, read directly (``trio.current_time()`` is three calls to it).
-        )
+        self.clock = bounds
+        # The run's clock, read directly (``trio.current_time()`` is three calls to it).
         self._clock = trio.lowlevel.current_clock() if clock is None else clock
 
     # --- reader side -------------------------------------------------------------------------

@@ -159,10 +159,12 @@ class Writer:
                 stop = await self._write(stall)
             if stall.cancelled_caught:
                 if not self.broken:
+                    # CONNECTION_BROKEN, not TIMEOUT: the connection failed every stream on it
+                    # (the attempt whose own write waited reports its write bound's TIMEOUT).
                     self._on_broken(
-                        FailureCategory.TIMEOUT,
-                        f"the server read nothing for {self.stall_timeout}s while we wrote "
-                        "(the write timeout); the connection was given up",
+                        FailureCategory.CONNECTION_BROKEN,
+                        f"the server read nothing for {self.stall_timeout}s while we wrote; "
+                        "the connection was given up",
                     )
                 return
             if stop:
