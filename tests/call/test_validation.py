@@ -45,6 +45,11 @@ BAD_CALL_OPTIONS: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     ({"data": {"a": None}}, ("data['a']", "None")),
     ({"data": {"a": object()}}, ("data['a']", "object")),
     ({"files": [("f", b"x")]}, ("files", "mapping")),
+    # Strict JSON: NaN and the infinities are not JSON, so nothing is sent rather than `NaN`.
+    ({"json": {"x": math.nan}}, ("json=", "not JSON compliant")),
+    ({"json": [math.inf]}, ("json=", "not JSON compliant")),
+    ({"json": -math.inf}, ("json=", "not JSON compliant")),
+    ({"json": {"x": object()}}, ("json=", "object")),
 ]
 
 
