@@ -265,7 +265,7 @@ def configure(
     if proxy is not None and not isinstance(proxy, str):
         raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
     try:
-        parsed_proxy = ProxyConfig.parse(proxy) if proxy is not None else None
+        parsed_proxy = ProxyConfig.parse(proxy, strict=True) if proxy is not None else None
     except InvalidRequest as exc:
         _refuse(exc, "proxy")
     # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
