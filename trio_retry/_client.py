@@ -23,6 +23,7 @@ import trio
 
 from ._call.config import (
     DEFAULT_STAGE_TIMEOUTS,
+    HTTP2_DEFAULT,
     AttemptCallback,
     AuthTypes,
     ClientConfig,
@@ -72,7 +73,7 @@ class Client:
         max_connections_per_origin: int | None = None,
         pool_timeout: float | None = None,
         keepalive_expiry: float | None = 5.0,
-        http2: bool = True,
+        http2: bool = HTTP2_DEFAULT,  # True; told apart from http2=True given explicitly
         http2_prior_knowledge: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         verify: VerifyTypes = True,
