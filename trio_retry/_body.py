@@ -75,7 +75,10 @@ def prepare_body(
         if content is not None:
             raise TypeError("pass either content= or json=, not both")
         dumps = json_dumps or _compact_json
-        encoded = dumps(json)
+        try:
+            encoded = dumps(json)
+        except (TypeError, ValueError) as exc:  # NaN or infinity, or a value JSON cannot hold
+            raise ValueError(f"json= cannot be encoded as JSON: {exc}") from None
         data = encoded.encode("utf-8") if isinstance(encoded, str) else encoded
         return PreparedBody(data, Replayability.REPLAYABLE, "application/json")
     if content is None:  # most calls: no body, nothing to classify
@@ -96,7 +99,8 @@ def prepare_body(
 
 
 def _compact_json(value: Any) -> str:
-    return _json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # Strict JSON: NaN and the infinities are refused, not sent as the bare words ``NaN``.
+    return _json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 async def _open(source: object) -> tuple[BodyBytes, int | None]:

@@ -11,18 +11,21 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
+import difflib
 import random
 import ssl
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http.cookiejar import CookieJar
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ._call.config import (
     DEFAULT_STAGE_TIMEOUTS,
+    HTTP2_DEFAULT,
     AttemptCallback,
     AuthTypes,
     ClientConfig,
@@ -72,7 +75,7 @@ class Client:
         max_connections_per_origin: int | None = None,
         pool_timeout: float | None = None,
         keepalive_expiry: float | None = 5.0,
-        http2: bool = True,
+        http2: bool = HTTP2_DEFAULT,  # True; told apart from http2=True given explicitly
         http2_prior_knowledge: bool = False,
         ssl_context: ssl.SSLContext | None = None,
         verify: VerifyTypes = True,
@@ -375,4 +378,44 @@ class Client:
                 self._templates,
                 options.get("deadline"),
             )
-        return prepare(self._config, self.headers, method, url, self._rt.now, **options)
+        try:
+            return prepare(self._config, self.headers, method, url, self._rt.now, **options)
+        except TypeError:
+            # Checked only once the call failed: a correct call pays nothing for this.
+            unknown = options.keys() - _OPTION_NAMES
+            if unknown:
+                raise _unknown_option(sorted(unknown)[0]) from None
+            raise
+
+
+#: Every per-call option (``RequestOptions``' keys).
+_OPTION_NAMES = RequestOptions.__optional_keys__ | RequestOptions.__required_keys__
+
+#: The code of each public method that takes the call options, and the name shown for it.
+_PUBLIC_CODES = {
+    getattr(Client, name).__code__: f"Client.{name}()"
+    for name in ("request", "get", "head", "options", "post", "put", "patch", "delete")
+}
+_OPTIONS = sorted(_OPTION_NAMES)
+#: Other clients' names for an option (httpx, requests).
+_HINTS = {"timeout": "deadline", "allow_redirects": "follow_redirects"}
+_PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
+
+
+def _unknown_option(name: str) -> TypeError:
+    """The ``TypeError`` for an option no call takes, naming the public method the caller
+    used (found on the stack: only on this error path) and the nearest valid option."""
+    method = "Client.request()"
+    frame: FrameType | None = sys._getframe(1)  # _prepare, then _call or _stream, then ...
+    for _ in range(8):
+        if frame is None:
+            break
+        if frame.f_code in _PUBLIC_CODES:
+            method = _PUBLIC_CODES[frame.f_code]
+            break
+        frame = frame.f_back
+    message = f"{method} got an unexpected keyword argument {name!r}"
+    close = [_HINTS[name]] if name in _HINTS else difflib.get_close_matches(name, _OPTIONS, n=1)
+    if close:
+        return TypeError(f"{message}; did you mean {close[0]!r}?")
+    return TypeError(f"{message}; the options are: {', '.join(_OPTIONS)}")

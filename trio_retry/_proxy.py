@@ -43,6 +43,10 @@ def load_socksio() -> Any:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
+_ACCEPTED = (
+    "a proxy URL is http://, https://, socks5:// or socks5h:// with a host and an optional port "
+    "(and optionally user:password@), such as http://proxy.example:3128"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +66,37 @@ class ProxyConfig:
     password: str | None = field(default=None, repr=False)
 
     @classmethod
-    def parse(cls, url: str) -> ProxyConfig:
+    def parse(cls, url: str, *, strict: bool = False) -> ProxyConfig:
+        """``url`` checked: scheme, host, port. ``strict`` (``Client(proxy=...)``): the scheme
+        is required and nothing may follow the port but ``/``; from the environment, a bare
+        ``host:port`` means ``http://host:port``, as in curl. The messages never show the
+        URL's credentials."""
+        if "://" not in url:
+            if strict:
+                raise _invalid(_ACCEPTED + "; got a URL without a scheme")
+            url = f"http://{url}"
         try:
-            parts = urlsplit(url if "://" in url else f"http://{url}")
+            parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise _invalid(f"malformed proxy URL: {exc}") from None
-        scheme = parts.scheme.lower()
-        if scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise _invalid(
-                "proxy URLs must look like http://host:port, https://host:port, "
-                "socks5://host:port or socks5h://host:port (optionally with user:password@); "
-                f"got scheme {parts.scheme!r}"
+            # Not urllib's message: it shows the "port", which in ``http://user:pa/ss@host``
+            # is a piece of the password.
+            what = (
+                "a port that is not a number from 1 to 65535"
+                if "ort" in str(exc)
+                else "a malformed host"
             )
+            raise _invalid(f"{_ACCEPTED}; got {what}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            raise _invalid(f"{_ACCEPTED}; got scheme {parts.scheme!r}")
+        host = parts.hostname
+        if not host or any(c.isspace() or not c.isprintable() for c in host):
+            raise _invalid(f"{_ACCEPTED}; got " + ("no host" if not host else f"host {host!r}"))
+        if port == 0:
+            raise _invalid(f"{_ACCEPTED}; got port 0")
+        if strict and (parts.path not in ("", "/") or parts.query or parts.fragment):
+            raise _invalid(f"{_ACCEPTED}; got a path, query or fragment after the host")
         if scheme.startswith("socks"):
             try:
                 load_socksio()
@@ -90,7 +112,7 @@ class ProxyConfig:
             pair = f"{username}:{password}"
             authorization = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
         return cls(
-            parts.hostname,
+            host,
             port or _DEFAULT_PORTS[scheme],
             authorization,
             scheme,

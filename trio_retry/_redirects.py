@@ -15,8 +15,9 @@ sent for the next hop (:func:`resolve_location`). A value that is not a URL refe
 (empty, control characters, an authority with an empty host, a space in the host, a bad IPv6
 literal, a port that is not 1-65535; an empty port means the default) is the server breaking
 HTTP: :class:`InvalidLocation`, which the client reports as ``ProtocolFailed``
-(``REMOTE_PROTOCOL``), as httpx raises ``RemoteProtocolError``. A valid URL we cannot follow
-(another scheme, credentials in it) is ``InvalidRequest`` for that hop, ``NOT_SENT``, as for a
+(``REMOTE_PROTOCOL``), as httpx raises ``RemoteProtocolError``. A URL we cannot follow (another
+scheme, whatever follows it, as in ``file:///etc/passwd``; credentials in it) is
+``InvalidRequest`` for that hop, ``NOT_SENT``, as for a
 URL given by the caller. Spaces in the path or query, which real servers do send, are
 percent-encoded, as browsers do.
 """
@@ -26,6 +27,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from ._core.evidence import Evidence, FailureCategory
+from ._errors import InvalidRequest
 from ._models import URL
 
 __all__ = [
@@ -58,6 +61,8 @@ def body_headers() -> tuple[str, ...]:
 #: Never valid in a URL reference, wherever they are: controls (CR, LF, NUL, TAB...) and DEL.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WHITESPACE = re.compile(r"\s")
+#: A URL's scheme (RFC 3986 §3.1), which says whose syntax the rest follows.
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 
 
 class InvalidLocation(Exception):
@@ -73,6 +78,17 @@ def resolve_location(base: URL, location: str) -> URL:
         raise InvalidLocation("it is empty")
     if _CONTROL.search(location):
         raise InvalidLocation("it contains control characters")
+    scheme_match = _SCHEME.match(location)
+    if scheme_match is not None and scheme_match[1].lower() not in ("http", "https"):
+        # A URL of another scheme (``file:///etc/passwd``, ``ftp://...``, ``mailto:``): its
+        # syntax is not ours to judge, and it is a URL we do not follow, not a broken
+        # response. (Only the scheme is shown: the rest may hold credentials.)
+        raise InvalidRequest(
+            f"unsupported URL scheme {scheme_match[1].lower()!r} in the redirect's Location; "
+            "accepted: http:// or https://",
+            evidence=Evidence.NOT_SENT,
+            category=FailureCategory.INVALID_REQUEST,
+        )
     try:
         parts = urlsplit(location)
         port = parts.port  # parsed lazily: a bad port raises here

@@ -45,6 +45,11 @@ BAD_CALL_OPTIONS: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     ({"data": {"a": None}}, ("data['a']", "None")),
     ({"data": {"a": object()}}, ("data['a']", "object")),
     ({"files": [("f", b"x")]}, ("files", "mapping")),
+    # Strict JSON: NaN and the infinities are not JSON, so nothing is sent rather than `NaN`.
+    ({"json": {"x": math.nan}}, ("json=", "not JSON compliant")),
+    ({"json": [math.inf]}, ("json=", "not JSON compliant")),
+    ({"json": -math.inf}, ("json=", "not JSON compliant")),
+    ({"json": {"x": object()}}, ("json=", "object")),
 ]
 
 
@@ -70,6 +75,49 @@ async def test_an_unknown_option_is_a_type_error_naming_it(server: FaultServer) 
     async with trio_retry.Client() as client:
         with pytest.raises(TypeError, match="header"):
             await client.get(server.url + "/", header={"X-A": "1"})  # type: ignore[call-arg]
+    assert server.connections_accepted == 0
+
+
+# (the public call, the misspelt option, the message)
+MISSPELT: list[tuple[str, str, str]] = [
+    # Before: "prepare() got an unexpected keyword argument 'header'".
+    ("get", "header", "Client.get() got an unexpected keyword argument 'header'; "
+     "did you mean 'headers'?"),
+    ("post", "jsn", "Client.post() got an unexpected keyword argument 'jsn'; did you mean 'json'?"),
+    ("request", "follow_redirect", "Client.request() got an unexpected keyword argument "
+     "'follow_redirect'; did you mean 'follow_redirects'?"),
+    ("stream", "idempotencykey", "Client.stream() got an unexpected keyword argument "
+     "'idempotencykey'; did you mean 'idempotency_key'?"),
+    ("put", "timeout", "Client.put() got an unexpected keyword argument 'timeout'; "
+     "did you mean 'deadline'?"),
+    ("delete", "config", "Client.delete() got an unexpected keyword argument 'config'; "
+     "the options are: auth, content, cookies, data, deadline, files, follow_redirects, "
+     "headers, hedging, idempotency, idempotency_key, json, params, retry"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "option", "message"), MISSPELT)
+async def test_a_misspelt_option_names_the_public_method_and_the_nearest_option(
+    server: FaultServer, call: str, option: str, message: str
+) -> None:
+    url = server.url + "/"
+
+    async def misspelt(client: trio_retry.Client) -> None:
+        if call == "stream":
+            async with client.stream("GET", url, **{option: 1}):
+                pass
+        elif call == "request":
+            await client.request("GET", url, **{option: 1})
+        else:
+            await getattr(client, call)(url, **{option: 1})
+
+    async with trio_retry.Client() as client:
+        with pytest.raises(TypeError) as info:
+            await misspelt(client)
+    assert str(info.value) == message
+    assert "prepare" not in str(info.value)
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__
     assert server.connections_accepted == 0
 
 

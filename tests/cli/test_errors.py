@@ -145,3 +145,12 @@ async def test_every_exit_code(nursery: trio.Nursery) -> None:
 def test_help_exits_0(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert run_here(argv)[0] == 0
     assert "usage: python -m trio_retry" in capsys.readouterr().out
+
+
+def test_help_says_an_options_request(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_here(["--help"])[0] == 0
+    text = capsys.readouterr().out
+    assert "send an OPTIONS request" in text
+    assert "send a GET request" in text
+    assert run_here(["options", "--help"])[0] == 0
+    assert "Send an OPTIONS request;" in capsys.readouterr().out

@@ -121,3 +121,34 @@ def test_progress_rendering() -> None:
     assert len(line) == 80
     assert render("download", 10, 100, 1.0, 30) == "download  10% 10 B / 100 B  10"  # narrow
     assert render("upload", 2048, None, 1.0, 80, tick=1) == "upload  /  2.0 KiB  2.0 KiB/s"
+
+
+@pytest.mark.parametrize("flag", ["-v", "--verbose"])
+async def test_verbose_is_explain_and_the_response_heads(nursery: trio.Nursery, flag: str) -> None:
+    # Before: "unrecognized arguments: -v" (exit 2).
+    server = FaultServer(http2=False)
+    url = await nursery.start(server.serve)
+    server.route("GET", "/r", Respond(302, headers={"Location": "/s"}))
+    server.route("GET", "/s", Respond(200, body=b"hello", headers={"X-A": "1"}))
+    ran = await cli("get", url + "/r", "-L", flag)
+    assert (ran.code, ran.out) == (0, b"hello")  # stdout: the body alone
+    lines = ran.err_text.splitlines()
+    assert lines[:9] == [
+        "< HTTP/1.1 302",
+        "< Location: /s",
+        "< Content-Length: 0",
+        "<",
+        "< HTTP/1.1 200",
+        "< X-A: 1",
+        "< Content-Length: 5",
+        "<",
+        f"hop 1: GET {url}/r -> 302",
+    ]
+    assert lines[9].split() == HEADER  # then the --explain trail
+    assert lines[-1] == "execution: the server received it and answered 200"
+
+    # With --explain=json, stderr holds the JSON document alone.
+    server.route("GET", "/t", Respond(200, body=b"t"))
+    ran = await cli("get", url + "/t", flag, "--explain=json")
+    assert (ran.code, ran.out) == (0, b"t")
+    assert json.loads(ran.err)["status"] == 200

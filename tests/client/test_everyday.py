@@ -15,7 +15,7 @@ import trio.testing
 import trio_retry
 from trio_retry import DenyReason, Evidence, FailureCategory, Stage, StageTimeouts
 from trio_retry._decoding import ACCEPT_ENCODING
-from trio_retry.testing import FaultServer, Respond, Stall
+from trio_retry.testing import FaultServer, Raw, Respond, Stall
 
 from .conftest import FAST
 from .proxy import LoopbackProxy
@@ -348,3 +348,31 @@ async def test_partial_response_keeps_its_status(
     assert info.value.attempts[0].status == 201
     assert info.value.decision is not None
     assert info.value.decision.reason is DenyReason.NOT_RETRYABLE  # type: ignore[union-attr]
+
+
+# --- HTTP/1.0 servers --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        b"HTTP/1.0 200 OK\r\n\r\nhello",  # delimited by the close
+    ],
+    ids=["content-length", "close-delimited"],
+)
+async def test_an_http10_response_says_http10(
+    server: FaultServer, raw: bytes, fast_path: bool
+) -> None:
+    # Before: "HTTP/1.1", the connection's protocol, whatever the server answered.
+    server.route("GET", "/old", Raw(raw))
+    server.route("GET", "/new", Respond(200, body=b"hi"))
+    async with trio_retry.Client(retry=FAST, http1_fast_path=fast_path) as client:
+        old = await client.get(server.url + "/old")
+        assert (old.http_version, old.content) == ("HTTP/1.0", b"hello")
+        assert [a.http_version for a in old.attempts] == ["HTTP/1.0"]
+        new = await client.get(server.url + "/new")  # a new connection: HTTP/1.0 closes
+        assert (new.http_version, new.content) == ("HTTP/1.1", b"hi")
+        assert [a.http_version for a in new.attempts] == ["HTTP/1.1"]
+    assert server.connections_accepted == 2

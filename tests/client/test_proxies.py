@@ -212,9 +212,44 @@ def test_socks_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> No
 def test_proxy_url_forms() -> None:
     assert str(ProxyConfig.parse("socks5h://proxy")) == "socks5h://proxy:1080"
     assert str(ProxyConfig.parse("https://proxy")) == "https://proxy:443"
+    # From the environment, a bare host:port means http:// (as in curl); never for proxy=.
     assert str(ProxyConfig.parse("proxy:3128")) == "http://proxy:3128"
-    with pytest.raises(trio_retry.InvalidRequest, match="socks5h://host:port"):
+    with pytest.raises(trio_retry.InvalidRequest, match="socks5h://"):
         ProxyConfig.parse("ftp://proxy")
+
+
+@pytest.mark.parametrize(
+    ("proxy", "got"),
+    [
+        ("garbage", "without a scheme"),  # before: accepted, then a DNS lookup on every call
+        ("proxy:3128", "without a scheme"),
+        ("ftp://proxy", "scheme 'ftp'"),
+        ("http://", "no host"),
+        ("http://alice:s3cret@:3128", "no host"),
+        ("http://alice:s3cret@proxy:99999", "port that is not a number"),
+        ("http://alice:s3cret@proxy:abc", "port that is not a number"),
+        ("http://alice:s3/cret@proxy", "port that is not a number"),  # an unescaped "/"
+        ("http://proxy:0", "port 0"),
+        ("http://[::1", "malformed host"),
+        ("http://proxy:3128/path?q=1", "path, query or fragment"),
+    ],
+)
+def test_a_malformed_proxy_url_is_refused_at_construction(proxy: str, got: str) -> None:
+    with pytest.raises(ValueError, match=r"^proxy: ") as info:
+        trio_retry.Client(proxy=proxy)
+    message = str(info.value)
+    assert got in message
+    assert "http://, https://, socks5:// or socks5h:// with a host" in message
+    assert "s3" not in message  # never the credentials
+    assert "cret" not in message
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    ["http://proxy.example", "https://alice:s3cret@proxy.example:8443/", "http://[::1]:3128"],
+)
+def test_a_well_formed_proxy_url_is_accepted(proxy: str) -> None:
+    trio_retry.Client(proxy=proxy)
 
 
 # --- https:// proxies ------------------------------------------------------------------------

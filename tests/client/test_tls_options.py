@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage
+from trio_retry._call.alpn import offered_alpn
 from trio_retry._tls import InsecureTLSWarning, build_ssl_context
 from trio_retry.testing import FaultServer, Respond
 
@@ -78,8 +79,9 @@ async def test_a_callers_context_is_used_as_given_and_never_changed(
     server._ca.configure_trust(context)
     before = (context.verify_mode, context.check_hostname, context.options)
     # No ALPN on the caller's context: had the client added its own (h2 first), the HTTP/2
-    # server would have picked h2. It picks nothing, so the client speaks HTTP/1.1.
-    async with trio_retry.Client(retry=FAST, verify=context, http2=True) as client:
+    # server would have picked h2. It picks nothing, so the client speaks HTTP/1.1 (http2's
+    # default: not given explicitly, so not refused).
+    async with trio_retry.Client(retry=FAST, verify=context) as client:
         with trio.fail_after(LIMIT):
             response = await client.get(server.url + "/")
         assert client.config.ssl_context is context
@@ -347,3 +349,50 @@ async def test_a_name_only_in_the_subject_cn_is_refused(
     assert info.value.category is FailureCategory.TLS_CERTIFICATE
     assert len(info.value.attempts) == 1  # a certificate failure is permanent
     assert handshakes == 0
+
+
+@pytest.mark.parametrize("alpn", [None, ["http/1.1"]], ids=["no-alpn", "http1-only"])
+@pytest.mark.parametrize("option", ["verify", "ssl_context"])
+def test_explicit_http2_with_a_context_not_offering_h2_is_refused(
+    alpn: list[str] | None, option: str
+) -> None:
+    # SPEC §12: HTTP/2 is never dropped silently. Before: accepted, then HTTP/1.1 spoken.
+    context = ssl.create_default_context()
+    if alpn is not None:
+        context.set_alpn_protocols(alpn)
+    with pytest.raises(ValueError, match="http2=True") as info:
+        trio_retry.Client(http2=True, **{option: context})
+    message = str(info.value)
+    assert 'ctx.set_alpn_protocols(["h2", "http/1.1"])' in message
+    assert "http2=False" in message
+    assert ("no ALPN protocol" if alpn is None else "['http/1.1']") in message
+    # The ways out the message names, and http2's default, are accepted.
+    trio_retry.Client(http2=False, **{option: context})
+    trio_retry.Client(**{option: context})
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    trio_retry.Client(http2=True, **{option: context})
+
+
+def test_http2_default_shows_as_true() -> None:
+    import inspect
+
+    default = inspect.signature(trio_retry.Client).parameters["http2"].default
+    assert repr(default) == "True"
+    assert trio_retry.Client().config.http2 is True
+
+
+@pytest.mark.parametrize(
+    ("alpn", "offered"),
+    [(None, []), (["http/1.1"], ["http/1.1"]), (["h2", "http/1.1"], ["h2", "http/1.1"])],
+)
+def test_offered_alpn_reads_the_contexts_client_hello(
+    alpn: list[str] | None, offered: list[str]
+) -> None:
+    context = ssl.create_default_context()
+    if alpn is not None:
+        context.set_alpn_protocols(alpn)
+    before = (context.verify_mode, context.check_hostname, context.options)
+    assert offered_alpn(context) == offered
+    assert (context.verify_mode, context.check_hostname, context.options) == before
+    # A context that cannot start a client handshake: unknown.
+    assert offered_alpn(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)) is None

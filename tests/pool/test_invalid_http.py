@@ -100,7 +100,18 @@ async def test_a_redirect_to_an_invalid_location_is_a_protocol_failure(
     assert server.connections_accepted == 1
 
 
-@pytest.mark.parametrize("location", ["ftp://files.test/x", "mailto:someone@test"])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "ftp://files.test/x",
+        "mailto:someone@test",
+        # Before: ProtocolFailed ("host empty"), RESPONSE_RECEIVED, as if the server broke HTTP.
+        "file:///etc/passwd",
+        "FILE:///etc/passwd",
+        "file://[::1",  # another scheme's syntax is not judged (a bare ValueError otherwise)
+        "ftp://alice:s3cret@files.test/x",
+    ],
+)
 async def test_a_redirect_to_another_scheme_is_an_invalid_request_not_sent(
     server: FaultServer, location: str
 ) -> None:
@@ -108,8 +119,11 @@ async def test_a_redirect_to_another_scheme_is_an_invalid_request_not_sent(
     async with trio_retry.Client(follow_redirects=True, retry=NO_RETRY) as client:
         with trio.fail_after(LIMIT), pytest.raises(trio_retry.InvalidRequest) as caught:
             await client.get(server.url + "/start")
-    assert caught.value.evidence is Evidence.NOT_SENT
-    assert "unsupported URL scheme" in str(caught.value)
+    assert caught.value.evidence is Evidence.NOT_SENT  # of the hop, never sent
+    assert caught.value.category is FailureCategory.INVALID_REQUEST
+    scheme = location.split(":")[0].lower()
+    assert f"unsupported URL scheme {scheme!r}" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
     assert len(server.requests) == 1
 
 

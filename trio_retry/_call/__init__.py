@@ -2,6 +2,7 @@
 
 - :mod:`.options`: the check of every option (shared by ``Client(...)`` and each call);
 - :mod:`.config`: the client's configuration, a value built once (``ClientConfig``);
+- :mod:`.alpn`: what a caller's ``SSLContext`` offers by ALPN (read from its ClientHello);
 - :mod:`.prepare`: options -> :class:`~.prepare.PreparedRequest` (pure: validation, headers,
   body, idempotency; also the next request of a redirect);
 - :mod:`.loop`: the retry loop and the redirect chain; it asks ``_core/engine.py`` whether to

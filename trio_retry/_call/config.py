@@ -14,7 +14,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, NoReturn, Protocol, TypeAlias, cast, runtime_checkable
 
 from .._auth import BasicAuth, RequestAuth
 from .._core.attempt import Attempt
@@ -27,6 +27,7 @@ from .._observe.otel import Instrumentation
 from .._proxy import ProxyConfig
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
 from .._wire.dialer import Dialer
+from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
 __all__ = [
@@ -38,6 +39,29 @@ __all__ = [
     "RefreshableAuth",
     "configure",
 ]
+
+
+class _Default:
+    """A default argument told apart from the same value given explicitly (``is``); it shows
+    as that value in signatures and help."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+#: ``Client(http2=...)``'s default: ``True``, but not "given explicitly" (SPEC §12).
+HTTP2_DEFAULT: Final[bool] = cast(bool, _Default(True))
+
+_NO_H2 = (
+    "http2=True, but the ssl.SSLContext given to the client does not offer h2 by ALPN ({}), "
+    "and the client uses a caller's context as given, never changing it: offer HTTP/2 on it "
+    'with ctx.set_alpn_protocols(["h2", "http/1.1"]), or pass http2=False'
+)
 
 
 @runtime_checkable
@@ -221,7 +245,8 @@ def configure(
         checked_retry = check_retry(retry)
         checked_deadline = check_deadline(deadline)
         pool_wait = None if pool_timeout == 0 else check_deadline(pool_timeout, "pool_timeout")
-        checked_http2 = bool(check_bool(http2, "http2"))
+        explicit_http2 = http2 is not HTTP2_DEFAULT
+        checked_http2 = bool(check_bool(http2, "http2")) if explicit_http2 else True
         h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))
         redirects = bool(check_bool(follow_redirects, "follow_redirects"))
         env = bool(check_bool(trust_env, "trust_env"))
@@ -265,7 +290,7 @@ def configure(
     if proxy is not None and not isinstance(proxy, str):
         raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
     try:
-        parsed_proxy = ProxyConfig.parse(proxy) if proxy is not None else None
+        parsed_proxy = ProxyConfig.parse(proxy, strict=True) if proxy is not None else None
     except InvalidRequest as exc:
         _refuse(exc, "proxy")
     # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
@@ -275,6 +300,15 @@ def configure(
         assert isinstance(ssl_context, ssl.SSLContext)  # checked above
         verify = ssl_context
     owned_context, owns_context = build_ssl_context(verify, cert, http2=checked_http2)
+    if explicit_http2 and checked_http2 and not owns_context:
+        # HTTP/2 is never dropped silently: a context that cannot be shown to offer h2 is
+        # refused (its ALPN list is read from the ClientHello it writes: ``alpn.py``).
+        offered = offered_alpn(owned_context)
+        if offered is None:
+            raise ValueError(_NO_H2.format("its ALPN list could not be read"))
+        if "h2" not in offered:
+            detail = f"it offers only {offered!r}" if offered else "it offers no ALPN protocol"
+            raise ValueError(_NO_H2.format(detail))
     if uds is not None and not isinstance(uds, str):
         raise TypeError(f"uds must be the path of a Unix socket (str), got {shown(uds)}")
     if uds is not None and proxy is not None:

@@ -57,6 +57,7 @@ class Options:
     key: str | None = None
     idempotency_key: str | bool | None = None
     explain: str | None = None  # None, "table" or "json"
+    verbose: bool = False  # -v: --explain, and each response head on stderr
     silent: bool = False
     show_error: bool = False
 
@@ -265,6 +266,12 @@ def _add_request_options(cmd: argparse.ArgumentParser) -> None:
         help="print the attempt trail to stderr; --explain=json prints it as JSON",
     )
     add("--explain-format", choices=("table", "json"), default="table", help=argparse.SUPPRESS)
+    add(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="--explain, and each response head on stderr as '< ' lines (curl's -v)",
+    )
     add("-s", "--silent", action="store_true", help="no progress bar, no error messages")
     add("-S", "--show-error", action="store_true", help="with -s, still print errors")
 
@@ -286,15 +293,20 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     for name in METHODS:
         cmd = sub.add_parser(
             name,
-            help=f"send a {name.upper()} request",
-            description=f"Send a {name.upper()} request; the body goes to stdout (or -o FILE)"
-            " as bytes, the trail and errors to stderr.",
+            help=f"send {_article(name)} {name.upper()} request",
+            description=f"Send {_article(name)} {name.upper()} request; the body goes to stdout"
+            " (or -o FILE) as bytes, the trail and errors to stderr.",
             epilog=_epilog(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _add_request_options(cmd)
         commands[name] = cmd
     return parser, commands
+
+
+def _article(method: str) -> str:
+    """ "a" or "an" before the method's name, as it is read: "an OPTIONS request"."""
+    return "an" if method[0] in "aeio" else "a"
 
 
 def _explain_forms(argv: Sequence[str]) -> list[str]:
@@ -357,7 +369,8 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         cert=args.cert,
         key=args.key,
         idempotency_key=args.idempotency_key,
-        explain=args.explain_format if args.explain else None,
+        explain=args.explain_format if args.explain or args.verbose else None,
+        verbose=args.verbose,
         silent=args.silent,
         show_error=args.show_error,
     )

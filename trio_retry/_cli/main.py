@@ -263,6 +263,14 @@ class _Report:
         if self.errors_shown:
             print(text, file=self.err)
 
+    def head(self, response: Response) -> None:
+        """``-v``: the response head on stderr, curl's way (``< `` before each line), unless
+        stderr is for the JSON trail alone (``--explain=json``)."""
+        if self.opts.verbose and self.opts.explain != "json":
+            text = response_head(response).decode("latin-1")
+            for line in text.split("\r\n")[:-1]:
+                print(f"< {line}".rstrip(), file=self.err)
+
     def trail(
         self,
         hops: list[Hop],
@@ -318,6 +326,9 @@ async def _receive(
         if opts.include:
             for hop in [*response.history, response]:
                 sink.write_head(response_head(hop))
+        if opts.verbose:
+            for hop in [*response.history, response]:
+                report.head(hop)
         if sink.refused:
             report.error(
                 f"warning: binary output ({response.headers.get('content-type', 'no type')}) "

@@ -155,6 +155,8 @@ class ResponseReader:
         framing = framing_conflict(headers)
         if framing is not None:
             raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
+        if event.http_version != b"1.1":  # an HTTP/1.0 server (the fast parser defers those)
+            progress.http_version = "HTTP/" + event.http_version.decode("ascii")
         return (event.status_code, event.reason, headers)
 
     def _refused(self, progress: AttemptProgress, exc: h11.RemoteProtocolError) -> WireError:
