@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import logging
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 import trio
@@ -104,6 +104,33 @@ async def test_credentials_are_not_forwarded_to_another_origin(nursery: trio.Nur
     assert sent_first["cookie"] == "session=1"
     assert "authorization" not in sent_second
     assert "cookie" not in sent_second
+
+
+class CountingAuth:
+    def __init__(self) -> None:
+        self.refreshes = 0
+
+    async def headers(self) -> Mapping[str, str]:
+        return {"Authorization": "Bearer s3cret"}
+
+    async def refresh(self) -> None:
+        self.refreshes += 1
+
+
+async def test_another_origins_401_does_not_refresh_the_auth(nursery: trio.Nursery) -> None:
+    first, second = FaultServer(http2=False), FaultServer(http2=False)
+    await nursery.start(first.serve)
+    await nursery.start(second.serve)
+    first.default = redirect(302, second.url + "/landing")
+    second.default = Respond(401)
+    auth = CountingAuth()
+    async with trio_retry.Client(retry=FAST, follow_redirects=True, auth=auth) as client:
+        response = await client.get(first.url + "/")
+    assert response.status == 401
+    assert str(response.url).startswith(second.url)
+    assert auth.refreshes == 0
+    assert len(second.requests) == 1
+    assert "authorization" not in dict(second.requests[0].headers)
 
 
 async def test_a_redirect_chain_shares_the_call_deadline(

@@ -326,7 +326,9 @@ class _Retries:
             max_backoff=backoff.max,
             auth_refreshed=self._auth_refreshed,
             retried_425=self._retried_425,
-            auth_refreshable=isinstance(request.auth, RefreshableAuth),
+            # Only while the credentials apply to this request: never for another origin's
+            # 401 after a redirect (SPEC §10).
+            auth_refreshable=isinstance(request.auth, RefreshableAuth) and request.apply_auth,
         )
 
     async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None:
@@ -339,8 +341,14 @@ class _Retries:
         if not await _backoff(rt, decision.delay, self.deadline):
             return RetryDenied.runtime_draining(retry_after=self._retry_after)
         self._previous_delay = decision.delay
-        auth = self._request.auth
-        if attempt.status == 401 and attempt.category is None and isinstance(auth, RefreshableAuth):
+        request = self._request
+        auth = request.auth
+        if (
+            attempt.status == 401
+            and attempt.category is None
+            and isinstance(auth, RefreshableAuth)
+            and request.apply_auth
+        ):
             await auth.refresh()
             self._auth_refreshed = True
         if attempt.status == 425 and attempt.category is None:
