@@ -133,6 +133,23 @@ async def test_another_origins_401_does_not_refresh_the_auth(nursery: trio.Nurse
     assert "authorization" not in dict(second.requests[0].headers)
 
 
+async def test_a_callers_host_is_not_sent_to_another_origin(nursery: trio.Nursery) -> None:
+    first, second = FaultServer(http2=False), FaultServer(http2=False)
+    await nursery.start(first.serve)
+    await nursery.start(second.serve)
+    first.route("POST", "/", redirect(307, first.url + "/same"))
+    first.route("POST", "/same", redirect(307, second.url + "/landing"))
+    async with trio_retry.Client(retry=FAST, follow_redirects=True) as client:
+        response = await client.post(
+            first.url + "/", headers={"Host": "tenant-a.example"}, content=b"payload"
+        )
+    assert response.status == 200
+    assert [r.header("host") for r in first.requests] == ["tenant-a.example"] * 2
+    [landed] = second.requests
+    assert landed.header("host") == f"127.0.0.1:{second.port}"
+    assert landed.body == b"payload"
+
+
 async def test_a_redirect_chain_shares_the_call_deadline(
     server: FaultServer, autojump_clock: trio.testing.MockClock
 ) -> None:

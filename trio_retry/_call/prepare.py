@@ -461,6 +461,8 @@ def prepare_redirect(
     if not same_origin:
         for name in CREDENTIAL_HEADERS:
             headers.remove(name)
+        # A caller's Host names the first origin: the new one gets its own (attempt_headers).
+        headers.remove("host")
     return replace(
         request,
         method=method,
