@@ -134,6 +134,26 @@ class OpenTelemetry:
         return f"<OpenTelemetry traces={self.traces} metrics={self.metrics}>"
 
 
+# The telemetry of clients created without ``telemetry=``: None unless
+# ``TrioRetryInstrumentor().instrument()`` (``opentelemetry-instrument``, zero-code) set it.
+# The client reads it once, when it is created; a plain attribute keeps ``import trio_retry``
+# free of OpenTelemetry.
+_default_telemetry: OpenTelemetry | None = None
+
+
+def default_telemetry() -> OpenTelemetry | None:
+    """What a client created without ``telemetry=`` uses (set by the instrumentor)."""
+    return _default_telemetry
+
+
+def set_default_telemetry(telemetry: OpenTelemetry | None) -> None:
+    """Make clients created from now on without ``telemetry=`` use ``telemetry`` (or none)."""
+    global _default_telemetry
+    if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+        raise TypeError(f"expected an OpenTelemetry(...), got {type(telemetry).__name__}")
+    _default_telemetry = telemetry
+
+
 class _Instruments:
     """The instruments of one meter, created once however many clients share the meter (the
     SDK returns the first instrument of a name again, and would drop a second one's callbacks:
