@@ -47,6 +47,7 @@ from .attributes import (
     duration_attributes,
     interrupted_attributes,
     is_bulkhead_rejection,
+    method_attribute,
     span_name,
 )
 
@@ -354,10 +355,14 @@ class CallTrace:
         return AttemptTrace(inst, span, parent, method, scheme, host, port)
 
     def ended_ambiguous(self) -> None:
-        """The call is ending with ``HttpAmbiguousExecutionError`` (counted once per call)."""
+        """The call is ending with ``HttpAmbiguousExecutionError`` (counted once per call),
+        with the identifying attributes of ``http.client.request.duration`` (method, server,
+        scheme) of the call's last attempt: the one whose outcome is unknown."""
         instruments = self._inst._instruments
-        if instruments is not None:
-            instruments.ambiguous.add(1)
+        if instruments is None:
+            return
+        last = self.current
+        instruments.ambiguous.add(1, last.identity() if last is not None else None)
 
 
 class AttemptTrace:
@@ -381,6 +386,18 @@ class AttemptTrace:
         self.method = method
         self._server = (scheme, host, port)
         self._done = False
+
+    def identity(self) -> Attributes:
+        """What identifies this attempt's request in a metric point: ``http.request.method``,
+        ``server.address``, ``server.port``, ``url.scheme`` (no URL, no path: nothing secret
+        and nothing high-cardinality)."""
+        scheme, host, port = self._server
+        return {
+            "http.request.method": method_attribute(self.method),
+            "server.address": host,
+            "server.port": port,
+            "url.scheme": scheme,
+        }
 
     def inject(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Add the propagator's headers (``traceparent``...) for this attempt's span to
