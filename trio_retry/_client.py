@@ -43,7 +43,7 @@ from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError, InvalidRequest
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._observe.hooks import EventHooks, normalize_event_hooks
-from ._observe.otel import OpenTelemetry
+from ._observe.otel import OpenTelemetry, default_telemetry
 from ._tls import CertTypes, VerifyTypes
 from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
@@ -108,6 +108,8 @@ class Client:
             raise TypeError(
                 f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
             )
+        if telemetry is None:  # opentelemetry-instrument: TrioRetryInstrumentor's default
+            telemetry = default_telemetry()
         self._config = configure(
             retry=retry,
             upstreams=upstreams,

@@ -110,6 +110,26 @@ async def test_an_ambiguous_post_is_one_span_marked_ambiguous(
     assert server.requests[0].header("traceparent") == _traceparent(span)
 
 
+async def test_the_ambiguous_outcomes_point_carries_the_request_identity(
+    server: FaultServer, otel: Otel
+) -> None:
+    server.script(CloseAfterBody())
+    async with trio_retry.Client(retry=FAST, telemetry=otel.telemetry) as client:
+        with pytest.raises(HttpAmbiguousExecutionError):
+            await client.post(server.url + "/pay?token=s3cr3t", content=b"{}")
+    (point,) = otel.metrics()["trio_retry.client.ambiguous_outcomes"]
+    assert point.value == 1
+    identity = {
+        "http.request.method": "POST",
+        "server.address": "127.0.0.1",
+        "server.port": server.port,
+        "url.scheme": "http",
+    }
+    assert dict(point.attributes) == identity  # no URL, path or query: nothing secret
+    (duration,) = otel.metrics()["http.client.request.duration"]
+    assert {k: duration.attributes[k] for k in identity} == identity  # the same dimensions
+
+
 async def test_a_post_with_an_idempotency_key_records_its_presence_not_its_value(
     server: FaultServer, otel: Otel
 ) -> None:

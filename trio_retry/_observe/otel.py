@@ -47,6 +47,7 @@ from .attributes import (
     duration_attributes,
     interrupted_attributes,
     is_bulkhead_rejection,
+    method_attribute,
     span_name,
 )
 
@@ -132,6 +133,26 @@ class OpenTelemetry:
 
     def __repr__(self) -> str:
         return f"<OpenTelemetry traces={self.traces} metrics={self.metrics}>"
+
+
+# The telemetry of clients created without ``telemetry=``: None unless
+# ``TrioRetryInstrumentor().instrument()`` (``opentelemetry-instrument``, zero-code) set it.
+# The client reads it once, when it is created; a plain attribute keeps ``import trio_retry``
+# free of OpenTelemetry.
+_default_telemetry: OpenTelemetry | None = None
+
+
+def default_telemetry() -> OpenTelemetry | None:
+    """What a client created without ``telemetry=`` uses (set by the instrumentor)."""
+    return _default_telemetry
+
+
+def set_default_telemetry(telemetry: OpenTelemetry | None) -> None:
+    """Make clients created from now on without ``telemetry=`` use ``telemetry`` (or none)."""
+    global _default_telemetry
+    if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+        raise TypeError(f"expected an OpenTelemetry(...), got {type(telemetry).__name__}")
+    _default_telemetry = telemetry
 
 
 class _Instruments:
@@ -334,10 +355,14 @@ class CallTrace:
         return AttemptTrace(inst, span, parent, method, scheme, host, port)
 
     def ended_ambiguous(self) -> None:
-        """The call is ending with ``HttpAmbiguousExecutionError`` (counted once per call)."""
+        """The call is ending with ``HttpAmbiguousExecutionError`` (counted once per call),
+        with the identifying attributes of ``http.client.request.duration`` (method, server,
+        scheme) of the call's last attempt: the one whose outcome is unknown."""
         instruments = self._inst._instruments
-        if instruments is not None:
-            instruments.ambiguous.add(1)
+        if instruments is None:
+            return
+        last = self.current
+        instruments.ambiguous.add(1, last.identity() if last is not None else None)
 
 
 class AttemptTrace:
@@ -361,6 +386,18 @@ class AttemptTrace:
         self.method = method
         self._server = (scheme, host, port)
         self._done = False
+
+    def identity(self) -> Attributes:
+        """What identifies this attempt's request in a metric point: ``http.request.method``,
+        ``server.address``, ``server.port``, ``url.scheme`` (no URL, no path: nothing secret
+        and nothing high-cardinality)."""
+        scheme, host, port = self._server
+        return {
+            "http.request.method": method_attribute(self.method),
+            "server.address": host,
+            "server.port": port,
+            "url.scheme": scheme,
+        }
 
     def inject(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Add the propagator's headers (``traceparent``...) for this attempt's span to
