@@ -129,3 +129,8 @@ def test_options_fixtures_and_strict_mode(tmp_path: Path) -> None:
     assert "GET /never: Respond(status=500" in output
     assert "GET /unused: Respond(status=500" in output
     assert "UnusedScriptError" in output
+    # One clear error per test: no Cancelled chained to it, and only pytest-trio's own
+    # nursery group around it (issue #32: it was three nested groups and the cancellation).
+    assert "Cancelled" not in output, output
+    assert output.count("Exception Group Traceback") == 2, output  # one per failed test
+    assert output.count("ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)") == 2

@@ -8,6 +8,7 @@ import math
 import socket
 import ssl
 import struct
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,9 @@ from ._script import (
 if TYPE_CHECKING:
     import trustme
 
+if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
+    from exceptiongroup import BaseExceptionGroup
+
 __all__ = ["FaultServer", "UnusedScriptError", "refused_port"]
 
 
@@ -43,6 +47,13 @@ class UnusedScriptError(AssertionError):
 
 # Running out of file descriptors or buffers is transient: wait and accept again.
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def _only_cancelled(exc: BaseException | None) -> bool:
+    """True for a `trio.Cancelled`, or a group (nested or not) holding only Cancelled."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def refused_port(host: str = "127.0.0.1") -> int:
@@ -157,11 +168,14 @@ class FaultServer:
         http2: bool = True,
         max_concurrent_streams: int | None = None,
         host: str = "127.0.0.1",
+        port: int = 0,
         idle_timeout: float = 30.0,
         read_timeout: float = 10.0,
         write_timeout: float = 10.0,
         strict: bool = False,
     ) -> None:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in 0..65535 (0: any free port), got {port!r}")
         if max_concurrent_streams is not None and not 0 <= max_concurrent_streams < 2**32:
             raise ValueError(f"max_concurrent_streams out of range: {max_concurrent_streams}")
         for name, value in (
@@ -175,6 +189,8 @@ class FaultServer:
         self.http2 = http2
         self.max_concurrent_streams = max_concurrent_streams
         self.host = host
+        #: The port asked for (0: any free port, the default); `port` is the one listened on.
+        self.requested_port = port
         #: When true, `serve` fails (`UnusedScriptError`) if it ends with scripted actions
         #: no request used; the pytest fixtures check it at the end of the test.
         self.strict = strict
@@ -265,9 +281,13 @@ class FaultServer:
     def assert_all_used(self) -> None:
         """Raise `UnusedScriptError` (an `AssertionError`) listing every scripted action and
         handler that no request used; return quietly when there is none."""
+        error = self._unused_error()
+        if error is not None:
+            raise error
+
+    def _unused_error(self) -> UnusedScriptError | None:
         report = self._script.unused_report()
-        if report is not None:
-            raise UnusedScriptError(f"{self!r}: {report}")
+        return None if report is None else UnusedScriptError(f"{self!r}: {report}")
 
     def _check(self, actions: Iterable[Action | RequestHandler]) -> list[Action]:
         checked: list[Action] = []
@@ -333,20 +353,22 @@ class FaultServer:
     # -- serving ----------------------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen on ``host``, port 0, and serve until cancelled; starts with `url`.
+        """Listen on ``host`` and ``port`` (0: any free port) and serve until cancelled;
+        starts with `url`.
 
         Each connection runs in its own task (and each HTTP/2 stream's action in its own
         task). Cancelling serve closes the listener and every connection abruptly. It raises
-        only for a broken script (`ScriptError`) or a bug, never because a client misbehaved.
-        A server serves once.
+        only for a port it cannot listen on (`OSError`; ``errno.EADDRINUSE``, with the address
+        in the message, for a port in use), a broken script (`ScriptError`), a strict server's
+        unused script (`UnusedScriptError`, alone: not in an exception group, no traceback of
+        the cancellation that ended serve) or a bug, never because a client misbehaved. A
+        server serves once.
         """
         if self._started:
             raise RuntimeError("a FaultServer can serve only once")
         self._started = True
-        listeners = await trio.open_tcp_listeners(0, host=self.host)
-        listener = listeners[0]
-        for extra in listeners[1:]:
-            await extra.aclose()
+        listener = await self._listen()
+        ending: BaseException | None = None
         try:
             self._port = listener.socket.getsockname()[1]
             async with trio.open_nursery() as nursery:
@@ -361,14 +383,40 @@ class FaultServer:
                         continue
                     self.connections_accepted += 1
                     nursery.start_soon(self._serve_connection, stream, self.connections_accepted)
+        except BaseException as exc:
+            ending = exc
+            raise
         finally:
             try:
                 await trio.aclose_forcefully(listener)
             finally:
-                if self.strict:
-                    # The test is over (serve is cancelled with its nursery): nothing may be
-                    # left. (A checkpoint above raises Cancelled, hence the inner finally.)
-                    self.assert_all_used()
+                # The test is over (serve is cancelled with its nursery): nothing may be left.
+                # Only when serve ends by cancellation: a real failure (a ScriptError) is not
+                # hidden behind the report. (A checkpoint above raises Cancelled, hence the
+                # inner finally.)
+                if self.strict and _only_cancelled(ending):
+                    unused = self._unused_error()
+                    if unused is not None:
+                        # One exception, not chained to the Cancelled (and serve's nursery
+                        # group) it replaces: that chain is noise in the report.
+                        raise unused from None
+
+    async def _listen(self) -> trio.SocketListener:
+        try:
+            listeners = await trio.open_tcp_listeners(self.requested_port, host=self.host)
+        except OSError as exc:
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            address = f"{host}:{self.requested_port}"
+            if exc.errno == errno.EADDRINUSE:
+                message = (
+                    f"FaultServer cannot listen on {address}: port {self.requested_port} is in use"
+                )
+            else:
+                message = f"FaultServer cannot listen on {address}: {exc.strerror or exc}"
+            raise OSError(exc.errno, message) from None
+        for extra in listeners[1:]:
+            await extra.aclose()
+        return listeners[0]
 
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
         transport = _Transport.from_socket(sock, self._timeouts.linger)

@@ -28,6 +28,7 @@ all used: at teardown, with `UnusedScriptError` listing them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,6 +39,9 @@ from trio_retry import Client  # the public facade, as any user's fixture would
 
 from ._mock import MockTransport
 from ._server import FaultServer
+
+if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 __all__ = [
     "MOCK_BASE_URL",
@@ -68,26 +72,53 @@ def trio_retry_client_options() -> dict[str, Any]:
     return {}
 
 
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one leaf of `group` (however nested) when it is an `Exception`, else None."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], Exception) else None
+
+
 @pytest.fixture
 async def fault_server(fault_server_options: dict[str, Any]) -> AsyncIterator[FaultServer]:
     """A cleartext `FaultServer` serving on loopback (port 0) for the test's duration."""
     server = FaultServer(**fault_server_options)
     # serve() runs in the fixture's own nursery (pytest-trio allows a yield inside one),
-    # cancelled at teardown; a strict server fails there, as serve checks its script.
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        yield server
-        nursery.cancel_scope.cancel()
+    # cancelled at teardown; a strict server fails there, as serve checks its script. The
+    # nursery's group around serve's one error is unwrapped: the report shows the error
+    # (pytest-trio's own nursery still wraps what a fixture raises in one group).
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            yield server
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        error = _sole_error(group)
+        if error is None:
+            raise
+        raise error from None
 
 
 @pytest.fixture
 async def tls_fault_server(fault_server_options: dict[str, Any]) -> AsyncIterator[FaultServer]:
     """A TLS `FaultServer` (trustme certificate for 127.0.0.1 and localhost)."""
     server = FaultServer(**{**fault_server_options, "tls": True})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        yield server
-        nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            yield server
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # as in fault_server
+        error = _sole_error(group)
+        if error is None:
+            raise
+        raise error from None
 
 
 @pytest.fixture
