@@ -415,7 +415,7 @@ def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitabl
         logger.debug(
             "%s %s attempt %d: %s %s %s%s (%.1f ms)%s",
             request.method,
-            request.url,
+            format(request.url),  # shown: no userinfo, no query value (str() has them)
             attempt.number,
             attempt.stage,
             attempt.evidence,
