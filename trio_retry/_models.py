@@ -559,9 +559,20 @@ class HTTPStatusError(TrioRetryError):
         self.response = response
 
 
+#: Headers whose values are URLs: shown by :func:`shown_url` (no userinfo, no query value).
+URL_HEADERS = frozenset({"location", "content-location", "referer"})
+
+
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
-    return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
+    """The pairs as they may be shown: credential-bearing values replaced by
+    ``"[redacted]"``, URL values by :func:`shown_url`."""
+    return [(k, _shown_value(k.lower(), v)) for k, v in items]
+
+
+def _shown_value(name: str, value: str) -> str:
+    if name in SENSITIVE_HEADERS:
+        return "[redacted]"
+    return shown_url(value) if name in URL_HEADERS else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,7 +268,7 @@ class _Report:
         """``-v``: the response head on stderr, curl's way (``< `` before each line), unless
         stderr is for the JSON trail alone (``--explain=json``)."""
         if self.opts.verbose and self.opts.explain != "json":
-            text = response_head(response).decode("latin-1")
+            text = response_head(response, redact=True).decode("latin-1")
             for line in text.split("\r\n")[:-1]:
                 print(f"< {line}".rstrip(), file=self.err)
 
