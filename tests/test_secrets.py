@@ -54,6 +54,7 @@ SECRETS = [
     COOKIE,
     SET_COOKIE,
     PROXY_PASSWORD,
+    PASSWORD[2:],  # the half after a "/" (a password urllib splits as a port)
     # The Basic credentials as sent, base64.
     base64.b64encode(f"user:{PASSWORD}".encode()).decode(),
     base64.b64encode(f"u:{PROXY_PASSWORD}".encode()).decode(),
@@ -267,6 +268,8 @@ async def test_invalid_request_from_a_bad_header(
         f"http://user:{PASSWORD}@{QUERY}",
         f"http://user:{PASSWORD}@h.example/a b{QUERY}",
         f"user:{PASSWORD}@h.example{QUERY}",
+        f"http://user:{PASSWORD[:2]}/{PASSWORD[2:]}@h.example{QUERY}",  # '/' in a password
+        f"http://user:{PASSWORD}@[::1{QUERY}",
     ],
 )
 async def test_invalid_request_from_a_bad_url(shown: Shown, url: str) -> None:
@@ -288,6 +291,20 @@ async def test_too_many_redirects(
         await raised(
             shown,
             trio_retry.TooManyRedirects,
+            lambda: client.get(secret_url(server.url), headers=HEADERS),
+        )
+
+
+@pytest.mark.parametrize(
+    "location",
+    [f"http://u:{PASSWORD[:2]}/{PASSWORD[2:]}@h:99999{QUERY}", f"http://[::1{QUERY}"],
+)
+async def test_a_malformed_location(server: FaultServer, shown: Shown, location: str) -> None:
+    server.default = Respond(302, headers=[("Location", location)])
+    async with trio_retry.Client(retry=ONE, follow_redirects=True) as client:
+        await raised(
+            shown,
+            trio_retry.ProtocolFailed,
             lambda: client.get(secret_url(server.url), headers=HEADERS),
         )
 

@@ -64,6 +64,8 @@ _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 # Up to the last "@" before the path, query or fragment, as urlsplit splits a netloc (also at
 # the start of a text without "//", so that "user:pass@host" in an error is redacted too).
 _USERINFO = re.compile(r"(?:(?<=//)|^)[^/?#]*@")
+# A text that failed to parse: up to the last "@" before the query (``http://u:pa/ss@h``).
+_LOOSE_USERINFO = re.compile(r"(?:(?<=//)|^)[^?#]*@")
 
 #: Query parameters whose values may be shown (names matched case-insensitively): paging and
 #: ordering, which carry no secret. Every other query value is hidden (docs/guide.md, "What is
@@ -79,17 +81,19 @@ def shown_url(
     userinfo: str = "[redacted]@",
     hidden: str = "…",
     also_hidden: frozenset[str] = frozenset(),
+    loose: bool = False,
 ) -> str:
     """The one rule for a URL shown as text (messages, reprs, logs, ``--explain``, ``url.full``).
 
     The userinfo becomes ``userinfo``; each query value becomes ``hidden`` unless its name is in
     :data:`SHOWN_QUERY_PARAMETERS` (and not in ``also_hidden``, exact names); a query piece
     without ``=`` is a value too; a fragment becomes ``#`` + ``hidden``. Names, scheme, host,
-    port and path are kept. Pure text work, so a URL too malformed to parse is redacted too.
+    port and path are kept. Pure text work, so a URL too malformed to parse is redacted too;
+    ``loose`` for such a text: userinfo runs to the last ``@`` before the query, ``/`` and all.
     """
     rest, hash_mark, fragment = url.partition("#")
     base, question, query = rest.partition("?")
-    shown = _USERINFO.sub(lambda _: userinfo, base, count=1)
+    shown = (_LOOSE_USERINFO if loose else _USERINFO).sub(lambda _: userinfo, base, count=1)
     if question:
         pieces = []
         for piece in query.split("&"):
@@ -113,8 +117,8 @@ def _unquote_name(name: str) -> str:
 
 
 def _shown(url: str) -> str:
-    """The URL as it may appear in an error: redacted by :func:`shown_url`, quoted."""
-    return repr(shown_url(url))
+    """A URL refused as malformed, as it may appear in the error: :func:`shown_url`, quoted."""
+    return repr(shown_url(url, loose=True))
 
 
 def _a_label(host: str, url: str) -> str:
@@ -252,7 +256,11 @@ class URL:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:  # UnicodeEncodeError included
-            raise _invalid(f"malformed URL {_shown(url)}: {exc}") from None
+            # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a
+            # piece of the password.
+            text = str(exc)
+            why = "a port that is not a number from 1 to 65535" if "ort" in text else text
+            raise _invalid(f"malformed URL {_shown(url)}: {why}") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
