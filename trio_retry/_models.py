@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
-from urllib.parse import SplitResult, quote, unquote, urlencode, urljoin, urlsplit
+from urllib.parse import (
+    SplitResult,
+    quote,
+    unquote,
+    unquote_plus,
+    urlencode,
+    urljoin,
+    urlsplit,
+)
 
 import idna
 
@@ -37,6 +45,7 @@ __all__ = [
     "StageTimeouts",
     "check_header",
     "redact_headers",
+    "shown_url",
 ]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -52,12 +61,64 @@ _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
-_USERINFO = re.compile(r"(?<=://)[^/?#@]*@")
+# Up to the last "@" before the path, query or fragment, as urlsplit splits a netloc (also at
+# the start of a text without "//", so that "user:pass@host" in an error is redacted too).
+_USERINFO = re.compile(r"(?:(?<=//)|^)[^/?#]*@")
+# A text that failed to parse: up to the last "@" before the query (``http://u:pa/ss@h``).
+_LOOSE_USERINFO = re.compile(r"(?:(?<=//)|^)[^?#]*@")
+
+#: Query parameters whose values may be shown (names matched case-insensitively): paging and
+#: ordering, which carry no secret. Every other query value is hidden (docs/guide.md, "What is
+#: never shown").
+SHOWN_QUERY_PARAMETERS = frozenset(
+    {"page", "per_page", "page_size", "limit", "offset", "sort", "order"}
+)
+
+
+def shown_url(
+    url: str,
+    *,
+    userinfo: str = "[redacted]@",
+    hidden: str = "…",
+    also_hidden: frozenset[str] = frozenset(),
+    loose: bool = False,
+) -> str:
+    """The one rule for a URL shown as text (messages, reprs, logs, ``--explain``, ``url.full``).
+
+    The userinfo becomes ``userinfo``; each query value becomes ``hidden`` unless its name is in
+    :data:`SHOWN_QUERY_PARAMETERS` (and not in ``also_hidden``, exact names); a query piece
+    without ``=`` is a value too; a fragment becomes ``#`` + ``hidden``. Names, scheme, host,
+    port and path are kept. Pure text work, so a URL too malformed to parse is redacted too;
+    ``loose`` for such a text: userinfo runs to the last ``@`` before the query, ``/`` and all.
+    """
+    rest, hash_mark, fragment = url.partition("#")
+    base, question, query = rest.partition("?")
+    shown = (_LOOSE_USERINFO if loose else _USERINFO).sub(lambda _: userinfo, base, count=1)
+    if question:
+        pieces = []
+        for piece in query.split("&"):
+            name, eq, value = piece.partition("=")
+            if not eq:
+                pieces.append(hidden if piece else piece)
+            elif value and (
+                name in also_hidden or _unquote_name(name).lower() not in SHOWN_QUERY_PARAMETERS
+            ):
+                pieces.append(f"{name}={hidden}")
+            else:
+                pieces.append(piece)
+        shown += "?" + "&".join(pieces)
+    if hash_mark:
+        shown += "#" + (hidden if fragment else "")
+    return shown
+
+
+def _unquote_name(name: str) -> str:
+    return unquote_plus(name) if "%" in name or "+" in name else name
 
 
 def _shown(url: str) -> str:
-    """The URL as it may appear in an error: any user:password@ part redacted."""
-    return repr(_USERINFO.sub("[redacted]@", url))
+    """A URL refused as malformed, as it may appear in the error: :func:`shown_url`, quoted."""
+    return repr(shown_url(url, loose=True))
 
 
 def _a_label(host: str, url: str) -> str:
@@ -147,8 +208,9 @@ class URL:
 
     Userinfo (``https://user:pass@host/``) is the call's ``BasicAuth`` (``credentials``,
     percent-decoded): it is never part of ``target`` nor of the ``Host`` header. ``str()``
-    keeps it, for the caller's own use; ``repr()`` and ``format()`` (so every f-string of an
-    error message) show ``[redacted]@`` instead.
+    keeps it, and the whole query, for the caller's own use; ``repr()`` and ``format()`` (so
+    every f-string of an error message or log line) show it by :func:`shown_url`: ``[redacted]@``
+    for the userinfo, ``…`` for query values (``?api_key=…&page=2``).
     """
 
     __slots__ = (
@@ -173,7 +235,7 @@ class URL:
     host_header: str
     #: The URL's ``(user, password)``, percent-decoded (``""`` for a missing password), or None.
     credentials: tuple[str, str] | None
-    _shown: str | None  # the text without its userinfo, when it has some
+    _shown: str | None  # the text as shown (shown_url), once asked for
 
     def __init__(self, url: str | URL) -> None:
         if isinstance(url, URL):
@@ -194,7 +256,11 @@ class URL:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:  # UnicodeEncodeError included
-            raise _invalid(f"malformed URL {_shown(url)}: {exc}") from None
+            # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a
+            # piece of the password.
+            text = str(exc)
+            why = "a port that is not a number from 1 to 65535" if "ort" in text else text
+            raise _invalid(f"malformed URL {_shown(url)}: {why}") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
@@ -211,10 +277,9 @@ class URL:
             parts = parts._replace(netloc=f"{userinfo}{at}{host}{port_text}")
         if "@" in parts.netloc:
             self.credentials = (unquote(parts.username or ""), unquote(parts.password or ""))
-            hostport = parts.netloc.rpartition("@")[2]
-            self._shown = parts._replace(netloc=f"[redacted]@{hostport}").geturl()
         else:
-            self.credentials = self._shown = None
+            self.credentials = None
+        self._shown = None
         self._parts = parts
         self.scheme = scheme
         self.host = host
@@ -252,7 +317,7 @@ class URL:
 
     def without_userinfo(self) -> str:
         """The URL as text without its userinfo (a proxy's absolute-form request target)."""
-        if self._shown is None:
+        if self.credentials is None:
             return self._parts.geturl()
         return self._parts._replace(netloc=self._parts.netloc.rpartition("@")[2]).geturl()
 
@@ -260,8 +325,11 @@ class URL:
         return self._parts.geturl()
 
     def __format__(self, spec: str) -> str:
-        # Messages, reprs and logs format URLs: the userinfo never shows there.
-        return format(self._parts.geturl() if self._shown is None else self._shown, spec)
+        # Messages, reprs and logs format URLs: no userinfo nor query value shows there.
+        shown = self._shown
+        if shown is None:
+            shown = self._shown = shown_url(self._parts.geturl())
+        return format(shown, spec)
 
     def __repr__(self) -> str:
         return f"URL({format(self)!r})"
@@ -328,14 +396,16 @@ def _check_pair(pair: object) -> None:
     """A header given by the caller: a pair of ``str`` or ``bytes`` (``None`` is refused: it
     would otherwise be sent as the text ``None``)."""
     if not (isinstance(pair, tuple) and len(pair) == 2):
-        raise _invalid(f"headers must be (name, value) pairs, got the item {pair!r}")
+        # The item's type and length only: it may hold a credential.
+        shape = f"of length {len(pair)}" if isinstance(pair, tuple) else type(pair).__name__
+        raise _invalid(f"headers must be (name, value) pairs, got an item {shape}")
     name, value = pair
     if not isinstance(name, (str, bytes)):
         raise _invalid(f"header names must be str or bytes, got {name!r} ({type(name).__name__})")
     if not isinstance(value, (str, bytes)):
         raise _invalid(
-            f"the value of header {_to_str(name)!r} must be str or bytes, got {value!r} "
-            f"({type(value).__name__}); leave the header out instead of passing None"
+            f"the value of header {_to_str(name)!r} must be str or bytes, got "
+            f"{type(value).__name__}; leave the header out instead of passing None"
         )
 
 
@@ -497,9 +567,20 @@ class HTTPStatusError(TrioRetryError):
         self.response = response
 
 
+#: Headers whose values are URLs: shown by :func:`shown_url` (no userinfo, no query value).
+URL_HEADERS = frozenset({"location", "content-location", "referer"})
+
+
 def redact_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The pairs with credential-bearing values replaced by ``"[redacted]"``."""
-    return [(k, "[redacted]" if k.lower() in SENSITIVE_HEADERS else v) for k, v in items]
+    """The pairs as they may be shown: credential-bearing values replaced by
+    ``"[redacted]"``, URL values by :func:`shown_url`."""
+    return [(k, _shown_value(k.lower(), v)) for k, v in items]
+
+
+def _shown_value(name: str, value: str) -> str:
+    if name in SENSITIVE_HEADERS:
+        return "[redacted]"
+    return shown_url(value) if name in URL_HEADERS else value
 
 
 @dataclass(frozen=True, slots=True)

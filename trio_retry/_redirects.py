@@ -94,7 +94,12 @@ def resolve_location(base: URL, location: str) -> URL:
         port = parts.port  # parsed lazily: a bad port raises here
         hostname = parts.hostname
     except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
-        raise InvalidLocation(str(exc)) from None
+        # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a piece
+        # of the password.
+        text = str(exc)
+        raise InvalidLocation(
+            "its port is not a number from 1 to 65535" if "ort" in text else text
+        ) from None
     scheme = parts.scheme.lower()
     has_authority = location[len(parts.scheme) + 1 if scheme else 0 :].startswith("//")
     if has_authority or (scheme in ("http", "https")):

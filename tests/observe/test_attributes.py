@@ -35,17 +35,20 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("https://api.example/a?b=1", "https://api.example/a?b=1"),
+        ("https://api.example/a", "https://api.example/a"),
+        ("https://api.example/a?b=1", "https://api.example/a?b=REDACTED"),
         ("https://u:p@api.example/a", "https://REDACTED:REDACTED@api.example/a"),
+        ("https://u:p@ss@api.example/a", "https://REDACTED:REDACTED@api.example/a"),
         ("https://s3.example/o?AWSAccessKeyId=AK&Signature=zz&x=1",
-         "https://s3.example/o?AWSAccessKeyId=REDACTED&Signature=REDACTED&x=1"),
-        ("https://b.example/?sig=abc&sv=2020", "https://b.example/?sig=REDACTED&sv=2020"),
-        ("https://g.example/?X-Goog-Signature=f00", "https://g.example/?X-Goog-Signature=REDACTED"),
-        # The conventions' names are exact; ours (tokens, keys...) match in any case.
-        ("https://e.example/?SIG=1&Access_Token=2&api%5Fkey=3",
-         "https://e.example/?SIG=1&Access_Token=REDACTED&api%5Fkey=REDACTED"),
-        ("https://e.example/p#frag?token=x", "https://e.example/p#frag?token=x"),
-        ("https://e.example/?token", "https://e.example/?token"),  # no value to hide
+         "https://s3.example/o?AWSAccessKeyId=REDACTED&Signature=REDACTED&x=REDACTED"),
+        ("https://b.example/?sig=abc&sv=2020", "https://b.example/?sig=REDACTED&sv=REDACTED"),
+        # Only paging and ordering values are kept, their names in any case.
+        ("https://e.example/?q=x&Page=2&per_page=5&limit=1&offset=0&sort=a&order=d&page_size=9",
+         "https://e.example/?q=REDACTED&Page=2&per_page=5&limit=1&offset=0&sort=a&order=d"
+         "&page_size=9"),
+        ("https://e.example/?p%61ge=2&a=", "https://e.example/?p%61ge=2&a="),  # nothing to hide
+        ("https://e.example/p#frag?token=x", "https://e.example/p#REDACTED"),
+        ("https://e.example/?T0K3N&&", "https://e.example/?REDACTED&&"),  # a bare value
     ],
 )  # fmt: skip
 def test_redact_url(url: str, shown: str) -> None:
@@ -53,8 +56,8 @@ def test_redact_url(url: str, shown: str) -> None:
 
 
 def test_redact_url_takes_extra_names() -> None:
-    assert redact_url("https://e.example/?tenant=acme&x=1", ["tenant"]) == (
-        "https://e.example/?tenant=REDACTED&x=1"
+    assert redact_url("https://e.example/?page=acme&limit=1", ["page"]) == (
+        "https://e.example/?page=REDACTED&limit=1"
     )
 
 

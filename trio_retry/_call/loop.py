@@ -50,7 +50,7 @@ from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.hedging import HedgeLedger
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
-from .._models import Headers, Response
+from .._models import Headers, Response, shown_url
 from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
@@ -98,7 +98,7 @@ async def send_following(
         if len(history) > max_redirects:
             raise TooManyRedirects(
                 f"{request.method} {history[0].url}: more than max_redirects "
-                f"({max_redirects}) redirects; the last pointed to {location}",
+                f"({max_redirects}) redirects; the last pointed to {shown_url(location)}",
                 history=history,
             )
         request = prepare_redirect(request, response, location)
@@ -423,7 +423,7 @@ def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitabl
         logger.debug(
             "%s %s attempt %d: %s %s %s%s (%.1f ms)%s",
             request.method,
-            request.url,
+            format(request.url),  # shown: no userinfo, no query value (str() has them)
             attempt.number,
             attempt.stage,
             attempt.evidence,

@@ -27,7 +27,7 @@ from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_id
 from .._core.policy import RetryPolicy
 from .._core.replay import Body, Multipart
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
-from .._models import URL, Headers, HeaderTypes
+from .._models import URL, Headers, HeaderTypes, shown_url
 from .._observe.otel import CallTrace
 from .._redirects import (
     CREDENTIAL_HEADERS,
@@ -436,7 +436,8 @@ def prepare_redirect(
     except InvalidLocation as exc:
         raise ProtocolFailed(
             f"{request.method} {request.url}: the {response.status} redirect's Location "
-            f"{location[:200]!r} is not a valid URL ({exc}); nothing was sent for it",
+            f"{shown_url(location[:200], loose=True)!r} is not a valid URL ({exc}); nothing "
+            "was sent for it",
             evidence=Evidence.RESPONSE_RECEIVED,
             attempts=response.attempts,
             category=FailureCategory.REMOTE_PROTOCOL,

@@ -45,6 +45,7 @@ from .. import (
 )
 from .._call.config import DEFAULT_STAGE_TIMEOUTS
 from .._core.replay import Body
+from .._models import shown_url
 from .._trail import Hop, attempt_table, execution_line, trail_json
 from .args import PROG, Options, UsageError, parse
 from .output import Sink, Streams, file_body, response_head, stdin_body
@@ -267,7 +268,7 @@ class _Report:
         """``-v``: the response head on stderr, curl's way (``< `` before each line), unless
         stderr is for the JSON trail alone (``--explain=json``)."""
         if self.opts.verbose and self.opts.explain != "json":
-            text = response_head(response).decode("latin-1")
+            text = response_head(response, redact=True).decode("latin-1")
             for line in text.split("\r\n")[:-1]:
                 print(f"< {line}".rstrip(), file=self.err)
 
@@ -306,7 +307,7 @@ class _Report:
 def _hop(response: Response) -> Hop:
     return Hop(
         method=response.request_method,
-        url=str(response.url),
+        url=format(response.url),  # shown: no userinfo, no query value
         attempts=tuple(response.attempts),
         status=response.status,
     )
@@ -420,7 +421,7 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
         ):
             code, summary = await _receive(response, opts, streams, report)
     except HttpAmbiguousExecutionError as exc:
-        hops = [Hop(method=opts.method, url=prepared.url, attempts=tuple(exc.attempts))]
+        hops = [Hop(method=opts.method, url=shown_url(prepared.url), attempts=tuple(exc.attempts))]
         report.error(f"AMBIGUOUS: {exc}")
         words = execution_line(exc.attempts, ambiguous=True)
         report.trail(hops, outcome="ambiguous", execution=words, error=exc)
@@ -428,7 +429,7 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
     except RequestFailed as exc:
         if isinstance(exc, InvalidRequest) and not exc.attempts:
             raise UsageError(f"{PROG} {opts.command}: error: {exc}") from None
-        hops = [Hop(method=opts.method, url=prepared.url, attempts=tuple(exc.attempts))]
+        hops = [Hop(method=opts.method, url=shown_url(prepared.url), attempts=tuple(exc.attempts))]
         report.error(f"FAILED ({type(exc).__name__}, {exc.evidence}): {exc}")
         words = execution_line(exc.attempts, idempotency_key=key)
         report.trail(hops, outcome="failed", execution=words, error=exc)

@@ -20,6 +20,7 @@ from typing import BinaryIO, TextIO
 import trio
 
 from .. import Reopenable, Response
+from .._models import redact_headers
 from .progress import ProgressBar
 
 __all__ = [
@@ -83,10 +84,16 @@ class Streams:
         return ProgressBar(self.err, label, total, time.monotonic(), width=self.err_width())
 
 
-def response_head(response: Response) -> bytes:
-    """The status line and headers as curl's ``-i`` writes them (CRLF, a blank line after)."""
+def response_head(response: Response, *, redact: bool = False) -> bytes:
+    """The status line and headers as curl's ``-i`` writes them (CRLF, a blank line after).
+    ``redact`` (``-v``, on stderr, the place of logs): ``Set-Cookie`` and the other credential
+    values as ``[redacted]``, a ``Location`` as any URL shown (no userinfo nor query value);
+    ``-i`` writes the head as received, as the response's data."""
     status = f"{response.http_version} {response.status} {response.reason}".rstrip()
-    lines = [status] + [f"{name}: {value}" for name, value in response.headers.multi_items()]
+    items = list(response.headers.multi_items())
+    if redact:
+        items = redact_headers(items)
+    lines = [status] + [f"{name}: {value}" for name, value in items]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace")
 
 

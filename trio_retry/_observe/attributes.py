@@ -16,10 +16,12 @@ Decisions recorded here, with the alternatives rejected:
   convention asks for, where an exception class name would be our private ``WireError`` for
   every failure. A status >= 400 with no failure gives the status as a string (``"503"``); a
   cancelled attempt gives ``cancelled``; anything else ``_OTHER``.
-- ``url.full`` never carries credentials (``REDACTED:REDACTED@``, though the client refuses
-  them in URLs anyway) nor the values of sensitive query parameters (``sig=REDACTED``). The
-  convention's list is matched case-sensitively as it says; our additions (tokens, keys,
-  passwords) case-insensitively, because they are guesses about names, not exact spellings.
+- ``url.full`` never carries credentials (``REDACTED:REDACTED@``) nor query values
+  (``sig=REDACTED``) but those of the few paging and ordering parameters the client's one rule
+  for shown URLs keeps (:func:`trio_retry._models.shown_url`, the rule of every message and log
+  line too): an allow-list rather than the convention's list of sensitive names, which a
+  signed or keyed URL with a name nobody listed would get past. The convention allows more
+  redaction than its list.
 - The idempotency key's *presence* is recorded, never its value: it is an opaque token that
   can let anyone replay the operation.
 """
@@ -27,17 +29,16 @@ Decisions recorded here, with the alternatives rejected:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import SplitResult, unquote_plus, urlsplit
 
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
 from .._core.evidence import FailureCategory, Stage
 from .._core.idempotency import Idempotency
+from .._models import shown_url
 
 __all__ = [
     "DURATION_BUCKETS",
     "METRIC_NAMES",
-    "SENSITIVE_QUERY_PARAMETERS",
     "SPAN_ATTRIBUTES",
     "attempt_end_attributes",
     "attempt_start_attributes",
@@ -57,19 +58,6 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 )  # fmt: skip
 
-#: Query parameters whose values the conventions say to redact (matched case-sensitively).
-SENSITIVE_QUERY_PARAMETERS: frozenset[str] = frozenset(
-    {"AWSAccessKeyId", "Signature", "sig", "X-Goog-Signature"}
-)
-#: Our additions (matched case-insensitively): names that commonly carry a secret.
-_LIKELY_SECRETS: frozenset[str] = frozenset(
-    {
-        "access_token", "api_key", "apikey", "auth", "client_secret", "code", "key",
-        "password", "passwd", "refresh_token", "secret", "token", "x-amz-credential",
-        "x-amz-security-token", "x-amz-signature",
-    }
-)  # fmt: skip
-
 _KNOWN_METHODS = frozenset(
     {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
 )
@@ -78,7 +66,7 @@ _KNOWN_METHODS = frozenset(
 SPAN_ATTRIBUTES: dict[str, str] = {
     "http.request.method": "the method (GET, POST, ...; _OTHER for a method outside RFC 9110)",
     "http.request.method_original": "the method as sent, when http.request.method is _OTHER",
-    "url.full": "the URL, credentials and sensitive query values replaced by REDACTED",
+    "url.full": "the URL, credentials and query values (but paging ones) replaced by REDACTED",
     "server.address": "the host of the URL",
     "server.port": "the port of the URL (443/80 when not written)",
     "url.scheme": "http or https",
@@ -164,43 +152,19 @@ def span_name(method: str) -> str:
     return method if method in _KNOWN_METHODS else "HTTP"
 
 
-def _is_sensitive(name: str, extra: frozenset[str]) -> bool:
-    return name in SENSITIVE_QUERY_PARAMETERS or name in extra or name.lower() in _LIKELY_SECRETS
-
-
 def redact_url(url: str, extra_sensitive: Iterable[str] = ()) -> str:
-    """``url`` fit for ``url.full``: userinfo -> ``REDACTED:REDACTED``, the value of each
-    sensitive query parameter -> ``REDACTED`` (its name kept), the rest untouched.
+    """``url`` fit for ``url.full``: :func:`~trio_retry._models.shown_url` with the convention's
+    ``REDACTED``: userinfo -> ``REDACTED:REDACTED@``, each query value -> ``REDACTED`` (its
+    name kept) unless the name is on the rule's short allow-list (paging, ordering).
 
-    ``extra_sensitive`` adds exact (case-sensitive) parameter names. A URL that cannot be
-    split is returned as its scheme and ``//REDACTED`` rather than risk leaking it.
+    ``extra_sensitive`` adds exact (case-sensitive) parameter names to hide even when allowed.
     """
-    extra = frozenset(extra_sensitive)
-    try:
-        parts: SplitResult = urlsplit(url)
-    except ValueError:
-        return "//REDACTED"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "REDACTED:REDACTED@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        pieces = []
-        for piece in query.split("&"):
-            name, eq, _value = piece.partition("=")
-            if eq and _is_sensitive(_unquote_name(name), extra):
-                piece = f"{name}=REDACTED"
-            pieces.append(piece)
-        query = "&".join(pieces)
-    if netloc == parts.netloc and query == parts.query:
-        return url
-    return parts._replace(netloc=netloc, query=query).geturl()
-
-
-def _unquote_name(name: str) -> str:
-    if "%" not in name and "+" not in name:
-        return name
-    return unquote_plus(name)
+    return shown_url(
+        url,
+        userinfo="REDACTED:REDACTED@",
+        hidden="REDACTED",
+        also_hidden=frozenset(extra_sensitive),
+    )
 
 
 def protocol_version(http_version: str | None) -> str | None:

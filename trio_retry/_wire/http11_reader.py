@@ -132,7 +132,7 @@ class ResponseReader:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                raise self._refused(progress, exc) from exc
+                raise self._refused(progress, exc) from None  # h11's text may quote a value
             # (h11's events are ABCs, so an isinstance costs a Python call; h11 makes exactly
             # these types)
             if type(event) is h11.Data:

@@ -11,6 +11,7 @@ the reader to raise.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import h11
@@ -142,8 +143,25 @@ def eof_error(exc: h11.RemoteProtocolError) -> bool:
     return "peer closed connection" in str(exc) or "incomplete" in str(exc)
 
 
+# h11 quotes the offending bytes: `illegal header line: bytearray(b'Set-Cookie sid=...')`.
+_QUOTED_BYTES = re.compile(r"""(?:bytearray\()?b(['"])(.*?)\1\)?""")
+_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*")
+
+
+def _name_only(match: re.Match[str]) -> str:
+    name = _NAME.match(match[2])
+    return f"{name[0]!r} (value not shown)" if name and name[0] else "(not shown)"
+
+
 def protocol_message(exc: h11.RemoteProtocolError) -> str:
+    """h11's complaint in words; one about a header line or value names the header but never
+    quotes its value (it may be a ``Set-Cookie``)."""
     text = str(exc)
+    lowered = text.lower()
+    if "header value" in lowered:
+        text = _QUOTED_BYTES.sub("(not shown)", text)
+    elif "header" in lowered:
+        text = _QUOTED_BYTES.sub(_name_only, text)
     if "too long" in text.lower() or "exceeds" in text.lower():
         return head_too_large(text)
     return f"the server's response is not valid HTTP/1.1: {text}"
