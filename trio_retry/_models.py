@@ -64,8 +64,8 @@ _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 # Up to the last "@" before the path, query or fragment, as urlsplit splits a netloc (also at
 # the start of a text without "//", so that "user:pass@host" in an error is redacted too).
 _USERINFO = re.compile(r"(?:(?<=//)|^)[^/?#]*@")
-# A text that failed to parse: up to the last "@" before the query (``http://u:pa/ss@h``).
-_LOOSE_USERINFO = re.compile(r"(?:(?<=//)|^)[^?#]*@")
+#: Query pieces are separated by "&", and by ";" for some servers (kept as they were).
+_QUERY_SPLIT = re.compile(r"([&;])")
 
 #: Query parameters whose values may be shown (names matched case-insensitively): paging and
 #: ordering, which carry no secret. Every other query value is hidden (docs/guide.md, "What is
@@ -91,12 +91,21 @@ def shown_url(
     port and path are kept. Pure text work, so a URL too malformed to parse is redacted too;
     ``loose`` for such a text: userinfo runs to the last ``@`` before the query, ``/`` and all.
     """
+    if loose and "@" in url:
+        # Up to the last "@" anywhere: a password may hold "/", "?" or "#" (over-redacting
+        # is the safe side for a text that could not be parsed).
+        scheme, slashes, rest = url.partition("//")
+        tail = (rest if slashes else url).rpartition("@")[2]
+        url = f"{scheme}{slashes}{userinfo}{tail}" if slashes else f"{userinfo}{tail}"
     rest, hash_mark, fragment = url.partition("#")
     base, question, query = rest.partition("?")
-    shown = (_LOOSE_USERINFO if loose else _USERINFO).sub(lambda _: userinfo, base, count=1)
+    shown = base if loose else _USERINFO.sub(lambda _: userinfo, base, count=1)
     if question:
         pieces = []
-        for piece in query.split("&"):
+        for piece in _QUERY_SPLIT.split(query):  # (the separators come back as pieces)
+            if piece in ("&", ";"):
+                pieces.append(piece)
+                continue
             name, eq, value = piece.partition("=")
             if not eq:
                 pieces.append(hidden if piece else piece)
@@ -106,7 +115,7 @@ def shown_url(
                 pieces.append(f"{name}={hidden}")
             else:
                 pieces.append(piece)
-        shown += "?" + "&".join(pieces)
+        shown += "?" + "".join(pieces)
     if hash_mark:
         shown += "#" + (hidden if fragment else "")
     return shown
@@ -275,10 +284,10 @@ class URL:
             userinfo, at, hostport = parts.netloc.rpartition("@")
             port_text = f":{hostport.rpartition(':')[2]}" if port is not None else ""
             parts = parts._replace(netloc=f"{userinfo}{at}{host}{port_text}")
-        if "@" in parts.netloc:
+        if "@" in parts.netloc and (parts.username or parts.password):
             self.credentials = (unquote(parts.username or ""), unquote(parts.password or ""))
         else:
-            self.credentials = None
+            self.credentials = None  # (an empty userinfo, "http://@host/", sends none: httpx)
         self._shown = None
         self._parts = parts
         self.scheme = scheme

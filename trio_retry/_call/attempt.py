@@ -340,7 +340,7 @@ class AttemptRun:
             if jar is not None:
                 store_cookies(
                     jar,
-                    str(url),
+                    url.without_userinfo(),
                     request.method,
                     request.headers,
                     Headers.from_wire(response.headers),
@@ -496,7 +496,9 @@ async def attempt_headers(
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies
     if (jar is not None or request.cookies) and "cookie" not in prepared:
-        cookie = cookie_header(jar, str(url), request.method, prepared) if jar else None
+        cookie = (
+            cookie_header(jar, url.without_userinfo(), request.method, prepared) if jar else None
+        )
         if request.cookies:  # the call's cookies= win over the jar's of the same name
             given = {name for name, _ in request.cookies}
             kept = [

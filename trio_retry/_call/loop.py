@@ -98,7 +98,8 @@ async def send_following(
         if len(history) > max_redirects:
             raise TooManyRedirects(
                 f"{request.method} {history[0].url}: more than max_redirects "
-                f"({max_redirects}) redirects; the last pointed to {shown_url(location)}",
+                f"({max_redirects}) redirects; the last pointed to "
+                f"{shown_url(location, loose=True)}",
                 history=history,
             )
         request = prepare_redirect(request, response, location)

@@ -366,7 +366,10 @@ def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None
         except TypeError as exc:  # a call-time mistake: refused before any I/O (SPEC §11)
             raise _invalid(str(exc)) from None
     if config.auth is None and url.credentials is not None:  # the client's auth= wins, as in httpx
-        return BasicAuth(*url.credentials)
+        try:
+            return BasicAuth(*url.credentials)
+        except ValueError as exc:  # (a user name with ":" once percent-decoded)
+            raise _invalid(f"the URL's userinfo cannot be Basic credentials: {exc}") from None
     if config.auth is not None or not config.trust_env:
         return config.auth
     try:
@@ -436,11 +439,23 @@ def prepare_redirect(
     except InvalidLocation as exc:
         raise ProtocolFailed(
             f"{request.method} {request.url}: the {response.status} redirect's Location "
-            f"{shown_url(location[:200], loose=True)!r} is not a valid URL ({exc}); nothing "
+            f"{shown_url(location, loose=True)[:200]!r} is not a valid URL ({exc}); nothing "
             "was sent for it",
             evidence=Evidence.RESPONSE_RECEIVED,
             attempts=response.attempts,
             category=FailureCategory.REMOTE_PROTOCOL,
+        ) from None
+    except InvalidRequest as exc:
+        # A URL we do not follow (another scheme, a host that cannot be encoded): nothing was
+        # sent for the hop, but the request before it was answered. The call's evidence is
+        # that answer's (RESPONSE_RECEIVED): a caller that sends NOT_SENT calls again must
+        # not run this request twice.
+        raise InvalidRequest(
+            f"{request.method} {request.url}: the {response.status} redirect is not followed: "
+            f"{exc}; nothing was sent for it",
+            evidence=Evidence.RESPONSE_RECEIVED,
+            attempts=response.attempts,
+            category=FailureCategory.INVALID_REQUEST,
         ) from None
     method, keep_body = redirect_method(response.status, request.method)
     headers = request.headers.copy()

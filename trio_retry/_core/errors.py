@@ -139,6 +139,17 @@ class AdmissionRejected(RequestFailed):
         )
         self.reason = reason
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # (Exception's own rebuilds with cls(*args), without the required reason: pickle and
+        # copy would fail.)
+        return (_admission_rejected, (type(self), str(self), self.reason), self.__dict__)
+
+
+def _admission_rejected(
+    cls: type[AdmissionRejected], message: str, reason: RejectReason
+) -> AdmissionRejected:
+    return cls(message, reason=reason)
+
 
 class ClientStateError(TrioRetryError, RuntimeError):
     """The client was used outside ``async with`` (not yet entered, or already closed)."""

@@ -43,14 +43,15 @@ def _fail(message: str) -> WireError:
     )
 
 
-def _versioned(reply: bytes, version: int, which: str, via: str) -> bytes:
-    """``reply`` if its first byte is ``version``: socksio reads a method selection reply's
-    method without looking at its version, so a SOCKS4 answer (``04 00``) would pass for "no
-    authentication" and the CONNECT that follows would wait for an answer that never comes."""
-    if reply[0] != version:
+def _versioned(reply: bytes, versions: tuple[int, ...], which: str, via: str) -> bytes:
+    """``reply`` if its first byte is one of ``versions``: socksio reads a method selection
+    reply's method without looking at its version, so a SOCKS4 answer (``04 00``) would pass
+    for "no authentication" and the CONNECT that follows would wait for an answer that never
+    comes."""
+    if reply[0] not in versions:
         raise _fail(
             f"the SOCKS proxy {via} answered with a malformed SOCKS5 {which} reply (version "
-            f"{reply[0]}, not {version}): is it a SOCKS5 proxy?"
+            f"{reply[0]}, not {' or '.join(map(str, versions))}): is it a SOCKS5 proxy?"
         )
     return reply
 
@@ -100,12 +101,15 @@ async def socks5_handshake(
     try:
         conn.send(socks5.SOCKS5AuthMethodsRequest(methods))
         await stream.send_all(conn.data_to_send())
-        reply = conn.receive_data(_versioned(await reader.exactly(2), 5, "method selection", via))
+        reply = conn.receive_data(
+            _versioned(await reader.exactly(2), (5,), "method selection", via)
+        )
         if reply.method == socks5.SOCKS5AuthMethod.USERNAME_PASSWORD and username is not None:
             user, secret = username.encode(), (password or "").encode()
             conn.send(socks5.SOCKS5UsernamePasswordRequest(user, secret))
             await stream.send_all(conn.data_to_send())
-            answer = _versioned(await reader.exactly(2), 1, "username/password", via)
+            # RFC 1929 says 1; some servers send 5, which curl accepts too.
+            answer = _versioned(await reader.exactly(2), (1, 5), "username/password", via)
             if not conn.receive_data(answer).success:
                 raise _fail(f"the SOCKS proxy {via} rejected the username and password")
         elif reply.method != socks5.SOCKS5AuthMethod.NO_AUTH_REQUIRED:
@@ -124,7 +128,7 @@ async def socks5_handshake(
             socks5.SOCKS5CommandRequest.from_address(socks5.SOCKS5Command.CONNECT, (address, port))
         )
         await stream.send_all(conn.data_to_send())
-        head = _versioned(await reader.exactly(4), 5, "CONNECT", via)
+        head = _versioned(await reader.exactly(4), (5,), "CONNECT", via)
         atype = head[3:4]
         if atype == b"\x01":
             rest = await reader.exactly(4 + 2)
