@@ -111,9 +111,9 @@ class AttemptRun:
         self.request = request
         self._state = state
         self._streaming = streaming
-        #: Whether the attempt has a telemetry span of its own: with ``telemetry=``, unless it
-        #: is a hedged copy (copies run at once, and a call has one span slot: not traced yet).
-        self._traced_run = traced and request.trace is not None
+        #: Whether the attempt may have a telemetry span of its own (with ``telemetry=``): not a
+        #: hedged copy (copies run at once, and a call has one span slot: not traced yet).
+        self._traced_run = traced
         #: The attempt's number, 1-based (for the event hooks and the span).
         self.number = number
         self.progress = progress
@@ -138,7 +138,7 @@ class AttemptRun:
         (A plain method returning the awaitable of the path it chose: the common case, no call
         deadline and a connection taken at once, awaits the exchange itself, with no frame of
         this method in between.)"""
-        if self._traced_run:
+        if self.request.trace is not None and self._traced_run:
             return self._traced()
         if self._ready():
             return self._exchange()

@@ -251,8 +251,8 @@ class HTTP11Connection:
             assert got is not None  # (the reader gives the head before anything else)
             status, reason, headers = got
             progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
-            # (the version the response head gave: "HTTP/1.0" from an HTTP/1.0 server)
-            version = progress.http_version or self.http_version
+            # The version set above, or the one the head gave ("HTTP/1.0": ResponseReader).
+            version: str = progress.http_version
             return WireResponse(status, reason.decode("latin-1"), headers, version, self)
         except BaseException:
             self.close()
