@@ -112,14 +112,16 @@ async def test_a_redirect_to_an_invalid_location_is_a_protocol_failure(
         "ftp://alice:s3cret@files.test/x",
     ],
 )
-async def test_a_redirect_to_another_scheme_is_an_invalid_request_not_sent(
+async def test_a_redirect_to_another_scheme_is_an_invalid_request_nothing_sent_for_it(
     server: FaultServer, location: str
 ) -> None:
     server.script(Raw(_redirect(location), close=False))
     async with trio_retry.Client(follow_redirects=True, retry=NO_RETRY) as client:
         with trio.fail_after(LIMIT), pytest.raises(trio_retry.InvalidRequest) as caught:
             await client.get(server.url + "/start")
-    assert caught.value.evidence is Evidence.NOT_SENT  # of the hop, never sent
+    # Nothing was sent for the hop; the call's evidence is the answered redirect's.
+    assert caught.value.evidence is Evidence.RESPONSE_RECEIVED
+    assert [a.status for a in caught.value.attempts] == [302]
     assert caught.value.category is FailureCategory.INVALID_REQUEST
     scheme = location.split(":")[0].lower()
     assert f"unsupported URL scheme {scheme!r}" in str(caught.value)
