@@ -1,0 +1,304 @@
+"""URLs: parsing and validation at construction, the origin they belong to, and the one
+rule for showing a URL as text (:func:`shown_url`: no userinfo, no secret query values).
+
+A malformed URL or an unsupported scheme raises :class:`InvalidRequest` (evidence
+``NOT_SENT``) before any I/O. ``_models`` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import SplitResult, quote, unquote, unquote_plus, urlencode, urljoin, urlsplit
+
+import idna
+
+from ._core.errors import InvalidRequest
+from ._core.evidence import Evidence, FailureCategory
+
+__all__ = ["DEFAULT_PORTS", "SHOWN_QUERY_PARAMETERS", "URL", "Origin", "shown_url"]
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+#: Characters kept as they are in a request target (RFC 3986 pchar and delimiters, and "%").
+_TARGET_SAFE = "/%:@!$&'()*+,;=-._~"
+_FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+
+
+# Up to the last "@" before the path, query or fragment, as urlsplit splits a netloc (also at
+# the start of a text without "//", so that "user:pass@host" in an error is redacted too).
+_USERINFO = re.compile(r"(?:(?<=//)|^)[^/?#]*@")
+#: Query pieces are separated by "&", and by ";" for some servers (kept as they were).
+_QUERY_SPLIT = re.compile(r"([&;])")
+
+#: Query parameters whose values may be shown (names matched case-insensitively): paging and
+#: ordering, which carry no secret. Every other query value is hidden (docs/guide.md, "What is
+#: never shown").
+SHOWN_QUERY_PARAMETERS = frozenset(
+    {"page", "per_page", "page_size", "limit", "offset", "sort", "order"}
+)
+
+
+def shown_url(
+    url: str,
+    *,
+    userinfo: str = "[redacted]@",
+    hidden: str = "…",
+    also_hidden: frozenset[str] = frozenset(),
+    loose: bool = False,
+) -> str:
+    """The one rule for a URL shown as text (messages, reprs, logs, ``--explain``, ``url.full``).
+
+    The userinfo becomes ``userinfo``; each query value becomes ``hidden`` unless its name is in
+    :data:`SHOWN_QUERY_PARAMETERS` (and not in ``also_hidden``, exact names); a query piece
+    without ``=`` is a value too; a fragment becomes ``#`` + ``hidden``. Names, scheme, host,
+    port and path are kept. Pure text work, so a URL too malformed to parse is redacted too;
+    ``loose`` for such a text: userinfo runs to the last ``@`` before the query, ``/`` and all.
+    """
+    if loose and "@" in url:
+        # Up to the last "@" anywhere: a password may hold "/", "?" or "#" (over-redacting
+        # is the safe side for a text that could not be parsed).
+        scheme, slashes, rest = url.partition("//")
+        tail = (rest if slashes else url).rpartition("@")[2]
+        url = f"{scheme}{slashes}{userinfo}{tail}" if slashes else f"{userinfo}{tail}"
+    rest, hash_mark, fragment = url.partition("#")
+    base, question, query = rest.partition("?")
+    shown = base if loose else _USERINFO.sub(lambda _: userinfo, base, count=1)
+    if question:
+        pieces = []
+        for piece in _QUERY_SPLIT.split(query):  # (the separators come back as pieces)
+            if piece in ("&", ";"):
+                pieces.append(piece)
+                continue
+            name, eq, value = piece.partition("=")
+            if not eq:
+                pieces.append(hidden if piece else piece)
+            elif value and (
+                name in also_hidden or _unquote_name(name).lower() not in SHOWN_QUERY_PARAMETERS
+            ):
+                pieces.append(f"{name}={hidden}")
+            else:
+                pieces.append(piece)
+        shown += "?" + "".join(pieces)
+    if hash_mark:
+        shown += "#" + (hidden if fragment else "")
+    return shown
+
+
+def _unquote_name(name: str) -> str:
+    return unquote_plus(name) if "%" in name or "+" in name else name
+
+
+def _shown(url: str) -> str:
+    """A URL refused as malformed, as it may appear in the error: :func:`shown_url`, quoted."""
+    return repr(shown_url(url, loose=True))
+
+
+def _a_label(host: str, url: str) -> str:
+    """The host as sent: an internationalised name in its IDNA A-label form (IDNA 2008 with the
+    UTS #46 mapping: ``bücher.example`` -> ``xn--bcher-kva.example``); an ASCII name (or IP
+    literal) as it is, after a cheap check of its labels (no idna call)."""
+    if host.isascii():
+        if ":" in host:  # an IPv6 literal (urlsplit checked the brackets)
+            return host
+        labels = (host[:-1] if host.endswith(".") else host).split(".")
+        if len(host) <= 253 and all(0 < len(label) <= 63 for label in labels):
+            return host
+        raise _invalid(
+            f"URL host {host!r} is not a valid host name (an empty label, a label over 63 "
+            f"characters, or over 253 in all): {_shown(url)}"
+        )
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except UnicodeError as exc:  # idna.IDNAError included
+        raise _invalid(
+            f"URL host {host!r} cannot be encoded as an IDNA host name ({exc}): {_shown(url)}"
+        ) from None
+
+
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(
+        message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """``scheme://host:port``, the unit of pooling, budgets and bulkheads."""
+
+    scheme: str
+    host: str
+    port: int
+    # Origins key every per-request lookup (upstream state, pool): hashed once, not each time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.scheme, self.host, self.port)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+    @classmethod
+    def parse(cls, text: str) -> Origin:
+        """``"https://api.example"`` or ``"https://api.example:443"`` (the upstreams keys)."""
+        return URL(text).origin
+
+
+class URL:
+    """An absolute ``http``/``https`` URL, validated and split once.
+
+    An internationalised host name is converted to its IDNA A-label form when the URL is
+    parsed (``http://bücher.example/`` is ``http://xn--bcher-kva.example/``): ``host``, the
+    ``Host`` header, the origin, SNI, certificate checks and ``str()`` all use that form.
+
+    Userinfo (``https://user:pass@host/``) is the call's ``BasicAuth`` (``credentials``,
+    percent-decoded): it is never part of ``target`` nor of the ``Host`` header. ``str()``
+    keeps it, and the whole query, for the caller's own use; ``repr()`` and ``format()`` (so
+    every f-string of an error message or log line) show it by :func:`shown_url`: ``[redacted]@``
+    for the userinfo, ``…`` for query values (``?api_key=…&page=2``).
+    """
+
+    __slots__ = (
+        "_parts",
+        "_shown",
+        "credentials",
+        "host",
+        "host_header",
+        "origin",
+        "port",
+        "scheme",
+        "target",
+    )
+
+    _parts: SplitResult
+    scheme: str
+    host: str
+    port: int
+    origin: Origin
+    target: str
+    #: The ``Host`` header value: the host (IPv6 in brackets), and the port unless default.
+    host_header: str
+    #: The URL's ``(user, password)``, percent-decoded (``""`` for a missing password), or None.
+    credentials: tuple[str, str] | None
+    _shown: str | None  # the text as shown (shown_url), once asked for
+
+    def __init__(self, url: str | URL) -> None:
+        if isinstance(url, URL):
+            self._parts = url._parts
+            self.scheme, self.host, self.port = url.scheme, url.host, url.port
+            self.origin, self.target = url.origin, url.target
+            self.host_header = url.host_header
+            self.credentials, self._shown = url.credentials, url._shown
+            return
+        if not isinstance(url, str):
+            raise _invalid(f"URL must be a str, got {type(url).__name__}")
+        if _FORBIDDEN_URL_CHARS.search(url):
+            raise _invalid(
+                f"URL contains whitespace or control characters (CR, LF, NUL...): {_shown(url)}"
+            )
+        try:
+            url.encode("utf-8")  # a lone surrogate would fail the percent-encoding below
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:  # UnicodeEncodeError included
+            # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a
+            # piece of the password.
+            text = str(exc)
+            why = "a port that is not a number from 1 to 65535" if "ort" in text else text
+            raise _invalid(f"malformed URL {_shown(url)}: {why}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in DEFAULT_PORTS:
+            accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
+            shown = f"{scheme!r}" if scheme else "none"
+            raise _invalid(f"unsupported URL scheme {shown} in {_shown(url)}; accepted: {accepted}")
+        host = parts.hostname
+        if not host:
+            raise _invalid(f"URL has no host: {_shown(url)}")
+        international = not host.isascii()
+        host = _a_label(host, url)
+        if international:  # str(url) shows the A-label too
+            userinfo, at, hostport = parts.netloc.rpartition("@")
+            port_text = f":{hostport.rpartition(':')[2]}" if port is not None else ""
+            parts = parts._replace(netloc=f"{userinfo}{at}{host}{port_text}")
+        if "@" in parts.netloc and (parts.username or parts.password):
+            self.credentials = (unquote(parts.username or ""), unquote(parts.password or ""))
+        else:
+            self.credentials = None  # (an empty userinfo, "http://@host/", sends none: httpx)
+        self._shown = None
+        self._parts = parts
+        self.scheme = scheme
+        self.host = host
+        self.port = port if port is not None else DEFAULT_PORTS[scheme]
+        self.origin = Origin(scheme, host, self.port)
+        bracketed = f"[{host}]" if ":" in host else host
+        default_port = self.port == DEFAULT_PORTS[scheme]
+        self.host_header = bracketed if default_port else f"{bracketed}:{self.port}"
+        # Non-ASCII in the path or query is percent-encoded (UTF-8): the target is always ASCII.
+        path = quote(parts.path or "/", safe=_TARGET_SAFE)
+        query = quote(parts.query, safe=_TARGET_SAFE + "?")
+        self.target = f"{path}?{query}" if query else path
+
+    def with_params(self, params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None) -> URL:
+        """A copy with ``params`` appended to the query string (``None`` values dropped)."""
+        if not params:
+            return self
+        items = params.items() if isinstance(params, Mapping) else params
+        pairs: list[tuple[str, str]] = []
+        for key, value in items:
+            if value is None:
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            pairs.extend((str(key), _param_str(v)) for v in values)
+        try:
+            extra = urlencode(pairs)
+        except UnicodeEncodeError as exc:
+            raise _invalid(f"params cannot be encoded as UTF-8: {exc}") from None
+        query = f"{self._parts.query}&{extra}" if self._parts.query else extra
+        return URL(self._parts._replace(query=query).geturl())
+
+    def join(self, url: str) -> URL:
+        """Resolve ``url`` against this one (RFC 3986)."""
+        return URL(urljoin(str(self), url))
+
+    def without_userinfo(self) -> str:
+        """The URL as text without its userinfo (a proxy's absolute-form request target)."""
+        if self.credentials is None:
+            return self._parts.geturl()
+        return self._parts._replace(netloc=self._parts.netloc.rpartition("@")[2]).geturl()
+
+    def __str__(self) -> str:
+        return self._parts.geturl()
+
+    def __format__(self, spec: str) -> str:
+        # Messages, reprs and logs format URLs: no userinfo nor query value shows there.
+        shown = self._shown
+        if shown is None:
+            shown = self._shown = shown_url(self._parts.geturl())
+        return format(shown, spec)
+
+    def __repr__(self) -> str:
+        return f"URL({format(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, URL) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def _param_str(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
