@@ -103,6 +103,7 @@ class Client:
         event_hooks: EventHooks | None = None,
         telemetry: OpenTelemetry | None = None,
         http1_fast_path: bool = True,  # the strict HTTP/1.1 fast path (_wire/fast11.py)
+        http2_fast_path: bool = True,  # the strict HTTP/2 fast path (_wire/http2/fast.py)
     ) -> None:
         if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
             raise TypeError(
@@ -144,6 +145,7 @@ class Client:
             hooks=normalize_event_hooks(event_hooks),
             instrumentation=telemetry.instrument() if telemetry is not None else None,
             http1_fast_path=http1_fast_path,
+            http2_fast_path=http2_fast_path,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self._templates: Templates = {}  # calls without options (prepare_plain)

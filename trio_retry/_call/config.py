@@ -136,6 +136,9 @@ class ClientConfig:
     #: The strict HTTP/1.1 fast path (``_wire/fast11.py``); ``False`` when
     #: ``http1_fast_path=False`` or ``TRIO_RETRY_HTTP1_FAST_PATH`` turns it off.
     http1_fast_path: bool = True
+    #: The strict HTTP/2 fast path (``_wire/http2/fast.py``); ``False`` when
+    #: ``http2_fast_path=False`` or ``TRIO_RETRY_HTTP2_FAST_PATH`` turns it off.
+    http2_fast_path: bool = True
 
 
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
@@ -229,6 +232,7 @@ def configure(
     hooks: Hooks | None = None,
     instrumentation: Instrumentation | None = None,
     http1_fast_path: object = True,
+    http2_fast_path: object = True,
 ) -> ClientConfig:
     """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
@@ -250,7 +254,8 @@ def configure(
         h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))
         redirects = bool(check_bool(follow_redirects, "follow_redirects"))
         env = bool(check_bool(trust_env, "trust_env"))
-        fast_path = bool(check_bool(http1_fast_path, "http1_fast_path")) and _fast_path_env()
+        fast_path = bool(check_bool(http1_fast_path, "http1_fast_path")) and _fast_path_env(1)
+        fast_path2 = bool(check_bool(http2_fast_path, "http2_fast_path")) and _fast_path_env(2)
     except OptionError as exc:
         _refuse(exc)
     if keepalive_expiry is not None and (
@@ -355,27 +360,30 @@ def configure(
         hooks=hooks,
         instrumentation=instrumentation,
         http1_fast_path=fast_path,
+        http2_fast_path=fast_path2,
     )
 
 
-# --- the HTTP/1.1 fast path's switch in the environment
-#: ``TRIO_RETRY_HTTP1_FAST_PATH``: these turn the HTTP/1.1 fast path off, these leave it as
-#: ``Client(http1_fast_path=...)`` says; anything else is refused (docs/reference.md).
+# --- the fast paths' switches in the environment
+#: ``TRIO_RETRY_HTTP1_FAST_PATH`` / ``TRIO_RETRY_HTTP2_FAST_PATH``: these turn that fast path
+#: off, these leave it as ``Client(http1_fast_path=...)`` / ``Client(http2_fast_path=...)``
+#: says; anything else is refused (docs/reference.md).
 FAST_PATH_OFF = frozenset({"0", "false", "no", "off"})
 FAST_PATH_AS_GIVEN = frozenset({"", "1", "true", "yes", "on"})
 
 
-def _fast_path_env() -> bool:
-    """False when ``TRIO_RETRY_HTTP1_FAST_PATH`` turns the fast path off (read once per
-    ``Client``); a value not in either set raises ``ValueError`` naming the variable."""
-    value = os.environ.get("TRIO_RETRY_HTTP1_FAST_PATH", "").strip().lower()
+def _fast_path_env(version: int) -> bool:
+    """False when ``TRIO_RETRY_HTTP{version}_FAST_PATH`` turns that fast path off (read once
+    per ``Client``); a value not in either set raises ``ValueError`` naming the variable."""
+    name = f"TRIO_RETRY_HTTP{version}_FAST_PATH"
+    value = os.environ.get(name, "").strip().lower()
     if value in FAST_PATH_OFF:
         return False
     if value in FAST_PATH_AS_GIVEN:
         return True
     raise ValueError(
-        "TRIO_RETRY_HTTP1_FAST_PATH must be one of 0, false, no, off (fast path off) or 1, "
-        f"true, yes, on (as Client(http1_fast_path=...) says), got {value!r}"
+        f"{name} must be one of 0, false, no, off (fast path off) or 1, true, yes, on (as "
+        f"Client(http{version}_fast_path=...) says), got {value!r}"
     )
 
 

@@ -145,6 +145,7 @@ class Connector:
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
                 clock=self.clock,
+                fast_path=config.http2_fast_path,
             )
         return HTTP11Connection(
             transport,

@@ -48,6 +48,7 @@ from ..clock import Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
 from ..transport import Transport
+from .fast import FastMachine
 from .headers import head_size, request_headers
 from .hpack_memo import MemoDecoder, MemoEncoder
 from .inbound import receive
@@ -86,6 +87,7 @@ class HTTP2Connection:
     __slots__ = (
         "_authority",
         "_clock",
+        "_fast_path",
         "_last_read",
         "_nursery",
         "_ping_after_idle",
@@ -110,8 +112,11 @@ class HTTP2Connection:
         stall_timeout: float = STALL_TIMEOUT,
         ping_after_idle: float | None = PING_AFTER_IDLE,
         ping_timeout: float = PING_TIMEOUT,
+        fast_path: bool = True,
     ) -> None:
         self._stream = transport.stream
+        #: Whether the common frames take the fast path after the handshake (``fast.py``).
+        self._fast_path = fast_path
         # Request headers reach h2 already validated and normalised (``headers.py`` and
         # ``_models.check_header``); inbound headers are validated by ``headers.malformed``,
         # so that a malformed response fails its own stream only.
@@ -120,6 +125,9 @@ class HTTP2Connection:
             header_encoding=None,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
+            # A response's ``cookie`` fields are left as they came (h2 would join them, as
+            # for a request: meaningless in a response, and one pass per head saved).
+            normalize_inbound_headers=False,
             validate_inbound_headers=False,
         )
         machine = h2.connection.H2Connection(config=config)
@@ -147,7 +155,7 @@ class HTTP2Connection:
         #: The state the reader (``inbound.py``) and the request path (``outbound.py``)
         #: share; it tells :meth:`_dead` when the connection is over.
         self.session = Session(
-            machine,
+            FastMachine(machine),  # h2 itself until the handshake is done (``fast.py``)
             transport,
             stall_timeout=stall_timeout,
             ping_timeout=ping_timeout,
@@ -176,6 +184,7 @@ class HTTP2Connection:
         progress: AttemptProgress,
         handshake_timeout: float | None = None,
         clock: Clock | None = None,
+        fast_path: bool = True,
         **options: float | None,
     ) -> HTTP2Connection:
         """Handshake over ``transport``, then start the reader and writer tasks in ``nursery``.
@@ -197,6 +206,7 @@ class HTTP2Connection:
             authority=authority,
             max_header_bytes=max_header_bytes,
             nursery=nursery,
+            fast_path=fast_path,
             **options,  # type: ignore[arg-type]
         )
         conn.clock = clock
@@ -317,7 +327,7 @@ class HTTP2Connection:
         ):
             await health_check(session, progress)
         headers = request_headers(request, scheme=self._scheme, authority=self._authority)
-        limit = session.h2.remote_settings.max_header_list_size
+        limit = session.header_limit
         if limit is not None and (size := head_size(headers)) > limit:
             raise WireError.at(
                 progress,
@@ -361,6 +371,8 @@ class HTTP2Connection:
         except BaseException:
             self.close()
             raise
+        if session.death is None and self._fast_path:
+            session.h2.engage()
         if session.death is not None:
             hint = "" if self._scheme == b"https" else " (does the server speak h2c?)"
             raise WireError.at(

@@ -17,7 +17,14 @@ from hpack import NeverIndexedHeaderTuple
 from ..exchange import WireRequest
 from ..exchange import content_length as framed_length
 
-__all__ = ["REASONS", "content_length", "explain", "malformed", "request_headers"]
+__all__ = [
+    "REASONS",
+    "check_head",
+    "content_length",
+    "explain",
+    "malformed",
+    "request_headers",
+]
 
 #: Connection-specific fields, forbidden in HTTP/2 (RFC 9113 §8.2.2).
 _CONNECTION_SPECIFIC = frozenset(
@@ -174,3 +181,30 @@ def content_length(headers: list[tuple[bytes, bytes]]) -> int | str | None:
             return f"conflicting content-length values {found} and {number}"
         found = number
     return found
+
+
+#: :func:`check_head`'s answers by header list; cleared when full. A response head repeats
+#: field for field while the resource and the second of its ``date`` do, and so does the
+#: answer: a pure function's, kept (no more than this many).
+_HEADS_KEPT = 64
+_heads: dict[tuple[tuple[bytes, bytes], ...], tuple[str | None, int | None]] = {}
+
+
+def check_head(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, int | None]:
+    """A final response head's verdict: why it is malformed (:func:`malformed`, or its
+    Content-Length's problem, :func:`content_length`) or ``None``, and its declared body
+    length. The same answer as calling the two; a head seen before is answered from what is
+    kept (hashing the head's fields, whose ``bytes`` keep their hashes, costs a fraction of
+    the checks)."""
+    key = tuple(headers)
+    verdict = _heads.get(key)
+    if verdict is None:
+        problem = malformed(headers, trailers=False)
+        length = content_length(headers) if problem is None else None
+        if isinstance(length, str):
+            problem, length = length, None
+        verdict = (problem, length)
+        if len(_heads) >= _HEADS_KEPT:
+            _heads.clear()
+        _heads[key] = verdict
+    return verdict

@@ -15,6 +15,7 @@ from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
+from .fast import no_length_check
 from .headers import REASONS
 from .session import Session
 from .stream import Failure, Stream, StreamState
@@ -36,10 +37,6 @@ def interrupted(progress: AttemptProgress) -> WireError:
     """A bound of the attempt ran out while it waited here (``Session.interrupt``); the bound,
     or the attempt for its deadline, reports it as that timeout."""
     return WireError.at(progress, FailureCategory.TIMEOUT, "a timeout of the attempt ran out")
-
-
-def _no_length_check(*_args: object) -> None:
-    """Stands in for h2's per-stream Content-Length checks (see :func:`open_stream`)."""
 
 
 async def health_check(session: Session, progress: AttemptProgress) -> None:
@@ -125,12 +122,14 @@ async def open_stream(
         raise WireError.at(
             progress, FailureCategory.LOCAL_PROTOCOL, f"invalid HTTP/2 request: {exc}"
         ) from exc
-    # h2 checks a response's Content-Length inside its stream and fails the *connection*
-    # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
-    # (stream.py), so h2's checks are switched off for this stream.
-    h2_stream = machine.streams[stream_id]
-    h2_stream.__dict__["_initialize_content_length"] = _no_length_check
-    h2_stream.__dict__["_track_content_length"] = _no_length_check
+    if not machine.fast:
+        # h2 checks a response's Content-Length inside its stream and fails the *connection*
+        # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
+        # (stream.py), so h2's checks are switched off for this stream (the fast path makes
+        # none, and switches them off on the streams it hands over).
+        h2_stream = machine.streams[stream_id]
+        h2_stream.__dict__["_initialize_content_length"] = no_length_check
+        h2_stream.__dict__["_track_content_length"] = no_length_check
     stream = Stream(
         stream_id,
         progress,

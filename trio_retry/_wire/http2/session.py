@@ -30,6 +30,7 @@ from ..._core.evidence import FailureCategory, Stage
 from ..clock import NO_LIMITS, Bound, Clock
 from ..progress import AttemptProgress
 from ..transport import Transport
+from .fast import FastMachine
 from .frames import InboundFrames, code_name
 from .stream import Failure, Stream
 from .writer import Writer
@@ -58,6 +59,7 @@ class Session:
         "frames",
         "goaway_last",
         "h2",
+        "header_limit",
         "max_streams",
         "ping_lot",
         "ping_timeout",
@@ -72,7 +74,7 @@ class Session:
 
     def __init__(
         self,
-        machine: h2.connection.H2Connection,
+        machine: FastMachine,
         transport: Transport,
         *,
         stall_timeout: float,
@@ -99,6 +101,8 @@ class Session:
         #: (:meth:`settings_changed`); h2's own lookup is several calls, made a few times per
         #: request.
         self.max_streams = machine.remote_settings.max_concurrent_streams
+        #: The server's SETTINGS_MAX_HEADER_LIST_SIZE (``None``: unlimited), refreshed alike.
+        self.header_limit: int | None = machine.remote_settings.max_header_list_size
         #: Set once the connection takes no new stream (a GOAWAY's last-stream-id).
         self.goaway_last: int | None = None
         #: What ended the connection (the first cause), once :attr:`closed`.
@@ -195,6 +199,7 @@ class Session:
         have changed, so every stream and every request waiting for a slot looks again."""
         self.settings_received = True
         self.max_streams = self.h2.remote_settings.max_concurrent_streams
+        self.header_limit = self.h2.remote_settings.max_header_list_size
         for stream in self.streams.values():
             stream.wake()
         self.capacity.unpark_all()
