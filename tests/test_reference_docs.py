@@ -9,7 +9,9 @@ TypedDict); the docs are parsed with regexes:
   ``def`` each, and ``class RequestOptions(TypedDict, ...)`` one key a line;
 - an options table is a Markdown table whose header starts with ``| option``, one code span
   naming the option in its first column;
-- httpx.md's mapping table names trio_retry options as ``name=`` inside code spans.
+- httpx.md's mapping table names trio_retry options as ``name=`` inside code spans;
+- the ``class Response:`` block shows each method's parameters, and the ``| option`` table
+  after it names every one of them but ``self`` and ``**kwargs``.
 """
 
 from __future__ import annotations
@@ -314,3 +316,23 @@ def test_httpx_mapping_names_real_options() -> None:
                     if keyword not in valid:
                         problems.append(f"{callee or ''}({keyword}=) in {span}")
     assert not problems, f"httpx.md maps to options that do not exist: {problems}"
+
+
+# -- (e) Response's methods ---------------------------------------------------------------------
+
+
+def test_response_methods_match_the_code() -> None:
+    blocks = [
+        code for code in _SIGNATURES.findall(_read("reference.md")) if "class Response:" in code
+    ]
+    assert len(blocks) == 1, "reference.md has one signature block with `class Response:`"
+    methods = re.findall(rf"^    (?:async )?def ({_NAME})\((.*?)\)\s*->", blocks[0], re.M)
+    assert methods, "reference.md's Response block shows no methods"
+    options: set[str] = set()
+    for name, params in methods:
+        documented = [re.split(r"[:=]", part)[0].strip() for part in _split_params(params)]
+        real = _real_params(getattr(trio_retry.Response, name))
+        assert documented == real, f"reference.md shows {name}({documented}), the code has {real}"
+        options.update(p for p in real if p != "self" and not p.startswith("*"))
+    section = _read("reference.md").split("### `Response`", 1)[1].split("\n### ", 1)[0]
+    _compare("reference.md Response options table", _options_table(section, after=""), options)

@@ -39,6 +39,12 @@ async def main(base: str) -> None:
         async with client.stream("GET", f"{base}/big", deadline=10.0) as streamed:
             async for chunk in streamed.aiter_bytes():
                 print(len(chunk), status)
+        async with client.stream("GET", f"{base}/big") as streamed:
+            async for piece in streamed.aiter_bytes(chunk_size=1 << 20):
+                print(len(piece))
+        async with client.stream("GET", f"{base}/text") as streamed:
+            async for text in streamed.aiter_text(chunk_size=None):
+                print(text)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ async def main(base: str) -> None:
         await client.request("GET", base, timeout=5)  # error: timeout
         async with client.stream("GET", base, deadline="2") as _:  # error: deadline
             pass
+        async with client.stream("GET", base) as response:
+            response.aiter_bytes(chunk_size="1MB")  # error: chunk_size
+            response.aiter_text(chunk_size=1.5)  # error: chunk_size
     trio_retry.Client(deadline="2")  # error: deadline
     trio_retry.Client(retry=3)  # error: retry
     trio_retry.Client(auth="user:password")  # error: auth
