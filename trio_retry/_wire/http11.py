@@ -42,12 +42,15 @@ from .exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body
 from .http11_reader import END, NEED, Head, ResponseReader
 from .http11_rules import END_OF_MESSAGE, encode, encode_whole, h11_request
 from .progress import AttemptProgress, WireError
+from .tlsread import more_decrypted
 from .transport import Transport
 from .virtual import VirtualSocket
 
 __all__ = ["ConnectionState", "HTTP11Connection"]
 
 RECEIVE_SIZE = 65536
+#: The most one read takes with the TLS records already received (``tlsread.py``).
+MORE_LIMIT = 256 * 1024
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
 #: The most one ``send_all`` writes: the write timeout bounds each, so an upload is cut only
@@ -386,6 +389,7 @@ class HTTP11Connection:
                     else:
                         with bound:
                             data = await self._stream.receive_some(RECEIVE_SIZE)
+                    data = more_decrypted(self._stream, data, MORE_LIMIT)
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))

@@ -47,6 +47,7 @@ from ..._core.evidence import FailureCategory
 from ..clock import Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
+from ..tlsread import more_decrypted
 from ..transport import Transport
 from .fast import FastMachine
 from .headers import head_size, request_headers
@@ -60,9 +61,16 @@ from .writer import STALL_TIMEOUT
 __all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection"]
 
 RECEIVE_SIZE = 65536
-#: Our SETTINGS_INITIAL_WINDOW_SIZE: how much of one response may be buffered unread.
-STREAM_WINDOW = 256 * 1024
-#: The connection-level receive window: enough that a few slow readers do not stall the rest.
+#: The most one read takes with the TLS records already received (``tlsread.py``).
+MORE_LIMIT = 256 * 1024
+#: Our SETTINGS_INITIAL_WINDOW_SIZE: how much of one response may be buffered unread. Sized
+#: for throughput, as Go's transport opens its own (4 MiB): with h2's algorithm the credit goes
+#: back in WINDOW_UPDATEs of half the window, each a write that costs the reader a good part of
+#: a millisecond on loopback (at 256 KiB a 50 MB download sent 400 of them, now 25), and a
+#: window a fast server fills before the update arrives stalls it.
+STREAM_WINDOW = 4 * 1024 * 1024
+#: The connection-level receive window: enough that a few slow readers do not stall the rest,
+#: and the bound of what all the streams of a connection buffer unread, together.
 CONNECTION_WINDOW = 16 * 1024 * 1024
 #: A connection that received nothing for this long is PINGed before it gets a new stream ...
 PING_AFTER_IDLE = 2.0
@@ -399,7 +407,9 @@ class HTTP2Connection:
         """Read once and process what arrived; a broken or closed transport kills the
         connection (``Session.die``) rather than raising."""
         try:
-            data = await self._stream.receive_some(RECEIVE_SIZE)
+            data = more_decrypted(
+                self._stream, await self._stream.receive_some(RECEIVE_SIZE), MORE_LIMIT
+            )
         except TRANSPORT_ERRORS as exc:
             self.session.die(
                 Failure(

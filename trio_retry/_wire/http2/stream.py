@@ -30,7 +30,10 @@ from ..._core.evidence import FailureCategory, Stage
 from ..clock import NO_LIMITS, Bound, Clock
 from ..progress import AttemptProgress, WireError
 
-__all__ = ["Failure", "Stream", "StreamOwner", "StreamState"]
+__all__ = ["TAKE_LIMIT", "Failure", "Stream", "StreamOwner", "StreamState"]
+
+#: The most body bytes one read of a stream joins from the DATA frames that arrived.
+TAKE_LIMIT = 256 * 1024
 
 
 class StreamOwner(Protocol):
@@ -293,15 +296,31 @@ class Stream:
             raise
 
     def _take(self, progress: AttemptProgress) -> bytes | None:
-        """The next chunk, ``b""`` at the end (stage ``COMPLETE``), ``None`` if the reader has
-        to be waited for; raises the stream's failure."""
+        """What arrived of the body, up to :data:`TAKE_LIMIT` bytes joined (one chunk as it
+        is when only one is here: no copy), ``b""`` at the end (stage ``COMPLETE``), ``None``
+        if the reader has to be waited for; raises the stream's failure.
+
+        Joining what queued up, rather than handing out one DATA frame at a time (8 KiB from
+        nginx), gives a fast download's reader a few large chunks instead of many small ones,
+        and the server its credit in one acknowledgement."""
         chunks = self._chunks
-        while chunks:
-            data, flow_controlled = chunks.popleft()
-            self._owner.consumed(self.stream_id, flow_controlled)
+        if chunks:
+            data, flow = chunks.popleft()
+            if chunks and len(data) < TAKE_LIMIT:
+                parts = [data]
+                size = len(data)
+                while chunks and size < TAKE_LIMIT:
+                    more, more_flow = chunks.popleft()
+                    parts.append(more)
+                    size += len(more)
+                    flow += more_flow
+                data = b"".join(parts)
+            self._owner.consumed(self.stream_id, flow)
             progress.bytes_received += len(data)
             if data:
                 return data
+            if chunks:
+                return self._take(progress)
         state = self.state
         if state is StreamState.ENDED:
             progress.advance(Stage.COMPLETE)
