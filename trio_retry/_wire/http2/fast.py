@@ -374,7 +374,7 @@ class FastMachine:
         if end_stream:
             stream.local_ended = True
 
-    def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
+    def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool = False) -> None:
         stream = self._streams.get(stream_id) if self._fast else None
         size = len(data)
         if stream is None and self._fast and size:
