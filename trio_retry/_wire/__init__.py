@@ -10,6 +10,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
                       body framing, Trio's errors as ``WireError``
 - ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
+- ``tlsread.py``      a TLS read that takes every record already received (trio's gives one)
 - ``socks.py``        the SOCKS5 handshake (extra ``socks``)
 - ``dialer.py``       the seam where ``Client(transport=...)`` supplies the byte stream
 - ``virtual.py``      what the HTTP layers need of a socket, for a connection that has none
