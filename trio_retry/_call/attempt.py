@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._auth import auth_headers
-from .._cookies import cookie_header, store_cookies
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
 from .._core.breaker import BreakerVerdict
@@ -338,6 +337,11 @@ class AttemptRun:
                 )
             jar = rt.cookies
             if jar is not None:
+                # Imported here, only by a client with a jar: http.cookiejar (with urllib and
+                # email behind it) costs every program ~5 ms at start-up otherwise. Once loaded,
+                # this is a sys.modules look-up, small beside the jar's own work per response.
+                from .._cookies import store_cookies
+
                 store_cookies(
                     jar,
                     url.without_userinfo(),
@@ -496,6 +500,8 @@ async def attempt_headers(
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies
     if (jar is not None or request.cookies) and "cookie" not in prepared:
+        from .._cookies import cookie_header  # see store_cookies' import in AttemptRun
+
         cookie = (
             cookie_header(jar, url.without_userinfo(), request.method, prepared) if jar else None
         )
