@@ -43,7 +43,6 @@ import trio
 from .._auth import auth_headers
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
-from .._core.breaker import BreakerVerdict
 from .._core.decision import Decision
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
@@ -63,6 +62,7 @@ from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
 
 if TYPE_CHECKING:
+    from .._core.breaker import BreakerVerdict
     from .._observe.otel import AttemptTrace
 
 __all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
