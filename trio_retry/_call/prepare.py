@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from urllib.parse import urlencode
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
-from .._body import PreparedBody, prepare_body
+from .._body import PreparedBody, new_uuid4, prepare_body
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
@@ -311,7 +310,7 @@ def prepare(
     special = merged.has_any(_SPECIAL_HEADERS)
     key: str | None = None
     if idempotency_key is True:
-        key = str(uuid.uuid4())
+        key = str(new_uuid4())
     elif isinstance(idempotency_key, str):
         key = idempotency_key
     if key is not None:
