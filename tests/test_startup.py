@@ -38,7 +38,10 @@ LAZY = (
     "brotlicffi",
     "backports.zstd",
     "compression.zstd",
-    "socksio",  # a socks5:// proxy
+    "trio_retry._proxy",  # proxy= or trust_env=True
+    "trio_retry._wire.socks",  # a socks5:// proxy
+    "socksio",
+    "trio_retry._wire.dialer",  # transport=
     "opentelemetry",  # telemetry=
     "trio_retry._core.hedging",  # Upstream(hedging=...), hedging=
     "trio_retry._core.breaker",

@@ -43,13 +43,14 @@ from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._observe.hooks import EventHooks, normalize_event_hooks
 from ._observe.otel import OpenTelemetry, default_telemetry
 from ._tls import CertTypes, VerifyTypes
-from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from typing_extensions import Unpack
+
+    from ._wire.dialer import Dialer
 
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
 

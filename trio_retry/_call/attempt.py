@@ -49,7 +49,6 @@ from .._core.evidence import Evidence, FailureCategory
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
-from .._proxy import ProxyConfig
 from .._wire.clock import DeadlineBound
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
@@ -64,6 +63,7 @@ from .upstream import Permit, UpstreamState, admit, release, try_admit
 if TYPE_CHECKING:
     from .._core.breaker import BreakerVerdict
     from .._observe.otel import AttemptTrace
+    from .._proxy import ProxyConfig
 
 __all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
 

@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 import trio
 
 from .._models import URL, Origin
-from .._proxy import ProxyConfig, proxy_from_env
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._wire.clock import Clock
-from .._wire.dialer import ConnectTarget, Dialer
 from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
@@ -28,6 +26,8 @@ from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
 if TYPE_CHECKING:
+    from .._proxy import ProxyConfig
+    from .._wire.dialer import Dialer
     from .._wire.http2 import HTTP2Connection
 
 __all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
@@ -101,6 +101,10 @@ class Connector:
         if config.proxy is not None:
             return config.proxy
         if config.trust_env:
+            # Imported by clients that trust the environment (not the default); once loaded,
+            # a sys.modules look-up beside proxy_from_env's ~35 us scan of os.environ.
+            from .._proxy import proxy_from_env
+
             return proxy_from_env(origin)
         return None
 
@@ -161,6 +165,8 @@ class Connector:
     ) -> Transport:
         """``transport=``: the dialer opens the stream (its tasks in the client's nursery)."""
         assert self.nursery is not None
+        from .._wire.dialer import ConnectTarget  # transport= only: see _http2_connection()
+
         target = ConnectTarget(
             scheme=origin.scheme,
             host=origin.host,

@@ -31,7 +31,6 @@ from .._tls import check_alpn
 from .clock import Bound
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
-from .socks import socks5_handshake
 from .virtual import VirtualSocket
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
@@ -247,6 +246,10 @@ async def _through_proxy(
         if proxy.scheme == "socks5":  # the client resolves: the proxy is given an address
             infos = await _resolve(host, port)
             target = str(infos[0][4][0])
+        # Imported per SOCKS connection, by clients with a SOCKS proxy only: with _proxy
+        # behind it, start-up time that other programs never need.
+        from .socks import socks5_handshake
+
         await socks5_handshake(
             stream, target, port, username=proxy.username, password=proxy.password, via=via
         )
