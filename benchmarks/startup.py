@@ -13,9 +13,11 @@ turns so that a drift of the (shared) machine hits them all alike:
   next to this interpreter);
 - ``curl --help``, a native HTTP client's start-up, for scale (when curl is on PATH).
 
-``--against CHECKOUT`` also runs the trio_retry commands with another checkout's package first
-on ``PYTHONPATH`` (e.g. a ``git worktree`` of ``main`` before a change), labelled
-``[against]``, in the same rounds, so that before and after see the same machine.
+Every command runs from a scratch directory, with this checkout first on ``PYTHONPATH`` (the
+``trio_retry`` measured is this one, whatever is installed). ``--against CHECKOUT`` also runs
+the trio_retry commands with another checkout first instead (e.g. a ``git worktree`` of
+``main`` before a change), labelled ``[against]``, in the same rounds, so that before and
+after see the same machine.
 
 Prints, for each command, the median of ``--runs`` runs in milliseconds, the fastest run, and
 the median's ratio to ``import trio`` and to ``curl --help``; ``--json`` prints the same as
@@ -34,10 +36,13 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 __all__ = ["commands", "main", "measure"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: argv, and the variables added to the environment.
 Command = tuple[list[str], dict[str, str]]
@@ -66,7 +71,9 @@ def commands(against: str | None = None) -> dict[str, Command]:
     curl = shutil.which("curl")
     if curl is not None:
         argvs["curl --help"] = [curl, "--help"]
-    found: dict[str, Command] = {label: (argv, {}) for label, argv in argvs.items()}
+    found: dict[str, Command] = {
+        label: (argv, {"PYTHONPATH": ROOT}) for label, argv in argvs.items()
+    }
     if against is not None:
         path = os.path.abspath(against)
         if not os.path.isfile(os.path.join(path, "trio_retry", "__init__.py")):
@@ -84,24 +91,29 @@ def _environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _once(command: Command) -> float:
+def _once(command: Command, cwd: str) -> float:
     argv, extra = command
     env = _environment(extra)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    subprocess.run(
+        argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd
+    )
     return time.perf_counter() - start
 
 
 def measure(cmds: dict[str, Command], runs: int, warmup: int) -> dict[str, list[float]]:
     """Seconds per run of each command: ``warmup`` rounds discarded, then ``runs`` rounds, each
-    round running every command once, in turn."""
-    for _ in range(warmup):
-        for command in cmds.values():
-            _once(command)
+    round running every command once, in turn. They run in a scratch directory: ``python -c``
+    puts the current directory first on ``sys.path``, where a checkout would shadow the
+    ``PYTHONPATH`` chosen."""
     samples: dict[str, list[float]] = {label: [] for label in cmds}
-    for _ in range(runs):
-        for label, command in cmds.items():
-            samples[label].append(_once(command))
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(warmup):
+            for command in cmds.values():
+                _once(command, scratch)
+        for _ in range(runs):
+            for label, command in cmds.items():
+                samples[label].append(_once(command, scratch))
     return samples
 
 
