@@ -99,8 +99,8 @@ def _installed(module: ModuleType | _NotLoaded | None, names: tuple[str, ...]) -
         try:
             if importlib.util.find_spec(name) is not None:
                 return True
-        except ImportError:  # the parent package is missing ("compression" before 3.14)
-            continue
+        except (ImportError, ValueError):  # no parent package ("compression" before 3.14),
+            continue  # or a module in sys.modules without a spec (ValueError)
     return False
 
 
