@@ -19,7 +19,6 @@ import trio
 from .._models import URL, Origin
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._wire.clock import Clock
-from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
 from .._wire.transport import ProxyRoute, Transport, open_transport
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from .._proxy import ProxyConfig
     from .._wire.dialer import Dialer
     from .._wire.http2 import HTTP2Connection
+    from .._wire.http11 import HTTP11Connection
 
 __all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
 
@@ -152,7 +152,7 @@ class Connector:
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
                 clock=self.clock,
             )
-        return HTTP11Connection(
+        return _http11_connection()(
             transport,
             pool_key,
             config.max_header_bytes,
@@ -185,6 +185,18 @@ class Connector:
         if origin.tls:
             return self._config.http2
         return self._config.http2_prior_knowledge and proxy is None
+
+
+def _http11_connection() -> type[HTTP11Connection]:
+    """The HTTP/1.1 connection class, imported when a first connection speaks HTTP/1.1.
+
+    As for HTTP/2 below: h11 and the HTTP/1.1 modules (~6 ms) load with the first connection
+    that needs them, not with the package, so the command line's ``--help`` and a program that
+    only speaks HTTP/2 never import them; a program's first HTTP/1.1 request pays them once.
+    """
+    from .._wire.http11 import HTTP11Connection
+
+    return HTTP11Connection
 
 
 def _http2_connection() -> type[HTTP2Connection]:

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
@@ -176,6 +175,8 @@ async def _tunnel(
     Nothing of the request exists yet, so every failure here is ``NOT_SENT`` (stage CONNECT):
     a refusal (any non-2xx), a malformed answer, or the proxy closing.
     """
+    import h11  # here, for HTTP proxies only: see _call/connect.py's _http11_connection()
+
     target = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     conn = h11.Connection(h11.CLIENT)
     headers = [("host", target)]
