@@ -1,7 +1,15 @@
 """trio_retry: a Trio-native HTTP client that knows whether the server did it.
 
 Public names only; see SPEC and docs/reference.md.
+
+The names of features a program turns on by constructing them (hedging, adaptive throttling,
+circuit breaking) are imported on first access, by ``__getattr__`` below: their modules are
+start-up time that most programs never need. ``from trio_retry import Hedging`` and
+``trio_retry.Hedging`` work as for every other name, and type checkers see the
+``TYPE_CHECKING`` imports. tests/test_startup.py keeps them (and h2, cookies, the CLI) lazy.
 """
+
+import typing as _typing
 
 from ._auth import AuthRequest as AuthRequest
 from ._auth import BasicAuth as BasicAuth
@@ -14,8 +22,6 @@ from ._client import RefreshableAuth as RefreshableAuth
 from ._core.attempt import Attempt as Attempt
 from ._core.backoff import Backoff as Backoff
 from ._core.backoff import parse_retry_after as parse_retry_after
-from ._core.breaker import CircuitBreaker as CircuitBreaker
-from ._core.breaker import CircuitState as CircuitState
 from ._core.budget import RetryBudget as RetryBudget
 from ._core.engine import AmbiguousFailure as AmbiguousFailure
 from ._core.engine import Decision as Decision
@@ -28,7 +34,6 @@ from ._core.engine import RetryEligibilityEngine as RetryEligibilityEngine
 from ._core.evidence import Evidence as Evidence
 from ._core.evidence import FailureCategory as FailureCategory
 from ._core.evidence import Stage as Stage
-from ._core.hedging import Hedging as Hedging
 from ._core.idempotency import Idempotency as Idempotency
 from ._core.policy import RetryPolicy as RetryPolicy
 from ._core.policy import Upstream as Upstream
@@ -36,7 +41,6 @@ from ._core.replay import Multipart as Multipart
 from ._core.replay import Reopenable as Reopenable
 from ._core.replay import Replayability as Replayability
 from ._core.replay import StreamFactory as StreamFactory
-from ._core.throttle import AdaptiveThrottle as AdaptiveThrottle
 from ._errors import AdmissionRejected as AdmissionRejected
 from ._errors import ClientStateError as ClientStateError
 from ._errors import ConnectFailed as ConnectFailed
@@ -65,7 +69,37 @@ from ._observe.otel import MissingExtra as MissingExtra
 from ._observe.otel import OpenTelemetry as OpenTelemetry
 from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
+if _typing.TYPE_CHECKING:
+    from ._core.breaker import CircuitBreaker as CircuitBreaker
+    from ._core.breaker import CircuitState as CircuitState
+    from ._core.hedging import Hedging as Hedging
+    from ._core.throttle import AdaptiveThrottle as AdaptiveThrottle
+
 __version__ = "0.1.0"
+
+#: The public names imported on first access: name -> the module that defines it.
+_LAZY = {
+    "AdaptiveThrottle": "._core.throttle",
+    "CircuitBreaker": "._core.breaker",
+    "CircuitState": "._core.breaker",
+    "Hedging": "._core.hedging",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AdaptiveThrottle",

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import netrc
 import os
 import re
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -20,6 +18,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ._models import URL, Headers
 
 if TYPE_CHECKING:
+    import netrc
+
     from ._body import PreparedBody
 
 __all__ = [
@@ -134,7 +134,8 @@ class _Prepared(Protocol):
 
 # --- Digest (RFC 7616) -----------------------------------------------------------------------
 
-_DIGEST_PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)\s*,?')
+# A pattern (compiled by re on first use, then cached there): only digest auth needs it.
+_DIGEST_PARAM = r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)\s*,?'
 _HASHES = {"MD5": hashlib.md5, "SHA-256": hashlib.sha256}
 
 
@@ -147,7 +148,7 @@ def _parse_digest_challenge(values: list[str]) -> dict[str, str] | None:
         params: dict[str, str] = {}
         rest = value[match.end() :]
         while rest:
-            param = _DIGEST_PARAM.match(rest)
+            param = re.match(_DIGEST_PARAM, rest)
             if param is None:  # the next challenge's scheme: this one has ended
                 break
             raw = param.group(2)
@@ -216,7 +217,7 @@ class DigestAuth:
         uri = request.url.target
         self._count += 1
         nc = f"{self._count:08x}"
-        cnonce = secrets.token_hex(16)
+        cnonce = os.urandom(16).hex()  # what secrets.token_hex(16) is, without its import
         ha1 = h(f"{self._username}:{realm}:{self._password}")
         if algorithm.upper().endswith("-SESS"):
             ha1 = h(f"{ha1}:{nonce}:{cnonce}")
@@ -266,6 +267,10 @@ def netrc_auth(host: str, environ: Mapping[str, str] | None = None) -> BasicAuth
         return None
     cached = _NETRC_CACHE.get(path)
     if cached is None or cached[0] != mtime:
+        # Imported here, where a netrc file exists and is read: netrc (and shlex behind it)
+        # is start-up time that most programs never need.
+        import netrc
+
         try:
             parsed = netrc.netrc(path)
         except (netrc.NetrcParseError, OSError) as exc:

@@ -11,13 +11,11 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
-import difflib
 import random
 import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from http.cookiejar import CookieJar
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -45,11 +43,14 @@ from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
 from ._observe.hooks import EventHooks, normalize_event_hooks
 from ._observe.otel import OpenTelemetry, default_telemetry
 from ._tls import CertTypes, VerifyTypes
-from ._wire.dialer import Dialer
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
+
     from typing_extensions import Unpack
+
+    from ._wire.dialer import Dialer
 
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
 
@@ -161,9 +162,7 @@ class Client:
         for name, value in given.multi_items():
             self.headers.add(name, value)
         #: The cookie jar (``cookies=True`` or your own), or ``None``.
-        self.cookies: CookieJar | None = (
-            cookies if isinstance(cookies, CookieJar) else (CookieJar() if cookies else None)
-        )
+        self.cookies: CookieJar | None = _cookie_jar(cookies)
         self._rt = Runtime(self._config, self.cookies)
         self._background_done = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -406,6 +405,22 @@ _HINTS = {"timeout": "deadline", "allow_redirects": "follow_redirects"}
 _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
 
 
+def _cookie_jar(cookies: object) -> CookieJar | None:
+    """The jar for ``cookies=``: the caller's own, a new one for a true value, else ``None``.
+
+    ``http.cookiejar`` (with ``urllib.request`` and ``email`` behind it) is imported only by a
+    client that keeps cookies: most never do, and it costs every program about 5 ms at
+    start-up. ``is False`` first, because an empty jar is falsy (``CookieJar`` has a length).
+    """
+    if cookies is False or cookies is None:
+        return None
+    from http.cookiejar import CookieJar
+
+    if isinstance(cookies, CookieJar):
+        return cookies
+    return CookieJar() if cookies else None
+
+
 def _unknown_option(name: str) -> TypeError:
     """The ``TypeError`` for an option no call takes, naming the public method the caller
     used (found on the stack: only on this error path) and the nearest valid option."""
@@ -419,6 +434,8 @@ def _unknown_option(name: str) -> TypeError:
             break
         frame = frame.f_back
     message = f"{method} got an unexpected keyword argument {name!r}"
+    import difflib  # only on this error path: not worth its import time at start-up
+
     close = [_HINTS[name]] if name in _HINTS else difflib.get_close_matches(name, _OPTIONS, n=1)
     if close:
         return TypeError(f"{message}; did you mean {close[0]!r}?")

@@ -20,6 +20,7 @@ Codings nobody asked for and that we do not know (``compress``...) are passed th
 
 from __future__ import annotations
 
+import importlib.util
 import zlib
 from collections.abc import Iterator
 from types import ModuleType
@@ -33,8 +34,26 @@ CHUNK_SIZE = 65536
 _ZSTD_WINDOW_LOG_MAX = 23
 
 
+_BROTLI_MODULES = ("brotli", "brotlicffi")
+_ZSTD_MODULES = ("compression.zstd", "backports.zstd")
+
+
+class _NotLoaded:
+    """The decoder modules' value before their first use (``None``: not installed)."""
+
+
+_NOT_LOADED = _NotLoaded()
+
+# Loaded on the first body that needs them, not at import: backports.zstd and Brotli cost ~2 ms
+# of every program's start-up, and most responses are identity or gzip. Until then
+# available_encodings() asks the import system whether they are installed (find_spec), which
+# imports nothing but a namespace package's parent ("backports").
+_brotli: ModuleType | _NotLoaded | None = _NOT_LOADED
+_zstd: ModuleType | _NotLoaded | None = _NOT_LOADED
+
+
 def _load_brotli() -> ModuleType | None:
-    for name in ("brotli", "brotlicffi"):
+    for name in _BROTLI_MODULES:
         try:
             module = __import__(name)
         except ImportError:
@@ -45,7 +64,7 @@ def _load_brotli() -> ModuleType | None:
 
 
 def _load_zstd() -> ModuleType | None:
-    for name in ("compression.zstd", "backports.zstd"):
+    for name in _ZSTD_MODULES:
         try:
             module = __import__(name, fromlist=["ZstdDecompressor"])
         except ImportError:
@@ -54,8 +73,36 @@ def _load_zstd() -> ModuleType | None:
     return None
 
 
-_brotli = _load_brotli()
-_zstd = _load_zstd()
+def _brotli_module() -> ModuleType | None:
+    global _brotli
+    if isinstance(_brotli, _NotLoaded):
+        _brotli = _load_brotli()
+    return _brotli
+
+
+def _zstd_module() -> ModuleType | None:
+    global _zstd
+    if isinstance(_zstd, _NotLoaded):
+        _zstd = _load_zstd()
+    return _zstd
+
+
+def _installed(module: ModuleType | _NotLoaded | None, names: tuple[str, ...]) -> bool:
+    """Whether a decoder module is there: known once loaded, else found without importing it.
+
+    A module that is found but fails to import (a broken install) is advertised all the same;
+    its first body then fails as a missing extra does, naming the extra.
+    """
+    if not isinstance(module, _NotLoaded):
+        return module is not None
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except (ImportError, ValueError):  # no parent package ("compression" before 3.14),
+            continue  # or a module in sys.modules without a spec (ValueError)
+    return False
+
 
 #: What each coding needs when it is not built in: (the extra, what it installs).
 _EXTRAS = {"br": ("brotli", "Brotli"), "zstd": ("zstd", "backports.zstd")}
@@ -65,9 +112,9 @@ _KNOWN = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
 def available_encodings() -> list[str]:
     """The codings this process can decode, in the order they are advertised."""
     names = ["gzip", "deflate"]
-    if _brotli is not None:
+    if _installed(_brotli, _BROTLI_MODULES):
         names.append("br")
-    if _zstd is not None:
+    if _installed(_zstd, _ZSTD_MODULES):
         names.append("zstd")
     return names
 
@@ -236,8 +283,10 @@ def _step(encoding: str) -> _Step:
     if encoding == "deflate":
         return _Zlib(gzip=False)
     if encoding == "br":
-        return _Brotli(_brotli) if _brotli is not None else _Missing(encoding)
-    return _Zstd(_zstd) if _zstd is not None else _Missing(encoding)
+        brotli = _brotli_module()
+        return _Brotli(brotli) if brotli is not None else _Missing(encoding)
+    zstd = _zstd_module()
+    return _Zstd(zstd) if zstd is not None else _Missing(encoding)
 
 
 class Decoder:

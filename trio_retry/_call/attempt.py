@@ -41,17 +41,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._auth import auth_headers
-from .._cookies import cookie_header, store_cookies
 from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
-from .._core.breaker import BreakerVerdict
 from .._core.decision import Decision
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
-from .._proxy import ProxyConfig
 from .._wire.clock import DeadlineBound
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
@@ -64,7 +61,9 @@ from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
 
 if TYPE_CHECKING:
+    from .._core.breaker import BreakerVerdict
     from .._observe.otel import AttemptTrace
+    from .._proxy import ProxyConfig
 
 __all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
 
@@ -338,6 +337,11 @@ class AttemptRun:
                 )
             jar = rt.cookies
             if jar is not None:
+                # Imported here, only by a client with a jar: http.cookiejar (with urllib and
+                # email behind it) costs every program ~5 ms at start-up otherwise. Once loaded,
+                # this is a sys.modules look-up, small beside the jar's own work per response.
+                from .._cookies import store_cookies
+
                 store_cookies(
                     jar,
                     url.without_userinfo(),
@@ -496,6 +500,8 @@ async def attempt_headers(
                 headers.append((name.encode("latin-1"), value.encode("latin-1")))
     jar = rt.cookies
     if (jar is not None or request.cookies) and "cookie" not in prepared:
+        from .._cookies import cookie_header  # see store_cookies' import in AttemptRun
+
         cookie = (
             cookie_header(jar, url.without_userinfo(), request.method, prepared) if jar else None
         )

@@ -14,7 +14,16 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, Protocol, TypeAlias, cast, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    NoReturn,
+    Protocol,
+    TypeAlias,
+    cast,
+    runtime_checkable,
+)
 
 from .._auth import BasicAuth, RequestAuth
 from .._core.attempt import Attempt
@@ -24,11 +33,13 @@ from .._core.policy import RetryPolicy, Upstream
 from .._models import URL, Origin, StageTimeouts
 from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
-from .._proxy import ProxyConfig
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
-from .._wire.dialer import Dialer
 from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
+
+if TYPE_CHECKING:
+    from .._proxy import ProxyConfig
+    from .._wire.dialer import Dialer
 
 __all__ = [
     "DEFAULT_STAGE_TIMEOUTS",
@@ -294,10 +305,16 @@ def configure(
         _refuse(exc, "base_url")
     if proxy is not None and not isinstance(proxy, str):
         raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
-    try:
-        parsed_proxy = ProxyConfig.parse(proxy, strict=True) if proxy is not None else None
-    except InvalidRequest as exc:
-        _refuse(exc, "proxy")
+    parsed_proxy: ProxyConfig | None = None
+    if proxy is not None:
+        # Imported by a client with a proxy: _proxy (and SOCKS behind it) is start-up time
+        # that most programs never need.
+        from .._proxy import ProxyConfig
+
+        try:
+            parsed_proxy = ProxyConfig.parse(proxy, strict=True)
+        except InvalidRequest as exc:
+            _refuse(exc, "proxy")
     # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
     if ssl_context is not None:
         if verify is not True:

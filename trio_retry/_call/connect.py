@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import ssl
 import warnings
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import trio
 
 from .._models import URL, Origin
-from .._proxy import ProxyConfig, proxy_from_env
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._wire.clock import Clock
-from .._wire.dialer import ConnectTarget, Dialer
-from .._wire.http2 import HTTP2Connection
-from .._wire.http11 import HTTP11Connection
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
+
+if TYPE_CHECKING:
+    from .._proxy import ProxyConfig
+    from .._wire.dialer import Dialer
+    from .._wire.http2 import HTTP2Connection
+    from .._wire.http11 import HTTP11Connection
 
 __all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
 
@@ -99,6 +101,10 @@ class Connector:
         if config.proxy is not None:
             return config.proxy
         if config.trust_env:
+            # Imported by clients that trust the environment (not the default); once loaded,
+            # a sys.modules look-up beside proxy_from_env's ~35 us scan of os.environ.
+            from .._proxy import proxy_from_env
+
             return proxy_from_env(origin)
         return None
 
@@ -135,7 +141,7 @@ class Connector:
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.
             assert self.nursery is not None
-            return await HTTP2Connection.open(
+            return await _http2_connection().open(
                 transport,
                 pool_key,
                 scheme=origin.scheme,
@@ -147,7 +153,7 @@ class Connector:
                 clock=self.clock,
                 fast_path=config.http2_fast_path,
             )
-        return HTTP11Connection(
+        return _http11_connection()(
             transport,
             pool_key,
             config.max_header_bytes,
@@ -160,6 +166,8 @@ class Connector:
     ) -> Transport:
         """``transport=``: the dialer opens the stream (its tasks in the client's nursery)."""
         assert self.nursery is not None
+        from .._wire.dialer import ConnectTarget  # transport= only: see _http2_connection()
+
         target = ConnectTarget(
             scheme=origin.scheme,
             host=origin.host,
@@ -178,3 +186,29 @@ class Connector:
         if origin.tls:
             return self._config.http2
         return self._config.http2_prior_knowledge and proxy is None
+
+
+def _http11_connection() -> type[HTTP11Connection]:
+    """The HTTP/1.1 connection class, imported when a first connection speaks HTTP/1.1.
+
+    As for HTTP/2 below: h11 and the HTTP/1.1 modules (~6 ms) load with the first connection
+    that needs them, not with the package, so the command line's ``--help`` and a program that
+    only speaks HTTP/2 never import them; a program's first HTTP/1.1 request pays them once.
+    """
+    from .._wire.http11 import HTTP11Connection
+
+    return HTTP11Connection
+
+
+def _http2_connection() -> type[HTTP2Connection]:
+    """The HTTP/2 connection class, imported when a first connection speaks HTTP/2.
+
+    The HTTP/2 package and the h2 library behind it are a fifth of trio_retry's import time,
+    and a program that only meets HTTP/1.1 servers never needs them. Importing here costs a
+    ``sys.modules`` look-up per new HTTP/2 connection (not per request); importing the package
+    at the top of this module, as before, cost every program about 10 ms at start-up. The import
+    is synchronous (no checkpoint), so no other task sees a half-imported package.
+    """
+    from .._wire.http2 import HTTP2Connection
+
+    return HTTP2Connection

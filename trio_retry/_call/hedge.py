@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from .._core.attempt import Attempt
 from .._core.evidence import FailureCategory
-from .._core.hedging import HedgeContext, HedgeLedger, Hedging, decide_hedge
 from .._wire.progress import AttemptProgress
 from .attempt import AttemptRun
 from .prepare import PreparedRequest
 from .resilience import NON_FINAL_STATUSES, Copy, HedgeCancelled, run_hedged
 from .runtime import Runtime
 from .upstream import UpstreamState
+
+if TYPE_CHECKING:
+    from .._core.hedging import HedgeLedger
 
 __all__ = ["hedge_ledger", "hedged_attempt", "learn"]
 
@@ -38,7 +41,7 @@ def hedge_ledger(
     hedged (not safely idempotent, or a body that cannot be sent again) still counts as a
     call: the share is of all the origin's calls."""
     hedging = request.hedging if request.hedging is not None else state.upstream.hedging
-    if not isinstance(hedging, Hedging):
+    if hedging is None or isinstance(hedging, bool):  # False: off (prepare refuses True)
         return None
     ledger = state.guard.ledger(hedging)
     ledger.record_call(started)
@@ -94,6 +97,11 @@ async def hedged_attempt(
     own with its outcome). Every copy has ended when this returns: on outer cancellation all
     are cancelled and ``trio.Cancelled`` propagates, unwrapped.
     """
+    # Imported by hedged calls only (the loop calls this when the call has a ledger): the
+    # module is start-up time that programs without hedging never need; a hedged attempt's
+    # nursery and copies cost far more than this sys.modules look-up.
+    from .._core.hedging import HedgeContext, decide_hedge
+
     policy = request.retry
     hedging = ledger.hedging
     limiter = state.limiter

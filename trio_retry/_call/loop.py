@@ -32,6 +32,7 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -48,7 +49,6 @@ from .._core.engine import (
 )
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .._core.hedging import HedgeLedger
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response, shown_url
 from .._redirects import REDIRECT_STATUSES
@@ -62,6 +62,9 @@ from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
 from .runtime import Runtime
 from .upstream import UpstreamState
+
+if TYPE_CHECKING:
+    from .._core.hedging import HedgeLedger
 
 __all__ = ["Closer", "send", "send_following"]
 

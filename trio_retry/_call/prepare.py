@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from urllib.parse import urlencode
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
-from .._body import PreparedBody, prepare_body
+from .._body import PreparedBody, new_uuid4, prepare_body
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
-from .._core.hedging import Hedging
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Body, Multipart
@@ -49,6 +47,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from .._core.hedging import Hedging
     from .._models import Response
     from .._wire.exchange import WireRequest
 
@@ -231,6 +230,14 @@ def prepare_plain(
     )
 
 
+def _is_hedging(value: object) -> bool:
+    """Whether ``value`` is a ``Hedging`` (``True`` is not). Imported here, by a call that
+    passes ``hedging=``: ``_core.hedging`` is start-up time most programs never need."""
+    from .._core.hedging import Hedging
+
+    return isinstance(value, Hedging)
+
+
 def prepare(
     config: ClientConfig,
     client_headers: Headers,
@@ -259,7 +266,7 @@ def prepare(
     if not isinstance(method, str) or not method.isascii() or not method.isalpha():
         raise _invalid(f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'")
     method = method.upper()
-    if hedging is True or not (hedging is None or hedging is False or isinstance(hedging, Hedging)):
+    if hedging is not None and hedging is not False and not _is_hedging(hedging):
         raise TypeError(
             "hedging= must be a Hedging, False (no hedging for this call) or None (the "
             f"upstream's setting), got {hedging!r}"
@@ -303,7 +310,7 @@ def prepare(
     special = merged.has_any(_SPECIAL_HEADERS)
     key: str | None = None
     if idempotency_key is True:
-        key = str(uuid.uuid4())
+        key = str(new_uuid4())
     elif isinstance(idempotency_key, str):
         key = idempotency_key
     if key is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from http.cookiejar import CookieJar
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -19,6 +19,9 @@ from .._wire.progress import AttemptProgress
 from .config import ClientConfig
 from .connect import Connector
 from .upstream import Upstreams
+
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
 
 __all__ = ["Lifecycle", "Runtime"]
 

@@ -276,8 +276,16 @@ def _add_request_options(cmd: argparse.ArgumentParser) -> None:
     add("-S", "--show-error", action="store_true", help="with -s, still print errors")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser and the parser of each subcommand."""
+def build_parser(
+    command: str | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and the parser of each subcommand.
+
+    With ``command`` (the one on the command line), only that subcommand gets its ~30 request
+    options; the others keep their name and help line, all that the top-level usage and help
+    show of them. Building every subcommand's options was most of the time ``--help`` (and
+    every request) spent in argparse, for parsers never used. ``None``: all of them.
+    """
     parser = _Parser(
         prog=PROG,
         description="A Trio HTTP client that knows whether the server did it.",
@@ -299,7 +307,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
             epilog=_epilog(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        _add_request_options(cmd)
+        if command is None or command == name:
+            _add_request_options(cmd)
         commands[name] = cmd
     return parser, commands
 
@@ -326,7 +335,10 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
 
     Raises :class:`UsageError`; ``--help`` exits (``SystemExit(0)``) after printing.
     """
-    parser, commands = build_parser()
+    # The first word that is not an option names the command (the top level's own options,
+    # -h and --version, take no value).
+    command = next((arg for arg in argv if not arg.startswith("-")), "")
+    parser, commands = build_parser(command if command in METHODS else "")
     args, extra = parser.parse_known_args(_explain_forms(argv))
     if extra:
         where = commands.get(args.command or "", parser)

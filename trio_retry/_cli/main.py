@@ -16,7 +16,6 @@ Only the public API of :mod:`trio_retry` is used, as any program would use it: o
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import ssl
@@ -24,7 +23,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from typing import TextIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -113,6 +111,8 @@ def _url_and_auth(opts: Options) -> tuple[str, BasicAuth | None]:
     if not sep:
         if not sys.stdin.isatty():
             raise _usage(opts, "-u/--user", f"no password for user {name!r}: give USER:PASSWORD")
+        import getpass  # here: only a prompt needs it (termios), not every start
+
         password = getpass.getpass(f"password for user {name!r}: ")
     return url, BasicAuth(name, password)
 
@@ -455,6 +455,10 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
 
 
 def _version() -> str:
+    # importlib.metadata (zipfile, csv, email...) is imported here, for --version only: at the
+    # top it cost every start of the command line (--help included) a few milliseconds.
+    from importlib import metadata
+
     from .. import __version__
 
     found = []

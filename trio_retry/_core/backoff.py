@@ -14,7 +14,6 @@ header were absent); a date in the past is ``0.0``. It never raises, whatever th
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
 from dataclasses import dataclass
@@ -87,13 +86,15 @@ _MONTHS = {
         ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
     )
 }
+# Patterns, not compiled ones: re compiles each on its first use (and keeps it in its cache),
+# so a program that never sees a Retry-After date does not pay ~1 ms at start-up for them.
 _TIME = r"(\d{2}):(\d{2}):(\d{2})"
 # IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
-_IMF = re.compile(r"[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) " + _TIME + r" GMT")
+_IMF = r"[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) " + _TIME + r" GMT"
 # RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
-_RFC850 = re.compile(r"[A-Za-z]{6,9}, (\d{2})-([A-Za-z]{3})-(\d{2}) " + _TIME + r" GMT")
+_RFC850 = r"[A-Za-z]{6,9}, (\d{2})-([A-Za-z]{3})-(\d{2}) " + _TIME + r" GMT"
 # asctime: Sun Nov  6 08:49:37 1994
-_ASCTIME = re.compile(r"[A-Za-z]{3} ([A-Za-z]{3}) ([ \d]\d) " + _TIME + r" (\d{4})")
+_ASCTIME = r"[A-Za-z]{3} ([A-Za-z]{3}) ([ \d]\d) " + _TIME + r" (\d{4})"
 
 
 def _timestamp(year: int, month_name: str, day: int, hh: str, mm: str, ss: str) -> float | None:
@@ -103,6 +104,8 @@ def _timestamp(year: int, month_name: str, day: int, hh: str, mm: str, ss: str) 
     hour, minute, second = int(hh), int(mm), int(ss)
     if not (1 <= year <= 9999 and hour <= 23 and minute <= 59 and second <= 60):
         return None
+    import calendar  # here: only a Retry-After date needs it (it imports datetime too)
+
     if not 1 <= day <= calendar.monthrange(year, month)[1]:
         return None
     try:
@@ -112,10 +115,10 @@ def _timestamp(year: int, month_name: str, day: int, hh: str, mm: str, ss: str) 
 
 
 def _parse_http_date(text: str, now: float) -> float | None:
-    if m := _IMF.fullmatch(text):
+    if m := re.fullmatch(_IMF, text):
         day, mon, year, hh, mm, ss = m.groups()
         return _timestamp(int(year), mon, int(day), hh, mm, ss)
-    if m := _RFC850.fullmatch(text):
+    if m := re.fullmatch(_RFC850, text):
         day, mon, yy, hh, mm, ss = m.groups()
         # RFC 9110: a two-digit year more than 50 years in the future is in the past century.
         current_year = int(1970 + now // 31_556_952)
@@ -123,7 +126,7 @@ def _parse_http_date(text: str, now: float) -> float | None:
         while year > current_year + 50:
             year -= 100
         return _timestamp(year, mon, int(day), hh, mm, ss)
-    if m := _ASCTIME.fullmatch(text):
+    if m := re.fullmatch(_ASCTIME, text):
         mon, day, hh, mm, ss, year = m.groups()
         return _timestamp(int(year), mon, int(day), hh, mm, ss)
     return None

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import h11
 import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
@@ -31,7 +30,6 @@ from .._tls import check_alpn
 from .clock import Bound
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
-from .socks import socks5_handshake
 from .virtual import VirtualSocket
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
@@ -177,6 +175,8 @@ async def _tunnel(
     Nothing of the request exists yet, so every failure here is ``NOT_SENT`` (stage CONNECT):
     a refusal (any non-2xx), a malformed answer, or the proxy closing.
     """
+    import h11  # here, for HTTP proxies only: see _call/connect.py's _http11_connection()
+
     target = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     conn = h11.Connection(h11.CLIENT)
     headers = [("host", target)]
@@ -247,6 +247,10 @@ async def _through_proxy(
         if proxy.scheme == "socks5":  # the client resolves: the proxy is given an address
             infos = await _resolve(host, port)
             target = str(infos[0][4][0])
+        # Imported per SOCKS connection, by clients with a SOCKS proxy only: with _proxy
+        # behind it, start-up time that other programs never need.
+        from .socks import socks5_handshake
+
         await socks5_handshake(
             stream, target, port, username=proxy.username, password=proxy.password, via=via
         )
