@@ -1,15 +1,16 @@
 """The HTTP/2 fast path (``_wire/http2/fast.py``) against nginx, on and off.
 
 The same workload with ``http2_fast_path`` on and off: 64 concurrent GETs on one connection
-(nginx's own SETTINGS, WINDOW_UPDATE and ACK), static files of several sizes (DATA frames
-across the 256 KiB stream window, so WINDOW_UPDATEs go both ways), an upload read by a proxied
-backend, a 404, and calls cancelled in the middle of their bodies (DATA arrives for reset
-streams). Both runs must see the same statuses and bodies, nginx's log must count each request
+(nginx's own SETTINGS, WINDOW_UPDATE and ACK), static files of several sizes (up to 10 MB:
+DATA frames across the 1 MiB stream window, so WINDOW_UPDATEs go both ways), an upload read by
+a proxied backend, a 404, and calls cancelled in the middle of their bodies (DATA arrives for
+reset streams). Both runs must see the same statuses and bodies, nginx's log must count each request
 once, and with the fast path on nginx's traffic must never have needed h2 (no hand-over).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any
 
@@ -22,7 +23,7 @@ from tests.support.nginx import NginxConfig, RunningNginx
 from trio_retry._wire.http2.fast import FastMachine
 
 ONE = trio_retry.RetryPolicy(max_attempts=1)
-SIZES = (0, 1, 16_383, 16_385, 300_000, 2_000_000)
+SIZES = (0, 1, 16_383, 16_385, 300_000, 2_000_000, 10_000_000)
 FILES = {f"html/f{size}": bytes(i % 251 for i in range(size)) for size in SIZES}
 SERVERS = """
     server {
@@ -104,6 +105,24 @@ async def test_fast_path_on_and_off_against_nginx(
     counts = log.by_request_id()
     assert all(counts[f"g{i}"] == 1 for i in range(64))
     assert (counts["p"], counts["m"], counts["after"]) == (1, 1, 1)
+
+
+async def test_many_large_responses_read_one_after_the_other(nginx: StartNginx) -> None:
+    """12 streamed 2 MB responses open at once on one connection, read one after the other:
+    the unread ones hold their stream windows, and must not starve the one being read of
+    the connection's window (``connection.py``: the ratio of the two windows)."""
+    server = nginx(NginxConfig(servers=SERVERS, listeners=("files_tls",), files=FILES))
+    url = server.url("files_tls", "/f2000000")
+    async with trio_retry.Client(http2=True, ssl_context=server.ssl_context(), retry=ONE) as client:
+        with trio.fail_after(10):
+            async with contextlib.AsyncExitStack() as stack:
+                opened = [
+                    await stack.enter_async_context(client.stream("GET", url)) for _ in range(12)
+                ]
+                sizes = []
+                for response in opened:
+                    sizes.append(sum([len(chunk) async for chunk in response.aiter_bytes()]))
+    assert sizes == [2_000_000] * 12
 
 
 async def test_fast_path_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -256,6 +256,9 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
                     frame(0x6, 0, 0, b"short"),  # a PING of the wrong size
                     frame(0x8, 0, 0, b"\x00\x01"),  # a WINDOW_UPDATE of the wrong size
                     frame(0x9, 0x4, stream_id, b"\x82"),  # a naked CONTINUATION
+                    frame(0x0, 0, 2, b"even"),  # DATA on a stream id the server may not use
+                    frame(0x8, 0, 2, struct.pack(">I", 1)),  # WINDOW_UPDATE on one
+                    frame(0x0, 0, stream_id, b"o" * 20000),  # larger than our frames
                 ]
             )
         )
@@ -330,3 +333,31 @@ def test_a_frame_it_does_not_keep_hands_over_to_h2(odd: bytes) -> None:
     assert not pair.fast.fast
     pair.same("receive_data", frame(0x0, 0x1, 1, b"rest"))
     pair.same("send_headers", 3, request(3, 2), end_stream=True)
+
+
+def test_the_cases_a_review_found() -> None:
+    """Each once, on purpose: a 1xx after the final head (a connection error in h2), frames on
+    an even stream id, a frame header announcing more than our SETTINGS_MAX_FRAME_SIZE (h2
+    refuses it before its payload arrives), and engage() while h2 still has bytes to send."""
+    encoder = hpack.Encoder()
+    pair = Pair(SERVER_SETTINGS)
+    pair.same("send_headers", 1, request(1, 1), end_stream=True)
+    pair.same("receive_data", frame(0x1, 0x4, 1, encoder.encode([(b":status", b"200")])))
+    assert (
+        pair.same("receive_data", frame(0x1, 0x4, 1, encoder.encode([(b":status", b"103")])))[0]
+        == "raised"
+    )
+
+    for odd in (frame(0x0, 0, 2, b"even"), frame(0x8, 0, 2, struct.pack(">I", 1))):
+        pair = Pair(SERVER_SETTINGS)
+        pair.same("send_headers", 1, request(1, 1), end_stream=True)
+        pair.same("send_headers", 3, request(3, 1), end_stream=True)
+        pair.same("receive_data", odd)
+
+    pair = Pair(SERVER_SETTINGS)
+    pair.same("send_headers", 1, request(1, 1), end_stream=True)
+    assert pair.same("receive_data", frame(0x0, 0, 1, b"o" * 20000))[0] == "raised"
+
+    waiting = FastMachine(machine())
+    waiting.initiate_connection()
+    assert not waiting.engage()  # its preface is still to be sent: h2 keeps the connection

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_retry._wire.http2 import headers as headers_module
-from trio_retry._wire.http2.headers import explain
+from trio_retry._wire.http2.headers import HeadVerdicts, check_head, content_length, explain
 from trio_retry._wire.http2.headers import malformed as _malformed
 
 OK = [(b":status", b"200"), (b"content-type", b"text/plain"), (b"x-empty", b"")]
@@ -126,3 +126,17 @@ def test_a_usual_head_is_cleared_in_one_pass(monkeypatch: pytest.MonkeyPatch) ->
     ]
     assert headers_module.malformed(nginx, trailers=False) is None
     assert headers_module.malformed([(b":status", b"304")], trailers=False) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_HEADS, min_size=1, max_size=6))
+def test_check_head_answers_as_the_checks_do(heads: list[list[tuple[bytes, bytes]]]) -> None:
+    """``check_head`` with a memo (kept across heads, as a connection keeps it) gives exactly
+    ``malformed`` + ``content_length``, for a head seen before too."""
+    kept: HeadVerdicts = {}
+    for head in heads + heads:
+        problem = _malformed(head, trailers=False)
+        length = content_length(head) if problem is None else None
+        expected = (length, None) if isinstance(length, str) else (problem, length)
+        assert check_head(head, kept) == expected
+    assert len(kept) <= len(heads)

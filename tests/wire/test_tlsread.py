@@ -1,10 +1,10 @@
-"""``_wire/tlsread.py``: a TLS read that takes the records already received in one go.
+"""``_wire/tlsread.py``: reads that take the TLS records already received in one go.
 
 Against trio's own ``SSLStream`` over a memory stream pair (no sockets needed for what is
 tested: what is in the TLS object's buffer): the bytes come out the same and in the same order
 as one ``receive_some`` per record gives, records are really joined (fewer reads), a record
-not fully received is left for later, the peer's close_notify stays the next read's EOF, and a
-stream that is not TLS is left alone.
+not fully received is left for later, the peer's close_notify stays the next read's EOF, a
+broken record stays an error (never an EOF), and a stream that is not TLS is read as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import trio
 import trio.testing
 import trustme
 
-from trio_retry._wire.tlsread import MORE_AFTER, more_decrypted
+from trio_retry._wire.tlsread import MORE_AFTER, Reads
 
 
 def _contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -41,7 +41,10 @@ Pair = tuple[
 async def _pair() -> Pair:
     client_ctx, server_ctx = _contexts()
     client_raw, server_raw = trio.testing.memory_stream_pair()
-    client = trio.SSLStream(client_raw, client_ctx, server_hostname="localhost")
+    # As transport.py opens it: https_compatible (an EOF without close_notify reads as an end).
+    client = trio.SSLStream(
+        client_raw, client_ctx, server_hostname="localhost", https_compatible=True
+    )
     server = trio.SSLStream(server_raw, server_ctx, server_side=True)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client.do_handshake)
@@ -56,13 +59,15 @@ async def test_the_same_bytes_in_fewer_reads(joined: bool) -> None:
     data = b"".join(records)
     reads = 0
     received = bytearray()
+    wrapped = Reads(client, 1 << 20)
     with trio.fail_after(10):
         for record in records:  # each send_all: at least one TLS record
             await server.send_all(record)  # all in the client's buffer before it reads
         while len(received) < len(data):
-            chunk = await client.receive_some(65536)
             if joined:
-                chunk = more_decrypted(client, chunk, 1 << 20)
+                chunk = await wrapped.receive_some(65536)
+            else:
+                chunk = await client.receive_some(65536)
             received += chunk
             reads += 1
     assert bytes(received) == data
@@ -78,26 +83,24 @@ async def test_limit_partial_record_and_close_notify_are_left_for_later() -> Non
     await server.send_all(b"b" * 10_000)
     await server.send_all(b"c" * 10_000)
     await server.aclose()  # close_notify after the data
-    first = await client.receive_some(MORE_AFTER)
-    assert first == b"a" * MORE_AFTER
-    # The limit holds: no more than 12,000 bytes in all, the rest stays readable.
-    more = more_decrypted(client, first, MORE_AFTER + 12_000)
+    reads = Reads(client, MORE_AFTER + 12_000)
+    # The limit holds: no more than 12,000 bytes besides the first record; the rest stays.
+    more = await reads.receive_some(MORE_AFTER)
     assert more == b"a" * MORE_AFTER + b"b" * 10_000 + b"c" * 2_000
-    rest = await client.receive_some(65536)
-    rest = more_decrypted(client, rest, 1 << 20)
-    assert rest == b"c" * 8_000
-    assert await client.receive_some(65536) == b""  # the close_notify: still a clean EOF
+    assert await reads.receive_some(65536) == b"c" * 8_000
+    assert await reads.receive_some(65536) == b""  # the close_notify: still a clean EOF
 
 
 async def test_short_reads_and_plain_streams_are_left_alone() -> None:
     client, server = await _pair()
     await server.send_all(b"x" * 100)
     await server.send_all(b"y" * 100)
-    small = await client.receive_some(65536)
-    assert more_decrypted(client, small, 1 << 20) is small  # under MORE_AFTER: no look
-    plain, _ = trio.testing.memory_stream_pair()
+    assert await Reads(client, 1 << 20).receive_some(65536) == b"x" * 100  # no look after
+    plain, other = trio.testing.memory_stream_pair()
     big = b"z" * (MORE_AFTER * 2)
-    assert more_decrypted(plain, big, 1 << 20) is big  # not TLS
+    await other.send_all(big)
+    await other.send_all(big)
+    assert await Reads(plain, 1 << 20).receive_some(len(big)) == big  # not TLS: as it is
 
 
 def test_trio_sslstream_still_has_its_tls_object() -> None:
@@ -107,3 +110,25 @@ def test_trio_sslstream_still_has_its_tls_object() -> None:
     raw, _ = trio.testing.memory_stream_pair()
     stream = trio.SSLStream(raw, client_ctx, server_hostname="localhost")
     assert isinstance(getattr(stream, "_ssl_object", None), ssl.SSLObject)
+
+
+async def test_a_broken_record_after_good_ones_is_an_error_not_an_end() -> None:
+    """A record that fails its integrity check, after records that were taken with the first:
+    the bytes before it arrive, then the next read raises (trio's ``BrokenResourceError``,
+    the ``ssl.SSLError`` as its cause), as reading a record at a time would have."""
+    client, server = await _pair()
+    server_out = server.transport_stream.send_stream
+    client_in = client.transport_stream.receive_stream
+    server_out.send_all_hook = None  # the test carries the bytes, and spoils one record
+    await server.send_all(b"a" * MORE_AFTER)
+    await server.send_all(b"b" * 10_000)
+    good = server_out.get_data_nowait()
+    await server.send_all(b"c" * 10_000)
+    bad = bytearray(server_out.get_data_nowait())
+    bad[-20] ^= 0xFF  # inside the record's ciphertext or tag
+    client_in.put_data(good + bytes(bad))
+    reads = Reads(client, 1 << 20)
+    assert await reads.receive_some(65536) == b"a" * MORE_AFTER + b"b" * 10_000
+    with pytest.raises(trio.BrokenResourceError) as raised:
+        await reads.receive_some(65536)
+    assert isinstance(raised.value.__cause__, ssl.SSLError)

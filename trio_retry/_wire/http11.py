@@ -42,7 +42,7 @@ from .exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body
 from .http11_reader import END, NEED, Head, ResponseReader
 from .http11_rules import END_OF_MESSAGE, encode, encode_whole, h11_request
 from .progress import AttemptProgress, WireError
-from .tlsread import more_decrypted
+from .tlsread import Reads
 from .transport import Transport
 from .virtual import VirtualSocket
 
@@ -110,6 +110,7 @@ class HTTP11Connection:
         "_poller",
         "_read",
         "_reader",
+        "_reads",
         "_socket",
         "_stream",
         "_virtual",
@@ -130,6 +131,8 @@ class HTTP11Connection:
         clock: Clock | None = None,
     ) -> None:
         self._stream = transport.stream
+        #: Its reads, taking every TLS record already received (``tlsread.py``).
+        self._reads = Reads(self._stream, MORE_LIMIT)
         self._socket = transport.socket
         sock = transport.socket  # (VirtualSocket is an ABC: an isinstance is a call, made once)
         self._virtual = sock if isinstance(sock, VirtualSocket) else None
@@ -385,11 +388,10 @@ class HTTP11Connection:
                 # branch; its `with` costs about as much as the rest of a read's bookkeeping.)
                 try:
                     if bound is None:
-                        data = await self._stream.receive_some(RECEIVE_SIZE)
+                        data = await self._reads.receive_some(RECEIVE_SIZE)
                     else:
                         with bound:
-                            data = await self._stream.receive_some(RECEIVE_SIZE)
-                    data = more_decrypted(self._stream, data, MORE_LIMIT)
+                            data = await self._reads.receive_some(RECEIVE_SIZE)
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))

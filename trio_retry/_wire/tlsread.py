@@ -1,5 +1,4 @@
-"""Decrypted bytes already in hand, taken in one go: a read of a TLS stream that returns more
-than one TLS record.
+"""A connection's reads that take every TLS record already received, not one per call.
 
 ``trio.SSLStream.receive_some`` returns the plaintext of at most one TLS record (16 KiB, often
 less: nginx sends HTTP/2 DATA in 8 KiB records), however many records its last socket read
@@ -7,22 +6,26 @@ brought in, and each call goes through its ``_retry`` loop and two scheduler che
 50 MB download is then thousands of rounds through trio, the reader and the body's consumer
 for bytes that were already in memory: most of a bulk transfer's CPU.
 
-:func:`more_decrypted` takes what the TLS object can decrypt *now*, from what the socket
-already gave, right after a ``receive_some`` returned: the same bytes, in the same order, the
-next ``receive_some`` calls would have returned, without their rounds. It never reads the
-socket and never waits. It stops at the first record not fully received, at ``limit`` bytes,
-and at anything else the TLS object says (the peer's close_notify, an alert, a broken record):
-that is left for the next ``receive_some``, which reports it as it would have.
+:class:`Reads` wraps a connection's stream: after ``receive_some`` returns, it takes what the
+TLS object can decrypt *now*, from what the socket already gave: the same bytes, in the same
+order, the next ``receive_some`` calls would have returned, without their rounds. It never
+reads the socket and never waits for more. It stops at the first record not fully received,
+at its limit, and at the peer's close_notify or the transport's end (left for the next
+``receive_some``, which reports them as it would have). A fatal TLS error met there (a broken
+record, an alert) cannot be left: OpenSSL reports it once, then only an EOF. It is kept and
+raised by the next read instead, as the ``trio.BrokenResourceError`` trio raises for it, so a
+connection cut by a forged record never reads as a clean end.
 
 It reaches into ``trio.SSLStream``'s TLS object (``_ssl_object``, an ``ssl.SSLObject``): no
 public API gives more than one record per call. A stream without one (plain TCP, a test's
-memory stream) is left alone, so a trio that renamed the attribute only costs the speed-up;
-``tests/wire/test_tlsread.py`` checks that it is found and that a download through it gives
-the bytes a read per record gives.
+memory stream) is read as it is, so a trio that renamed the attribute only costs the speed-up;
+``tests/wire/test_tlsread.py`` checks that it is found, that a download through it gives the
+bytes a read per record gives, and that a broken record stays an error.
 
 The obvious alternative, a TLS stream of our own over ``ssl.MemoryBIO``, would make
 handshakes, renegotiation, close_notify and TLS 1.3 tickets ours to get right; this reads
-only, between two of trio's own calls, where trio would call the very same ``read``.
+only, between two of trio's own calls, where trio would call the very same ``read`` (what it
+writes, a KeyUpdate's answer, goes out with trio's next call either way).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import ssl
 
 import trio
 
-__all__ = ["MORE_AFTER", "more_decrypted"]
+__all__ = ["MORE_AFTER", "Reads"]
 
 #: Only a record at least this large is followed by a look for more: a short one is, as a
 #: rule, the end of what the peer sent, and the look would cost a small response an
@@ -39,27 +42,46 @@ __all__ = ["MORE_AFTER", "more_decrypted"]
 MORE_AFTER = 8192
 
 
-def more_decrypted(
-    stream: trio.abc.ReceiveStream, data: bytes | bytearray, limit: int
-) -> bytes | bytearray:
-    """``data`` (what ``stream.receive_some`` just returned) and whatever ``stream`` can
-    decrypt without reading its socket, up to ``limit`` bytes in all. Never raises, never
-    waits; ``data`` itself when there is nothing more, when ``stream`` is not TLS, or when
-    ``data`` is shorter than :data:`MORE_AFTER`."""
-    if len(data) < MORE_AFTER or len(data) >= limit:
-        return data
-    tls = getattr(stream, "_ssl_object", None)
-    if not isinstance(tls, ssl.SSLObject):
-        return data
-    parts = [data]
-    size = len(data)
-    while size < limit:
-        try:
-            more = tls.read(limit - size)
-        except (ssl.SSLError, ValueError):
-            break  # nothing whole left (SSLWantReadError), or news for the next receive_some
-        if not more:
-            break
-        parts.append(more)
-        size += len(more)
-    return data if len(parts) == 1 else b"".join(parts)
+class Reads:
+    """The reads of one connection's ``stream`` (the connection's only reader)."""
+
+    __slots__ = ("_error", "_limit", "_stream", "_tls")
+
+    def __init__(self, stream: trio.abc.ReceiveStream, limit: int) -> None:
+        self._stream = stream
+        tls = getattr(stream, "_ssl_object", None)
+        self._tls = tls if isinstance(tls, ssl.SSLObject) else None
+        #: The most one read returns when it takes more than trio's one record.
+        self._limit = limit
+        self._error: ssl.SSLError | None = None
+
+    async def receive_some(self, max_bytes: int) -> bytes | bytearray:
+        """As ``stream.receive_some(max_bytes)``, and then whatever is decrypted already (up
+        to the limit) if that was a large record. Raises what ``receive_some`` raises, and
+        ``trio.BrokenResourceError`` (its cause the ``ssl.SSLError``) for a fatal TLS error the
+        previous read met after its bytes. Cancellation: as ``receive_some`` (taking more
+        never waits)."""
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise trio.BrokenResourceError("TLS error") from error
+        data = await self._stream.receive_some(max_bytes)
+        tls = self._tls
+        if tls is None or len(data) < MORE_AFTER:
+            return data
+        limit = self._limit
+        parts = [data]
+        size = len(data)
+        while size < limit:
+            try:
+                more = tls.read(limit - size)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break  # nothing whole left, or the end: the next receive_some says which
+            except ssl.SSLError as exc:
+                self._error = exc  # reported once by OpenSSL: kept for the next read
+                break
+            if not more:
+                break
+            parts.append(more)
+            size += len(more)
+        return data if len(parts) == 1 else b"".join(parts)

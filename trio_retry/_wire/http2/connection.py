@@ -47,7 +47,7 @@ from ..._core.evidence import FailureCategory
 from ..clock import Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
-from ..tlsread import more_decrypted
+from ..tlsread import Reads
 from ..transport import Transport
 from .fast import FastMachine
 from .headers import head_size, request_headers
@@ -64,14 +64,17 @@ RECEIVE_SIZE = 65536
 #: The most one read takes with the TLS records already received (``tlsread.py``).
 MORE_LIMIT = 256 * 1024
 #: Our SETTINGS_INITIAL_WINDOW_SIZE: how much of one response may be buffered unread. Sized
-#: for throughput, as Go's transport opens its own (4 MiB): with h2's algorithm the credit goes
-#: back in WINDOW_UPDATEs of half the window, each a write that costs the reader a good part of
-#: a millisecond on loopback (at 256 KiB a 50 MB download sent 400 of them, now 25), and a
-#: window a fast server fills before the update arrives stalls it.
-STREAM_WINDOW = 4 * 1024 * 1024
-#: The connection-level receive window: enough that a few slow readers do not stall the rest,
-#: and the bound of what all the streams of a connection buffer unread, together.
-CONNECTION_WINDOW = 16 * 1024 * 1024
+#: for throughput: with h2's algorithm the credit goes back in WINDOW_UPDATEs of half the
+#: window, each a write that costs the reader a good part of a millisecond on loopback (at
+#: 256 KiB a 50 MB download sent 400 of them; at 1 MiB, 100).
+STREAM_WINDOW = 1024 * 1024
+#: The connection-level receive window: the bound of what all the streams of a connection
+#: buffer unread, together. h2 gives its credit back once half of it was read, so responses
+#: left unread on other streams starve the one being read once they hold half of it: the
+#: ratio to :data:`STREAM_WINDOW` (64, as it was with 256 KiB and 16 MiB) is how many may
+#: (``tests/interop/test_nginx_h2_fast.py``: 12 large responses read one after the other).
+#: Go's transport opens 4 MiB streams in a 1 GiB connection window.
+CONNECTION_WINDOW = 64 * STREAM_WINDOW
 #: A connection that received nothing for this long is PINGed before it gets a new stream ...
 PING_AFTER_IDLE = 2.0
 #: ... and closed if the answer takes longer than this.
@@ -99,6 +102,7 @@ class HTTP2Connection:
         "_last_read",
         "_nursery",
         "_ping_after_idle",
+        "_reads",
         "_scheme",
         "_stream",
         "expires_at",
@@ -123,6 +127,8 @@ class HTTP2Connection:
         fast_path: bool = True,
     ) -> None:
         self._stream = transport.stream
+        #: Its reads, taking every TLS record already received (``tlsread.py``).
+        self._reads = Reads(self._stream, MORE_LIMIT)
         #: Whether the common frames take the fast path after the handshake (``fast.py``).
         self._fast_path = fast_path
         # Request headers reach h2 already validated and normalised (``headers.py`` and
@@ -407,9 +413,7 @@ class HTTP2Connection:
         """Read once and process what arrived; a broken or closed transport kills the
         connection (``Session.die``) rather than raising."""
         try:
-            data = more_decrypted(
-                self._stream, await self._stream.receive_some(RECEIVE_SIZE), MORE_LIMIT
-            )
+            data = await self._reads.receive_some(RECEIVE_SIZE)
         except TRANSPORT_ERRORS as exc:
             self.session.die(
                 Failure(

@@ -154,6 +154,7 @@ class FastMachine:
         "_h2",
         "_highest",
         "_local_window",
+        "_max_frame",
         "_max_streams",
         "_opened",
         "_out",
@@ -178,17 +179,18 @@ class FastMachine:
         self._remote_window = 0
         self._local_window = 0
         self._max_streams = 0
+        self._max_frame = 0
         #: How each stream the fast path forgot was closed (h2's ``_closed_streams``, which a
         #: hand-over fills from this), the most recent :data:`_CLOSED_KEPT`.
-        self._closed: dict[int, StreamClosedBy] = {}
+        self._closed: dict[int, StreamClosedBy | None] = {}
         self._conn_window: WindowManager = machine._inbound_flow_control_window_manager
 
     # --- taking over and handing back ---------------------------------------------------------
 
     def engage(self) -> bool:
         """Take the common frames over from h2, if h2's state is one the fast path keeps: no
-        stream opened yet, no header block half received, a connection not closed. Returns
-        whether it did."""
+        stream opened yet, no header block half received, nothing of h2's still to send, a
+        connection not closed. Returns whether it did."""
         machine = self._h2
         buffer = machine.incoming_buffer
         if (
@@ -197,6 +199,7 @@ class FastMachine:
             or machine.streams
             or machine.highest_outbound_stream_id
             or buffer._headers_buffer
+            or machine._data_to_send
             or machine.state_machine.state is ConnectionState.CLOSED
         ):
             return False
@@ -208,6 +211,7 @@ class FastMachine:
         self._local_window = machine.local_settings.initial_window_size
         # The server's settings change only by a SETTINGS frame, which the fast path defers.
         self._max_streams = machine.remote_settings.max_concurrent_streams
+        self._max_frame = machine.max_inbound_frame_size
         self._fast = True
         return True
 
@@ -352,9 +356,11 @@ class FastMachine:
         # As h2's stream: the method and the authority of the request, from its pseudo-headers.
         for name, value in headers:
             if name == b":method":
-                stream.method = value
+                if stream.method is None:  # the first, as h2 takes it
+                    stream.method = value
             elif name == b":authority":
-                stream.authority = value
+                if stream.authority is None:
+                    stream.authority = value
             elif name[:1] != b":":
                 break
         flags = _END_STREAM if end_stream else 0
@@ -454,7 +460,7 @@ class FastMachine:
             return data
         return b"" if self._fast else self._h2.data_to_send()
 
-    def _close(self, stream: _Stream, closed_by: StreamClosedBy) -> None:
+    def _close(self, stream: _Stream, closed_by: StreamClosedBy | None) -> None:
         del self._streams[stream.stream_id]
         closed = self._closed
         closed[stream.stream_id] = closed_by
@@ -481,6 +487,9 @@ class FastMachine:
             while end - pos >= _FRAME_HEADER:
                 head, flags, stream_id = _HEAD.unpack_from(data, pos)
                 length = head >> 8
+                if length > self._max_frame:
+                    deferred = True  # h2 refuses it on its header
+                    break
                 if end - pos < _FRAME_HEADER + length:
                     break
                 try:
@@ -513,6 +522,8 @@ class FastMachine:
     ) -> None:
         """One complete frame; raises :class:`_Defer` before changing anything if it is not
         the fast path's to handle."""
+        if stream_id and not stream_id & 1:
+            raise _DEFER  # the server's own stream ids: none here (push is off)
         start = pos + _FRAME_HEADER
         if kind == _DATA:
             self._data(flags, stream_id, data[start : start + length], length, events)
@@ -570,6 +581,7 @@ class FastMachine:
         elif kind == _SETTINGS and flags & _ACK and not length and not stream_id:
             machine = self._h2
             changes = machine._local_settings_acked()  # h2 has no stream: ours are adjusted
+            self._max_frame = machine.max_inbound_frame_size
             window = machine.local_settings.initial_window_size
             delta = window - self._local_window
             if delta:
@@ -664,6 +676,9 @@ class FastMachine:
                 raise h2.exceptions.ProtocolError(
                     "Cannot set END_STREAM on informational responses"
                 )
+            if stream.headers_received:
+                self._close(stream, None)  # h2's stream machine closes on a refused move
+                raise h2.exceptions.ProtocolError("Informational response after final response")
             stream.informational = True
             event: Any = h2.events.InformationalResponseReceived(
                 stream_id=stream_id, headers=headers

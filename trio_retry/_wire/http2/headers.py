@@ -18,7 +18,9 @@ from ..exchange import WireRequest
 from ..exchange import content_length as framed_length
 
 __all__ = [
+    "HEADS_KEPT",
     "REASONS",
+    "HeadVerdicts",
     "check_head",
     "content_length",
     "explain",
@@ -183,28 +185,31 @@ def content_length(headers: list[tuple[bytes, bytes]]) -> int | str | None:
     return found
 
 
-#: :func:`check_head`'s answers by header list; cleared when full. A response head repeats
-#: field for field while the resource and the second of its ``date`` do, and so does the
-#: answer: a pure function's, kept (no more than this many).
-_HEADS_KEPT = 64
-_heads: dict[tuple[tuple[bytes, bytes], ...], tuple[str | None, int | None]] = {}
+#: How many heads a :func:`check_head` memo keeps before it forgets them all.
+HEADS_KEPT = 64
+#: A :func:`check_head` memo: a verdict by header list.
+HeadVerdicts = dict[tuple[tuple[bytes, bytes], ...], tuple[str | None, int | None]]
 
 
-def check_head(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, int | None]:
+def check_head(
+    headers: list[tuple[bytes, bytes]], kept: HeadVerdicts
+) -> tuple[str | None, int | None]:
     """A final response head's verdict: why it is malformed (:func:`malformed`, or its
     Content-Length's problem, :func:`content_length`) or ``None``, and its declared body
-    length. The same answer as calling the two; a head seen before is answered from what is
-    kept (hashing the head's fields, whose ``bytes`` keep their hashes, costs a fraction of
-    the checks)."""
+    length. The same answer as calling the two; a head seen before on the same connection is
+    answered from ``kept`` (the connection's: response heads, cookies included, are never
+    shared between connections). A head repeats field for field while the resource and the
+    second of its ``date`` do, and hashing its fields, whose ``bytes`` keep their hashes,
+    costs a fraction of the checks."""
     key = tuple(headers)
-    verdict = _heads.get(key)
+    verdict = kept.get(key)
     if verdict is None:
         problem = malformed(headers, trailers=False)
         length = content_length(headers) if problem is None else None
         if isinstance(length, str):
             problem, length = length, None
         verdict = (problem, length)
-        if len(_heads) >= _HEADS_KEPT:
-            _heads.clear()
-        _heads[key] = verdict
+        if len(kept) >= HEADS_KEPT:
+            kept.clear()
+        kept[key] = verdict
     return verdict

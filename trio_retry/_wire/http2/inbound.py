@@ -82,7 +82,7 @@ def _on_response(session: Session, event: h2.events.ResponseReceived) -> None:
     if stream is None:
         return
     headers = _fields(event.headers)
-    problem, length = check_head(headers)
+    problem, length = check_head(headers, session.heads)
     if problem is not None:
         session.stream_error(stream, problem)
         return

@@ -32,6 +32,7 @@ from ..progress import AttemptProgress
 from ..transport import Transport
 from .fast import FastMachine
 from .frames import InboundFrames, code_name
+from .headers import HeadVerdicts
 from .stream import Failure, Stream
 from .writer import Writer
 
@@ -60,6 +61,7 @@ class Session:
         "goaway_last",
         "h2",
         "header_limit",
+        "heads",
         "max_streams",
         "ping_lot",
         "ping_timeout",
@@ -90,6 +92,8 @@ class Session:
         )
         #: Our streams by id, until the client is done with each (:meth:`stream_done`).
         self.streams: dict[int, Stream] = {}
+        #: Response heads checked on this connection, and their verdicts (``check_head``).
+        self.heads: HeadVerdicts = {}
         #: The streams whose final head has not arrived (DATA for them is a stream error).
         self.awaiting_head: set[int] = set()
         #: Inbound bytes cut at frame boundaries (``frames.py``), read by the reader only.
