@@ -209,7 +209,8 @@ def run_aiohttp(job: Job) -> None:
                         async for chunk in resp.content.iter_any():
                             job.received += len(chunk)
             job.status = resp.status
-            job.http_version = f"{resp.version.major}.{resp.version.minor}"
+            version = resp.version
+            job.http_version = f"{version.major}.{version.minor}" if version else "?"
 
     asyncio.run(main())
 
