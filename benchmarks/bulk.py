@@ -15,6 +15,8 @@ client CPU when the harness pins, and the runner reads that process's rusage fro
   (interpreter start, imports, handshake), per MB: the cost of the bytes;
 - **RSS MB**: the process's peak resident set (``ru_maxrss``) after the large transfer, and
   **1 KB RSS** after a 1 KB one: a client that streams keeps the two close;
+- **busy**: that CPU (the bytes' share) over the wall time: far below 100 % means the client
+  spent the transfer waiting (on flow control, on the server, on a thread);
 - **x curl**: MB/s, and CPU per MB, over curl's in the same run and case.
 
 Every download is checked (status 200, exactly the size received, the HTTP version asked for),
@@ -409,7 +411,9 @@ def summarise(
             if cpu_big is not None and cpu_small is not None
             else None
         )
+        busy = cpu_per_mb * size / MB / wall if cpu_per_mb is not None and wall else None
         row.update(
+            busy=busy,
             wall_s=wall,
             mb_s=size / MB / wall if wall else None,
             cpu_s_per_mb=cpu_per_mb,
@@ -446,6 +450,7 @@ COLUMNS = (
     ("x curl", 7),
     ("CPU s/MB", 9),
     ("CPU x curl", 10),
+    ("busy", 5),
     ("RSS MB", 7),
     ("1 KB RSS", 8),
 )
@@ -462,6 +467,7 @@ def _cells(r: dict[str, Any]) -> list[str]:
         _fmt(r["x_curl_mb_s"], ".2f", "x"),
         _fmt(r["cpu_s_per_mb"], ".5f"),
         _fmt(r["x_curl_cpu"], ".1f", "x"),
+        _fmt(None if r["busy"] is None else r["busy"] * 100, ".0f", "%"),
         _fmt(r["rss_mb"], ".1f"),
         _fmt(r["rss_1k_mb"], ".1f"),
     ]
@@ -605,8 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "\nwall s: request to last byte (median); x curl: MB/s over curl's (higher is better); "
         "CPU s/MB: process CPU minus its 1 KB run's, per MB;\nCPU x curl: over curl's "
-        "(lower is better); RSS: peak resident set of the process; 1 KB RSS: the same after a "
-        "1 KB transfer."
+        "(lower is better); busy: that CPU over the wall time (well below 100%: the client "
+        "waited);\nRSS: peak resident set of the process; 1 KB RSS: the same after a 1 KB "
+        "transfer."
     )
     if args.markdown:
         print()

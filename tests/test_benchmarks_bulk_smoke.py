@@ -104,6 +104,7 @@ def test_summarise_medians_and_ratios() -> None:
     assert ours["cpu_s_per_mb"] == pytest.approx((0.50 - 0.20) / 10)
     assert ours["x_curl_mb_s"] == pytest.approx(200.0 / 1000.0)
     assert ours["x_curl_cpu"] == pytest.approx(0.03 / 0.002)
+    assert ours["busy"] == pytest.approx(0.3 / 0.05)  # CPU of the bytes over the wall time
     assert ours["rss_mb"] == 40.0
     assert ours["rss_1k_mb"] == 30.0
     assert rows["aiohttp"]["status"] == "skipped"
