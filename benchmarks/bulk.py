@@ -146,6 +146,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for item in value:
             if item not in known:
                 p.error(f"{option}: unknown {item!r}; choose from {', '.join(known)}")
+    if not os.path.isfile(os.path.join(args.checkout, "trio_retry", "__init__.py")):
+        p.error(f"--checkout: no trio_retry package in {os.path.abspath(args.checkout)}")
     if args.smoke:
         args.size_mb = 1.0
     if args.repeat is None:
@@ -174,6 +176,7 @@ class Transfer:
     rss_mb: float = 0.0
     http_version: str = ""
     unavailable: bool = False
+    module: str = ""  # trio_retry rows: the file of the trio_retry that ran
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -244,8 +247,9 @@ class Case:
         return bool(self.endpoint["http2"])
 
 
-def _argv(client: str, case: Case, url: str, source: Path | None, target: Path | None,
-          checkout: str) -> list[str]:  # fmt: skip
+def _argv(
+    client: str, case: Case, url: str, source: Path | None, target: Path | None, checkout: str
+) -> list[str]:
     if client == "curl":
         argv = ["curl", "-s", "-S", "-o", "/dev/null", "--http2" if case.http2 else "--http1.1"]
         argv += ["-w", "%{http_code} %{http_version} %{size_download} %{time_total}"]
@@ -335,6 +339,7 @@ def _check(
         http_status, got = data["status"], data["received"]
         result.wall_s, result.cpu_transfer_s = data["wall_s"], data["cpu_s"]
         result.http_version, result.note = data["http_version"], data["note"]
+        result.module = data["module"]
     want_version = "2" if case.http2 else "1.1"
     if result.http_version != want_version:
         return f"spoke HTTP/{result.http_version}, not HTTP/{want_version}"
@@ -473,6 +478,14 @@ def _cells(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _text_line(cells: list[str]) -> str:
+    """The label left-aligned, the figures right-aligned, in the widths of ``COLUMNS``."""
+    first, *rest = zip(cells, COLUMNS, strict=True)
+    return "  " + "  ".join(
+        [f"{first[0]:<{first[1][1]}}", *(f"{c:>{width}}" for c, (_, width) in rest)]
+    )
+
+
 def render_text(rows: list[dict[str, Any]], size: int) -> str:
     lines: list[str] = []
     for protocol in PROTOCOLS:
@@ -481,20 +494,13 @@ def render_text(rows: list[dict[str, Any]], size: int) -> str:
             if not mine:
                 continue
             lines += ["", f"{direction} of {size / MB:g} MB, {PROTOCOL_TITLES[protocol]}"]
-            lines.append("  " + "  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}"
-                                          for i, (t, w) in enumerate(COLUMNS)))  # fmt: skip
+            lines.append(_text_line([title for title, _ in COLUMNS]))
             for r in mine:
                 cells = _cells(r)
                 if len(cells) == 2:
                     lines.append(f"  {cells[0]:<{COLUMNS[0][1]}}  {cells[1]}")
-                    continue
-                lines.append(
-                    "  "
-                    + "  ".join(
-                        f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                        for i, (c, (_, w)) in enumerate(zip(cells, COLUMNS, strict=True))
-                    )
-                )
+                else:
+                    lines.append(_text_line(cells))
             notes = {r["label"]: r["note"] for r in mine if r["status"] == "ok" and r["note"]}
             lines += [f"  {label}: {note}" for label, note in notes.items()]
     return "\n".join(lines)
@@ -527,6 +533,69 @@ def _write_file(path: Path, size: int) -> None:
             left -= len(block)
 
 
+def plan(
+    args: argparse.Namespace, endpoints: dict[str, dict[str, Any]], ca_file: str | None
+) -> tuple[list[Case], dict[tuple[str, str, str], str]]:
+    """The cases to run, and the (protocol, direction, client) rows that cannot run, why."""
+    skipped: dict[tuple[str, str, str], str] = {}
+    cases: list[Case] = []
+    for p in args.protocols:
+        for d in args.directions:
+            if p not in endpoints:
+                for c in args.clients:
+                    skipped[(p, d, c)] = "no TLS here (trustme not installed)"
+                continue
+            case = Case(p, d, endpoints[p], ca_file if endpoints[p]["scheme"] == "https" else None)
+            cases.append(case)
+            for c in args.clients:
+                client = BY_NAME[c]
+                if c == "curl" and shutil.which("curl") is None:
+                    skipped[(p, d, c)] = "not installed (apt-get install curl): no ratios"
+                elif case.http2 and not client.h2:
+                    skipped[(p, d, c)] = client.no_h2_reason
+                elif d == "upload" and client.download_only:
+                    skipped[(p, d, c)] = "a download case"
+    return cases, skipped
+
+
+def measure(
+    args: argparse.Namespace,
+    cases: list[Case],
+    skipped: dict[tuple[str, str, str], str],
+    server: RunningServer,
+    workdir: Path,
+    client_cpu: int | None,
+) -> list[dict[str, Any]]:
+    """Every transfer of every repeat (the large one, then the 1 KB one), with progress."""
+    size = int(args.size_mb * MB)
+    runs: list[dict[str, Any]] = []
+    unavailable: set[str] = set()
+    checkout = os.path.abspath(args.checkout)
+    for rep in range(args.repeat):
+        # Rotate the order each repeat: no client always runs first or last.
+        shift = rep % len(args.clients)
+        order = args.clients[shift:] + args.clients[:shift]
+        for case in cases:
+            for c in order:
+                if (case.protocol, case.direction, c) in skipped or c in unavailable:
+                    continue
+                for n in (size, SMALL):
+                    t = transfer(c, case, n, server, workdir, client_cpu, checkout)
+                    where = {"protocol": case.protocol, "direction": case.direction, "client": c}
+                    runs.append({**where, "size": n, "repeat": rep, **t.to_json()})
+                    if t.unavailable:
+                        unavailable.add(c)  # its other cases become rows saying so
+                        _progress(f"  {c}: {t.note}")
+                        break
+                    what = f"  {case.direction:8} {case.protocol:6} {c:16} {n:>9} B"
+                    if t.ok:
+                        figures = f"{t.wall_s:7.3f} s  cpu {t.cpu_s:6.3f} s  rss {t.rss_mb:6.1f} MB"
+                        _progress(f"{what}  {figures}")
+                    else:
+                        _progress(f"{what}  FAILED: {t.note}")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     size = int(args.size_mb * MB)
@@ -537,68 +606,18 @@ def main(argv: list[str] | None = None) -> int:
     mode = "smoke" if args.smoke else "full"
     _progress(f"bulk: {mode}, {size / MB:g} MB, repeat {args.repeat}, {pin_note}")
     _progress(f"trio_retry from {checkout} ({revision})")
-    runs: list[dict[str, Any]] = []
-    skipped: dict[tuple[str, str, str], str] = {}
-    if "curl" in args.clients and shutil.which("curl") is None:
-        for p in args.protocols:
-            for d in args.directions:
-                skipped[(p, d, "curl")] = "not installed (apt-get install curl): no ratios"
     try:
         with running_server("nginx", server_cpu, _tmp_parent()) as (server, ca_file):
             if server.bulk_dir is None:
                 raise ServerUnavailable("this server has no /bulk/ location")
             server_info = server.describe()
+            # Beside the server's files: on the same tmpfs, deleted with them.
             workdir = Path(tempfile.mkdtemp(prefix="bulk-", dir=server.bulk_dir.parent.parent))
             for n in (size, SMALL):
                 _write_file(server.bulk_dir / f"{n}.bin", n)
                 _write_file(workdir / f"{n}.bin", n)
-            cases = [
-                Case(p, d, server.endpoints[p], ca_file if p != "h1" else None)
-                for p in args.protocols
-                if p in server.endpoints
-                for d in args.directions
-            ]
-            for p in args.protocols:
-                if p not in server.endpoints:
-                    for d in args.directions:
-                        for c in args.clients:
-                            skipped[(p, d, c)] = "no TLS here (trustme not installed)"
-            for case in cases:
-                for c in args.clients:
-                    client = BY_NAME[c]
-                    if case.http2 and not client.h2:
-                        skipped[(case.protocol, case.direction, c)] = client.no_h2_reason
-                    elif case.direction == "upload" and client.download_only:
-                        skipped[(case.protocol, case.direction, c)] = "a download case"
-            unavailable: set[str] = set()
-            for rep in range(args.repeat):
-                # Rotate the order each repeat: no client always runs first or last.
-                shift = rep % len(args.clients)
-                order = args.clients[shift:] + args.clients[:shift]
-                for case in cases:
-                    for c in order:
-                        key = (case.protocol, case.direction, c)
-                        if key in skipped or c in unavailable:
-                            continue
-                        for n in (size, SMALL):
-                            t = transfer(c, case, n, server, workdir, client_cpu, checkout)
-                            runs.append(
-                                {"protocol": case.protocol, "direction": case.direction,
-                                 "client": c, "size": n, "repeat": rep, **t.to_json()}
-                            )  # fmt: skip
-                            if t.unavailable:
-                                unavailable.add(c)
-                                _progress(f"  {c}: {t.note}")
-                                break
-                            what = f"  {case.direction:8} {case.protocol:6} {c:16} {n:>9} B"
-                            if t.ok:
-                                _progress(
-                                    f"{what}  {t.wall_s:7.3f} s  cpu {t.cpu_s:6.3f} s  "
-                                    f"rss {t.rss_mb:6.1f} MB"
-                                )
-                            else:
-                                _progress(f"{what}  FAILED: {t.note}")
-            shutil.rmtree(workdir, ignore_errors=True)
+            cases, skipped = plan(args, server.endpoints, ca_file)
+            runs = measure(args, cases, skipped, server, workdir, client_cpu)
     except ServerUnavailable as exc:
         print(f"bulk benchmark needs nginx: {exc}", file=sys.stderr)
         return 2

@@ -60,6 +60,7 @@ class Job:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    module: str = ""  # the file of the trio_retry that ran (which checkout)
 
     @property
     def tls(self) -> bool:
@@ -107,6 +108,7 @@ def run_trio_retry(job: Job) -> None:
         trio_retry = import_trio_retry(job.checkout)
     else:
         import trio_retry
+    job.module = str(trio_retry.__file__)
 
     async def main() -> None:
         ctx = job.ssl_context()
@@ -279,6 +281,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "wall_s": job.wall_s,
         "cpu_s": job.cpu_s,
         "note": "; ".join(job.notes),
+        "module": job.module,
     }
 
 

@@ -115,6 +115,9 @@ def _ms(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+_WRK_SOCKET_ERRORS = r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"
+
+
 class WrkAdapter(LoadGenerator):
     name = "wrk"
     label = "wrk (C, limit)"
@@ -136,8 +139,7 @@ class WrkAdapter(LoadGenerator):
         non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
         if non2xx:
             errors += int(non2xx.group(1))
-        sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
-                         output)  # fmt: skip
+        sock = re.search(_WRK_SOCKET_ERRORS, output)
         if sock:
             errors += sum(int(g) for g in sock.groups())
         pct = {int(p): _ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+(\S+)$", output, re.M)}

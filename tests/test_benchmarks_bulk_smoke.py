@@ -67,6 +67,9 @@ def test_bulk_smoke(tmp_path: Path) -> None:
     for run in data["runs"]:
         if run["ok"]:
             assert run["http_version"] == ("2" if run["protocol"] == "h2_tls" else "1.1"), run
+    # trio_retry came from the checkout given (by default the harness's own tree).
+    ours = [run for run in data["runs"] if run["client"].startswith("trio_retry")]
+    assert {run["module"] for run in ours} == {str(ROOT / "trio_retry" / "__init__.py")}
     assert "download of 1 MB, HTTP/2 over TLS" in proc.stdout
     assert "| case | client |" in proc.stdout
 
