@@ -566,10 +566,13 @@ def measure(
     workdir: Path,
     client_cpu: int | None,
 ) -> list[dict[str, Any]]:
-    """Every transfer of every repeat (the large one, then the 1 KB one), with progress."""
+    """Every transfer of every repeat (the large one, then the 1 KB one), with progress.
+
+    A client found not installed is not started again: its other cases go into ``skipped``
+    with the same reason, so that every case still has its row."""
     size = int(args.size_mb * MB)
     runs: list[dict[str, Any]] = []
-    unavailable: set[str] = set()
+    unavailable: dict[str, str] = {}
     checkout = os.path.abspath(args.checkout)
     for rep in range(args.repeat):
         # Rotate the order each repeat: no client always runs first or last.
@@ -577,14 +580,17 @@ def measure(
         order = args.clients[shift:] + args.clients[:shift]
         for case in cases:
             for c in order:
-                if (case.protocol, case.direction, c) in skipped or c in unavailable:
+                key = (case.protocol, case.direction, c)
+                if c in unavailable and key not in skipped:
+                    skipped[key] = unavailable[c]
+                if key in skipped:
                     continue
                 for n in (size, SMALL):
                     t = transfer(c, case, n, server, workdir, client_cpu, checkout)
                     where = {"protocol": case.protocol, "direction": case.direction, "client": c}
                     runs.append({**where, "size": n, "repeat": rep, **t.to_json()})
                     if t.unavailable:
-                        unavailable.add(c)  # its other cases become rows saying so
+                        unavailable[c] = t.note
                         _progress(f"  {c}: {t.note}")
                         break
                     what = f"  {case.direction:8} {case.protocol:6} {c:16} {n:>9} B"

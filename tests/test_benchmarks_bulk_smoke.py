@@ -10,6 +10,7 @@ saying why. Skips where nginx or curl is missing. Speed is never asserted.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,36 @@ def test_bulk_smoke(tmp_path: Path) -> None:
     assert {run["module"] for run in ours} == {str(ROOT / "trio_retry" / "__init__.py")}
     assert "download of 1 MB, HTTP/2 over TLS" in proc.stdout
     assert "| case | client |" in proc.stdout
+
+
+def test_bulk_client_not_installed(tmp_path: Path) -> None:
+    """A client whose package is missing is a row saying so in every case, and the run goes
+    on (a package shadowed here by one that fails to import, as a missing one would)."""
+    if find_nginx() is None:
+        pytest.skip("nginx is not installed")
+    shim = tmp_path / "shim" / "niquests"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError('No module named niquests', name='niquests')\n"
+    )
+    out = tmp_path / "bulk.json"
+    args = ["--smoke", "--clients", "trio_retry,niquests", "--protocols", "h1", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bulk", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(shim.parent)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    status = {(r["direction"], r["client"]): (r["status"], r["note"]) for r in rows}
+    assert status[("download", "niquests")] == ("skipped", "not installed (niquests)")
+    assert status[("upload", "niquests")] == ("skipped", "not installed (niquests)")
+    assert status[("download", "trio_retry")][0] == "ok"
+    assert status[("upload", "trio_retry")][0] == "ok"
 
 
 def _run(protocol: str, direction: str, client: str, size: int, **figures: Any) -> dict[str, Any]:
