@@ -33,6 +33,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -194,7 +195,9 @@ def _preexec(cpu: int | None) -> Callable[[], None]:
     return preexec
 
 
-def spawn(argv: list[str], cpu: int | None, workdir: Path) -> tuple[int, str, str, Any]:
+def spawn(
+    argv: list[str], cpu: int | None, workdir: Path
+) -> tuple[int, str, str, resource.struct_rusage]:
     """Run ``argv`` to its end (killed after ``RUN_TIMEOUT``): (status, stdout, stderr, rusage).
 
     ``os.wait4`` instead of ``Popen.wait``: it returns the child's own rusage (CPU time and

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -77,7 +78,9 @@ class LoadGenerator(Adapter):
     def url(self, scenario: LoadScenario) -> str:
         return self.endpoint.base_url + scenario.path
 
-    def execute(self, scenario: LoadScenario, params: RunParams) -> tuple[dict[str, Any], Any]:
+    def execute(
+        self, scenario: LoadScenario, params: RunParams
+    ) -> tuple[dict[str, Any], resource.struct_rusage]:
         """Run the tool to its end: (parsed figures, its rusage). Raises on a failed run."""
         seconds = SMOKE_SECONDS if params.smoke else FULL_SECONDS
         with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp:
