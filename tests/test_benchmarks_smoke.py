@@ -8,8 +8,9 @@ skipped with a note, and the bare h11 loop still runs.
 The throughput suite runs trio_retry's variant rows too (a deadline, fast path off,
 on_attempt, a bulkhead), and the JSON carries the derived figures of issue #16.
 The C load generators (wrk, h2load) are rows of the GET scenarios, "not installed" where
-their binaries are missing. ``python -m benchmarks.profile`` (the per-request profile) runs with a few requests, as a module
-and as a script from another directory (how it profiles another checkout).
+their binaries are missing. ``python -m benchmarks.profile`` (the per-request profile) runs
+with a few requests, as a module and as a script from another directory (how it profiles
+another checkout).
 
 Besides the throughput suite, the smoke covers the amplification, duplicates and engine-cost
 suites. Their smoke numbers are too small to mean much, except two invariants that hold at any
