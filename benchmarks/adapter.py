@@ -94,6 +94,12 @@ class Adapter:
         return [m for m in cls.requires if importlib.util.find_spec(m) is None]
 
     @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this client cannot run here (cheap, no import; the runner's check), or None."""
+        missing = cls.missing_modules()
+        return f"not available (missing {', '.join(missing)})" if missing else None
+
+    @classmethod
     def check_available(cls) -> None:
         """Real check in the worker process; raises :class:`ClientUnavailable`."""
         for module in cls.requires:

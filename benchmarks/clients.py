@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from benchmarks.adapter import H1, H2, Adapter, ClientUnavailable, Endpoint
 from benchmarks.bare import H2TrioAdapter, H11TrioAdapter
+from benchmarks.loadgen import LOAD_GENERATORS
 
 __all__ = [
     "ADAPTERS",
@@ -312,8 +313,8 @@ class AiohttpAdapter(Adapter):
             return resp.status, len(data)
 
 
-# In display order: the project's own client, its variants, then the others; BASELINE is the
-# reference of the "x httpx/Trio" columns.
+# In display order: the project's own client, its variants, the others, then the C limits;
+# BASELINE is the reference of the "x httpx/Trio" columns.
 _ORDER: tuple[type[Adapter], ...] = (
     TrioRetryAdapter,
     *TRIO_RETRY_VARIANTS,
@@ -322,6 +323,7 @@ _ORDER: tuple[type[Adapter], ...] = (
     AiohttpAdapter,
     H11TrioAdapter,
     H2TrioAdapter,
+    *LOAD_GENERATORS,  # the C limits (wrk, h2load): GET scenarios of the throughput suite
 )
 ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}
 BASELINE = HttpxTrioAdapter.name

@@ -47,7 +47,6 @@ import importlib
 import json
 import pstats
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -57,6 +56,7 @@ from typing import Any
 
 import trio
 
+from benchmarks.checkout import describe_checkout, import_trio_retry
 from benchmarks.clients import ADAPTERS, H1, H2, Adapter, Endpoint, TrioRetryAdapter
 from benchmarks.run import choose_cpus
 from benchmarks.scenarios.throughput import SMALL_BODY, SMALL_PATH
@@ -375,38 +375,6 @@ async def measure(
 # ------------------------------------------------------------------------------------------
 # Setting up: which trio_retry, which clients, which endpoint.
 # ------------------------------------------------------------------------------------------
-
-
-def import_trio_retry(checkout: str) -> Any:
-    """Import trio_retry from ``checkout`` (ahead of any installed copy)."""
-    root = os.path.abspath(checkout)
-    if not os.path.isfile(os.path.join(root, "trio_retry", "__init__.py")):
-        raise SystemExit(f"no trio_retry package in {root} (use --checkout)")
-    if "trio_retry" in sys.modules:
-        raise SystemExit("trio_retry was imported before --checkout could take effect")
-    sys.path.insert(0, root)
-    import trio_retry
-
-    return trio_retry
-
-
-def describe_checkout(root: str) -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", root, "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        branch = subprocess.run(
-            ["git", "-C", root, "rev-parse", "--abbrev-ref", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "not a git checkout"
-    return f"{branch} {rev}" if rev else "not a git checkout"
 
 
 def _with_options(cls: type[Adapter], extra: dict[str, Any]) -> type[Adapter]:

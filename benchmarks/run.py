@@ -306,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     client_notes: dict[str, str] = {}
     unavailable: dict[str, str] = {}
     for name in client_names:
-        missing = ADAPTERS[name].missing_modules()
-        if missing:
-            unavailable[name] = f"not available (missing {', '.join(missing)})"
+        reason = ADAPTERS[name].unavailable_reason()
+        if reason is not None:
+            unavailable[name] = reason
 
     pinned = {c for c in (server_cpu, client_cpu) if c is not None}
     quiet = QuietWaiter(pinned, args.max_noise / 2, args.quiet_wait, args.quiet_budget)

@@ -7,8 +7,10 @@ skipped with a note, and the bare h11 loop still runs.
 
 The throughput suite runs trio_retry's variant rows too (a deadline, fast path off,
 on_attempt, a bulkhead), and the JSON carries the derived figures of issue #16.
-``python -m benchmarks.profile`` (the per-request profile) runs with a few requests, as a module
-and as a script from another directory (how it profiles another checkout).
+The C load generators (wrk, h2load) are rows of the GET scenarios, "not installed" where
+their binaries are missing. ``python -m benchmarks.profile`` (the per-request profile) runs
+with a few requests, as a module and as a script from another directory (how it profiles
+another checkout).
 
 Besides the throughput suite, the smoke covers the amplification, duplicates and engine-cost
 suites. Their smoke numbers are too small to mean much, except two invariants that hold at any
@@ -89,6 +91,7 @@ def _check_document(data: dict[str, Any]) -> None:
         client_names
     )
     assert client_names >= VARIANTS
+    assert {"wrk", "h2load"} <= client_names  # the C limits, rows even when not installed
     assert len(data["results"]) == len(scenarios) * len(client_names)
     for result in data["results"]:
         assert RESULT_KEYS <= result.keys(), result
@@ -120,6 +123,28 @@ def _check_document(data: dict[str, Any]) -> None:
     _check_variants(data)
     _check_derived(data)
     _check_resilience(data)
+    _check_load_generators(data)
+
+
+def _check_load_generators(data: dict[str, Any]) -> None:
+    """wrk and h2load are limit rows of the GET scenarios: measured with their own CPU time
+    where installed, a "not installed" row elsewhere."""
+    results = {(r["scenario"], r["client"]): r for r in data["results"]}
+    clients = {c["name"]: c for c in data["clients"]}
+    for name in ("wrk", "h2load"):
+        assert results[("upload_64k", name)]["status"] == "skipped"
+        for scenario in RESILIENCE | ENGINE_COST:
+            assert results[(scenario, name)]["status"] == "skipped"
+        if not clients[name]["available"]:
+            assert clients[name]["note"].startswith("not installed"), clients[name]
+            continue
+        row = results[("get_concurrent_32", name)]
+        assert row["status"] == "ok", row["note"]
+        assert row["median"]["cpu_ms_per_req"] > 0
+        assert row["runs"][0]["command"].startswith(name)
+    assert "no HTTP/2" in results[("h2_tls_streams_32", "wrk")]["note"]
+    if clients["h2load"]["available"]:
+        assert results[("h2_tls_streams_32", "h2load")]["status"] == "ok"
 
 
 def _check_variants(data: dict[str, Any]) -> None:

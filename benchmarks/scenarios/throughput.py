@@ -20,6 +20,7 @@ from benchmarks.scenarios import RunParams, Scenario, register
 
 if TYPE_CHECKING:
     from benchmarks.clients import Adapter
+    from benchmarks.loadgen import LoadGenerator
     from benchmarks.runtime import Runtime
 
 SMALL_BODY = b"hello, world\n"  # what the servers return for /small
@@ -189,7 +190,21 @@ class LoadScenario(Scenario):
         await runtime.run_parallel(worker, min(self.concurrency, total))
         return state
 
+    def skip_reason(self, client: str) -> str | None:
+        from benchmarks.clients import ADAPTERS
+        from benchmarks.loadgen import LoadGenerator
+
+        cls = ADAPTERS.get(client)
+        if cls is not None and issubclass(cls, LoadGenerator):
+            return cls.skip_for(self)
+        return None
+
     def run(self, adapter: Adapter, runtime: Runtime, params: RunParams) -> dict[str, Any]:
+        from benchmarks.loadgen import LoadGenerator
+
+        if isinstance(adapter, LoadGenerator):
+            return self._run_generator(adapter, params)
+
         async def main() -> dict[str, Any]:
             async with adapter.lifespan():
                 if params.warmup:
@@ -213,6 +228,34 @@ class LoadScenario(Scenario):
 
         return runtime.run(main, params.hard_limit)
 
+    def _run_generator(self, generator: LoadGenerator, params: RunParams) -> dict[str, Any]:
+        """A C load generator's run: the tool's own counts, its CPU from its rusage."""
+        before = _Snapshot.take(params)
+        figures, ru = generator.execute(self, params)
+        after = _Snapshot.take(params)
+        cpu = ru.ru_utime + ru.ru_stime
+        ok, errors, wall = figures["requests"], figures["errors"], figures["wall_s"]
+        return {
+            "status": "ok" if ok and not errors else "failed",
+            "note": f"{errors} errors (non-2xx or socket errors)" if errors else "",
+            "requests": ok,
+            "errors": errors,
+            "error_samples": [],
+            "truncated": False,
+            "concurrency": self.concurrency,
+            "wall_s": wall,
+            "rps": ok / wall if wall > 0 else 0.0,
+            **{k: figures.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")},
+            "cpu_s": cpu,
+            "cpu_user_s": ru.ru_utime,
+            "cpu_sys_s": ru.ru_stime,
+            "cpu_ms_per_req": cpu / ok * 1e3 if ok else float("nan"),
+            "client_cpu_util": cpu / wall if wall > 0 else 0.0,
+            **_shares(before, after, params, cpu),
+            "bytes_received": None,
+            "command": figures["command"],
+        }
+
     def _summarise(
         self, state: _LoadState, before: _Snapshot, after: _Snapshot, params: RunParams
     ) -> dict[str, Any]:
@@ -220,23 +263,6 @@ class LoadScenario(Scenario):
         ok = len(lat)
         wall = after.wall - before.wall
         cpu = after.cpu - before.cpu
-        server_cpu = None
-        if before.server is not None and after.server is not None:
-            server_cpu = after.server - before.server
-        # /proc counts in clock ticks (10 ms): below a second the shares would be noise.
-        trusted = wall >= 1.0
-        server_util = server_cpu / wall if server_cpu is not None and trusted else None
-        # Busy time on the pinned CPUs that was neither this client nor the server: other
-        # processes on the machine, or hypervisor steal. It slows the run down unfairly.
-        foreign_client = foreign_server = None
-        if trusted and params.client_cpu is not None:
-            busy = _busy_delta(before, after, params.client_cpu)
-            foreign_client = max(0.0, (busy - cpu) / wall)
-            if params.server_cpu is not None and server_cpu is not None:
-                busy = _busy_delta(before, after, params.server_cpu)
-                foreign_server = max(0.0, (busy - server_cpu) / wall)
-        shares = [f for f in (foreign_client, foreign_server) if f is not None]
-        foreign = max(shares) if shares else None
         return {
             "status": "ok" if ok and not state.errors else "failed",
             "note": (
@@ -259,13 +285,40 @@ class LoadScenario(Scenario):
             "cpu_sys_s": after.ru.ru_stime - before.ru.ru_stime,
             "cpu_ms_per_req": cpu / ok * 1e3 if ok else float("nan"),
             "client_cpu_util": cpu / wall if wall > 0 else 0.0,
-            "server_cpu_s": server_cpu,
-            "server_cpu_util": server_util,
-            "foreign_cpu_util": foreign,
-            "foreign_cpu_util_client": foreign_client,
-            "foreign_cpu_util_server": foreign_server,
+            **_shares(before, after, params, cpu),
             "bytes_received": state.received,
         }
+
+
+def _shares(
+    before: _Snapshot, after: _Snapshot, params: RunParams, cpu: float
+) -> dict[str, float | None]:
+    """The server's CPU over the phase, and the share of the pinned CPUs that others took
+    (``cpu``: the client's own CPU seconds over the phase)."""
+    wall = after.wall - before.wall
+    server_cpu = None
+    if before.server is not None and after.server is not None:
+        server_cpu = after.server - before.server
+    # /proc counts in clock ticks (10 ms): below a second the shares would be noise.
+    trusted = wall >= 1.0
+    server_util = server_cpu / wall if server_cpu is not None and trusted else None
+    # Busy time on the pinned CPUs that was neither this client nor the server: other
+    # processes on the machine, or hypervisor steal. It slows the run down unfairly.
+    foreign_client = foreign_server = None
+    if trusted and params.client_cpu is not None:
+        busy = _busy_delta(before, after, params.client_cpu)
+        foreign_client = max(0.0, (busy - cpu) / wall)
+        if params.server_cpu is not None and server_cpu is not None:
+            busy = _busy_delta(before, after, params.server_cpu)
+            foreign_server = max(0.0, (busy - server_cpu) / wall)
+    shares = [f for f in (foreign_client, foreign_server) if f is not None]
+    return {
+        "server_cpu_s": server_cpu,
+        "server_cpu_util": server_util,
+        "foreign_cpu_util": max(shares) if shares else None,
+        "foreign_cpu_util_client": foreign_client,
+        "foreign_cpu_util_server": foreign_server,
+    }
 
 
 register(
