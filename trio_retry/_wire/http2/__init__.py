@@ -4,6 +4,7 @@ library it wraps). Imports go one way, down this list:
 - ``frames.py``     inbound bytes cut at frame boundaries; GOAWAY taken out; DATA before a head
 - ``headers.py``    the request's header block; the response's validated (stream errors)
 - ``hpack_memo.py`` hpack's coders, giving a repeated block's result again while the table holds
+- ``fast_inbound.py`` the fast path's received frames, and what its two halves share
 - ``fast.py``       h2's machine with a strict fast path for the common frames (h2 the reference)
 - ``stream.py``     one exchange: a state enum, its proof (first failure wins), its body
 - ``writer.py``     the one task that writes to the socket
