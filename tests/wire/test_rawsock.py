@@ -21,7 +21,12 @@ import trio.testing
 import trustme
 
 from trio_retry._wire.progress import AttemptProgress
-from trio_retry._wire.rawsock import RawSocketStream, open_socket
+from trio_retry._wire.rawsock import (
+    DEFAULT_RECEIVE_SIZE,
+    MAX_RECEIVE_SIZE,
+    RawSocketStream,
+    open_socket,
+)
 from trio_retry._wire.transport import open_transport
 
 SMALL_BUFFER = 16 * 1024
@@ -403,3 +408,41 @@ async def test_a_custom_socket_factory_is_honoured(nursery: trio.Nursery) -> Non
         assert trio.socket.set_custom_socket_factory(None) is factory
     finally:
         trio.socket.set_custom_socket_factory(None)
+
+
+async def test_receive_without_a_size_grows_while_reads_fill_it() -> None:
+    """``receive_some()`` asks for 64 KiB, then twice as much after each read that filled it,
+    up to 1 MiB: a large body arrives in large reads. A stream of small messages keeps 64 KiB,
+    and an explicit size is always what is asked."""
+    client, server = await _pair()
+    small_client, small_server = await _pair()
+    async with client, server, small_client, small_server:
+        await _grow(client, server)
+        await _keep(small_client, small_server)
+
+
+async def _grow(client: RawSocketStream, server: RawSocketStream) -> None:
+    data = bytes(range(256)) * (12 * 1024)  # 3 MiB
+    sizes: list[int] = []
+    received = bytearray()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.send_all, data)
+            while len(received) < len(data):
+                await trio.sleep(0.01)  # let the kernel's buffer fill between reads
+                chunk = await client.receive_some()
+                sizes.append(len(chunk))
+                received += chunk
+    assert bytes(received) == data
+    assert max(sizes) > DEFAULT_RECEIVE_SIZE  # it grew
+    assert max(sizes) <= MAX_RECEIVE_SIZE
+
+
+async def _keep(small_client: RawSocketStream, small_server: RawSocketStream) -> None:
+    for _ in range(5):
+        await small_server.send_all(b"x" * 100)
+        assert await small_client.receive_some() == b"x" * 100
+    assert small_client._receive_size == DEFAULT_RECEIVE_SIZE
+    await small_server.send_all(b"y" * 20_000)
+    await trio.sleep(0.05)
+    assert len(await small_client.receive_some(1000)) == 1000  # a size given is a size kept

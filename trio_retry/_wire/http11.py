@@ -48,7 +48,6 @@ from .virtual import VirtualSocket
 
 __all__ = ["ConnectionState", "HTTP11Connection"]
 
-RECEIVE_SIZE = 65536
 #: The most one read takes with the TLS records already received (``tlsread.py``).
 MORE_LIMIT = 256 * 1024
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
@@ -388,10 +387,10 @@ class HTTP11Connection:
                 # branch; its `with` costs about as much as the rest of a read's bookkeeping.)
                 try:
                     if bound is None:
-                        data = await self._reads.receive_some(RECEIVE_SIZE)
+                        data = await self._reads.receive_some()
                     else:
                         with bound:
-                            data = await self._reads.receive_some(RECEIVE_SIZE)
+                            data = await self._reads.receive_some()
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))

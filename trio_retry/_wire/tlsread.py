@@ -55,9 +55,11 @@ class Reads:
         self._limit = limit
         self._error: ssl.SSLError | None = None
 
-    async def receive_some(self, max_bytes: int) -> bytes | bytearray:
-        """As ``stream.receive_some(max_bytes)``, and then whatever is decrypted already (up
-        to the limit) if that was a large record. Raises what ``receive_some`` raises, and
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        """As ``stream.receive_some(max_bytes)`` (without a size: as much as the stream
+        judges; ``rawsock.py`` reads more once reads fill), and then whatever is decrypted
+        already (up to the limit) if that was a large record. Raises what ``receive_some``
+        raises, and
         ``trio.BrokenResourceError`` (its cause the ``ssl.SSLError``) for a fatal TLS error the
         previous read met after its bytes. Cancellation: as ``receive_some`` (taking more
         never waits)."""

@@ -60,7 +60,6 @@ from .writer import STALL_TIMEOUT
 
 __all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection"]
 
-RECEIVE_SIZE = 65536
 #: The most one read takes with the TLS records already received (``tlsread.py``).
 MORE_LIMIT = 256 * 1024
 #: Our SETTINGS_INITIAL_WINDOW_SIZE: how much of one response may be buffered unread. Sized
@@ -413,7 +412,7 @@ class HTTP2Connection:
         """Read once and process what arrived; a broken or closed transport kills the
         connection (``Session.die``) rather than raising."""
         try:
-            data = await self._reads.receive_some(RECEIVE_SIZE)
+            data = await self._reads.receive_some()
         except TRANSPORT_ERRORS as exc:
             self.session.die(
                 Failure(
