@@ -412,7 +412,7 @@ async def test_a_custom_socket_factory_is_honoured(nursery: trio.Nursery) -> Non
 
 async def test_receive_without_a_size_grows_while_reads_fill_it() -> None:
     """``receive_some()`` asks for 64 KiB, then twice as much after each read that filled it,
-    up to 1 MiB: a large body arrives in large reads. A stream of small messages keeps 64 KiB,
+    up to 256 KiB: a large body arrives in large reads. A stream of small messages keeps 64 KiB,
     and an explicit size is always what is asked."""
     client, server = await _pair()
     small_client, small_server = await _pair()

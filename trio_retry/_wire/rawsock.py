@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_RECEIVE_SIZE", "RawSocketStream", "open_socket", "socket_str
 
 DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
 #: The most a ``receive_some()`` without a size asks for, once reads fill what it asked.
-MAX_RECEIVE_SIZE = 1024 * 1024
+MAX_RECEIVE_SIZE = 256 * 1024
 
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
 _INET_FAMILIES = frozenset({_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6})
@@ -222,11 +222,12 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """At most ``max_bytes`` bytes, at least one; ``b""`` at EOF.
 
-        Without ``max_bytes``, 64 KiB at first, and twice as much (up to 1 MiB) after each
-        read that filled what it asked for: a large body then arrives in a few large reads (a
-        50 MB download in about 60 rather than 800, each a round through the reader and the
-        body's consumer), while a stream of small messages keeps reading 64 KiB. (trio's
-        ``SSLStream`` reads its transport without a size: TLS gets the same.)"""
+        Without ``max_bytes``, 64 KiB at first, and twice as much (up to 256 KiB) after each
+        read that filled what it asked for: a large body then arrives in fewer, larger reads
+        (each a round through the reader and the body's consumer), while a stream of small
+        messages keeps reading 64 KiB. (trio's ``SSLStream`` reads its transport without a
+        size: TLS gets the same.) 1 MiB reads were slower again: a 50 MB download over
+        HTTP/1.1 ran at 0.59x curl's speed with them, 0.99x with 256 KiB."""
         if max_bytes is None:
             max_bytes = self._receive_size
             if max_bytes < MAX_RECEIVE_SIZE:
