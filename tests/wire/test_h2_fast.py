@@ -1,6 +1,7 @@
 """The HTTP/2 fast path (``_wire/http2/fast.py``) against h2, the reference.
 
-Two client machines configured as the connection configures them: h2 alone, and h2 behind a
+Two client machines configured as the connection configures them (``client_machine``): h2
+alone, and h2 behind a
 :class:`FastMachine` engaged after the handshake. Hypothesis drives both with the same script:
 client calls (open a stream, send data, end, reset, acknowledge, ping) and server bytes
 (response heads, informational heads, trailers, DATA, WINDOW_UPDATE, RST_STREAM, PING, SETTINGS
@@ -26,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trio_retry._wire.http2.connection import client_machine
 from trio_retry._wire.http2.fast import FastMachine
-from trio_retry._wire.http2.hpack_memo import MemoDecoder, MemoEncoder
 
 _HEAD = struct.Struct(">IBI")
 
@@ -38,29 +39,7 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
 
 def machine() -> h2.connection.H2Connection:
     """A client h2 machine configured as ``HTTP2Connection`` configures it."""
-    config = h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=False,
-        normalize_inbound_headers=False,
-    )
-    conn = h2.connection.H2Connection(config=config)
-    conn.encoder = MemoEncoder()
-    conn.decoder = MemoDecoder()
-    codes = h2.settings.SettingCodes
-    conn.local_settings = h2.settings.Settings(
-        client=True,
-        initial_values={
-            codes.ENABLE_PUSH: 0,
-            codes.MAX_CONCURRENT_STREAMS: 100,
-            codes.INITIAL_WINDOW_SIZE: 256 * 1024,
-            codes.MAX_HEADER_LIST_SIZE: 65536,
-        },
-    )
-    conn.decoder.max_header_list_size = 65536
-    return conn
+    return client_machine(65536)
 
 
 def norm(value: Any) -> Any:
@@ -200,7 +179,8 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
         pair.same("reset_stream", stream_id, draw(st.sampled_from([0, 8, 1])))
         return
     if kind == "ack":
-        pair.same("acknowledge_received_data", draw(st.sampled_from([1, 100, 70000])), stream_id)
+        size = draw(st.sampled_from([1, 100, 70000, 600_000]))  # 600 kB: past half a window
+        pair.same("acknowledge_received_data", size, stream_id)
         return
     if kind == "ping":
         pair.same("ping", draw(st.sampled_from([b"12345678", b"short"])))

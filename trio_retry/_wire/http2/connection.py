@@ -58,7 +58,7 @@ from .session import Session
 from .stream import Failure
 from .writer import STALL_TIMEOUT
 
-__all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection"]
+__all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection", "client_machine"]
 
 #: The most one read takes with the TLS records already received (``tlsread.py``).
 MORE_LIMIT = 256 * 1024
@@ -79,6 +79,44 @@ PING_AFTER_IDLE = 2.0
 #: ... and closed if the answer takes longer than this.
 PING_TIMEOUT = 1.0
 _DEFAULT_WINDOW = 65535
+
+
+def client_machine(max_header_bytes: int) -> h2.connection.H2Connection:
+    """The h2 state machine of a client connection, configured as every connection (and the
+    fast path's differential test, ``tests/wire/test_h2_fast.py``) uses it."""
+    # Request headers reach h2 already validated and normalised (``headers.py`` and
+    # ``_models.check_header``); inbound headers are validated by ``headers.malformed``,
+    # so that a malformed response fails its own stream only.
+    config = h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+        # A response's ``cookie`` fields are left as they came (h2 would join them, as
+        # for a request: meaningless in a response, and one pass per head saved).
+        normalize_inbound_headers=False,
+        validate_inbound_headers=False,
+    )
+    machine = h2.connection.H2Connection(config=config)
+    # hpack's coders, keeping the blocks that repeat (``hpack_memo.py``); replaced before
+    # the connection codes its first block.
+    machine.encoder = MemoEncoder()
+    machine.decoder = MemoDecoder()
+    codes = h2.settings.SettingCodes
+    # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
+    machine.local_settings = h2.settings.Settings(
+        client=True,
+        initial_values={
+            codes.ENABLE_PUSH: 0,
+            codes.MAX_CONCURRENT_STREAMS: 100,
+            codes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            codes.MAX_HEADER_LIST_SIZE: max_header_bytes,
+        },
+    )
+    # h2 applies MAX_HEADER_LIST_SIZE to its HPACK decoder only when the server ACKs a
+    # *change*; ours is the initial value, so the decoder is told directly.
+    machine.decoder.max_header_list_size = max_header_bytes
+    return machine
 
 
 class HTTP2Connection:
@@ -130,38 +168,7 @@ class HTTP2Connection:
         self._reads = Reads(self._stream, MORE_LIMIT)
         #: Whether the common frames take the fast path after the handshake (``fast.py``).
         self._fast_path = fast_path
-        # Request headers reach h2 already validated and normalised (``headers.py`` and
-        # ``_models.check_header``); inbound headers are validated by ``headers.malformed``,
-        # so that a malformed response fails its own stream only.
-        config = h2.config.H2Configuration(
-            client_side=True,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-            # A response's ``cookie`` fields are left as they came (h2 would join them, as
-            # for a request: meaningless in a response, and one pass per head saved).
-            normalize_inbound_headers=False,
-            validate_inbound_headers=False,
-        )
-        machine = h2.connection.H2Connection(config=config)
-        # hpack's coders, keeping the blocks that repeat (``hpack_memo.py``); replaced before
-        # the connection codes its first block.
-        machine.encoder = MemoEncoder()
-        machine.decoder = MemoDecoder()
-        codes = h2.settings.SettingCodes
-        # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
-        machine.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                codes.ENABLE_PUSH: 0,
-                codes.MAX_CONCURRENT_STREAMS: 100,
-                codes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                codes.MAX_HEADER_LIST_SIZE: max_header_bytes,
-            },
-        )
-        # h2 applies MAX_HEADER_LIST_SIZE to its HPACK decoder only when the server ACKs a
-        # *change*; ours is the initial value, so the decoder is told directly.
-        machine.decoder.max_header_list_size = max_header_bytes
+        machine = client_machine(max_header_bytes)
         self._scheme = scheme.encode("ascii")
         self._authority = authority.encode("ascii")
         self._nursery = nursery
