@@ -24,11 +24,13 @@ import h2.exceptions
 import h2.settings
 import hpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from h2.windows import WindowManager
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trio_retry._wire.http2.connection import client_machine
 from trio_retry._wire.http2.fast import FastMachine
+from trio_retry._wire.http2.fast_inbound import _processed
 
 _HEAD = struct.Struct(">IBI")
 
@@ -341,3 +343,27 @@ def test_the_cases_a_review_found() -> None:
     waiting = FastMachine(machine())
     waiting.initiate_connection()
     assert not waiting.engage()  # its preface is still to be sent: h2 keeps the connection
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 2**20),
+    st.lists(
+        st.tuples(st.sampled_from(["consume", "process"]), st.integers(0, 2**19)),
+        max_size=30,
+    ),
+)
+@example(1000, [("process", 499), ("process", 1)])  # exactly half the window
+@example(1000, [("consume", 1000), ("process", 250), ("process", 1)])  # an empty window
+def test_window_increments_are_h2_s(window: int, steps: list[tuple[str, int]]) -> None:
+    """The fast path's one-call window algorithm (``_processed``) against h2's
+    ``WindowManager.process_bytes``, on two managers driven alike, at every boundary."""
+    ours, h2s = WindowManager(window), WindowManager(window)
+    for what, size in steps:
+        if what == "consume":
+            size = min(size, h2s.current_window_size)
+            ours.window_consumed(size)
+            h2s.window_consumed(size)
+        else:
+            assert _processed(ours, size) == (h2s.process_bytes(size) or 0)
+        assert vars(ours) == vars(h2s)
