@@ -16,7 +16,7 @@ import trio
 import trio.testing
 import trustme
 
-from trio_retry._wire.tlsread import MORE_AFTER, Reads
+from trio_retry._wire.tlsread import MORE_AFTER, Reads, reads_of
 
 
 def _contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -132,3 +132,10 @@ async def test_a_broken_record_after_good_ones_is_an_error_not_an_end() -> None:
     with pytest.raises(trio.BrokenResourceError) as raised:
         await reads.receive_some(65536)
     assert isinstance(raised.value.__cause__, ssl.SSLError)
+
+
+async def test_reads_of_wraps_tls_streams_only() -> None:
+    client, _server = await _pair()
+    assert getattr(reads_of(client, 1 << 20), "__self__", None).__class__ is Reads
+    plain, _ = trio.testing.memory_stream_pair()
+    assert reads_of(plain, 1 << 20) == plain.receive_some  # a cleartext read is the stream's

@@ -42,7 +42,7 @@ from .exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body
 from .http11_reader import END, NEED, Head, ResponseReader
 from .http11_rules import END_OF_MESSAGE, encode, encode_whole, h11_request
 from .progress import AttemptProgress, WireError
-from .tlsread import Reads
+from .tlsread import reads_of
 from .transport import Transport
 from .virtual import VirtualSocket
 
@@ -109,7 +109,7 @@ class HTTP11Connection:
         "_poller",
         "_read",
         "_reader",
-        "_reads",
+        "_receive",
         "_socket",
         "_stream",
         "_virtual",
@@ -131,7 +131,7 @@ class HTTP11Connection:
     ) -> None:
         self._stream = transport.stream
         #: Its reads, taking every TLS record already received (``tlsread.py``).
-        self._reads = Reads(self._stream, MORE_LIMIT)
+        self._receive = reads_of(self._stream, MORE_LIMIT)
         self._socket = transport.socket
         sock = transport.socket  # (VirtualSocket is an ABC: an isinstance is a call, made once)
         self._virtual = sock if isinstance(sock, VirtualSocket) else None
@@ -387,10 +387,10 @@ class HTTP11Connection:
                 # branch; its `with` costs about as much as the rest of a read's bookkeeping.)
                 try:
                     if bound is None:
-                        data = await self._reads.receive_some()
+                        data = await self._receive()
                     else:
                         with bound:
-                            data = await self._reads.receive_some()
+                            data = await self._receive()
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))

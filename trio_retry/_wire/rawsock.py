@@ -230,16 +230,11 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
         HTTP/1.1 ran at 0.59x curl's speed with them, 0.99x with 256 KiB."""
         if max_bytes is None:
             max_bytes = self._receive_size
-            if max_bytes < MAX_RECEIVE_SIZE:
-                data = await self._receive(max_bytes)
-                if len(data) == max_bytes:
-                    self._receive_size = max_bytes * 2
-                return data
+            grow = max_bytes < MAX_RECEIVE_SIZE
         elif max_bytes < 1:
             raise ValueError("max_bytes must be >= 1")
-        return await self._receive(max_bytes)
-
-    async def _receive(self, max_bytes: int) -> bytes:
+        else:
+            grow = False
         if self._receiving:
             raise trio.BusyResourceError("another task is currently receiving on this stream")
         self._receiving = True
@@ -255,14 +250,19 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
                 raise _stream_error(exc)  # noqa: B904 (the cause is set there)
             else:
                 await cancel_shielded_checkpoint()
+                if grow and len(data) == max_bytes:
+                    self._receive_size = max_bytes * 2
                 return data
             try:
                 while True:
                     await wait_readable(sock)
                     try:
-                        return sock.recv(max_bytes)
+                        data = sock.recv(max_bytes)
                     except BlockingIOError:
-                        pass
+                        continue
+                    if grow and len(data) == max_bytes:
+                        self._receive_size = max_bytes * 2
+                    return data
             except OSError as exc:
                 raise _stream_error(exc)  # noqa: B904 (the cause is set there)
         finally:

@@ -31,10 +31,11 @@ writes, a KeyUpdate's answer, goes out with trio's next call either way).
 from __future__ import annotations
 
 import ssl
+from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["MORE_AFTER", "Reads"]
+__all__ = ["MORE_AFTER", "Reads", "reads_of"]
 
 #: Only a record at least this large is followed by a look for more: a short one is, as a
 #: rule, the end of what the peer sent, and the look would cost a small response an
@@ -87,3 +88,14 @@ class Reads:
             parts.append(more)
             size += len(more)
         return data if len(parts) == 1 else b"".join(parts)
+
+
+def reads_of(
+    stream: trio.abc.ReceiveStream, limit: int
+) -> Callable[[], Awaitable[bytes | bytearray]]:
+    """The connection's read: ``Reads(stream, limit).receive_some`` for a TLS stream, and the
+    stream's own ``receive_some`` otherwise (a wrapper there would cost every read of a
+    cleartext connection a coroutine for nothing)."""
+    if isinstance(getattr(stream, "_ssl_object", None), ssl.SSLObject):
+        return Reads(stream, limit).receive_some
+    return stream.receive_some

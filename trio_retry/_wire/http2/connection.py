@@ -47,7 +47,7 @@ from ..._core.evidence import FailureCategory
 from ..clock import Bound, Clock
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
-from ..tlsread import Reads
+from ..tlsread import reads_of
 from ..transport import Transport
 from .fast import FastMachine
 from .headers import head_size, request_headers
@@ -139,7 +139,7 @@ class HTTP2Connection:
         "_last_read",
         "_nursery",
         "_ping_after_idle",
-        "_reads",
+        "_receive",
         "_scheme",
         "_stream",
         "expires_at",
@@ -165,7 +165,7 @@ class HTTP2Connection:
     ) -> None:
         self._stream = transport.stream
         #: Its reads, taking every TLS record already received (``tlsread.py``).
-        self._reads = Reads(self._stream, MORE_LIMIT)
+        self._receive = reads_of(self._stream, MORE_LIMIT)
         #: Whether the common frames take the fast path after the handshake (``fast.py``).
         self._fast_path = fast_path
         machine = client_machine(max_header_bytes)
@@ -419,7 +419,7 @@ class HTTP2Connection:
         """Read once and process what arrived; a broken or closed transport kills the
         connection (``Session.die``) rather than raising."""
         try:
-            data = await self._reads.receive_some()
+            data = await self._receive()
         except TRANSPORT_ERRORS as exc:
             self.session.die(
                 Failure(
