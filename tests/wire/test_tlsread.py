@@ -59,15 +59,14 @@ async def test_the_same_bytes_in_fewer_reads(joined: bool) -> None:
     data = b"".join(records)
     reads = 0
     received = bytearray()
-    wrapped = Reads(client, 1 << 20)
+    more = reads_of(client, 1 << 20)
     with trio.fail_after(10):
         for record in records:  # each send_all: at least one TLS record
             await server.send_all(record)  # all in the client's buffer before it reads
         while len(received) < len(data):
+            chunk = await client.receive_some(65536)
             if joined:
-                chunk = await wrapped.receive_some(65536)
-            else:
-                chunk = await client.receive_some(65536)
+                chunk = more(chunk)
             received += chunk
             reads += 1
     assert bytes(received) == data
@@ -83,24 +82,23 @@ async def test_limit_partial_record_and_close_notify_are_left_for_later() -> Non
     await server.send_all(b"b" * 10_000)
     await server.send_all(b"c" * 10_000)
     await server.aclose()  # close_notify after the data
-    reads = Reads(client, MORE_AFTER + 12_000)
+    more = reads_of(client, MORE_AFTER + 12_000)
     # The limit holds: no more than 12,000 bytes besides the first record; the rest stays.
-    more = await reads.receive_some(MORE_AFTER)
-    assert more == b"a" * MORE_AFTER + b"b" * 10_000 + b"c" * 2_000
-    assert await reads.receive_some(65536) == b"c" * 8_000
-    assert await reads.receive_some(65536) == b""  # the close_notify: still a clean EOF
+    first = more(await client.receive_some(MORE_AFTER))
+    assert first == b"a" * MORE_AFTER + b"b" * 10_000 + b"c" * 2_000
+    assert more(await client.receive_some(65536)) == b"c" * 8_000
+    assert more(await client.receive_some(65536)) == b""  # the close_notify: a clean EOF
 
 
 async def test_short_reads_and_plain_streams_are_left_alone() -> None:
     client, server = await _pair()
     await server.send_all(b"x" * 100)
     await server.send_all(b"y" * 100)
-    assert await Reads(client, 1 << 20).receive_some(65536) == b"x" * 100  # no look after
-    plain, other = trio.testing.memory_stream_pair()
+    small = await client.receive_some(65536)
+    assert reads_of(client, 1 << 20)(small) is small  # under MORE_AFTER: no look after
+    plain, _ = trio.testing.memory_stream_pair()
     big = b"z" * (MORE_AFTER * 2)
-    await other.send_all(big)
-    await other.send_all(big)
-    assert await Reads(plain, 1 << 20).receive_some(len(big)) == big  # not TLS: as it is
+    assert reads_of(plain, 1 << 20)(big) is big  # not TLS: as it is
 
 
 def test_trio_sslstream_still_has_its_tls_object() -> None:
@@ -127,15 +125,15 @@ async def test_a_broken_record_after_good_ones_is_an_error_not_an_end() -> None:
     bad = bytearray(server_out.get_data_nowait())
     bad[-20] ^= 0xFF  # inside the record's ciphertext or tag
     client_in.put_data(good + bytes(bad))
-    reads = Reads(client, 1 << 20)
-    assert await reads.receive_some(65536) == b"a" * MORE_AFTER + b"b" * 10_000
+    more = reads_of(client, 1 << 20)
+    assert more(await client.receive_some(65536)) == b"a" * MORE_AFTER + b"b" * 10_000
     with pytest.raises(trio.BrokenResourceError) as raised:
-        await reads.receive_some(65536)
+        more(await client.receive_some(65536))  # the read itself says only "the end"
     assert isinstance(raised.value.__cause__, ssl.SSLError)
 
 
-async def test_reads_of_wraps_tls_streams_only() -> None:
+async def test_reads_of_takes_more_from_tls_streams_only() -> None:
     client, _server = await _pair()
-    assert getattr(reads_of(client, 1 << 20), "__self__", None).__class__ is Reads
+    assert isinstance(getattr(reads_of(client, 1 << 20), "__self__", None), Reads)
     plain, _ = trio.testing.memory_stream_pair()
-    assert reads_of(plain, 1 << 20) == plain.receive_some  # a cleartext read is the stream's
+    assert not isinstance(getattr(reads_of(plain, 1 << 20), "__self__", None), Reads)

@@ -105,11 +105,11 @@ class HTTP11Connection:
     __slots__ = (
         "_first_byte",
         "_h11",
+        "_more",
         "_now",
         "_poller",
         "_read",
         "_reader",
-        "_receive",
         "_socket",
         "_stream",
         "_virtual",
@@ -131,7 +131,7 @@ class HTTP11Connection:
     ) -> None:
         self._stream = transport.stream
         #: Its reads, taking every TLS record already received (``tlsread.py``).
-        self._receive = reads_of(self._stream, MORE_LIMIT)
+        self._more = reads_of(self._stream, MORE_LIMIT)
         self._socket = transport.socket
         sock = transport.socket  # (VirtualSocket is an ABC: an isinstance is a call, made once)
         self._virtual = sock if isinstance(sock, VirtualSocket) else None
@@ -387,10 +387,10 @@ class HTTP11Connection:
                 # branch; its `with` costs about as much as the rest of a read's bookkeeping.)
                 try:
                     if bound is None:
-                        data = await self._receive()
+                        data = self._more(await self._stream.receive_some())
                     else:
                         with bound:
-                            data = await self._receive()
+                            data = self._more(await self._stream.receive_some())
                 except TRANSPORT_ERRORS as exc:
                     raise self._transport_failure(progress, _READING, exc) from exc
                 event = reader.next_event(progress, self._took(progress, data))

@@ -6,8 +6,8 @@ brought in, and each call goes through its ``_retry`` loop and two scheduler che
 50 MB download is then thousands of rounds through trio, the reader and the body's consumer
 for bytes that were already in memory: most of a bulk transfer's CPU.
 
-:class:`Reads` wraps a connection's stream: after ``receive_some`` returns, it takes what the
-TLS object can decrypt *now*, from what the socket already gave: the same bytes, in the same
+:meth:`Reads.more`, applied to what ``receive_some`` returned, takes what the TLS object can
+decrypt *now*, from what the socket already gave: the same bytes, in the same
 order, the next ``receive_some`` calls would have returned, without their rounds. It never
 reads the socket and never waits for more. It stops at the first record not fully received,
 at its limit, and at the peer's close_notify or the transport's end (left for the next
@@ -31,7 +31,7 @@ writes, a KeyUpdate's answer, goes out with trio's next call either way).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import trio
 
@@ -44,34 +44,31 @@ MORE_AFTER = 8192
 
 
 class Reads:
-    """The reads of one connection's ``stream`` (the connection's only reader)."""
+    """What one connection's reads of its TLS ``stream`` (whose TLS object is ``tls``) take
+    besides trio's one record (the connection is the stream's only reader)."""
 
     __slots__ = ("_error", "_limit", "_stream", "_tls")
 
-    def __init__(self, stream: trio.abc.ReceiveStream, limit: int) -> None:
+    def __init__(self, stream: trio.abc.ReceiveStream, limit: int, tls: ssl.SSLObject) -> None:
         self._stream = stream
-        tls = getattr(stream, "_ssl_object", None)
-        self._tls = tls if isinstance(tls, ssl.SSLObject) else None
+        self._tls = tls
         #: The most one read returns when it takes more than trio's one record.
         self._limit = limit
         self._error: ssl.SSLError | None = None
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        """As ``stream.receive_some(max_bytes)`` (without a size: as much as the stream
-        judges; ``rawsock.py`` reads more once reads fill), and then whatever is decrypted
-        already (up to the limit) if that was a large record. Raises what ``receive_some``
-        raises, and
-        ``trio.BrokenResourceError`` (its cause the ``ssl.SSLError``) for a fatal TLS error the
-        previous read met after its bytes. Cancellation: as ``receive_some`` (taking more
-        never waits)."""
+    def more(self, data: bytes | bytearray) -> bytes | bytearray:
+        """``data``, what ``stream.receive_some()`` just returned, and then whatever is
+        decrypted already (up to the limit) if that was a large record. Raises
+        ``trio.BrokenResourceError`` (its cause the ``ssl.SSLError``) for a fatal TLS error
+        the previous call met after its bytes: whatever the read after it returned (OpenSSL
+        then reports only an end), the error is what the caller sees. Never waits."""
         error = self._error
         if error is not None:
             self._error = None
             raise trio.BrokenResourceError("TLS error") from error
-        data = await self._stream.receive_some(max_bytes)
-        tls = self._tls
-        if tls is None or len(data) < MORE_AFTER:
+        if len(data) < MORE_AFTER:
             return data
+        tls = self._tls
         limit = self._limit
         parts = [data]
         size = len(data)
@@ -90,12 +87,16 @@ class Reads:
         return data if len(parts) == 1 else b"".join(parts)
 
 
+def _as_read(data: bytes | bytearray) -> bytes | bytearray:
+    return data
+
+
 def reads_of(
     stream: trio.abc.ReceiveStream, limit: int
-) -> Callable[[], Awaitable[bytes | bytearray]]:
-    """The connection's read: ``Reads(stream, limit).receive_some`` for a TLS stream, and the
-    stream's own ``receive_some`` otherwise (a wrapper there would cost every read of a
-    cleartext connection a coroutine for nothing)."""
-    if isinstance(getattr(stream, "_ssl_object", None), ssl.SSLObject):
-        return Reads(stream, limit).receive_some
-    return stream.receive_some
+) -> Callable[[bytes | bytearray], bytes | bytearray]:
+    """What a connection applies to each read of ``stream``: ``Reads(stream, limit).more``
+    for a TLS stream, and for any other the read as it is."""
+    tls = getattr(stream, "_ssl_object", None)
+    if isinstance(tls, ssl.SSLObject):
+        return Reads(stream, limit, tls).more
+    return _as_read

@@ -137,9 +137,9 @@ class HTTP2Connection:
         "_clock",
         "_fast_path",
         "_last_read",
+        "_more",
         "_nursery",
         "_ping_after_idle",
-        "_receive",
         "_scheme",
         "_stream",
         "expires_at",
@@ -165,7 +165,7 @@ class HTTP2Connection:
     ) -> None:
         self._stream = transport.stream
         #: Its reads, taking every TLS record already received (``tlsread.py``).
-        self._receive = reads_of(self._stream, MORE_LIMIT)
+        self._more = reads_of(self._stream, MORE_LIMIT)
         #: Whether the common frames take the fast path after the handshake (``fast.py``).
         self._fast_path = fast_path
         machine = client_machine(max_header_bytes)
@@ -419,7 +419,7 @@ class HTTP2Connection:
         """Read once and process what arrived; a broken or closed transport kills the
         connection (``Session.die``) rather than raising."""
         try:
-            data = await self._receive()
+            data = self._more(await self._stream.receive_some())
         except TRANSPORT_ERRORS as exc:
             self.session.die(
                 Failure(
