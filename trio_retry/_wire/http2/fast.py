@@ -28,11 +28,16 @@ decoded (which may change the HPACK table) before the stream is looked at, exact
 it, so the fast path never defers after decoding; it finishes that frame itself, errors
 included (an HPACK error ends the connection as h2 ends it).
 
-What makes it safe to stand in for h2: for every sequence of calls and received bytes, the
-bytes it queues, the events it returns and the h2 exceptions it raises are h2's own (a
-differential property test, ``tests/wire/test_h2_fast.py``, runs random client scripts and
-server frames through both, deferring at random points). What it does not do is exactly what
-it defers. ``Client(http2_fast_path=False)`` (or ``TRIO_RETRY_HTTP2_FAST_PATH=0``) keeps h2 on
+What makes it safe to stand in for h2: for the calls the connection makes and the frames it
+hands on (``frames.py`` in front), the bytes it queues, the events it returns and the h2
+exceptions it raises are h2's own (a differential property test, ``tests/wire/test_h2_fast.py``,
+runs random client scripts and server frames, odd ones included, through both, deferring at
+random points). One difference is h2's own timing, not a behaviour: h2 forgets a closed stream
+only when it next counts its streams, the fast path at once, so a call on a stream closed a
+moment ago may answer "closed" where h2 would still have answered as for an open one; the test
+compares the two as h2 is after counting. What it does not do is exactly what it defers. The
+received frames are ``fast_inbound.py``'s; this module is the machine, its hand-over and its
+sending. ``Client(http2_fast_path=False)`` (or ``TRIO_RETRY_HTTP2_FAST_PATH=0``) keeps h2 on
 every frame.
 
 Why not the obvious alternatives: subclassing H2Connection to shortcut its hot methods still
