@@ -1,0 +1,59 @@
+"""How the fault server shapes a scripted response on the wire: whether it has a body, its
+HTTP/1.1 and HTTP/2 header blocks, and the pacing of a rate-limited body."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+__all__ = ["body_allowed", "h2_response_headers", "paced_chunks", "response_headers"]
+
+HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
+
+# Connection-specific header fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); the HTTP/2
+# side drops them from scripted responses instead of failing, so one script serves both
+# protocols.
+_H2_FORBIDDEN = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+)
+
+# How often a paced (body_rate) body is written: small enough that a client sees many chunks,
+# large enough that a 1 KiB/s body is not thousands of one-byte writes.
+_PACE_TICK = 0.05
+
+
+def body_allowed(status: int, method: str) -> bool:
+    """Whether a response with `status` to `method` may carry a body (RFC 9110 §6.4.1)."""
+    return method.upper() != "HEAD" and status not in (204, 304) and status >= 200
+
+
+def response_headers(status: int, headers: HeaderPairs, content_length: int) -> HeaderPairs:
+    """HTTP/1.1 final response headers: `headers`, plus ``Content-Length: content_length``
+    unless `headers` give a length or a transfer coding, or the status forbids one (204)."""
+    names = {name.lower() for name, _ in headers}
+    if status == 204 or names & {"content-length", "transfer-encoding"}:
+        return headers
+    return (*headers, ("Content-Length", str(content_length)))
+
+
+def h2_response_headers(status: int, headers: HeaderPairs, content_length: int) -> HeaderPairs:
+    """HTTP/2 response header block: ``:status`` first, names lowercased, connection-specific
+    fields dropped, ``content-length`` added as for `response_headers`."""
+    kept = tuple((n.lower(), v) for n, v in headers if n.lower() not in _H2_FORBIDDEN)
+    names = {name for name, _ in kept}
+    if status != 204 and "content-length" not in names:
+        kept = (*kept, ("content-length", str(content_length)))
+    return ((":status", str(status)), *kept)
+
+
+def paced_chunks(body: bytes, rate: float | None) -> list[tuple[bytes, float]]:
+    """Split `body` into (chunk, pause after it) pairs sending about `rate` bytes/second.
+
+    With no rate the body is one chunk with no pause. With a rate, chunks hold what the rate
+    allows in one 50 ms tick (at least one byte); every chunk but the last is followed by a
+    pause of ``len(chunk) / rate``, so the whole body takes about ``len(body) / rate`` seconds.
+    """
+    if rate is None or not body:
+        return [(body, 0.0)] if body else []
+    size = max(1, int(rate * _PACE_TICK))
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
+    return [(c, len(c) / rate if i < len(chunks) - 1 else 0.0) for i, c in enumerate(chunks)]
