@@ -24,7 +24,6 @@ span. The result is the last stdout line, prefixed by ``RESULT_TAG``.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import ssl
@@ -35,6 +34,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks.worker import serve_config
 
 RESULT_TAG = "BULK-RESULT "
 READ_SIZE = 1 << 20  # the 1 MiB reads of the upload sources we write ourselves
@@ -286,13 +287,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m benchmarks.bulk_clients CONFIG_JSON", file=sys.stderr)
-        return 2
-    result = run(json.loads(argv[0]))
-    sys.stdout.write("\n" + RESULT_TAG + json.dumps(result) + "\n")
-    sys.stdout.flush()
-    return 0
+    return serve_config(argv, "benchmarks.bulk_clients", RESULT_TAG, run)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 RESULT_TAG = "BENCH-RESULT "
@@ -66,14 +67,23 @@ def run_worker(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str]) -> int:
+def serve_config(
+    argv: list[str], module: str, tag: str, run: Callable[[dict[str, Any]], dict[str, Any]]
+) -> int:
+    """A measuring child process's protocol, shared by ``benchmarks.worker`` and
+    ``benchmarks.bulk_clients``: one argument, the configuration as JSON; the result is the
+    last line of stdout, ``tag`` then JSON. Returns the exit status."""
     if len(argv) != 1:
-        print("usage: python -m benchmarks.worker CONFIG_JSON", file=sys.stderr)
+        print(f"usage: python -m {module} CONFIG_JSON", file=sys.stderr)
         return 2
-    result = run_worker(json.loads(argv[0]))
-    sys.stdout.write("\n" + RESULT_TAG + json.dumps(result) + "\n")
+    result = run(json.loads(argv[0]))
+    sys.stdout.write("\n" + tag + json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return serve_config(argv, "benchmarks.worker", RESULT_TAG, run_worker)
 
 
 if __name__ == "__main__":
