@@ -106,6 +106,11 @@ class Pair:
         assert out_fast == out_ref, (name, args)
         assert self.fast.highest_outbound_stream_id == self.ref.highest_outbound_stream_id
         assert self.ref.open_outbound_streams == self.fast.open_outbound_streams
+        if self.fast.handed_over:  # h2 was given the fast path's streams: as its own
+            for stream_id, stream in self.ref.streams.items():
+                given = self.fast._h2.streams[stream_id].state_machine
+                for field in ("state", "headers_received", "trailers_received", "headers_sent"):
+                    assert getattr(given, field) == getattr(stream.state_machine, field), field
         for stream_id in range(1, self.ref.highest_outbound_stream_id + 1, 2):
             assert call(self.fast, "local_flow_control_window", stream_id) == call(
                 self.ref, "local_flow_control_window", stream_id
@@ -367,3 +372,17 @@ def test_window_increments_are_h2_s(window: int, steps: list[tuple[str, int]]) -
         else:
             assert _processed(ours, size) == (h2s.process_bytes(size) or 0)
         assert vars(ours) == vars(h2s)
+
+
+def test_a_hand_over_gives_h2_each_open_stream_as_it_was() -> None:
+    """A stream still sending its request, whose response head and trailers arrived, then a
+    frame the fast path defers: h2 is given that stream as its own machine would have it
+    (``Pair.same`` compares the streams' states once the machine handed over)."""
+    encoder = hpack.Encoder()
+    pair = Pair(SERVER_SETTINGS)
+    pair.same("send_headers", 1, request(1, 1), end_stream=False)
+    pair.same("receive_data", frame(0x1, 0x4, 1, encoder.encode([(b":status", b"200")])))
+    pair.same("receive_data", frame(0x1, 0x5, 1, encoder.encode([(b"grpc-status", b"0")])))
+    pair.same("receive_data", frame(0x2, 0, 1, b"\x00\x00\x00\x00\x10"))  # PRIORITY
+    assert pair.fast.handed_over
+    pair.same("send_data", 1, b"rest", end_stream=True)

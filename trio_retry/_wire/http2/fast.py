@@ -188,6 +188,8 @@ class FastMachine:
                 states.process_input(StreamInputs.RECV_INFORMATIONAL_HEADERS)
             if kept.headers_received:
                 states.process_input(StreamInputs.RECV_HEADERS)
+            if kept.trailers_received:  # a second head: h2's machine marks it as trailers
+                states.process_input(StreamInputs.RECV_HEADERS)
             if kept.remote_ended:
                 states.process_input(StreamInputs.RECV_END_STREAM)
             machine.streams[stream_id] = stream
