@@ -105,6 +105,8 @@ class Client:
         telemetry: OpenTelemetry | None = None,
         http1_fast_path: bool = True,  # the strict HTTP/1.1 fast path (_wire/fast11.py)
         http2_fast_path: bool = True,  # the strict HTTP/2 fast path (_wire/http2/fast.py)
+        http3: bool = False,  # HTTP/3 where Alt-Svc advertises it (extra http3; SPEC §16)
+        early_data: bool = False,  # HTTP/3 0-RTT for requests whose replay is harmless
     ) -> None:
         if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
             raise TypeError(
@@ -147,6 +149,8 @@ class Client:
             instrumentation=telemetry.instrument() if telemetry is not None else None,
             http1_fast_path=http1_fast_path,
             http2_fast_path=http2_fast_path,
+            http3=http3,
+            early_data=early_data,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self._templates: Templates = {}  # calls without options (prepare_plain)

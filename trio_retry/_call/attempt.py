@@ -46,6 +46,7 @@ from .._core.backoff import parse_retry_after
 from .._core.decision import Decision
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
+from .._core.idempotency import Idempotency
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
@@ -54,7 +55,6 @@ from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
-from .connect import pool_key
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
 from .runtime import Runtime
@@ -203,11 +203,13 @@ class AttemptRun:
             # in its scope (and with a permit but no ready connection, waits for that there).
             limiter = state.limiter
             if limiter is None:
-                self.conn = rt.pool.take_idle(pool_key(origin, proxy), self.progress)
+                self.conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self.progress)
             else:
                 self.permit = try_admit(state)
                 if self.permit is not None:
-                    self.conn = rt.pool.take_idle(pool_key(origin, proxy), self.progress)
+                    self.conn = rt.pool.take_idle(
+                        rt.connector.key_for(origin, proxy), self.progress
+                    )
         return unbounded and self.conn is not None
 
     async def _bounded(self) -> None:
@@ -304,13 +306,13 @@ class AttemptRun:
 
             conn = self.conn  # taken already by an attempt that found one ready
             if conn is None:
-                key = pool_key(origin, proxy)
                 connector = rt.connector
+                key = connector.key_for(origin, proxy)
                 conn = await rt.pool.acquire(
                     key,
                     progress,
                     partial(connector.open, url=url, proxy=proxy, pool_key=key),
-                    expect_multiplexed=connector.expect_multiplexed(origin, via_proxy),
+                    expect_multiplexed=connector.expect_multiplexed(origin, via_proxy, key),
                 )
                 self.conn = conn
                 if rt.drained and progress in rt.drained:
@@ -319,8 +321,13 @@ class AttemptRun:
                     # ambiguous).
                     raise _drained(request, progress)
             config = rt.config
+            if config.early_data:
+                progress.early_ok = _early_safe(request, state)
             response = await conn.send_request(wire_request, progress)
             self.response = response
+            routes = rt.connector.quic_routes
+            if routes is not None:
+                routes.learn(origin, response.headers)
             hooks = config.hooks
             if hooks is not None and hooks.response:
                 await hooks.after_head(
@@ -424,6 +431,7 @@ class AttemptRun:
             # rules still see None: a broken exchange is judged by the transport rules).
             status=wire.status if wire is not None else None,
             http_version=progress.http_version,
+            early_data=progress.early_data,
             connection_reused=progress.connection_reused,
             bytes_sent=progress.bytes_sent,
             bytes_received=progress.bytes_received,
@@ -541,4 +549,19 @@ def _drained(
         category=FailureCategory.ADMISSION,
         ends_call=True,
         reason=RejectReason.CLOSED if closed else RejectReason.DRAINING,
+    )
+
+
+def _early_safe(request: PreparedRequest, state: UpstreamState) -> bool:
+    """Whether ``request`` may go in HTTP/3 early data (SPEC §16): its replay by an attacker
+    on the path must be harmless. ``SAFE`` operations; ``IDEMPOTENT`` ones carrying an
+    ``Idempotency-Key`` when their upstream opted in (``Upstream(early_data=True)``); never a
+    ``NON_IDEMPOTENT`` one, whatever else is set. Asked only when ``Client(early_data=True)``."""
+    idempotency = request.idempotency
+    if idempotency is Idempotency.SAFE:
+        return True
+    return (
+        idempotency is Idempotency.IDEMPOTENT
+        and request.idempotency_key is not None
+        and state.upstream.early_data
     )

@@ -150,6 +150,12 @@ class ClientConfig:
     #: The strict HTTP/2 fast path (``_wire/http2/fast.py``); ``False`` when
     #: ``http2_fast_path=False`` or ``TRIO_RETRY_HTTP2_FAST_PATH`` turns it off.
     http2_fast_path: bool = True
+    #: ``Client(http3=True)``: HTTP/3 for ``https://`` origins that advertise it (``Alt-Svc``);
+    #: ``http3_configured`` holds the origins whose ``Upstream(http3=True)`` asks for it.
+    http3: bool = False
+    http3_configured: frozenset[Origin] = frozenset()
+    #: ``Client(early_data=True)``: requests whose replay is harmless may go in HTTP/3 0-RTT.
+    early_data: bool = False
 
 
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
@@ -244,6 +250,8 @@ def configure(
     instrumentation: Instrumentation | None = None,
     http1_fast_path: object = True,
     http2_fast_path: object = True,
+    http3: object = False,
+    early_data: object = False,
 ) -> ClientConfig:
     """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
@@ -267,6 +275,8 @@ def configure(
         env = bool(check_bool(trust_env, "trust_env"))
         fast_path = bool(check_bool(http1_fast_path, "http1_fast_path")) and _fast_path_env(1)
         fast_path2 = bool(check_bool(http2_fast_path, "http2_fast_path")) and _fast_path_env(2)
+        checked_http3 = bool(check_bool(http3, "http3"))
+        checked_early = bool(check_bool(early_data, "early_data"))
     except OptionError as exc:
         _refuse(exc)
     if keepalive_expiry is not None and (
@@ -338,6 +348,23 @@ def configure(
     if stage_timeouts is None:
         stage_timeouts = StageTimeouts()
     assert isinstance(stage_timeouts, StageTimeouts)
+    configured_h3 = frozenset(origin for origin, up in origins.items() if up.http3)
+    if checked_http3 or configured_h3:
+        # The extra is checked here, at construction, not at the first request (SPEC §16).
+        from .._wire.http3.quic import require_aioquic
+
+        require_aioquic()
+        if transport is not None or uds is not None:
+            raise ValueError(
+                "http3=True (or Upstream(http3=True)) cannot be combined with "
+                f"{'transport=' if transport is not None else 'uds='}: HTTP/3 opens its own "
+                "UDP sockets"
+            )
+    if checked_early and not (checked_http3 or configured_h3):
+        raise ValueError(
+            "early_data=True needs HTTP/3 (http3=True or Upstream(http3=True)): early data is "
+            "QUIC's 0-RTT"
+        )
     return ClientConfig(
         retry=checked_retry or RetryPolicy(),
         default_upstream=default_upstream if isinstance(default_upstream, Upstream) else Upstream(),
@@ -378,6 +405,9 @@ def configure(
         instrumentation=instrumentation,
         http1_fast_path=fast_path,
         http2_fast_path=fast_path2,
+        http3=checked_http3,
+        http3_configured=configured_h3,
+        early_data=checked_early,
     )
 
 

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from .._proxy import ProxyConfig
     from .._wire.dialer import Dialer
     from .._wire.http2 import HTTP2Connection
+    from .._wire.http3 import HTTP3Connection
+    from .._wire.http3.quic import TicketStore
     from .._wire.http11 import HTTP11Connection
+    from .h3route import QuicRoutes
 
 __all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
 
@@ -66,10 +69,27 @@ def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
 class Connector:
     """Opens the client's connections; HTTP/2 reader tasks live in the client's nursery."""
 
-    __slots__ = ("_config", "_proxy_ssl_context", "clock", "nursery", "open_transport")
+    __slots__ = (
+        "_config",
+        "_proxy_ssl_context",
+        "_tickets",
+        "clock",
+        "nursery",
+        "open_transport",
+        "quic_routes",
+    )
 
     def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
         self._config = config
+        #: Which origins go over HTTP/3 (``h3route.py``); ``None`` for a client without it.
+        self.quic_routes: QuicRoutes | None = None
+        self._tickets: TicketStore | None = None
+        if config.http3 or config.http3_configured:
+            from .._wire.http3.quic import TicketStore
+            from .h3route import QuicRoutes
+
+            self.quic_routes = QuicRoutes(discover=config.http3, configured=config.http3_configured)
+            self._tickets = TicketStore()
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
         #: The client's clock (``_wire/clock.py``), handed to each connection it opens.
@@ -108,6 +128,18 @@ class Connector:
             return proxy_from_env(origin)
         return None
 
+    def key_for(self, origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
+        """The pool a request to ``origin`` draws from now: its HTTP/3 connections when the
+        origin is routed over HTTP/3 (``h3route.py``; never through a proxy), else
+        :func:`pool_key`'s."""
+        routes = self.quic_routes
+        if routes is not None and proxy is None and origin.tls:
+            if routes.port_for(origin) is not None:
+                from .h3route import quic_key
+
+                return quic_key(origin)
+        return pool_key(origin, proxy)
+
     async def open(
         self,
         progress: AttemptProgress,
@@ -119,6 +151,8 @@ class Connector:
         """A new connection for ``url``'s origin (through ``proxy`` if any). Raises
         ``WireError``; on cancellation nothing is left open."""
         config = self._config
+        if pool_key.__class__ is tuple and pool_key[0] == "h3":  # (key_for: its HTTP/3 pool)
+            return await self._open_quic(progress, url, pool_key)
         timeouts = config.stage_timeouts
         origin = url.origin
         via_proxy = proxy is not None and proxy.forwards and not origin.tls
@@ -161,6 +195,51 @@ class Connector:
             clock=self.clock,
         )
 
+    async def _open_quic(
+        self, progress: AttemptProgress, url: URL, key: PoolKey
+    ) -> PooledConnection:
+        """A new HTTP/3 connection to ``url``'s origin (``_wire/http3``). A failed or slow
+        QUIC handshake marks the origin broken (``h3route.py``) and raises a ``NOT_SENT``
+        ``WireError`` with ``reconnect``: the loop sends the same attempt again at once,
+        uncounted, and :meth:`key_for` then routes it over TCP."""
+        from aioquic.quic.connection import QuicConnection
+
+        from .._wire.http3 import HTTP3Connection
+        from .._wire.http3.quic import TrustSource, allows_early_data, quic_configuration
+
+        config = self._config
+        routes, tickets = self.quic_routes, self._tickets
+        assert routes is not None
+        assert tickets is not None
+        assert self.nursery is not None
+        origin = url.origin
+        port = routes.port_for(origin) or origin.port
+        where = (origin.host, port)
+        ticket = tickets.take(where)
+        trust = TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+        quic = QuicConnection(
+            configuration=quic_configuration(trust, origin.host, ticket, config.max_header_bytes),
+            session_ticket_handler=lambda new: tickets.keep(where, new),
+        )
+        timeouts = config.stage_timeouts
+        conn: HTTP3Connection = await HTTP3Connection.open(
+            quic,
+            origin.host,
+            port,
+            key,
+            authority=url.host_header,
+            max_header_bytes=config.max_header_bytes,
+            nursery=self.nursery,
+            progress=progress,
+            clock=self.clock,
+            connect_timeout=timeouts.connect,
+            handshake_timeout=timeouts.tls,
+            early=config.early_data and allows_early_data(ticket),
+            on_handshake_failed=lambda _: routes.mark_broken_now(origin),
+            on_handshake_done=lambda: routes.mark_working(origin),
+        )
+        return conn
+
     async def _dial(
         self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress
     ) -> Transport:
@@ -180,9 +259,13 @@ class Connector:
         )
         return await dialer.connect(target, progress=progress, nursery=self.nursery)
 
-    def expect_multiplexed(self, origin: Origin, proxy: ProxyConfig | None) -> bool:
-        """Whether a new connection to ``origin`` will probably be HTTP/2 (the pool then waits
-        for one being opened instead of opening a parallel one)."""
+    def expect_multiplexed(
+        self, origin: Origin, proxy: ProxyConfig | None, key: PoolKey | None = None
+    ) -> bool:
+        """Whether a new connection to ``origin`` will probably be HTTP/2 or HTTP/3 (the pool
+        then waits for one being opened instead of opening a parallel one)."""
+        if key is not None and key.__class__ is tuple and key[0] == "h3":
+            return True
         if origin.tls:
             return self._config.http2
         return self._config.http2_prior_knowledge and proxy is None

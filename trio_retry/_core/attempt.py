@@ -32,6 +32,10 @@ class Attempt:
     error: BaseException | None = None
     status: int | None = None
     http_version: str | None = None
+    #: HTTP/3 early data (0-RTT): ``None`` (not used), ``"accepted"`` or ``"rejected"`` by the
+    #: server (SPEC §16; rejected early data was sent again after the handshake, uncounted),
+    #: or ``"unconfirmed"``: sent early, and the handshake never completed.
+    early_data: str | None = None
     connection_reused: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0

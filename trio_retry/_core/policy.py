@@ -50,6 +50,12 @@ class Upstream:
     of slow, safely idempotent requests; ``throttle`` lowers the sending rate when the origin
     throttles (429, 503 with Retry-After); ``breaker`` rejects calls at once while the origin
     shows itself unhealthy. Each origin gets state of its own from these settings.
+
+    HTTP/3 (SPEC §16, extra ``http3``): ``http3=True`` reaches this ``https://`` origin over
+    HTTP/3 without waiting for an ``Alt-Svc`` advertisement (falling back to TCP when QUIC does
+    not get through). ``early_data=True``: with ``Client(early_data=True)``, an ``IDEMPOTENT``
+    request carrying an ``Idempotency-Key`` may go in 0-RTT early data too (``SAFE`` ones may
+    without it; ``NON_IDEMPOTENT`` ones never).
     """
 
     transient_500: bool = False
@@ -59,6 +65,8 @@ class Upstream:
     hedging: Hedging | None = None
     throttle: AdaptiveThrottle | None = None
     breaker: CircuitBreaker | None = None
+    http3: bool = False
+    early_data: bool = False
 
     def __post_init__(self) -> None:
         if self.hedging is not None or self.throttle is not None or self.breaker is not None:
@@ -78,6 +86,11 @@ class Upstream:
                     raise TypeError(
                         f"Upstream.{name} must be a {kind.__name__} or None, got {value!r}"
                     )
+        for name in ("http3", "early_data"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"Upstream.{name} must be True or False, got {getattr(self, name)!r}"
+                )
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(
                 f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"
@@ -101,4 +114,6 @@ class Upstream:
             self.hedging,
             self.throttle,
             self.breaker,
+            self.http3,
+            self.early_data,
         )

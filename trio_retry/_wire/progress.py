@@ -33,6 +33,8 @@ class AttemptProgress:
         "bytes_received",
         "bytes_sent",
         "connection_reused",
+        "early_data",
+        "early_ok",
         "http_version",
         "interrupted",
         "proven_not_sent",
@@ -50,6 +52,12 @@ class AttemptProgress:
         #: HTTP/2 write): a wait the attempt is woken from sees it and stops (``clock.py``).
         self.interrupted = False
         self.http_version: str | None = None
+        #: The call layer's verdict that this request's replay is harmless (SPEC §16): it may
+        #: go in HTTP/3 early data. Set only for a client that allows early data.
+        self.early_ok = False
+        #: Whether it went in early data: ``None`` (not), ``"unconfirmed"`` (the handshake is
+        #: not over), then ``"accepted"`` or ``"rejected"`` (``Attempt.early_data``).
+        self.early_data: str | None = None
         self.proven_not_sent = False
         self.started = started
         self.timings: dict[str, float] = {}

@@ -1,0 +1,150 @@
+"""Which origins are reached over HTTP/3, and which have shown it does not work there.
+
+One job: the routing decision of SPEC §16, kept per origin, synchronous and clock-driven
+(the run's clock: ``trio.current_time()``, so it is exact under ``MockClock``).
+
+- An ``https://`` origin goes over HTTP/3 when its upstream says so (``Upstream(http3=True)``),
+  or, with ``Client(http3=True)``, once it advertised ``Alt-Svc: h3=":PORT"`` on a response
+  (remembered for its ``ma``, 24 hours by default, RFC 7838 §3; ``Alt-Svc: clear`` forgets it).
+  Only alternatives on the origin's own host are taken: another host would have to prove its
+  authority for the origin with a certificate checked against a name the caller never gave.
+- A QUIC handshake that fails or times out marks the origin *broken*: it is reached over TCP
+  until a back-off passes (5 minutes, doubling with each further failure, at most 6 hours), so
+  a network that blocks UDP costs one failed handshake now and then, not one per request.
+
+The pool keeps HTTP/3 connections apart from TCP ones (:func:`quic_key`): routing an origin to
+HTTP/3 sends its next requests to a pool entry of their own, while TCP connections already
+open finish what they carry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+from .._models import Origin
+
+__all__ = ["QuicKey", "QuicRoutes", "parse_alt_svc", "quic_key"]
+
+#: ``Alt-Svc`` lifetime when the header gives no ``ma`` (RFC 7838 §3.1).
+DEFAULT_MAX_AGE = 86400.0
+#: Back-off after a failed QUIC handshake: first, and the longest.
+BROKEN_FIRST = 300.0
+BROKEN_MAX = 6 * 3600.0
+
+QuicKey = tuple[str, str, str, int]
+
+_ENTRY = re.compile(
+    r'\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*"([^"]*)"((?:\s*;\s*[A-Za-z0-9_-]+\s*=\s*[^,;]*)*)'
+)
+_MA = re.compile(r";\s*ma\s*=\s*\"?(\d+)\"?")
+
+
+def quic_key(origin: Origin) -> QuicKey:
+    """The pool key of ``origin``'s HTTP/3 connections (distinct from its TCP ones)."""
+    return ("h3", origin.scheme, origin.host, origin.port)
+
+
+def parse_alt_svc(value: str, host: str) -> tuple[int, float] | Literal[False] | None:
+    """The ``h3`` alternative in an ``Alt-Svc`` value for ``host``: ``(port, max_age)``;
+    ``False`` for ``clear``; ``None`` when it names no usable ``h3`` alternative (another
+    protocol, another host, a malformed entry)."""
+    if value.strip().lower() == "clear":
+        return False
+    for match in _ENTRY.finditer(value):
+        protocol, authority, params = match.group(1), match.group(2), match.group(3)
+        if protocol != "h3":
+            continue
+        alt_host, _, port_text = authority.rpartition(":")
+        alt_host = alt_host.strip("[]")
+        if alt_host and alt_host.lower() != host.lower():
+            continue
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            continue
+        ma = _MA.search(params)
+        return int(port_text), float(ma.group(1)) if ma else DEFAULT_MAX_AGE
+    return None
+
+
+@dataclass(slots=True)
+class _Route:
+    port: int
+    expires: float  # math.inf for a configured route
+
+
+@dataclass(slots=True)
+class _Broken:
+    until: float
+    failures: int
+
+
+class QuicRoutes:
+    """The HTTP/3 routes of one client; see the module docstring."""
+
+    __slots__ = ("_broken", "_routes", "discover")
+
+    def __init__(self, *, discover: bool, configured: Iterable[Origin] = ()) -> None:
+        #: Learn routes from ``Alt-Svc`` (``Client(http3=True)``).
+        self.discover = discover
+        self._routes: dict[Origin, _Route] = {
+            origin: _Route(origin.port, float("inf")) for origin in configured if origin.tls
+        }
+        self._broken: dict[Origin, _Broken] = {}
+
+    def port_for(self, origin: Origin) -> int | None:
+        """The UDP port to reach ``origin`` on, if it goes over HTTP/3 now, else ``None``."""
+        route = self._routes.get(origin)
+        if route is None:
+            return None
+        now = trio.current_time()
+        if route.expires <= now:
+            del self._routes[origin]
+            return None
+        broken = self._broken.get(origin)
+        if broken is not None and broken.until > now:
+            return None
+        return route.port
+
+    def learn(self, origin: Origin, headers: list[tuple[bytes, bytes]]) -> None:
+        """Take what a response from ``origin`` says in ``Alt-Svc`` (only with discovery, and
+        only over TLS: an advertisement in cleartext could be anyone's)."""
+        if not self.discover or not origin.tls:
+            return
+        for name, raw in headers:
+            if name.lower() != b"alt-svc":
+                continue
+            found = parse_alt_svc(raw.decode("latin-1"), origin.host)
+            route = self._routes.get(origin)
+            if found is False:
+                if route is not None and route.expires != float("inf"):
+                    del self._routes[origin]
+            elif found and (route is None or route.expires != float("inf")):
+                port, max_age = found
+                self._routes[origin] = _Route(port, trio.current_time() + max_age)
+            return
+
+    def mark_broken(self, origin: Origin) -> float:
+        """A QUIC handshake with ``origin`` failed: reach it over TCP for a while. Returns
+        the back-off chosen, in seconds."""
+        previous = self._broken.get(origin)
+        failures = 1 if previous is None else previous.failures + 1
+        backoff: float = min(BROKEN_FIRST * 2.0 ** (failures - 1), BROKEN_MAX)
+        self._broken[origin] = _Broken(trio.current_time() + backoff, failures)
+        return backoff
+
+    def mark_broken_now(self, origin: Origin) -> None:
+        """:meth:`mark_broken`, for a callback that returns nothing."""
+        self.mark_broken(origin)
+
+    def mark_working(self, origin: Origin) -> None:
+        """A QUIC handshake with ``origin`` completed: its failures are forgotten."""
+        self._broken.pop(origin, None)
+
+    def broken_until(self, origin: Origin) -> float | None:
+        """When HTTP/3 will be tried at ``origin`` again, if it is marked broken."""
+        broken = self._broken.get(origin)
+        return None if broken is None else broken.until

@@ -1,0 +1,202 @@
+"""One HTTP/3 request stream as its caller sees it: the head to wait for, the body to read.
+
+The connection's driver task (``connection.py``) puts what arrives here (:meth:`H3Stream.head`,
+:meth:`H3Stream.data`, :meth:`H3Stream.fail`); the caller's task waits on it, each wait through
+the one owner of time (``clock.py``: a :class:`~trio_retry._wire.clock.Bound` in a cancel
+scope). A failure is kept on the stream with its own proof (``not_sent``: the server said it
+did not process the request), so a later connection error cannot replace it (SPEC §16: "a
+stream's own proof wins over a later connection error").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from ..._core.evidence import FailureCategory, Stage
+from ..clock import Bound
+from ..exchange import WireResponse
+from ..progress import AttemptProgress, WireError
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+
+__all__ = ["H3Stream", "StreamOwner"]
+
+HTTP_VERSION = "HTTP/3"
+
+
+class StreamOwner(Protocol):
+    """What a stream asks of its connection."""
+
+    @property
+    def clock(self) -> Clock | None: ...
+
+    def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
+        """Forget ``stream``, first resetting it (H3_REQUEST_CANCELLED) when ``reset``;
+        never raises or blocks."""
+
+
+class _Failure:
+    __slots__ = ("category", "message", "not_sent", "reconnect")
+
+    def __init__(
+        self, category: FailureCategory, message: str, not_sent: bool, reconnect: bool
+    ) -> None:
+        self.category = category
+        self.message = message
+        self.not_sent = not_sent
+        self.reconnect = reconnect
+
+
+class H3Stream:
+    """A request stream: filled by the driver task, read by the caller; see the module
+    docstring. Implements :class:`~trio_retry._wire.exchange.BodySource`."""
+
+    __slots__ = (
+        "_changed",
+        "_chunks",
+        "_ended",
+        "_failure",
+        "_owner",
+        "done",
+        "progress",
+        "response",
+        "stream_id",
+    )
+
+    def __init__(self, owner: StreamOwner, stream_id: int, progress: AttemptProgress) -> None:
+        self._owner = owner
+        self.stream_id = stream_id
+        self.progress = progress
+        self._changed = trio.Event()
+        self._chunks: deque[bytes] = deque()
+        self._ended = False
+        self._failure: _Failure | None = None
+        self.response: WireResponse | None = None
+        #: The caller is finished with the stream (body read, abandoned, or failed).
+        self.done = False
+
+    # --- the driver's side ------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._changed.set()
+
+    def head(self, response: WireResponse, ended: bool) -> None:
+        """The final response head arrived (``ended``: with no body)."""
+        if self.response is None and self._failure is None:
+            self.response = response
+            self._ended = ended
+            self._wake()
+
+    def data(self, data: bytes, ended: bool) -> None:
+        """Body bytes arrived (``ended``: the last)."""
+        if self._failure is not None or self._ended:
+            return
+        if data:
+            self._chunks.append(data)
+        if ended:
+            self._ended = True
+        self._wake()
+
+    def fail(
+        self,
+        category: FailureCategory,
+        message: str,
+        *,
+        not_sent: bool = False,
+        reconnect: bool = False,
+    ) -> None:
+        """The stream failed; the first failure (and its proof) is the one kept. A stream
+        whose body ended already is not failed by what happens to its connection later."""
+        if self._failure is None and not (self._ended and self.response is not None):
+            self._failure = _Failure(category, message, not_sent, reconnect)
+            self._wake()
+
+    @property
+    def failed(self) -> bool:
+        return self._failure is not None
+
+    # --- the caller's side ------------------------------------------------------------------
+
+    def error(self, progress: AttemptProgress) -> WireError:
+        """The kept failure as the attempt's error, with the evidence of its proof."""
+        failure = self._failure
+        assert failure is not None
+        if failure.not_sent:
+            progress.proven_not_sent = True
+        return WireError.at(
+            progress,
+            failure.category,
+            failure.message,
+            reconnect=failure.reconnect and failure.not_sent,
+        )
+
+    async def _wait(self, which: str, limit: float | None, progress: AttemptProgress) -> None:
+        """Wait for the driver to change the stream, within ``limit`` (``which``'s bound)."""
+        self._changed = event = trio.Event()
+        with Bound(self._owner.clock, which, limit, progress=progress):
+            await event.wait()
+
+    async def receive_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
+        """The final response head, waited for within the first-byte bound ``limit``.
+        Raises ``WireError`` (the stream's failure, or ``TIMEOUT``)."""
+        while self.response is None:
+            if self._failure is not None:
+                raise self.error(progress)
+            await self._wait("first_byte", limit, progress)
+        progress.advance(Stage.RESPONSE_HEAD)
+        if self._ended and not self._chunks:
+            progress.advance(Stage.COMPLETE)
+        return self.response
+
+    async def receive_body(self, progress: AttemptProgress) -> bytes:
+        """The next body chunk, ``b""`` at the end; each wait within the read bound."""
+        while not self._chunks:
+            if self._ended:
+                progress.advance(Stage.COMPLETE)
+                self._finish()
+                return b""
+            if self._failure is not None:
+                self._finish()
+                raise self.error(progress)
+            clock = self._owner.clock
+            await self._wait("read", None if clock is None else clock.limits.read, progress)
+        progress.advance(Stage.RESPONSE_BODY)
+        chunks = self._chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(_drain(chunks))
+        progress.bytes_received += len(data)
+        return data
+
+    async def receive_all(self, progress: AttemptProgress, limit: int | None) -> list[bytes]:
+        """Every chunk to the end (or, past ``limit`` bytes, those so far)."""
+        out: list[bytes] = []
+        total = 0
+        while True:
+            data = await self.receive_body(progress)
+            if not data:
+                return out
+            out.append(data)
+            total += len(data)
+            if limit is not None and total > limit:
+                return out
+
+    def abandon(self) -> None:
+        """The rest of the body is not wanted: the stream is reset unless it ended."""
+        self._finish()
+
+    def _finish(self) -> None:
+        """The caller is done with the stream: the connection forgets it, resetting it
+        (H3_REQUEST_CANCELLED) unless the response ended cleanly."""
+        if not self.done:
+            self.done = True
+            clean = self._ended and self._failure is None and not self._chunks
+            self._owner.finish_stream(self, reset=not clean)
+
+
+def _drain(chunks: deque[bytes]) -> list[bytes]:
+    out = list(chunks)
+    chunks.clear()
+    return out
