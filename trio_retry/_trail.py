@@ -56,7 +56,7 @@ def attempt_table(attempts: Sequence[Attempt], *, wide: bool = True) -> str:
     first-byte and total times in milliseconds; without it only the total is shown.
     """
     head = ["#", "stage", "evidence", "status", "category"]
-    head += ["sent", "recv", "connect", "tls", "first", "total_ms"] if wide else ["ms"]
+    head += ["proto", "sent", "recv", "connect", "tls", "first", "total_ms"] if wide else ["ms"]
     head.append("decision")
     rows = [head]
     for a in attempts:
@@ -68,7 +68,7 @@ def attempt_table(attempts: Sequence[Attempt], *, wide: bool = True) -> str:
             str(a.category) if a.category is not None else "-",
         ]
         if wide:
-            row += [str(a.bytes_sent), str(a.bytes_received)]
+            row += [_protocol(a), str(a.bytes_sent), str(a.bytes_received)]
             row += [_ms(a, "connect"), _ms(a, "tls"), _ms(a, "first_byte")]
         row += [_ms(a, "total"), short_decision(a.decision)]
         rows.append(row)
@@ -77,6 +77,16 @@ def attempt_table(attempts: Sequence[Attempt], *, wide: bool = True) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def _protocol(attempt: Attempt) -> str:
+    """The protocol column: the version without ``HTTP/`` (``-`` before one was chosen), and
+    the fate of early data when the request went in it."""
+    version = attempt.http_version
+    shown = "-" if version is None else version.removeprefix("HTTP/")
+    if attempt.early_data is not None:
+        shown += f" early:{attempt.early_data}"
+    return shown
 
 
 def _numbers(attempts: Sequence[Attempt]) -> str:
@@ -150,6 +160,7 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
         "status": a.status,
         "category": str(a.category) if a.category is not None else None,
         "http_version": a.http_version,
+        "early_data": a.early_data,
         "connection_reused": a.connection_reused,
         "bytes_sent": a.bytes_sent,
         "bytes_received": a.bytes_received,

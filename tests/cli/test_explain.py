@@ -14,7 +14,7 @@ from trio_retry.testing import CloseAfterBody, FaultServer, Respond, refused_por
 
 from .support import cli
 
-HEADER = ["#", "stage", "evidence", "status", "category", "sent", "recv", "connect", "tls",
+HEADER = ["#", "stage", "evidence", "status", "category", "proto", "sent", "recv", "connect", "tls",
           "first", "total_ms", "decision"]  # fmt: skip
 
 
@@ -28,7 +28,8 @@ async def test_table_rows_and_words(nursery: trio.Nursery) -> None:
     assert lines[0].split() == HEADER
     first, second = (line.split() for line in lines[1:3])
     assert first[:5] == ["1", "AWAITING_RESPONSE", "SENT_NO_RESPONSE", "-", "CONNECTION_BROKEN"]
-    assert int(first[5]) > 0  # bytes sent
+    assert first[5] == "1.1"  # the protocol
+    assert int(first[6]) > 0  # bytes sent
     assert first[-3:] == ["retry", "in", first[-1]]
     assert second[:5] == ["2", "RESPONSE_BODY", "RESPONSE_RECEIVED", "201", "-"]  # streamed
     assert lines[3] == "HTTP/1.1 201"

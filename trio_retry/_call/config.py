@@ -154,6 +154,10 @@ class ClientConfig:
     #: ``http3_configured`` holds the origins whose ``Upstream(http3=True)`` asks for it.
     http3: bool = False
     http3_configured: frozenset[Origin] = frozenset()
+    #: ``default_upstream=Upstream(http3=True)``: every ``https://`` origin not listed in
+    #: ``upstreams`` (``http3_excluded``: those listed without it) goes over HTTP/3.
+    http3_everywhere: bool = False
+    http3_excluded: frozenset[Origin] = frozenset()
     #: ``Client(early_data=True)``: requests whose replay is harmless may go in HTTP/3 0-RTT.
     early_data: bool = False
 
@@ -349,7 +353,8 @@ def configure(
         stage_timeouts = StageTimeouts()
     assert isinstance(stage_timeouts, StageTimeouts)
     configured_h3 = frozenset(origin for origin, up in origins.items() if up.http3)
-    if checked_http3 or configured_h3:
+    default_h3 = isinstance(default_upstream, Upstream) and default_upstream.http3
+    if checked_http3 or configured_h3 or default_h3:
         # The extra is checked here, at construction, not at the first request (SPEC §16).
         from .._wire.http3.quic import require_aioquic
 
@@ -360,7 +365,7 @@ def configure(
                 f"{'transport=' if transport is not None else 'uds='}: HTTP/3 opens its own "
                 "UDP sockets"
             )
-    if checked_early and not (checked_http3 or configured_h3):
+    if checked_early and not (checked_http3 or configured_h3 or default_h3):
         raise ValueError(
             "early_data=True needs HTTP/3 (http3=True or Upstream(http3=True)): early data is "
             "QUIC's 0-RTT"
@@ -407,6 +412,8 @@ def configure(
         http2_fast_path=fast_path2,
         http3=checked_http3,
         http3_configured=configured_h3,
+        http3_everywhere=default_h3,
+        http3_excluded=frozenset(origin for origin, up in origins.items() if not up.http3),
         early_data=checked_early,
     )
 

@@ -84,11 +84,16 @@ class Connector:
         #: Which origins go over HTTP/3 (``h3route.py``); ``None`` for a client without it.
         self.quic_routes: QuicRoutes | None = None
         self._tickets: TicketStore | None = None
-        if config.http3 or config.http3_configured:
+        if config.http3 or config.http3_configured or config.http3_everywhere:
             from .._wire.http3.quic import TicketStore
             from .h3route import QuicRoutes
 
-            self.quic_routes = QuicRoutes(discover=config.http3, configured=config.http3_configured)
+            self.quic_routes = QuicRoutes(
+                discover=config.http3,
+                configured=config.http3_configured,
+                everywhere=config.http3_everywhere,
+                excluded=config.http3_excluded,
+            )
             self._tickets = TicketStore()
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered

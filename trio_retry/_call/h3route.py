@@ -3,7 +3,8 @@
 One job: the routing decision of SPEC §16, kept per origin, synchronous and clock-driven
 (the run's clock: ``trio.current_time()``, so it is exact under ``MockClock``).
 
-- An ``https://`` origin goes over HTTP/3 when its upstream says so (``Upstream(http3=True)``),
+- An ``https://`` origin goes over HTTP/3 when its upstream says so (``Upstream(http3=True)``,
+  in ``upstreams`` or as the ``default_upstream`` of every origin not listed there),
   or, with ``Client(http3=True)``, once it advertised ``Alt-Svc: h3=":PORT"`` on a response
   (remembered for its ``ma``, 24 hours by default, RFC 7838 §3; ``Alt-Svc: clear`` forgets it).
   Only alternatives on the origin's own host are taken: another host would have to prove its
@@ -85,21 +86,33 @@ class _Broken:
 class QuicRoutes:
     """The HTTP/3 routes of one client; see the module docstring."""
 
-    __slots__ = ("_broken", "_routes", "discover")
+    __slots__ = ("_broken", "_everywhere", "_excluded", "_routes", "discover")
 
-    def __init__(self, *, discover: bool, configured: Iterable[Origin] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        discover: bool,
+        configured: Iterable[Origin] = (),
+        everywhere: bool = False,
+        excluded: Iterable[Origin] = (),
+    ) -> None:
         #: Learn routes from ``Alt-Svc`` (``Client(http3=True)``).
         self.discover = discover
         self._routes: dict[Origin, _Route] = {
             origin: _Route(origin.port, float("inf")) for origin in configured if origin.tls
         }
         self._broken: dict[Origin, _Broken] = {}
+        #: ``default_upstream=Upstream(http3=True)``: every ``https://`` origin but these.
+        self._everywhere = everywhere
+        self._excluded = frozenset(excluded)
 
     def port_for(self, origin: Origin) -> int | None:
         """The UDP port to reach ``origin`` on, if it goes over HTTP/3 now, else ``None``."""
         route = self._routes.get(origin)
         if route is None:
-            return None
+            if not (self._everywhere and origin.tls and origin not in self._excluded):
+                return None
+            route = self._routes[origin] = _Route(origin.port, float("inf"))
         now = trio.current_time()
         if route.expires <= now:
             del self._routes[origin]

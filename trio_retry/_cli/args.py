@@ -52,6 +52,7 @@ class Options:
     attempts: int = 3
     http2: bool = False
     http2_prior_knowledge: bool = False
+    http3: bool = False
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None
@@ -256,6 +257,11 @@ def _add_request_options(cmd: argparse.ArgumentParser) -> None:
     add("--http2", action="store_true", help="offer HTTP/2 by ALPN on https:// URLs")
     add("--http2-prior-knowledge", action="store_true", help="HTTP/2 over cleartext (h2c)")
     add(
+        "--http3",
+        action="store_true",
+        help="HTTP/3 (QUIC) on https:// URLs, over TCP if QUIC fails (extra http3)",
+    )
+    add(
         "--compressed",
         action="store_true",
         help="accepted for curl compatibility: gzip and deflate are always asked for and decoded",
@@ -377,6 +383,7 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         attempts=args.attempts,
         http2=args.http2,
         http2_prior_knowledge=args.http2_prior_knowledge,
+        http3=args.http3,
         cacert=args.cacert,
         cert=args.cert,
         key=args.key,

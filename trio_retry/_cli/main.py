@@ -40,6 +40,7 @@ from .. import (
     StageTimeouts,
     TooManyRedirects,
     TrioRetryError,
+    Upstream,
 )
 from .._call.config import DEFAULT_STAGE_TIMEOUTS
 from .._core.replay import Body
@@ -382,6 +383,8 @@ def _client(opts: Options, prepared: _Prepared) -> Client:
             ssl_context=prepared.ssl_context,
             http2=opts.http2,
             http2_prior_knowledge=opts.http2_prior_knowledge,
+            # --http3: every https:// origin over HTTP/3 (as curl --http3), TCP if QUIC fails.
+            default_upstream=Upstream(http3=True) if opts.http3 else None,
             auth=prepared.auth,
             follow_redirects=opts.location,
             max_redirects=opts.max_redirs,
@@ -390,6 +393,8 @@ def _client(opts: Options, prepared: _Prepared) -> Client:
             # Client()'s bounds (nothing waits forever), with --connect-timeout if given.
             stage_timeouts=_timeouts(opts),
         )
+    except ImportError as exc:  # --http3 without the extra that provides QUIC
+        raise _usage(opts, "--http3", str(exc)) from None
     except (InvalidRequest, ValueError) as exc:
         # The only option Client() can refuse here is the proxy URL; shown without userinfo.
         raise _usage(opts, "--proxy", str(exc)) from None

@@ -6,7 +6,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 
 - ``progress.py``     the attempt's progress (its stage and counts) and ``WireError``
 - ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes)
-- ``exchange.py``     the contract HTTP/1.1 and HTTP/2 share: the wire request and response,
+- ``exchange.py``     the contract HTTP/1.1, HTTP/2 and HTTP/3 share: the wire request and response,
                       body framing, Trio's errors as ``WireError``
 - ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
@@ -19,6 +19,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``http11_rules.py`` h11's bytes for a request, what the connection refuses, and its words
 - ``fast11.py``       the strict HTTP/1.1 fast path, differential-tested against h11
 - ``http2/``          HTTP/2 over h2 (its ``__init__`` is its own map)
+- ``http3/``          HTTP/3 over aioquic's QUIC, one Trio task per connection (extra ``http3``)
 - ``pool.py``         the connection pool: acquire and release, openings (async)
 - ``pool_book.py``    the pool's rules, applied synchronously (``PoolBook``)
 - ``pool_ledger.py``  the pool's counts and orders, and the connection contracts

@@ -152,6 +152,7 @@ class HTTP3Connection:
         from aioquic.h3.connection import H3Connection
 
         progress.http_version = HTTP_VERSION
+        started = trio.current_time()
         progress.advance(Stage.DNS)
         with Bound(clock, "connect", connect_timeout, progress=progress):
             try:
@@ -172,6 +173,7 @@ class HTTP3Connection:
                 raise WireError.at(
                     progress, FailureCategory.CONNECT, f"UDP connect to {host}:{port}: {exc}"
                 ) from None
+        progress.timings["connect"] = trio.current_time() - started
         conn = cls(
             sock,
             quic,
@@ -195,11 +197,13 @@ class HTTP3Connection:
         conn.early_possible = early
         if early:
             return conn
+        started = trio.current_time()
         try:
             await conn.wait_handshake(progress, handshake_timeout)
         except BaseException:
             conn.close()
             raise
+        progress.timings["tls"] = trio.current_time() - started
         return conn
 
     async def wait_handshake(self, progress: AttemptProgress, limit: float | None) -> None:
@@ -330,12 +334,13 @@ class HTTP3Connection:
             self._h3.send_headers(
                 stream_id, headers, end_stream=isinstance(body, bytes) and not body
             )
+            progress.bytes_sent = self._handed(stream_id)
             self._kick()
             if isinstance(body, bytes):
                 if body:
                     progress.advance(Stage.REQUEST_BODY)
                     self._h3.send_data(stream_id, body, end_stream=True)
-                    progress.bytes_sent += len(body)
+                    progress.bytes_sent = self._handed(stream_id)
                     self._kick()
             else:
                 await self._stream_body(stream, body, progress)
@@ -378,7 +383,7 @@ class HTTP3Connection:
                     continue
                 progress.advance(Stage.REQUEST_BODY)
                 self._h3.send_data(stream_id, bytes(chunk), end_stream=False)
-                progress.bytes_sent += len(chunk)
+                progress.bytes_sent = self._handed(stream_id)
                 self._kick()
                 while self._unacknowledged(stream_id) > SEND_HIGH_WATER:
                     if stream.failed:
@@ -389,19 +394,29 @@ class HTTP3Connection:
         self._h3.send_data(stream_id, b"", end_stream=True)
         self._kick()
 
-    def _unacknowledged(self, stream_id: int) -> int:
-        """Bytes of ``stream_id`` handed to QUIC and not yet acknowledged by the server.
+    def _offsets(self, stream_id: int) -> tuple[int, int]:
+        """``(acknowledged, handed)``: the offsets in ``stream_id`` up to which the server
+        acknowledged what QUIC sent, and up to which we handed bytes (HTTP/3 frames) to QUIC.
 
-        Read from aioquic's stream sender (``_buffer_start``/``_buffer_stop``, the offsets of
-        the unacknowledged buffer): aioquic has no public measure of it. A change there shows
-        as 0 (no waiting), never as a hang."""
+        Read from aioquic's stream sender (``_buffer_start``/``_buffer_stop``, the bounds of
+        its unacknowledged buffer): aioquic has no public measure of either. A change there
+        shows as ``(0, 0)``: no waiting and no byte count, never a hang."""
         stream = getattr(self._quic, "_streams", {}).get(stream_id)
         sender = getattr(stream, "sender", None)
         start = getattr(sender, "_buffer_start", None)
         stop = getattr(sender, "_buffer_stop", None)
         if isinstance(start, int) and isinstance(stop, int):
-            return stop - start
-        return 0
+            return start, stop
+        return 0, 0
+
+    def _unacknowledged(self, stream_id: int) -> int:
+        """Bytes of ``stream_id`` handed to QUIC and not yet acknowledged by the server."""
+        acknowledged, handed = self._offsets(stream_id)
+        return handed - acknowledged
+
+    def _handed(self, stream_id: int) -> int:
+        """Bytes of ``stream_id`` handed to QUIC so far (``Attempt.bytes_sent``)."""
+        return self._offsets(stream_id)[1]
 
     def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
         """The caller is done with ``stream``: forget it, resetting it first if ``reset``."""

@@ -87,6 +87,8 @@ class H3Stream:
     def head(self, response: WireResponse, ended: bool) -> None:
         """The final response head arrived (``ended``: with no body)."""
         if self.response is None and self._failure is None:
+            progress = self.progress
+            progress.timings["first_byte"] = trio.current_time() - progress.started
             self.response = response
             self._ended = ended
             self._wake()

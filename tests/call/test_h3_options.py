@@ -1,0 +1,88 @@
+"""The HTTP/3 options are checked at construction (SPEC §16): types, combinations, the extra."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+
+import pytest
+import trustme
+
+from trio_retry import Client, InsecureTLSWarning, Upstream
+from trio_retry._wire.http3.quic import TrustSource, quic_configuration
+
+
+def test_wrong_types_name_the_option() -> None:
+    with pytest.raises(TypeError, match="http3"):
+        Client(http3="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="early_data"):
+        Client(http3=True, early_data=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Upstream\.http3"):
+        Upstream(http3="on")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Upstream\.early_data"):
+        Upstream(early_data=None)  # type: ignore[arg-type]
+
+
+def test_early_data_needs_http3() -> None:
+    with pytest.raises(ValueError, match="early_data=True needs HTTP/3"):
+        Client(early_data=True)
+    Client(early_data=True, upstreams={"https://a.example": Upstream(http3=True)})
+    Client(http3=True, early_data=True)
+
+
+def test_http3_cannot_go_through_a_transport_or_a_unix_socket() -> None:
+    with pytest.raises(ValueError, match="uds="):
+        Client(http3=True, uds="/tmp/nothing.sock")
+
+
+def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "aioquic", None)
+    monkeypatch.setitem(sys.modules, "aioquic.quic.connection", None)
+    with pytest.raises(ImportError, match=r"trio_retry\[http3\]"):
+        Client(http3=True)
+    with pytest.raises(ImportError, match=r"trio_retry\[http3\]"):
+        Client(upstreams={"https://a.example": Upstream(http3=True)})
+    Client()  # a client without HTTP/3 never needs it
+
+
+def test_quic_trusts_what_the_clients_context_trusts() -> None:
+    ca = trustme.CA()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    config = quic_configuration(
+        TrustSource(context, verify=context, owns_context=False), "localhost", None, 65536
+    )
+    assert config.verify_mode == ssl.CERT_REQUIRED
+    assert config.server_name == "localhost"
+    assert config.cadata is not None
+    assert ca.cert_pem.bytes().strip() in config.cadata
+    assert config.alpn_protocols == ["h3"]
+
+
+def test_quic_does_not_verify_when_the_client_does_not() -> None:
+    with pytest.warns(InsecureTLSWarning):
+        client = Client(verify=False)
+    config = client._config
+    quic = quic_configuration(
+        TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context),
+        "localhost",
+        None,
+        65536,
+    )
+    assert quic.verify_mode == ssl.CERT_NONE
+
+
+def test_a_ca_bundle_path_is_handed_to_quic(tmp_path: object) -> None:
+    ca = trustme.CA()
+    path = f"{tmp_path}/ca.pem"
+    ca.cert_pem.write_to_path(path)
+    client = Client(verify=path)
+    config = client._config
+    quic = quic_configuration(
+        TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context),
+        "h.example",
+        None,
+        65536,
+    )
+    assert quic.cafile == path
+    assert quic.cadata is None

@@ -1,0 +1,102 @@
+"""The GOAWAY reader of the server's HTTP/3 control stream (``_wire/http3/control.py``)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_retry._wire.http3.control import ControlReader
+
+CONTROL = 3  # the first server-initiated unidirectional stream
+
+
+def varint(value: int) -> bytes:
+    """RFC 9000 §16's encoding, in the shortest form."""
+    if value < 1 << 6:
+        return bytes([value])
+    if value < 1 << 14:
+        return (value | 0x4000).to_bytes(2, "big")
+    if value < 1 << 30:
+        return (value | 0x8000_0000).to_bytes(4, "big")
+    return (value | 0xC000_0000_0000_0000).to_bytes(8, "big")
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return varint(kind) + varint(len(payload)) + payload
+
+
+SETTINGS = frame(0x04, varint(0x01) + varint(0) + varint(0x07) + varint(0))
+
+
+def goaway(stream_id: int) -> bytes:
+    return frame(0x07, varint(stream_id))
+
+
+def test_goaway_found_after_settings() -> None:
+    reader = ControlReader()
+    assert reader.feed(CONTROL, varint(0x00) + SETTINGS) is None
+    assert reader.goaway is None
+    assert reader.feed(CONTROL, goaway(8)) == 8
+    assert reader.goaway == 8
+
+
+def test_the_smallest_goaway_is_kept() -> None:
+    """A server may only lower the id (RFC 9114 §5.2); the reader keeps the smallest seen."""
+    reader = ControlReader()
+    reader.feed(CONTROL, varint(0x00) + goaway(400) + goaway(16))
+    assert reader.goaway == 16
+    reader.feed(CONTROL, goaway(400))
+    assert reader.goaway == 16
+
+
+def test_other_streams_are_not_read() -> None:
+    reader = ControlReader()
+    # a QPACK encoder stream (type 0x02) carrying bytes that look like a GOAWAY frame
+    assert reader.feed(7, varint(0x02) + goaway(4)) is None
+    # a bidirectional request stream
+    assert reader.feed(0, varint(0x00) + goaway(4)) is None
+    assert reader.goaway is None
+    # the control stream is still recognised afterwards
+    assert reader.feed(11, varint(0x00) + goaway(4)) == 4
+
+
+def test_a_long_unknown_frame_is_skipped_without_being_kept() -> None:
+    reader = ControlReader()
+    reserved = 0x21  # a reserved frame type (0x1f * N + 0x21): ignored by its length
+    body = b"x" * 5000
+    head = varint(0x00) + varint(reserved) + varint(len(body))
+    reader.feed(CONTROL, head + body[:100])
+    assert len(reader._buffer) <= 64  # not buffered in full
+    reader.feed(CONTROL, body[100:3000])
+    reader.feed(CONTROL, body[3000:] + goaway(12))
+    assert reader.goaway == 12
+
+
+@given(
+    ids=st.lists(st.integers(min_value=0, max_value=2**40).map(lambda n: n * 4), max_size=4),
+    padding=st.integers(min_value=0, max_value=300),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+def test_any_split_of_the_stream_gives_the_same_goaway(
+    ids: list[int], padding: int, cuts: list[int]
+) -> None:
+    """However the stream's bytes are cut into events, the GOAWAY found is the smallest id."""
+    data = varint(0x00) + SETTINGS + frame(0x21, b"p" * padding)
+    for stream_id in ids:
+        data += goaway(stream_id)
+    reader = ControlReader()
+    at = 0
+    # the stream type byte arrives whole with the first event (see ControlReader.feed)
+    for cut in sorted({c for c in cuts if 1 <= c < len(data)}):
+        reader.feed(CONTROL, data[at:cut])
+        at = cut
+    reader.feed(CONTROL, data[at:])
+    assert reader.goaway == (min(ids) if ids else None)
+
+
+@pytest.mark.parametrize("value", [0, 63, 64, 16383, 16384, 2**30 - 1, 2**30, 2**62 - 1])
+def test_every_varint_length_is_read(value: int) -> None:
+    reader = ControlReader()
+    reader.feed(CONTROL, varint(0x00) + goaway(value))
+    assert reader.goaway == value
