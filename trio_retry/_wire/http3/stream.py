@@ -64,6 +64,7 @@ class H3Stream:
         "done",
         "progress",
         "response",
+        "send_stopped",
         "stream_id",
     )
 
@@ -78,6 +79,8 @@ class H3Stream:
         self.response: WireResponse | None = None
         #: The caller is finished with the stream (body read, abandoned, or failed).
         self.done = False
+        #: The server asked us to stop sending (STOP_SENDING): the rest of the body is dropped.
+        self.send_stopped = False
 
     # --- the driver's side ------------------------------------------------------------------
 
