@@ -1,0 +1,56 @@
+"""The HTTP/3 benchmark must not rot: a seconds-long run of ``python -m benchmarks.http3``.
+
+It starts caddy (skipped when caddy is not installed), runs every case over HTTP/2 and HTTP/3
+with a few requests and a 1 MB file, and checks the document: each case was measured over both
+protocols (each child checked every response's status, size and protocol, and fails
+otherwise). Speed is never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.caddy import find_caddy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_http3_benchmark_smoke(tmp_path: Path) -> None:
+    if find_caddy() is None:
+        pytest.skip("caddy is not installed (apt-get install caddy)")
+    pytest.importorskip("aioquic", reason="needs the http3 extra")
+    out = tmp_path / "h3.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.http3",
+            "--requests",
+            "40",
+            "--size-mb",
+            "1",
+            "--timeout",
+            "60",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    document = json.loads(out.read_text())
+    assert document["caddy"].startswith("2.")  # the version caddy printed
+    cases = {row["case"]: row for row in document["rows"]}
+    assert set(cases) == {"sequential", "concurrent", "download"}
+    for row in cases.values():
+        for key in ("h2_rate", "h3_rate", "h2_cpu", "h3_cpu"):
+            assert row[key] > 0, (row["case"], key)
+    assert "HTTP/3" in proc.stdout
