@@ -57,6 +57,12 @@ HANDSHAKE_FALLBACK = 3.0
 #: The largest datagram read (QUIC's are at most 1500 bytes on an Ethernet path; 64 KiB covers
 #: loopback and GSO-coalesced ones).
 _DATAGRAM = 65536
+#: An idle connection (nothing received for this long, no stream open) is checked with a QUIC
+#: PING before a request goes on it; an answer must come within PING_TIMEOUT, else the request
+#: goes on a new connection, uncounted (as over HTTP/2: a server that silently dropped the
+#: connection would otherwise cost the request a first-byte timeout and its evidence).
+PING_AFTER_IDLE = 2.0
+PING_TIMEOUT = 1.0
 #: Datagrams taken from the socket per round of the driver, at most.
 _BATCH = 64
 #: Streams lent at once when the server's limit is not known yet (before the handshake).
@@ -117,6 +123,9 @@ class HTTP3Connection:
         self._wait_scope: trio.CancelScope | None = None
         self._progressed = trio.Event()  # set by the driver after each round; renewed
         self._max_streams = _DEFAULT_STREAMS
+        self._last_received = trio.current_time()
+        self._pings_sent = 0
+        self._pings_answered = 0
         self._sent_early: dict[int, AttemptProgress] = {}
         #: Called once if the handshake fails (the connector stops trying HTTP/3 there).
         self.on_handshake_failed: Callable[[str], None] | None = None
@@ -309,6 +318,12 @@ class HTTP3Connection:
         from ..http2.headers import request_headers
 
         progress.http_version = HTTP_VERSION
+        if (
+            self.state is H3State.OPEN
+            and not self.streams
+            and trio.current_time() - self._last_received >= PING_AFTER_IDLE
+        ):
+            await self._health_check(progress)
         if self.state is H3State.HANDSHAKING and not (self.early_possible and progress.early_ok):
             clock = self.clock
             await self.wait_handshake(progress, None if clock is None else clock.limits.tls)
@@ -362,6 +377,34 @@ class HTTP3Connection:
         except BaseException:
             stream.abandon()
             raise
+
+    async def _health_check(self, progress: AttemptProgress) -> None:
+        """PING the idle connection; close it if no answer comes within
+        :data:`PING_TIMEOUT` (the request was not sent: ``NOT_SENT``, ``reconnect``).
+        Concurrent callers share one PING."""
+        if self._pings_sent == self._pings_answered:
+            self._pings_sent += 1
+            self._quic.send_ping(self._pings_sent)
+            self._kick()
+        wanted = self._pings_sent
+        bound = Bound(None, "ping", PING_TIMEOUT, progress=progress)
+        try:
+            with bound:
+                while self._pings_answered < wanted and self.state is not H3State.CLOSED:
+                    await self._progressed.wait()
+        except WireError:
+            if not bound.expired:
+                raise
+        if self._pings_answered >= wanted:
+            return
+        self.close()
+        raise WireError.at(
+            progress,
+            FailureCategory.CONNECTION_BROKEN,
+            f"the idle HTTP/3 connection did not answer a PING within {PING_TIMEOUT}s; "
+            "nothing of the request was sent",
+            reconnect=True,
+        )
 
     async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than
@@ -503,6 +546,7 @@ class HTTP3Connection:
                         self._lost(exc)
                         break
                     quic.receive_datagram(data, address, now=now)
+                    self._last_received = now
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 self._process()
@@ -541,6 +585,7 @@ class HTTP3Connection:
         from aioquic.quic.events import (
             ConnectionTerminated,
             HandshakeCompleted,
+            PingAcknowledged,
             StopSendingReceived,
             StreamDataReceived,
             StreamReset,
@@ -559,6 +604,8 @@ class HTTP3Connection:
                     self._goaway(goaway)
             elif isinstance(event, StreamReset):
                 self._reset(event.stream_id, event.error_code)
+            elif isinstance(event, PingAcknowledged):
+                self._pings_answered = max(self._pings_answered, event.uid)
             elif isinstance(event, StopSendingReceived):
                 stopped = self.streams.get(event.stream_id)
                 if stopped is not None:
