@@ -43,6 +43,7 @@ from trio_retry import (
     RequestFailed,
     Response,
 )
+from trio_retry._call.failures import call_evidence
 from trio_retry._core.engine import MAX_RECONNECTS as RECONNECT_TRIES
 from trio_retry.testing import Action, GoAway, RecordedRequest, Respond, Stall
 
@@ -228,8 +229,9 @@ def check_call(
         if kind is Kind.FAILED:
             error = outcome.error
             assert isinstance(error, RequestFailed)
-            if attempts and error.evidence is not attempts[-1].evidence:
-                broken.append("(3) RequestFailed.evidence is not the last attempt's evidence")
+            if attempts and error.evidence is not call_evidence(attempts):
+                # The call's evidence: NOT_SENT only when no attempt reached the server.
+                broken.append("(3) RequestFailed.evidence is not the call's evidence")
         # Consistency of the trail itself.
         if [a.number for a in attempts] != list(range(1, len(attempts) + 1)):
             broken.append(f"attempt numbers {[a.number for a in attempts]} are not 1..n")

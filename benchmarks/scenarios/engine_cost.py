@@ -162,6 +162,7 @@ class _Micro:
             error=None,
             status=status,
             http_version=progress.http_version,
+            early_data=progress.early_data,
             connection_reused=progress.connection_reused,
             bytes_sent=progress.bytes_sent,
             bytes_received=progress.bytes_received,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, is_ambiguous
 from .._core.errors import RejectReason
-from .._core.evidence import FailureCategory
+from .._core.evidence import Evidence, FailureCategory
 from .._errors import (
     AdmissionRejected,
     ConnectFailed,
@@ -53,6 +53,8 @@ FAILURE_TYPES: dict[FailureCategory, type[RequestFailed]] = {
 
 CLOSED_IN_FLIGHT = "the client was closed while the request was in flight"
 
+_NOT_SENT = Evidence.NOT_SENT
+
 AMBIGUOUS_ADVICE = (
     "It was not retried: reconcile with the upstream (look the operation up), or replay it "
     "with the same Idempotency-Key if the server deduplicates on it."
@@ -79,15 +81,33 @@ def ambiguous_status(
     )
 
 
+def call_evidence(attempts: Sequence[Attempt]) -> Evidence:
+    """What the trail proves about the call: the last attempt's evidence, unless it is
+    ``NOT_SENT`` while an earlier attempt was not: then that latest earlier attempt's.
+
+    The obvious way, the last attempt's evidence alone, told a caller ``NOT_SENT`` ("the server
+    never received it") after a first attempt whose response was lost and a retry that could
+    not connect; the exactly-once lab (issue #31) found a keyed payment reported so although the
+    server had executed it."""
+    for attempt in reversed(attempts):
+        if attempt.evidence is not _NOT_SENT:
+            return attempt.evidence
+    return _NOT_SENT
+
+
 def failure(
     request: PreparedRequest,
     attempts: Sequence[Attempt],
     error: BaseException,
     decision: Decision | None,
 ) -> Exception:
-    """The exception a call ending on ``error`` raises (its ``__cause__`` set)."""
+    """The exception a call ending on ``error`` raises (its ``__cause__`` set).
+
+    Its ``.evidence`` is the call's (:func:`call_evidence`): ``NOT_SENT`` only when no attempt
+    reached the server, so a retry that could not connect never hides an earlier attempt
+    that may have run."""
     last = attempts[-1]
-    evidence = last.evidence
+    evidence = call_evidence(attempts)
     if isinstance(decision, AmbiguousFailure) or is_ambiguous(evidence, request.idempotency):
         exc: Exception = HttpAmbiguousExecutionError(
             f"{request.method} {request.url}: the server may have executed this request "

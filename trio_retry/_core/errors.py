@@ -35,8 +35,9 @@ class TrioRetryError(Exception):
 class RequestFailed(TrioRetryError):
     """The call ended without a usable response, and the outcome is *not* in doubt.
 
-    Raised when the loop stops on a failure that is not ambiguous; ``.evidence`` says which:
-    ``NOT_SENT`` (the server never received it), ``SENT_NO_RESPONSE`` only for a safely
+    Raised when the loop stops on a failure that is not ambiguous; ``.evidence`` (the call's:
+    the last attempt's, unless that one is ``NOT_SENT`` and an earlier one is not) says which:
+    ``NOT_SENT`` (no attempt reached the server), ``SENT_NO_RESPONSE`` only for a safely
     idempotent operation (repeating it is harmless), or ``PARTIAL_RESPONSE`` (the server
     executed it and answered, but the response broke: the side effect happened). A
     non-idempotent request that may have run is never a ``RequestFailed``: that is
