@@ -34,6 +34,7 @@ __all__ = [
     "EndlessBody",
     "GoAway",
     "H2_ONLY",
+    "H3_TOO",
     "Handler",
     "HeaderPairs",
     "HeadersInput",
@@ -464,6 +465,8 @@ _ACTION_TYPES = (
 _RESOLVED_TYPES = _ACTION_TYPES[:-1]
 #: Actions only an HTTP/2 stream can carry out (a `ScriptError` on an HTTP/1.1 request).
 H2_ONLY: tuple[type, ...] = (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)
+#: Those of `H2_ONLY` an HTTP/3 stream carries out too.
+H3_TOO: tuple[type, ...] = (RefuseStream, GoAway)
 _AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamFrames)
 
 
@@ -511,6 +514,9 @@ class RecordedRequest:
     above a GOAWAY's last stream id, that `GoAway`; for a `Handler`, the action it returned,
     once it has returned). `params` holds the path parameters of the route pattern that
     matched (``{"id": "7"}`` for ``/users/{id}``), percent-decoded; empty otherwise.
+    `http_version` is ``"HTTP/1.1"`` (or ``"HTTP/1.0"``), ``"HTTP/2"`` or ``"HTTP/3"``.
+    `early_data` is True when the request's head arrived in QUIC 0-RTT early data, before the
+    handshake completed (HTTP/3 only; always False otherwise).
     """
 
     method: str
@@ -524,6 +530,7 @@ class RecordedRequest:
     executed: bool
     action: Action
     params: Mapping[str, str] = field(default_factory=lambda: _NO_PARAMS, hash=False)
+    early_data: bool = False
 
     @property
     def query(self) -> dict[str, str]:
