@@ -35,6 +35,7 @@ from aioquic.quic import events as quic_events
 from aioquic.quic.connection import NetworkAddress, QuicConnection
 
 from ._common import Recorder, Slot, Timeouts
+from ._h3_actions import H3Stream, check_h3, close_code, goaway_id_for, h2_only
 from ._script import (
     Action,
     AfterBody,
@@ -45,20 +46,17 @@ from ._script import (
     GoAway,
     Handler,
     PartialBody,
-    Raw,
     RefuseStream,
     Respond,
-    ScriptError,
     ShutWindow,
     Stall,
     StopReading,
-    StreamFrames,
     body_allowed,
     h2_response_headers,
     paced_chunks,
 )
 
-__all__ = ["H3ServerConnection", "goaway_id_for"]
+__all__ = ["H3ServerConnection"]
 
 Send: TypeAlias = Callable[[bytes, NetworkAddress], Awaitable[None]]
 CidCallback: TypeAlias = Callable[[bytes], None]
@@ -69,32 +67,6 @@ _INBOX = 512
 # waits: the backpressure of a body (aioquic buffers whatever it is given).
 _UNACKED_LIMIT = 256 * 1024
 _KICK = None
-
-
-def goaway_id_for(last_stream_id: int) -> int:
-    """The HTTP/3 GOAWAY id that lets requests at or below `last_stream_id` carry on: the first
-    client-initiated bidirectional stream id above it (RFC 9114 §5.2: requests with an id at
-    or above the GOAWAY's were not processed)."""
-    return (last_stream_id // 4 + 1) * 4
-
-
-class _Stream:
-    """A request stream whose action runs in a task."""
-
-    def __init__(self, stream_id: int, slot: Slot, expect_100: bool) -> None:
-        self.stream_id = stream_id
-        self.slot = slot
-        self.expect_100 = expect_100
-        self.sent_100 = False
-        self.scope = trio.CancelScope()
-        self.body_done = trio.Event()
-        self.body_scope: trio.CancelScope | None = None
-        self.abandoned = False
-
-    def abandon(self) -> None:
-        """Stop serving the stream (reset by the client, or at or above a GOAWAY)."""
-        self.abandoned = True
-        self.scope.cancel()
 
 
 class H3ServerConnection:
@@ -129,7 +101,7 @@ class H3ServerConnection:
         self._terminated = False
         self._closing = False
         self._progress = trio.Event()  # set (and replaced) after each batch of QUIC input
-        self._streams: dict[int, _Stream] = {}  # streams whose action task is running
+        self._streams: dict[int, H3Stream] = {}  # streams whose action task is running
         self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
         self._highest = -1
         self._goaway_id: int | None = None
@@ -363,10 +335,10 @@ class H3ServerConnection:
             return
         then = action.then if isinstance(action, GoAway) else action
         if isinstance(then, (StopReading, ShutWindow)):
-            raise _h2_only(then, method, path)
-        _check_h3(then, method, path)
+            raise h2_only(then, method, path)
+        check_h3(then, method, path)
         expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
-        stream = _Stream(stream_id, slot, expect_100)
+        stream = H3Stream(stream_id, slot, expect_100)
         # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
         # (when below its id) or abandons it.
         self._streams[stream_id] = stream
@@ -378,16 +350,12 @@ class H3ServerConnection:
         self._streams_changed()
 
     def _close_for(self, reset: bool) -> None:
-        """A script's connection drop: CONNECTION_CLOSE with H3_NO_ERROR, or H3_INTERNAL_ERROR
-        for ``reset=True`` (QUIC has no FIN/RST distinction; the code carries it)."""
-        if reset:
-            self._close(ErrorCode.H3_INTERNAL_ERROR, "reset by script")
-        else:
-            self._close(ErrorCode.H3_NO_ERROR, "closed by script")
+        """A script's connection drop (see `close_code`)."""
+        self._close(close_code(reset), "reset by script" if reset else "closed by script")
 
     def _refuse(self, stream_id: int) -> None:
-        """RFC 9114 §4.1.1: reset the request stream (and stop its upload) with
-        H3_REQUEST_REJECTED, the proof that nothing of it was processed."""
+        """`RefuseStream` (RFC 9114 §4.1.1): reset the request stream, and stop its upload,
+        with H3_REQUEST_REJECTED."""
         self._quic.stop_stream(stream_id, ErrorCode.H3_REQUEST_REJECTED)
         self._quic.reset_stream(stream_id, ErrorCode.H3_REQUEST_REJECTED)
         self._kick()
@@ -395,7 +363,7 @@ class H3ServerConnection:
     # -- one stream -----------------------------------------------------------------------------
 
     async def _serve_stream(
-        self, stream: _Stream, action: AfterBody | Handler, method: str
+        self, stream: H3Stream, action: AfterBody | Handler, method: str
     ) -> None:
         try:
             with stream.scope:
@@ -429,7 +397,7 @@ class H3ServerConnection:
             self._quic.reset_stream(stream_id, error_code)
             self._kick()
 
-    async def _wait_body(self, stream: _Stream) -> bool:
+    async def _wait_body(self, stream: H3Stream) -> bool:
         """Wait for the end of the request body; False if it stalled for the read timeout."""
         if stream.expect_100 and not stream.body_done.is_set():
             self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
@@ -484,7 +452,7 @@ class H3ServerConnection:
             self._h3.send_data(stream_id, b"", end_stream=True)
             self._kick()
 
-    async def _after_body(self, stream: _Stream, action: AfterBody, method: str) -> None:
+    async def _after_body(self, stream: H3Stream, action: AfterBody, method: str) -> None:
         stream_id = stream.stream_id
         if isinstance(action, Stall):
             await trio.sleep(action.seconds)
@@ -508,7 +476,7 @@ class H3ServerConnection:
         elif isinstance(action, Respond):
             await self._respond(stream, action, method)
         else:
-            _check_h3(action, method, stream.slot.path)
+            check_h3(action, method, stream.slot.path)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
         has_body = body_allowed(action.status, method)
@@ -533,7 +501,7 @@ class H3ServerConnection:
                     await trio.lowlevel.checkpoint()
         self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
 
-    async def _respond(self, stream: _Stream, action: Respond, method: str) -> None:
+    async def _respond(self, stream: H3Stream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id
         if action.delay:
             await trio.sleep(action.delay)
@@ -556,7 +524,7 @@ class H3ServerConnection:
 
     # -- handlers (testkit) -------------------------------------------------------------------
 
-    async def _handled(self, stream: _Stream, handler: Handler) -> AfterBody | None:
+    async def _handled(self, stream: H3Stream, handler: Handler) -> AfterBody | None:
         """Ask `handler` (the body has arrived) and apply what acts at once; return what is
         left to do after the body, or None when the stream is done with (as `_h2.py` does)."""
         action = await self._recorder.resolve(stream.slot, handler)
@@ -573,27 +541,6 @@ class H3ServerConnection:
             self._send_goaway(goaway_id_for(last), action)
             return None if stream.abandoned else action.then
         if isinstance(action, (StopReading, ShutWindow)):
-            raise _h2_only(action, stream.slot.method, stream.slot.path)
-        _check_h3(action, stream.slot.method, stream.slot.path)
+            raise h2_only(action, stream.slot.method, stream.slot.path)
+        check_h3(action, stream.slot.method, stream.slot.path)
         return action
-
-
-def _check_h3(action: object, method: str, path: str) -> None:
-    """`ScriptError` for the actions HTTP/3 cannot carry out: `Raw` (QUIC packets are
-    encrypted and authenticated: there is no byte stream to write garbage into) and the
-    HTTP/2 frame-level faults."""
-    if isinstance(action, Raw):
-        raise ScriptError(
-            f"Raw has no meaning on HTTP/3 (QUIC carries no raw byte stream), but {method} "
-            f"{path} arrived over HTTP/3"
-        )
-    if isinstance(action, (StopReading, ShutWindow, StreamFrames)):
-        raise _h2_only(action, method, path)
-    if isinstance(action, (Stall, GoAway)):
-        _check_h3(action.then, method, path)
-
-
-def _h2_only(action: object, method: str, path: str) -> ScriptError:
-    return ScriptError(
-        f"{type(action).__name__} is HTTP/2-only, but {method} {path} arrived over HTTP/3"
-    )

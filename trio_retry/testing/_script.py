@@ -324,8 +324,9 @@ class Stall:
 
 @dataclass(frozen=True, slots=True)
 class RefuseStream:
-    """HTTP/2 only: answer the stream's HEADERS with ``RST_STREAM(REFUSED_STREAM)`` (code 7)
-    before reading its body. Never executed; the connection stays usable.
+    """HTTP/2 and HTTP/3: answer the stream's HEADERS with ``RST_STREAM(REFUSED_STREAM)``
+    (code 7; HTTP/3: RESET_STREAM and STOP_SENDING with ``H3_REQUEST_REJECTED``) before reading
+    its body. Never executed; the connection stays usable.
 
     On an HTTP/1.1 request this is a `ScriptError`.
     """
@@ -333,7 +334,9 @@ class RefuseStream:
 
 @dataclass(frozen=True, slots=True)
 class GoAway:
-    """HTTP/2 only: when popped for stream S, send ``GOAWAY(last_stream_id, error_code)``.
+    """HTTP/2 and HTTP/3: when popped for stream S, send ``GOAWAY(last_stream_id, error_code)``
+    (HTTP/3: GOAWAY with the next stream id above `last_stream_id`, no error code; see
+    ``_h3_actions.py``).
 
     `last_stream_id=None` means S itself. Streams with an id at or below it carry on and are
     answered by their own actions (S by `then`, when S is at or below it). Streams above it

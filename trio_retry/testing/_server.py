@@ -9,9 +9,8 @@ import importlib
 import math
 import socket
 import ssl
-import struct
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -30,6 +29,7 @@ from ._script import (
     RequestHandler,
     check_action,
 )
+from ._transport import Transport
 
 if TYPE_CHECKING:
     import trustme
@@ -84,79 +84,6 @@ def refused_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
     return port
-
-
-class _Transport(trio.abc.HalfCloseableStream):
-    """The accepted connection, with the three ways a connection can end.
-
-    `aclose` is a lingering close: FIN first, then read and discard until the client closes
-    (or the linger time passes), then close. Closing a socket whose receive buffer still holds
-    unread bytes makes the kernel send a RST instead of a FIN; a script that says "close"
-    must look like a close on the client's side, so the server drains first.
-
-    `inner` is a TCP socket stream (`from_socket`) or one end of an in-memory connection
-    (`MemoryEnd`, for `MockTransport`); `reset` and `close_now` end it abruptly.
-    """
-
-    def __init__(
-        self,
-        inner: trio.abc.HalfCloseableStream,
-        linger: float,
-        *,
-        reset: Callable[[], None],
-        close_now: Callable[[], None],
-    ) -> None:
-        self._inner = inner
-        self._linger = linger
-        self._reset = reset
-        self._close_now = close_now
-
-    @classmethod
-    def from_socket(cls, inner: trio.SocketStream, linger: float) -> _Transport:
-        def reset() -> None:
-            """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
-            try:
-                inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            except OSError:
-                pass  # already closed by the peer's reset
-            inner.socket.close()
-
-        return cls(inner, linger, reset=reset, close_now=inner.socket.close)
-
-    @classmethod
-    def from_memory(cls, inner: MemoryEnd, linger: float) -> _Transport:
-        return cls(inner, linger, reset=inner.reset, close_now=inner.close)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self._inner.send_eof()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return bytes(await self._inner.receive_some(max_bytes))
-
-    async def aclose(self) -> None:
-        try:
-            with trio.move_on_after(self._linger):
-                await self._inner.send_eof()
-                while await self._inner.receive_some(65536):
-                    pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            self.close_now()
-        await trio.lowlevel.checkpoint()
-
-    def reset(self) -> None:
-        """Abort with a RST."""
-        self._reset()
-
-    def close_now(self) -> None:
-        self._close_now()
 
 
 class FaultServer:
@@ -524,7 +451,7 @@ class FaultServer:
         )
 
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
-        transport = _Transport.from_socket(sock, self._timeouts.linger)
+        transport = Transport.from_socket(sock, self._timeouts.linger)
         await self._serve_transport(
             transport, connection_id, self._server_context, None, self.alt_svc_value
         )
@@ -546,12 +473,12 @@ class FaultServer:
         Cancelled, it abandons the connection at once.
         """
         self.connections_accepted += 1
-        transport = _Transport.from_memory(end, self._timeouts.linger)
+        transport = Transport.from_memory(end, self._timeouts.linger)
         await self._serve_transport(transport, self.connections_accepted, None, alpn, None)
 
     async def _serve_transport(
         self,
-        transport: _Transport,
+        transport: Transport,
         connection_id: int,
         server_context: ssl.SSLContext | None,
         alpn: str | None,
@@ -602,7 +529,7 @@ class FaultServer:
                 data += more
         return data
 
-    async def _end(self, stream: trio.abc.Stream, transport: _Transport, ending: Ending) -> None:
+    async def _end(self, stream: trio.abc.Stream, transport: Transport, ending: Ending) -> None:
         if ending is Ending.RESET:
             transport.reset()
         elif ending is Ending.ABORT:
