@@ -126,8 +126,13 @@ class H3TestClient:
         *,
         end_stream: bool = True,
     ) -> int:
-        """Queue a request (sent by the pump at once); returns its stream id."""
+        """Queue a request (sent by the pump at once); returns its stream id. A complete body
+        gets a ``content-length`` unless `headers` have one; to send a body without it, pass
+        ``end_stream=False`` and then `send_body`."""
         stream_id = self.quic.get_next_available_stream_id()
+        headers = list(headers)
+        if body and end_stream and not any(n.lower() == "content-length" for n, _ in headers):
+            headers.append(("content-length", str(len(body))))  # as browsers send it
         block = [
             (b":method", method.encode()),
             (b":scheme", b"https"),
