@@ -87,8 +87,6 @@ class H3Endpoint:
         )
         self._tickets: dict[bytes, SessionTicket] = {}
         self._by_cid: dict[bytes, H3ServerConnection] = {}
-        #: QUIC connections started so far.
-        self.connections = 0
 
     # -- session tickets ----------------------------------------------------------------------
 
@@ -108,7 +106,7 @@ class H3Endpoint:
                 while True:
                     try:
                         data, addr = await sock.recvfrom(_RECEIVE_SIZE)
-                    except OSError:
+                    except ConnectionError:
                         continue  # an ICMP error reported on the socket: not ours to fix
                     await self._dispatch(sock, nursery, data, addr)
 
@@ -150,7 +148,6 @@ class H3Endpoint:
             session_ticket_fetcher=self._fetch_ticket,
             session_ticket_handler=self._store_ticket,
         )
-        self.connections += 1
         cids = {header.destination_cid, quic.host_cid}
 
         def issued(cid: bytes) -> None:
