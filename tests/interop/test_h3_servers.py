@@ -121,3 +121,13 @@ async def test_hypercorn_get_and_post_over_http3(hypercorn: RunningHypercorn) ->
         ("PUT", "3", MIB),
     ]
     assert ledger.count(request_id="p1") == 1
+
+
+async def test_hypercorn_issues_no_session_tickets(hypercorn: RunningHypercorn) -> None:
+    """hypercorn 0.18 gives aioquic no session-ticket handler: no resumption, so no 0-RTT. A
+    client must expect a server that never sends a ticket."""
+    with trio.fail_after(20):
+        async with open_h3_client(hypercorn.port, ca_pem=hypercorn.ca_pem) as client:
+            await client.request("GET", "/")
+            await trio.sleep(0.3)  # a ticket follows the handshake within a round trip
+            assert client.tickets == []

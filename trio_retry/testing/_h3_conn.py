@@ -137,7 +137,9 @@ class H3ServerConnection:
             try:
                 self._inbox_send.send_nowait(_KICK)
             except trio.WouldBlock:
-                pass  # datagrams are queued: the pump comes round anyway
+                # Datagrams are queued: the pump drains them and transmits anyway; no kick
+                # is pending, so the next one must not be skipped.
+                self._kicked = False
 
     async def _pump(self) -> None:
         while not self._terminated:
