@@ -1,4 +1,5 @@
-"""pytest fixtures over :mod:`tests.support.nginx`; a conftest imports what it needs::
+"""pytest fixtures over :mod:`tests.support.nginx`, :mod:`tests.support.caddy` and
+:mod:`tests.support.hypercorn_server`; a conftest imports what it needs::
 
 from tests.support.fixtures import nginx as nginx
 """
@@ -9,9 +10,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from .caddy import CaddyUnavailable, RunningCaddy, find_caddy, start_caddy
+from .hypercorn_server import (
+    HypercornUnavailable,
+    RunningHypercorn,
+    hypercorn_missing,
+    start_hypercorn,
+)
 from .nginx import NginxConfig, NginxUnavailable, RunningNginx, find_nginx, start_nginx
 
-__all__ = ["StartNginx", "nginx"]
+__all__ = ["StartNginx", "caddy", "hypercorn", "nginx"]
 
 StartNginx = Callable[..., RunningNginx]
 
@@ -42,3 +50,40 @@ def nginx() -> Iterator[StartNginx]:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture
+def caddy() -> Iterator[RunningCaddy]:
+    """A started caddy (HTTP/1.1, HTTP/2 and HTTP/3 with 0-RTT on one port; see
+    :mod:`tests.support.caddy`), stopped when the test ends. Skips the test, saying why, when
+    caddy is not installed; fails it when caddy is installed but will not start."""
+    if find_caddy() is None:
+        from .caddy import SKIP_REASON
+
+        pytest.skip(SKIP_REASON)
+    try:
+        server = start_caddy()
+    except CaddyUnavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def hypercorn() -> Iterator[RunningHypercorn]:
+    """A started hypercorn serving HTTP/3 (see :mod:`tests.support.hypercorn_server`), stopped
+    when the test ends. Skips when hypercorn or aioquic is missing; fails when it will not
+    start."""
+    missing = hypercorn_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    try:
+        server = start_hypercorn()
+    except HypercornUnavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,4 +1,4 @@
-"""What the HTTP/1.1 and HTTP/2 connection handlers share: how a connection ends, the
+"""What the HTTP/1.1, HTTP/2 and HTTP/3 connection handlers share: how a connection ends, the
 timeouts, and the request book-keeping that turns into `RecordedRequest` values."""
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class Slot:
     params: Mapping[str, str]
     body: bytearray = field(default_factory=bytearray)
     executed: bool = False
+    early_data: bool = False
 
     def snapshot(self) -> RecordedRequest:
         return RecordedRequest(
@@ -94,6 +95,7 @@ class Slot:
             executed=self.executed,
             action=self.action,
             params=self.params,
+            early_data=self.early_data,
         )
 
 
@@ -115,8 +117,10 @@ class Recorder:
         stream_id: int | None,
         action: Action,
         params: Mapping[str, str],
+        early_data: bool = False,
     ) -> Slot:
-        """Record a request whose head just arrived (not executed yet)."""
+        """Record a request whose head just arrived (not executed yet); `early_data`: it
+        arrived in QUIC 0-RTT."""
         slot = Slot(
             index=len(self.requests),
             method=method,
@@ -128,6 +132,7 @@ class Recorder:
             time=trio.current_time(),
             action=action,
             params=params,
+            early_data=early_data,
         )
         self.requests.append(slot.snapshot())
         return slot
@@ -172,3 +177,5 @@ class ConnContext:
     connection_id: int
     recorder: Recorder
     timeouts: Timeouts
+    #: The ``Alt-Svc`` value every final response carries (None: no header).
+    alt_svc: str | None = None

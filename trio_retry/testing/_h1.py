@@ -74,6 +74,10 @@ class H1Handler:
         return False
 
     async def _send(self, event: h11.Event) -> None:
+        if isinstance(event, h11.Response) and self._ctx.alt_svc is not None:
+            # Every final response advertises HTTP/3 (FaultServer(http3=True)), in one place.
+            headers = [*event.headers, (b"alt-svc", self._ctx.alt_svc.encode("ascii"))]
+            event = h11.Response(status_code=event.status_code, headers=headers)
         data = self._conn.send(event)
         if data:
             with trio.fail_after(self._ctx.timeouts.write):

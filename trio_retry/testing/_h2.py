@@ -422,6 +422,9 @@ class H2Handler:
         self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
     ) -> None:
         encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+        if self._ctx.alt_svc is not None and not headers[0][1].startswith("1"):
+            # Every final response advertises HTTP/3 (FaultServer(http3=True)), in one place.
+            encoded.append((b"alt-svc", self._ctx.alt_svc.encode("ascii")))
         self._h2.send_headers(stream_id, encoded, end_stream=end_stream)
         self._kick()
 

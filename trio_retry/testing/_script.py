@@ -34,6 +34,7 @@ __all__ = [
     "EndlessBody",
     "GoAway",
     "H2_ONLY",
+    "H3_TOO",
     "Handler",
     "HeaderPairs",
     "HeadersInput",
@@ -323,8 +324,9 @@ class Stall:
 
 @dataclass(frozen=True, slots=True)
 class RefuseStream:
-    """HTTP/2 only: answer the stream's HEADERS with ``RST_STREAM(REFUSED_STREAM)`` (code 7)
-    before reading its body. Never executed; the connection stays usable.
+    """HTTP/2 and HTTP/3: answer the stream's HEADERS with ``RST_STREAM(REFUSED_STREAM)``
+    (code 7; HTTP/3: RESET_STREAM and STOP_SENDING with ``H3_REQUEST_REJECTED``) before reading
+    its body. Never executed; the connection stays usable.
 
     On an HTTP/1.1 request this is a `ScriptError`.
     """
@@ -332,7 +334,9 @@ class RefuseStream:
 
 @dataclass(frozen=True, slots=True)
 class GoAway:
-    """HTTP/2 only: when popped for stream S, send ``GOAWAY(last_stream_id, error_code)``.
+    """HTTP/2 and HTTP/3: when popped for stream S, send ``GOAWAY(last_stream_id, error_code)``
+    (HTTP/3: GOAWAY with the next stream id above `last_stream_id`, no error code; see
+    ``_h3_actions.py``).
 
     `last_stream_id=None` means S itself. Streams with an id at or below it carry on and are
     answered by their own actions (S by `then`, when S is at or below it). Streams above it
@@ -464,6 +468,8 @@ _ACTION_TYPES = (
 _RESOLVED_TYPES = _ACTION_TYPES[:-1]
 #: Actions only an HTTP/2 stream can carry out (a `ScriptError` on an HTTP/1.1 request).
 H2_ONLY: tuple[type, ...] = (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)
+#: Those of `H2_ONLY` an HTTP/3 stream carries out too.
+H3_TOO: tuple[type, ...] = (RefuseStream, GoAway)
 _AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamFrames)
 
 
@@ -511,6 +517,9 @@ class RecordedRequest:
     above a GOAWAY's last stream id, that `GoAway`; for a `Handler`, the action it returned,
     once it has returned). `params` holds the path parameters of the route pattern that
     matched (``{"id": "7"}`` for ``/users/{id}``), percent-decoded; empty otherwise.
+    `http_version` is ``"HTTP/1.1"`` (or ``"HTTP/1.0"``), ``"HTTP/2"`` or ``"HTTP/3"``.
+    `early_data` is True when the request's head arrived in QUIC 0-RTT early data, before the
+    handshake completed (HTTP/3 only; always False otherwise).
     """
 
     method: str
@@ -524,6 +533,7 @@ class RecordedRequest:
     executed: bool
     action: Action
     params: Mapping[str, str] = field(default_factory=lambda: _NO_PARAMS, hash=False)
+    early_data: bool = False
 
     @property
     def query(self) -> dict[str, str]:

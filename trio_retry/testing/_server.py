@@ -1,15 +1,16 @@
 """`FaultServer`: accept connections, pick HTTP/1.1 or HTTP/2, and end each connection the way
-its handler asks (graceful close, TCP reset, or abort)."""
+its handler asks (graceful close, TCP reset, or abort); with ``http3=True`` also serve HTTP/3 on
+the same port number over UDP (`_h3.py`)."""
 
 from __future__ import annotations
 
 import errno
+import importlib
 import math
 import socket
 import ssl
-import struct
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -21,15 +22,19 @@ from ._memory import MemoryEnd
 from ._routes import Script
 from ._script import (
     H2_ONLY,
+    H3_TOO,
     Action,
     Handler,
     RecordedRequest,
     RequestHandler,
     check_action,
 )
+from ._transport import Transport
 
 if TYPE_CHECKING:
     import trustme
+
+    from ._h3 import H3Endpoint
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
     from exceptiongroup import BaseExceptionGroup
@@ -56,6 +61,17 @@ def _only_cancelled(exc: BaseException | None) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
+def _import_h3() -> None:
+    """Import the HTTP/3 endpoint now, so that a missing aioquic fails at construction."""
+    try:
+        importlib.import_module("._h3", __package__)
+    except ImportError as exc:
+        raise ImportError(
+            "FaultServer(http3=True) needs aioquic for QUIC and HTTP/3; install it with "
+            "pip install 'trio_retry[http3]'"
+        ) from exc
+
+
 def refused_port(host: str = "127.0.0.1") -> int:
     """A loopback port with no listener: connecting to it fails with ECONNREFUSED.
 
@@ -70,81 +86,9 @@ def refused_port(host: str = "127.0.0.1") -> int:
     return port
 
 
-class _Transport(trio.abc.HalfCloseableStream):
-    """The accepted connection, with the three ways a connection can end.
-
-    `aclose` is a lingering close: FIN first, then read and discard until the client closes
-    (or the linger time passes), then close. Closing a socket whose receive buffer still holds
-    unread bytes makes the kernel send a RST instead of a FIN; a script that says "close"
-    must look like a close on the client's side, so the server drains first.
-
-    `inner` is a TCP socket stream (`from_socket`) or one end of an in-memory connection
-    (`MemoryEnd`, for `MockTransport`); `reset` and `close_now` end it abruptly.
-    """
-
-    def __init__(
-        self,
-        inner: trio.abc.HalfCloseableStream,
-        linger: float,
-        *,
-        reset: Callable[[], None],
-        close_now: Callable[[], None],
-    ) -> None:
-        self._inner = inner
-        self._linger = linger
-        self._reset = reset
-        self._close_now = close_now
-
-    @classmethod
-    def from_socket(cls, inner: trio.SocketStream, linger: float) -> _Transport:
-        def reset() -> None:
-            """Abort with a TCP RST: SO_LINGER (on, 0 seconds), then close."""
-            try:
-                inner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            except OSError:
-                pass  # already closed by the peer's reset
-            inner.socket.close()
-
-        return cls(inner, linger, reset=reset, close_now=inner.socket.close)
-
-    @classmethod
-    def from_memory(cls, inner: MemoryEnd, linger: float) -> _Transport:
-        return cls(inner, linger, reset=inner.reset, close_now=inner.close)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self._inner.send_eof()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return bytes(await self._inner.receive_some(max_bytes))
-
-    async def aclose(self) -> None:
-        try:
-            with trio.move_on_after(self._linger):
-                await self._inner.send_eof()
-                while await self._inner.receive_some(65536):
-                    pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            self.close_now()
-        await trio.lowlevel.checkpoint()
-
-    def reset(self) -> None:
-        """Abort with a RST."""
-        self._reset()
-
-    def close_now(self) -> None:
-        self._close_now()
-
-
 class FaultServer:
-    """A scripted HTTP/1.1 and HTTP/2 server on loopback that fails on purpose, and records.
+    """A scripted HTTP/1.1, HTTP/2 and HTTP/3 server on loopback that fails on purpose, and
+    records.
 
     Start it with ``url = await nursery.start(server.serve)``. Queue actions with `script`
     (global queue) and `route` (per method and path); each request pops the next action: its
@@ -155,6 +99,12 @@ class FaultServer:
     HTTP/1.1; in cleartext a connection opening with the HTTP/2 preface speaks h2c (prior
     knowledge) when `http2`, anything else speaks HTTP/1.1. `max_concurrent_streams` is
     advertised in the server's HTTP/2 SETTINGS (None: h2's default, 100).
+
+    HTTP/3 (``http3=True``, needs ``tls=True`` and the extra ``http3``): the server also
+    listens on UDP on the same port number and speaks HTTP/3 over QUIC (ALPN ``h3``, the same
+    certificate). Responses over TCP then carry ``Alt-Svc: h3=":PORT"; ma=86400`` unless
+    `alt_svc` is False. It issues session tickets that allow 0-RTT and accepts early data
+    while `accept_early_data` is True; each record says whether it came in early data.
 
     Every wait is bounded (`idle_timeout` with no request in progress, `read_timeout` for a
     request head or between body reads, `write_timeout` for a write or a flow-control
@@ -173,7 +123,12 @@ class FaultServer:
         read_timeout: float = 10.0,
         write_timeout: float = 10.0,
         strict: bool = False,
+        http3: bool = False,
+        alt_svc: bool = True,
+        accept_early_data: bool = True,
     ) -> None:
+        if http3 and not tls:
+            raise ValueError("http3=True needs tls=True: QUIC is always encrypted")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an int in 0..65535 (0: any free port), got {port!r}")
         if max_concurrent_streams is not None and not 0 <= max_concurrent_streams < 2**32:
@@ -187,6 +142,15 @@ class FaultServer:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         self.tls = tls
         self.http2 = http2
+        self.http3 = http3
+        #: With `http3`: whether TCP responses advertise it (``Alt-Svc``); read at each new
+        #: TCP connection.
+        self.alt_svc = alt_svc
+        #: With `http3`: whether 0-RTT early data is accepted; read at each new QUIC
+        #: connection. False makes the server ignore the client's session ticket (a full
+        #: handshake: aioquic accepts early data whenever it resumes a session), so the early
+        #: data is dropped and the client must send it again after the handshake.
+        self.accept_early_data = accept_early_data
         self.max_concurrent_streams = max_concurrent_streams
         self.host = host
         #: The port asked for (0: any free port, the default); `port` is the one listened on.
@@ -200,14 +164,18 @@ class FaultServer:
         #: Every request received, in arrival order (see `RecordedRequest`). A record is
         #: replaced by an updated one as its body arrives and when it is executed.
         self.requests: list[RecordedRequest] = self._recorder.requests
-        #: TCP connections accepted so far.
+        #: Connections accepted so far: TCP, and QUIC with `http3` (connection ids are shared).
         self.connections_accepted = 0
         self._port: int | None = None
         self._started = False
         self._server_context: ssl.SSLContext | None = None
         self._ca: trustme.CA | None = None
+        self._cert_pem = b""
+        self._key_pem = b""
         if tls:
             self._setup_tls()
+        if http3:
+            _import_h3()
 
     def _setup_tls(self) -> None:
         # trustme comes with the `testing` extra: imported only when TLS is asked for.
@@ -224,6 +192,8 @@ class FaultServer:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(context)
         context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
+        self._cert_pem = b"".join(blob.bytes() for blob in cert.cert_chain_pems)
+        self._key_pem = cert.private_key_pem.bytes()
         self._ca = ca
         self._server_context = context
 
@@ -298,7 +268,8 @@ class FaultServer:
                 action = Handler(action)
             action = check_action(action)
             if not self.http2 and isinstance(action, H2_ONLY):
-                raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
+                if not (self.http3 and isinstance(action, H3_TOO)):
+                    raise ValueError(f"{action!r} needs HTTP/2, but this server has http2=False")
             checked.append(action)
         return checked
 
@@ -322,6 +293,21 @@ class FaultServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
+    @property
+    def ca_pem(self) -> bytes:
+        """The PEM of the certificate authority that signed this server's certificate (for
+        TCP and QUIC alike). Raises `RuntimeError` for a ``tls=False`` server."""
+        if self._ca is None:
+            raise RuntimeError("this FaultServer was created with tls=False")
+        return self._ca.cert_pem.bytes()
+
+    @property
+    def alt_svc_value(self) -> str | None:
+        """The ``Alt-Svc`` header value TCP responses carry now (None: no header)."""
+        if not (self.http3 and self.alt_svc) or self._port is None:
+            return None
+        return f'h3=":{self._port}"; ma=86400'
+
     def client_ssl_context(self, *, http2: bool | None = None) -> ssl.SSLContext:
         """A new client `ssl.SSLContext` that trusts this server's certificate authority.
 
@@ -329,7 +315,8 @@ class FaultServer:
         protocols this server speaks (``h2`` and ``http/1.1``, or ``http/1.1`` alone): a client
         uses a context it is given as it is, ALPN included. ``http2=False`` leaves ``h2`` out
         (for a ``Client(http2=False)`` against an HTTP/2 server). Raises `RuntimeError` for a
-        ``tls=False`` server.
+        ``tls=False`` server. For QUIC, trust the same authority: its certificates are
+        ``get_ca_certs(binary_form=True)`` of this context, or `ca_pem`.
         """
         if self._ca is None:
             raise RuntimeError("this FaultServer was created with tls=False")
@@ -343,6 +330,7 @@ class FaultServer:
     def __repr__(self) -> str:
         where = self.url if self._port is not None else "not serving"
         protocols = "h2+http/1.1" if self.http2 else "http/1.1"
+        protocols += "+h3" if self.http3 else ""
         executed = sum(1 for r in self.requests if r.executed)
         return (
             f"<FaultServer {where} {protocols}: {len(self.requests)} requests ({executed}"
@@ -356,22 +344,25 @@ class FaultServer:
         """Listen on ``host`` and ``port`` (0: any free port) and serve until cancelled;
         starts with `url`.
 
-        Each connection runs in its own task (and each HTTP/2 stream's action in its own
-        task). Cancelling serve closes the listener and every connection abruptly. It raises
-        only for a port it cannot listen on (`OSError`; ``errno.EADDRINUSE``, with the address
-        in the message, for a port in use), a broken script (`ScriptError`), a strict server's
-        unused script (`UnusedScriptError`, alone: not in an exception group, no traceback of
-        the cancellation that ended serve) or a bug, never because a client misbehaved. A
-        server serves once.
+        Each connection runs in its own task (and each HTTP/2 or HTTP/3 stream's action in its
+        own task); with `http3` one more task owns the UDP socket. Cancelling serve closes the
+        listener and every connection abruptly (QUIC connections without CONNECTION_CLOSE).
+        It raises only for a port it cannot listen on (`OSError`; ``errno.EADDRINUSE``, with
+        the address in the message, for a port in use, TCP or UDP), a broken script
+        (`ScriptError`), a strict server's unused script (`UnusedScriptError`, alone: not in
+        an exception group, no traceback of the cancellation that ended serve) or a bug, never
+        because a client misbehaved. A server serves once.
         """
         if self._started:
             raise RuntimeError("a FaultServer can serve only once")
         self._started = True
-        listener = await self._listen()
+        listener, udp = await self._listen()
         ending: BaseException | None = None
         try:
             self._port = listener.socket.getsockname()[1]
             async with trio.open_nursery() as nursery:
+                if udp is not None:
+                    nursery.start_soon(self._h3_endpoint().serve, udp)
                 task_status.started(self.url)
                 while True:
                     try:
@@ -388,6 +379,8 @@ class FaultServer:
             raise
         finally:
             try:
+                if udp is not None:
+                    udp.close()
                 await trio.aclose_forcefully(listener)
             finally:
                 # The test is over (serve is cancelled with its nursery): nothing may be left.
@@ -401,26 +394,67 @@ class FaultServer:
                         # group) it replaces: that chain is noise in the report.
                         raise unused from None
 
-    async def _listen(self) -> trio.SocketListener:
+    async def _listen(self) -> tuple[trio.SocketListener, trio.socket.SocketType | None]:
+        """The TCP listener, and with `http3` the UDP socket bound to the same port number.
+
+        With port 0 the kernel picks the TCP port, which may be taken on UDP: then both are
+        given up and picked again (a few times).
+        """
+        tries = 10 if self.http3 and self.requested_port == 0 else 1
+        for attempt in range(tries):
+            listener = await self._listen_tcp()
+            if not self.http3:
+                return listener, None
+            from ._h3 import bind_udp
+
+            port = listener.socket.getsockname()[1]
+            try:
+                return listener, await bind_udp(self.host, port)
+            except OSError as exc:
+                await trio.aclose_forcefully(listener)
+                if attempt == tries - 1:
+                    raise self._listen_error(exc, port, " (UDP, for HTTP/3)") from None
+        raise AssertionError("unreachable")
+
+    async def _listen_tcp(self) -> trio.SocketListener:
         try:
             listeners = await trio.open_tcp_listeners(self.requested_port, host=self.host)
         except OSError as exc:
-            host = f"[{self.host}]" if ":" in self.host else self.host
-            address = f"{host}:{self.requested_port}"
-            if exc.errno == errno.EADDRINUSE:
-                message = (
-                    f"FaultServer cannot listen on {address}: port {self.requested_port} is in use"
-                )
-            else:
-                message = f"FaultServer cannot listen on {address}: {exc.strerror or exc}"
-            raise OSError(exc.errno, message) from None
+            raise self._listen_error(exc, self.requested_port, "") from None
         for extra in listeners[1:]:
             await extra.aclose()
         return listeners[0]
 
+    def _listen_error(self, exc: OSError, port: int, what: str) -> OSError:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        address = f"{host}:{port}{what}"
+        if exc.errno == errno.EADDRINUSE:
+            message = f"FaultServer cannot listen on {address}: port {port} is in use"
+        else:
+            message = f"FaultServer cannot listen on {address}: {exc.strerror or exc}"
+        return OSError(exc.errno, message)
+
+    def _h3_endpoint(self) -> H3Endpoint:
+        from ._h3 import H3Endpoint
+
+        def next_connection_id() -> int:
+            self.connections_accepted += 1
+            return self.connections_accepted
+
+        return H3Endpoint(
+            recorder=self._recorder,
+            timeouts=self._timeouts,
+            cert_pem=self._cert_pem,
+            key_pem=self._key_pem,
+            next_connection_id=next_connection_id,
+            accept_early_data=lambda: self.accept_early_data,
+        )
+
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
-        transport = _Transport.from_socket(sock, self._timeouts.linger)
-        await self._serve_transport(transport, connection_id, self._server_context, None)
+        transport = Transport.from_socket(sock, self._timeouts.linger)
+        await self._serve_transport(
+            transport, connection_id, self._server_context, None, self.alt_svc_value
+        )
 
     # -- in memory (MockTransport) ------------------------------------------------------------
 
@@ -439,15 +473,16 @@ class FaultServer:
         Cancelled, it abandons the connection at once.
         """
         self.connections_accepted += 1
-        transport = _Transport.from_memory(end, self._timeouts.linger)
-        await self._serve_transport(transport, self.connections_accepted, None, alpn)
+        transport = Transport.from_memory(end, self._timeouts.linger)
+        await self._serve_transport(transport, self.connections_accepted, None, alpn, None)
 
     async def _serve_transport(
         self,
-        transport: _Transport,
+        transport: Transport,
         connection_id: int,
         server_context: ssl.SSLContext | None,
         alpn: str | None,
+        alt_svc: str | None,
     ) -> None:
         stream: trio.abc.Stream = transport
         ending = Ending.ABORT
@@ -458,7 +493,7 @@ class FaultServer:
                 with trio.fail_after(self._timeouts.read):
                     await ssl_stream.do_handshake()
                 alpn = ssl_stream.selected_alpn_protocol()
-            ctx = ConnContext(stream, connection_id, self._recorder, self._timeouts)
+            ctx = ConnContext(stream, connection_id, self._recorder, self._timeouts, alt_svc)
             handler: H1Handler | H2Handler
             if alpn == "h2":
                 handler = H2Handler(ctx, b"", self.max_concurrent_streams)
@@ -494,7 +529,7 @@ class FaultServer:
                 data += more
         return data
 
-    async def _end(self, stream: trio.abc.Stream, transport: _Transport, ending: Ending) -> None:
+    async def _end(self, stream: trio.abc.Stream, transport: Transport, ending: Ending) -> None:
         if ending is Ending.RESET:
             transport.reset()
         elif ending is Ending.ABORT:

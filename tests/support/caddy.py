@@ -1,0 +1,341 @@
+"""A real caddy for HTTP/3 tests: started by the test itself on loopback, from the OS package.
+
+Use the ``caddy`` fixture (a factory) from :mod:`tests.support.fixtures`, or
+:func:`start_caddy` directly::
+
+    server = caddy()
+    async with open_h3_client(server.port, ca_pem=server.ca_pem) as client:
+        await client.request("POST", "/echo", [("x-request-id", "p1")], b"body")
+    assert server.backend.count(request_id="p1") == 1
+    assert server.log().entries[-1].protocol == "HTTP/3.0"
+
+What it starts: caddy with a JSON configuration generated into a fresh directory, one server
+on a free 127.0.0.1 port speaking HTTP/1.1 and HTTP/2 over TLS on TCP and HTTP/3 on UDP (the
+same port number; caddy 2.6 enables HTTP/3, and 0-RTT with it, by default, and advertises it
+with ``Alt-Svc``). The certificate comes from ``trustme`` (valid for 127.0.0.1 and localhost),
+loaded as files: no automatic HTTPS, no ACME, nothing written outside the directory.
+
+Routes:
+
+- ``/get``     ``200 "ok"`` (caddy itself, any method);
+- ``/echo``    (and ``/echo/...``) proxied to a :class:`~tests.support.backend.Backend` in the test
+  process: a POST's body echoed, a GET answered ``executed N``. The backend's ledger
+  (``server.backend.executions``) is what was executed behind caddy, with the client's
+  protocol at caddy (``client_proto``, e.g. ``HTTP/3.0``);
+- ``/big.bin`` a static file of 1 MiB (``BIG``), from caddy's file server;
+- anything else ``404``.
+
+The access log (:meth:`RunningCaddy.log`) is caddy's JSON access log, one entry per request
+caddy finished, with its protocol (``HTTP/3.0``), the ``x-request-id`` header, status and size.
+Whether early data was accepted is not in it (caddy 2.6 logs its HTTP/3 requests' TLS details
+empty, ``resumed`` false even on a resumed connection): a client sees it in its own handshake
+(aioquic: ``HandshakeCompleted.early_data_accepted``).
+
+A quirk a client must know: caddy 2.6.2 (its quic-go) hands an HTTP/3 request body that comes
+without ``content-length`` to ``reverse_proxy`` as empty, and the backend executes the request
+with no body. Send ``content-length`` whenever the length is known (browsers do).
+
+When caddy cannot be had, :func:`find_caddy` returns ``None`` and the fixture skips with the
+reason (``.ci/run`` installs it from the OS packages when it can).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backend import Backend
+from .procs import free_tcp_udp_port, stop_process, tail
+
+__all__ = [
+    "BIG",
+    "CaddyLog",
+    "CaddyLogEntry",
+    "CaddyUnavailable",
+    "RunningCaddy",
+    "caddy_version",
+    "find_caddy",
+    "start_caddy",
+]
+
+HOST = "127.0.0.1"
+SKIP_REASON = (
+    "caddy is not installed (looked for `caddy` on PATH and in /usr/bin, /usr/local/bin); "
+    "`apt-get install -y caddy` (.ci/run does it when run as root) to run the HTTP/3 interop tests"
+)
+#: The static file's content (1 MiB), served at ``/big.bin``.
+BIG = bytes(range(256)) * 4096
+
+
+class CaddyUnavailable(Exception):
+    """caddy is not installed here, or would not start; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaddyLogEntry:
+    """One request caddy finished, as its access log says."""
+
+    protocol: str
+    method: str
+    uri: str
+    status: int
+    size: int
+    request_id: str | None
+
+
+@dataclass(frozen=True)
+class CaddyLog:
+    """The access log at one moment: what caddy finished."""
+
+    entries: tuple[CaddyLogEntry, ...]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def count(self, *, request_id: str) -> int:
+        return sum(1 for entry in self.entries if entry.request_id == request_id)
+
+    def protocols(self) -> list[str]:
+        return [entry.protocol for entry in self.entries]
+
+
+@dataclass
+class RunningCaddy:
+    """A started caddy. :meth:`stop` ends it (the fixture does, even if the test failed)."""
+
+    version: str
+    port: int
+    workdir: Path
+    ca_pem: bytes
+    process: subprocess.Popen[bytes]
+    backend: Backend
+    _contexts: list[ssl.SSLContext] = field(default_factory=list)
+
+    def url(self, path: str) -> str:
+        """``https://127.0.0.1:PORT/path``: TCP (h2, http/1.1) and UDP (h3) share the port."""
+        return f"https://{HOST}:{self.port}{path}"
+
+    def ssl_context(self, *, http2: bool = True) -> ssl.SSLContext:
+        """A client context trusting this server's certificate authority."""
+        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
+        context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+        return context
+
+    def log(self, *, expect: int | None = None, timeout: float = 5.0) -> CaddyLog:
+        """The access log; with ``expect``, wait (at most ``timeout`` seconds) until it has at
+        least that many entries, otherwise until it stops growing for 0.1 s."""
+        path = self.workdir / "access.log"
+        end = time.monotonic() + timeout
+        last = -1
+        while True:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            lines = [line for line in text.splitlines() if line.strip()]
+            if time.monotonic() >= end:
+                break
+            if expect is not None and len(lines) >= expect:
+                break
+            if expect is None and len(text) == last:
+                break
+            last = len(text)
+            time.sleep(0.1)
+        return CaddyLog(tuple(_parse(line) for line in lines))
+
+    def error_log(self) -> str:
+        path = self.workdir / "caddy.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        """Stop caddy (SIGTERM, then SIGKILL after 5 s), the backend, and remove the directory."""
+        stop_process(self.process)
+        self.backend.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _parse(line: str) -> CaddyLogEntry:
+    entry = json.loads(line)
+    request = entry.get("request", {})
+    headers = request.get("headers", {})
+    request_ids = headers.get("X-Request-Id") or headers.get("x-request-id") or [None]
+    return CaddyLogEntry(
+        protocol=request.get("proto", ""),
+        method=request.get("method", ""),
+        uri=request.get("uri", ""),
+        status=int(entry.get("status", 0)),
+        size=int(entry.get("size", 0)),
+        request_id=request_ids[0],
+    )
+
+
+def find_caddy() -> str | None:
+    """The caddy binary, or ``None`` when it is not installed."""
+    found = shutil.which("caddy")
+    if found:
+        return found
+    for candidate in ("/usr/bin/caddy", "/usr/local/bin/caddy"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def caddy_version(binary: str) -> str:
+    out = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=10)
+    match = re.search(r"v?(\d+\.\d+\.\d+)", out.stdout)
+    return match.group(1) if match else "unknown"
+
+
+def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
+    proxy = {
+        "handler": "reverse_proxy",
+        "upstreams": [{"dial": f"{HOST}:{backend_port}"}],
+        # The client's protocol at caddy, for the backend's ledger.
+        "headers": {"request": {"set": {"X-Client-Proto": ["{http.request.proto}"]}}},
+    }
+    routes = [
+        {
+            "match": [{"path": ["/get"]}],
+            "handle": [{"handler": "static_response", "status_code": 200, "body": "ok"}],
+        },
+        {"match": [{"path": ["/echo", "/echo/*"]}], "handle": [proxy]},
+        {
+            "match": [{"path": ["/big.bin"]}],
+            "handle": [{"handler": "file_server", "root": str(workdir / "html")}],
+        },
+        {"handle": [{"handler": "static_response", "status_code": 404}]},
+    ]
+    return {
+        "admin": {"disabled": True},
+        "storage": {"module": "file_system", "root": str(workdir / "data")},
+        "logging": {
+            "logs": {
+                "default": {
+                    "level": "INFO",
+                    "writer": {"output": "file", "filename": str(workdir / "caddy.log")},
+                    "exclude": ["http.log.access.trio"],
+                },
+                "trio": {
+                    "writer": {"output": "file", "filename": str(workdir / "access.log")},
+                    "encoder": {"format": "json"},
+                    "include": ["http.log.access.trio"],
+                },
+            }
+        },
+        "apps": {
+            "tls": {
+                "certificates": {
+                    "load_files": [
+                        {
+                            "certificate": str(workdir / "server.pem"),
+                            "key": str(workdir / "server.key"),
+                            "tags": ["trio"],
+                        }
+                    ]
+                }
+            },
+            "http": {
+                "https_port": port,
+                "servers": {
+                    "trio": {
+                        "listen": [f"{HOST}:{port}"],
+                        "protocols": ["h1", "h2", "h3"],
+                        "automatic_https": {"disable": True},
+                        "tls_connection_policies": [
+                            {"certificate_selection": {"any_tag": ["trio"]}}
+                        ],
+                        "routes": routes,
+                        "logs": {"default_logger_name": "trio"},
+                    }
+                },
+            },
+        },
+    }
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    """Until caddy accepts TCP connections on `port` and has logged its HTTP/3 listener."""
+    end = time.monotonic() + timeout
+    tcp_up = False
+    while True:
+        if proc.poll() is not None:
+            raise CaddyUnavailable(f"caddy exited with status {proc.returncode}")
+        if time.monotonic() > end:
+            raise CaddyUnavailable(f"caddy did not listen on {port} (TCP and UDP) in {timeout}s")
+        if not tcp_up:
+            with contextlib.suppress(OSError):
+                socket.create_connection((HOST, port), timeout=0.5).close()
+                tcp_up = True
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if tcp_up and "HTTP/3" in text:
+            return
+        time.sleep(0.05)
+
+
+def start_caddy() -> RunningCaddy:
+    """Start caddy (and its backend); raises :class:`CaddyUnavailable` (not installed, or it
+    failed to start three times: the message carries its log)."""
+    import trustme  # a test dependency
+
+    binary = find_caddy()
+    if binary is None:
+        raise CaddyUnavailable(SKIP_REASON)
+    version = caddy_version(binary)
+    workdir = Path(tempfile.mkdtemp(prefix="trio-retry-caddy-"))
+    (workdir / "html").mkdir()
+    (workdir / "html" / "big.bin").write_bytes(BIG)
+    ca = trustme.CA()
+    cert = ca.issue_cert(HOST, "localhost")
+    cert.private_key_pem.write_to_path(str(workdir / "server.key"))
+    (workdir / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    # caddy writes its own state (autosave.json, locks) under XDG dirs / HOME: keep it here.
+    env = {
+        **os.environ,
+        "HOME": str(workdir),
+        "XDG_DATA_HOME": str(workdir / "data"),
+        "XDG_CONFIG_HOME": str(workdir / "config"),
+    }
+    backend = Backend().start()
+    error = "no attempt"
+    for _ in range(3):  # a free port may be taken between probing and binding
+        port = free_tcp_udp_port()
+        conf = workdir / "caddy.json"
+        conf.write_text(json.dumps(_config(workdir, port, backend.port), indent=1))
+        (workdir / "caddy.log").unlink(missing_ok=True)
+        # stderr to a file, not a pipe: a Go program writing to a closed pipe dies (SIGPIPE).
+        with open(workdir / "stderr.log", "wb") as stderr:
+            proc = subprocess.Popen(
+                [binary, "run", "--config", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+                cwd=workdir,
+            )
+        try:
+            _wait_ready(port, proc, workdir / "caddy.log", timeout=15)
+        except CaddyUnavailable as exc:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(timeout=5)
+            error = f"{exc}: {tail(workdir / 'stderr.log')} {tail(workdir / 'caddy.log')}"
+            continue
+        return RunningCaddy(
+            version=version,
+            port=port,
+            workdir=workdir,
+            ca_pem=ca.cert_pem.bytes(),
+            process=proc,
+            backend=backend,
+        )
+    backend.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+    raise CaddyUnavailable(f"caddy failed to start: {error}")
