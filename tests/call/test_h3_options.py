@@ -9,7 +9,7 @@ import pytest
 import trustme
 
 from trio_retry import Client, InsecureTLSWarning, Upstream
-from trio_retry._wire.http3.quic import TrustSource, quic_configuration
+from trio_retry._wire.http3.quic import TrustSource, quic_configuration, quic_trust
 
 
 def test_wrong_types_name_the_option() -> None:
@@ -50,7 +50,7 @@ def test_quic_trusts_what_the_clients_context_trusts() -> None:
     context = ssl.create_default_context()
     ca.configure_trust(context)
     config = quic_configuration(
-        TrustSource(context, verify=context, owns_context=False), "localhost", None, 65536
+        quic_trust(TrustSource(context, verify=context, owns_context=False)), "localhost", None
     )
     assert config.verify_mode == ssl.CERT_REQUIRED
     assert config.server_name == "localhost"
@@ -64,10 +64,11 @@ def test_quic_does_not_verify_when_the_client_does_not() -> None:
         client = Client(verify=False)
     config = client._config
     quic = quic_configuration(
-        TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context),
+        quic_trust(
+            TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+        ),
         "localhost",
         None,
-        65536,
     )
     assert quic.verify_mode == ssl.CERT_NONE
 
@@ -79,10 +80,26 @@ def test_a_ca_bundle_path_is_handed_to_quic(tmp_path: object) -> None:
     client = Client(verify=path)
     config = client._config
     quic = quic_configuration(
-        TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context),
+        quic_trust(
+            TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+        ),
         "h.example",
         None,
-        65536,
     )
     assert quic.cafile == path
     assert quic.cadata is None
+
+
+def test_certificates_the_library_warns_about_are_left_out() -> None:
+    """A store may hold a certificate with a negative serial number (RFC 5280 forbids it; the
+    certificate library warns): it is not handed to aioquic, which would warn at every
+    handshake (an error under -W error)."""
+    ca = trustme.CA()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    listed = context.get_ca_certs(binary_form=True)
+    trust = quic_trust(TrustSource(context, verify=context, owns_context=False))
+    assert trust.cadata is not None
+    assert ca.cert_pem.bytes().strip() in trust.cadata
+    kept = trust.cadata.count(b"-----BEGIN CERTIFICATE-----")
+    assert 1 <= kept <= len(listed)

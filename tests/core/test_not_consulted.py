@@ -46,18 +46,25 @@ def facts(**overrides: Any) -> AttemptFacts:
         (facts(status=401, challenge=True, replayable=False), None),
         (facts(status=401), None),  # no auth that answers challenges: the engine's 401 rule
         (facts(status=403, challenge=True), None),
+        (facts(status=425, early_data=True), NotConsulted.TOO_EARLY),
+        (facts(status=425), None),  # not sent early: the engine's, as any other status
+        (facts(status=425, early_data=True, reconnects=MAX_RECONNECTS), None),
+        (facts(status=425, early_data=True, replayable=False), None),
+        (facts(status=425, early_data=True, draining=True), None),
+        (facts(status=500, early_data=True), None),
     ],
 )
 def test_each_not_consulted_decision(given: AttemptFacts, expected: NotConsulted | None) -> None:
     assert not_consulted(given) is expected
 
 
-def test_the_order_is_final_reconnect_ends_call_challenge() -> None:
+def test_the_order_is_final_reconnect_ends_call_challenge_too_early() -> None:
     assert [decision for decision, _ in BEFORE_RULES] == [
         NotConsulted.FINAL_RESPONSE,
         NotConsulted.RECONNECT,
         NotConsulted.ENDS_CALL,
         NotConsulted.AUTH_CHALLENGE,
+        NotConsulted.TOO_EARLY,
     ]
     # A reconnect that also ends the call is sent again (the connection refused it: the
     # request's own failure never happened).
@@ -72,6 +79,7 @@ def test_the_order_is_final_reconnect_ends_call_challenge() -> None:
     replayable=st.booleans(),
     draining=st.booleans(),
     challenge=st.booleans(),
+    early_data=st.booleans(),
 )
 def test_the_first_rule_that_applies_wins(**fields: Any) -> None:
     """Pure and ordered: the answer is the first rule of BEFORE_RULES whose test holds, the

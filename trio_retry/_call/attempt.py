@@ -321,7 +321,7 @@ class AttemptRun:
                     # ambiguous).
                     raise _drained(request, progress)
             config = rt.config
-            if config.early_data:
+            if config.early_data and not progress.late_only:
                 progress.early_ok = _early_safe(request, state)
             response = await conn.send_request(wire_request, progress)
             self.response = response

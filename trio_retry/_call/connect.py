@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .._wire.dialer import Dialer
     from .._wire.http2 import HTTP2Connection
     from .._wire.http3 import HTTP3Connection
-    from .._wire.http3.quic import TicketStore
+    from .._wire.http3.quic import QuicTrust, TicketStore
     from .._wire.http11 import HTTP11Connection
     from .h3route import QuicRoutes
 
@@ -72,6 +72,7 @@ class Connector:
     __slots__ = (
         "_config",
         "_proxy_ssl_context",
+        "_quic_trust",
         "_tickets",
         "clock",
         "nursery",
@@ -84,6 +85,7 @@ class Connector:
         #: Which origins go over HTTP/3 (``h3route.py``); ``None`` for a client without it.
         self.quic_routes: QuicRoutes | None = None
         self._tickets: TicketStore | None = None
+        self._quic_trust: QuicTrust | None = None  # worked out at the first QUIC connection
         if config.http3 or config.http3_configured or config.http3_everywhere:
             from .._wire.http3.quic import TicketStore
             from .h3route import QuicRoutes
@@ -210,7 +212,12 @@ class Connector:
         from aioquic.quic.connection import QuicConnection
 
         from .._wire.http3 import HTTP3Connection
-        from .._wire.http3.quic import TrustSource, allows_early_data, quic_configuration
+        from .._wire.http3.quic import (
+            TrustSource,
+            allows_early_data,
+            quic_configuration,
+            quic_trust,
+        )
 
         config = self._config
         routes, tickets = self.quic_routes, self._tickets
@@ -221,9 +228,13 @@ class Connector:
         port = routes.port_for(origin) or origin.port
         where = (origin.host, port)
         ticket = tickets.take(where)
-        trust = TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+        trust = self._quic_trust
+        if trust is None:
+            trust = self._quic_trust = quic_trust(
+                TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+            )
         quic = QuicConnection(
-            configuration=quic_configuration(trust, origin.host, ticket, config.max_header_bytes),
+            configuration=quic_configuration(trust, origin.host, ticket),
             session_ticket_handler=lambda new: tickets.keep(where, new),
         )
         timeouts = config.stage_timeouts

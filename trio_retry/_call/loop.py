@@ -139,6 +139,8 @@ async def send(
         # 2. an attempt (answered auth challenges are in the trail, not numbered)
         number = len(attempts) + 1 - (retries.challenges if retries is not None else 0)
         progress = AttemptProgress(started if not attempts else rt.now())
+        if attempts and attempts[-1].status == 425 and attempts[-1].early_data is not None:
+            progress.late_only = True  # NotConsulted.TOO_EARLY: after the handshake this time
         if ledger is not None:
             run, number = await hedged_attempt(
                 rt, request, state, progress, streaming, attempts, ledger, number, _notify
@@ -259,9 +261,10 @@ class _Retries:
                 replayable=request.body.replayability.replayable,
                 draining=rt.draining,
                 challenge=not self._challenged and _may_answer_challenge(request),
+                early_data=run.progress.early_data is not None,
             )
         )
-        if skip is NotConsulted.RECONNECT:
+        if skip is NotConsulted.RECONNECT or skip is NotConsulted.TOO_EARLY:
             # No attempt counted, no budget, no backoff; in the trail with decision None. The
             # breaker does not learn from it (the connection refused it, not the upstream),
             # but a probe slot the attempt held is given back.

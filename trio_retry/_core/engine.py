@@ -29,7 +29,7 @@ call per rule costs nothing a successful request pays). The decisions themselves
 :mod:`.decision`, re-exported here.
 
 **When the engine is not consulted.** This file owns every "send again?" of a call, including
-the four answers given without asking the engine (whose :class:`RetryContext` describes a
+the five answers given without asking the engine (whose :class:`RetryContext` describes a
 failed attempt of the call). They are :class:`NotConsulted` decisions, taken in this order by
 :func:`not_consulted` (:data:`BEFORE_RULES`, data again) from an attempt's :class:`AttemptFacts`;
 the first that applies wins, and the client acts on it without building a context:
@@ -44,7 +44,12 @@ the first that applies wins, and the client acts on it without building a contex
    the same failure;
 3. a 401 with a challenge the call's auth may answer (Digest), once, with a replayable body
    -> AUTH_CHALLENGE: if the auth answers it the request goes again with credentials (the 401
-   proves the server did not act on it), uncounted; if not, the engine decides after all.
+   proves the server did not act on it), uncounted; if not, the engine decides after all;
+4. a ``425 Too Early`` to a request sent in HTTP/3 early data (RFC 8470 §5.2: the server did not
+   process it), within the same :data:`MAX_RECONNECTS` and with a replayable body -> TOO_EARLY:
+   sent again at once, uncounted; the connection's handshake is over by then, so it does not
+   go in early data again. (A 425 to a request that was not sent early is the engine's, as
+   any other status.)
 
 A stale pooled HTTP/1.1 connection found closed before a byte was written is not an attempt
 at all: the pool drops it and the same attempt goes on a fresh one (``_wire/pool.py``).
@@ -95,12 +100,13 @@ MAX_RECONNECTS = 3
 
 
 class NotConsulted(enum.Enum):
-    """Why the engine was not consulted after an attempt (the module docstring, 0-3)."""
+    """Why the engine was not consulted after an attempt (the module docstring, 0-4)."""
 
     FINAL_RESPONSE = "a response below 400 is the call's answer"
     RECONNECT = "refused by the connection, not the request: sent again on a fresh one"
     ENDS_CALL = "the failure ends the call: trying again would meet it again"
     AUTH_CHALLENGE = "an auth challenge to answer: sent again with credentials"
+    TOO_EARLY = "425 Too Early to a request sent in early data: sent again after the handshake"
 
     def __str__(self) -> str:
         return self.value
@@ -117,6 +123,7 @@ class AttemptFacts:
     replayable: bool = True  # the body can be sent again
     draining: bool = False
     challenge: bool = False  # the call's auth may answer a 401's challenge (not yet answered)
+    early_data: bool = False  # the attempt went in HTTP/3 early data
 
 
 #: Rule 0 of :data:`BEFORE_RULES`: a response whose status is below this is the call's answer.
@@ -151,12 +158,23 @@ def _before_challenge(facts: AttemptFacts) -> bool:
     return facts.status == 401 and facts.challenge and facts.replayable
 
 
+def _before_too_early(facts: AttemptFacts) -> bool:
+    return (
+        facts.status == 425
+        and facts.early_data
+        and facts.reconnects < MAX_RECONNECTS
+        and facts.replayable
+        and not facts.draining
+    )
+
+
 #: The "not consulted" decisions, in order: the first whose test holds wins.
 BEFORE_RULES: tuple[tuple[NotConsulted, Callable[[AttemptFacts], bool]], ...] = (
     (NotConsulted.FINAL_RESPONSE, _before_final),
     (NotConsulted.RECONNECT, _before_reconnect),
     (NotConsulted.ENDS_CALL, _before_ends_call),
     (NotConsulted.AUTH_CHALLENGE, _before_challenge),
+    (NotConsulted.TOO_EARLY, _before_too_early),
 )
 
 

@@ -280,7 +280,12 @@ class ConnectionPool:
             if isinstance(error, WireError):
                 progress.advance(error.stage)
                 raise WireError(
-                    str(error), stage=error.stage, evidence=error.evidence, category=error.category
+                    str(error),
+                    stage=error.stage,
+                    evidence=error.evidence,
+                    category=error.category,
+                    # (a QUIC handshake that failed: every waiter goes again over TCP, uncounted)
+                    reconnect=error.reconnect,
                 ) from error
             raise error
         assert waiter.state == SLOT

@@ -37,6 +37,7 @@ class AttemptProgress:
         "early_ok",
         "http_version",
         "interrupted",
+        "late_only",
         "proven_not_sent",
         "stage",
         "started",
@@ -58,6 +59,9 @@ class AttemptProgress:
         #: Whether it went in early data: ``None`` (not), ``"unconfirmed"`` (the handshake is
         #: not over), then ``"accepted"`` or ``"rejected"`` (``Attempt.early_data``).
         self.early_data: str | None = None
+        #: Not in early data whatever the request: the call's previous attempt, sent early,
+        #: was answered ``425 Too Early`` (RFC 8470 §5.2: send it after the handshake).
+        self.late_only = False
         self.proven_not_sent = False
         self.started = started
         self.timings: dict[str, float] = {}

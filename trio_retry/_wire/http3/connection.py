@@ -358,22 +358,10 @@ class HTTP3Connection:
                 await self._stream_body(stream, body, progress)
             progress.advance(Stage.AWAITING_RESPONSE)
             clock = self.clock
-            response = await stream.receive_head(
+            # A 425 to a request sent early is the engine file's (NotConsulted.TOO_EARLY).
+            return await stream.receive_head(
                 progress, None if clock is None else clock.limits.first_byte
             )
-            if response.status == 425 and progress.early_data is not None:
-                # RFC 8470 §5.2: "Too Early" means the server did not process it; it goes again
-                # once the handshake is over (the next try finds the connection OPEN).
-                stream.abandon()
-                progress.proven_not_sent = True
-                raise WireError.at(
-                    progress,
-                    FailureCategory.REFUSED_STREAM,
-                    "the server answered 425 Too Early to the request sent in early data; it "
-                    "is sent again after the handshake",
-                    reconnect=True,
-                )
-            return response
         except BaseException:
             stream.abandon()
             raise
@@ -695,9 +683,8 @@ class HTTP3Connection:
                     not_sent=True,
                     reconnect=True,
                 )
-        retired, self.on_retired = self.on_retired, None
-        if retired is not None:
-            retired()
+        # The pool sees it unavailable from now on (DRAINING); it learns that it is gone when
+        # the last stream ends and the connection closes (``_die``).
         if not self.streams:
             self.close()
 

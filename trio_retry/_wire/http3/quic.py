@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import ssl
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,14 @@ if TYPE_CHECKING:
     from aioquic.quic.configuration import QuicConfiguration
     from aioquic.tls import SessionTicket
 
-__all__ = ["TicketStore", "TrustSource", "quic_configuration", "require_aioquic"]
+__all__ = [
+    "QuicTrust",
+    "TicketStore",
+    "TrustSource",
+    "quic_configuration",
+    "quic_trust",
+    "require_aioquic",
+]
 
 #: Receive windows: 8 MiB per connection, 2 MiB per stream (aioquic's defaults are 1 MiB
 #: each, which caps a 10 ms-RTT transfer at ~100 MB/s and lets one stream use all of it).
@@ -60,29 +68,65 @@ class TrustSource:
     owns_context: bool = True
 
 
-def _ca_pem(source: TrustSource) -> tuple[bytes | None, str | None, str | None]:
-    """The CA certificates to trust: ``(cadata, cafile, capath)`` for aioquic."""
-    verify = source.verify
-    if source.owns_context and isinstance(verify, (str, os.PathLike)):
-        path = os.fspath(verify)
-        return (None, None, path) if os.path.isdir(path) else (None, path, None)
-    listed = source.context.get_ca_certs(binary_form=True)
-    pem = "".join(ssl.DER_cert_to_PEM_cert(der) for der in listed).encode("ascii")
-    if source.owns_context or not listed:
-        # The system's store, loaded by path (not listed by get_ca_certs until used).
+@dataclass(frozen=True, slots=True)
+class QuicTrust:
+    """What every QUIC connection of a client verifies with, worked out once per client
+    (:func:`quic_trust`): listing and checking a context's CA certificates costs milliseconds."""
+
+    verify: bool
+    check_hostname: bool
+    cadata: bytes | None = None
+    cafile: str | None = None
+    capath: str | None = None
+    cert: CertTypes = None
+
+
+def quic_trust(source: TrustSource) -> QuicTrust:
+    """The client's TLS trust as aioquic takes it; see the module docstring."""
+    context = source.context
+    verify = context.verify_mode != ssl.CERT_NONE
+    check = verify and context.check_hostname
+    if not verify:
+        return QuicTrust(False, False, cert=source.cert)
+    given = source.verify
+    if source.owns_context and isinstance(given, (str, os.PathLike)):
+        path = os.fspath(given)
+        if os.path.isdir(path):
+            return QuicTrust(True, check, capath=path, cert=source.cert)
+        return QuicTrust(True, check, cafile=path, cert=source.cert)
+    if source.owns_context:
+        # verify=True: the system's store, by the paths OpenSSL loads it from.
         paths = ssl.get_default_verify_paths()
         cafile = paths.cafile if paths.cafile and os.path.isfile(paths.cafile) else None
         capath = paths.capath if paths.capath and os.path.isdir(paths.capath) else None
-        if cafile is not None or capath is not None:
-            return (pem or None), cafile, capath
-    return (pem or None), None, None
+        return QuicTrust(True, check, cafile=cafile, capath=capath, cert=source.cert)
+    pem = _loadable_pem(context.get_ca_certs(binary_form=True))
+    return QuicTrust(True, check, cadata=pem or None, cert=source.cert)
+
+
+def _loadable_pem(certificates: list[bytes]) -> bytes:
+    """The DER ``certificates`` as PEM, without those the certificate library warns about or
+    refuses (a system store may hold one with a negative serial number, which RFC 5280
+    forbids): aioquic parses the list at every handshake, and a warning there would be one
+    per connection, or an error in a program that turns warnings into errors."""
+    from cryptography import x509
+
+    kept = []
+    for der in certificates:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                x509.load_der_x509_certificate(der)
+            except Exception:  # a warning (now an error) or a certificate it cannot read
+                continue
+        kept.append(ssl.DER_cert_to_PEM_cert(der))
+    return "".join(kept).encode("ascii")
 
 
 def quic_configuration(
-    source: TrustSource,
+    trust: QuicTrust,
     server_name: str,
     ticket: SessionTicket | None,
-    max_header_bytes: int,
 ) -> QuicConfiguration:
     """A client configuration for one connection to ``server_name`` (SNI and the name its
     certificate must carry), resuming ``ticket`` if given. Raises ``ValueError`` naming
@@ -90,25 +134,20 @@ def quic_configuration(
     from aioquic.h3.connection import H3_ALPN
     from aioquic.quic.configuration import QuicConfiguration
 
-    context = source.context
-    verifying = context.verify_mode != ssl.CERT_NONE
     config = QuicConfiguration(
         is_client=True,
         alpn_protocols=list(H3_ALPN),
-        server_name=server_name,
-        verify_mode=ssl.CERT_REQUIRED if verifying else ssl.CERT_NONE,
+        # SNI and the name the certificate must carry (aioquic checks it whenever it has one,
+        # so a context that verifies the chain but not the name sends none).
+        server_name=server_name if trust.check_hostname or not trust.verify else None,
+        verify_mode=ssl.CERT_REQUIRED if trust.verify else ssl.CERT_NONE,
         max_data=CONNECTION_WINDOW,
         max_stream_data=STREAM_WINDOW,
         idle_timeout=IDLE_TIMEOUT,
     )
-    if verifying and not context.check_hostname:
-        # A context that verifies the chain but not the name (rare, explicit): aioquic checks
-        # the name whenever it has one, so SNI is left out rather than the check faked.
-        config.server_name = None
-    if verifying:
-        cadata, cafile, capath = _ca_pem(source)
-        config.load_verify_locations(cafile=cafile, capath=capath, cadata=cadata)
-    cert = source.cert
+    if trust.verify:
+        config.load_verify_locations(cafile=trust.cafile, capath=trust.capath, cadata=trust.cadata)
+    cert = trust.cert
     if cert is not None:
         certfile, keyfile, password = (
             (cert, None, None)
