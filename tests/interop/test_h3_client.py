@@ -1,0 +1,163 @@
+"""The client over HTTP/3 against servers we did not write: caddy (quic-go) and hypercorn
+(aioquic), started by the tests on loopback; nginx (no HTTP/3) for the fallback to TCP.
+
+What ran is counted where the server records it: caddy's proxied backend (its ledger) and
+access log, hypercorn's application ledger, nginx's access log. caddy logs no sign of early
+data (and passes none to its backend), so whether a request went in 0-RTT is read from the
+client's trail (``Attempt.early_data``, from the handshake's own answer) and its execution
+count from the ledger.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+import trio
+
+import trio_retry
+from tests.support.caddy import BIG, RunningCaddy
+from tests.support.fixtures import StartNginx
+from tests.support.hypercorn_server import RunningHypercorn
+from tests.support.nginx import NginxConfig
+from trio_retry import Client, Upstream
+
+MIB = 1 << 20
+ONE = trio_retry.RetryPolicy(max_attempts=1)
+
+
+def caddy_client(caddy: RunningCaddy, **options: object) -> Client:
+    return Client(
+        upstreams={caddy.url(""): Upstream(http3=True)},
+        ssl_context=caddy.ssl_context(),
+        retry=ONE,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def test_caddy_get_post_and_a_mib_each_way(caddy: RunningCaddy) -> None:
+    upload = bytes(reversed(BIG))
+    with trio.fail_after(30):
+        async with caddy_client(caddy) as client:
+            got = await client.get(caddy.url("/get"), headers={"x-request-id": "g"})
+            posted = await client.post(
+                caddy.url("/echo"), content=b"hello", headers={"x-request-id": "p"}
+            )
+            static = await client.get(caddy.url("/big.bin"))
+            echoed = await client.put(
+                caddy.url("/echo"), content=upload, headers={"x-request-id": "u"}
+            )
+    assert {r.http_version for r in (got, posted, static, echoed)} == {"HTTP/3"}
+    assert (got.content, posted.content) == (b"ok", b"hello")
+    assert static.content == BIG
+    assert echoed.content == upload
+    assert caddy.backend.count(request_id="p") == 1
+    assert caddy.backend.count(request_id="u") == 1
+    assert [e.body_length for e in caddy.backend.executions] == [5, MIB]
+    log = caddy.log(expect=4)
+    assert log.protocols() == ["HTTP/3.0"] * 4
+    assert (log.count(request_id="g"), log.count(request_id="p")) == (1, 1)
+
+
+async def test_caddy_fifty_concurrent_streams_on_one_connection(caddy: RunningCaddy) -> None:
+    bodies: dict[int, bytes] = {}
+    with trio.fail_after(30):
+        async with caddy_client(caddy) as client:
+
+            async def one(i: int) -> None:
+                response = await client.post(
+                    caddy.url(f"/echo/{i}"), content=b"%d" % i, headers={"x-request-id": f"r{i}"}
+                )
+                assert response.http_version == "HTTP/3"
+                bodies[i] = response.content
+
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(one, i)
+            assert repr(client._rt.pool).startswith("<ConnectionPool 0 active, 1 idle")
+    assert bodies == {i: b"%d" % i for i in range(50)}
+    assert all(caddy.backend.count(request_id=f"r{i}") == 1 for i in range(50))
+    assert len(caddy.log(expect=50)) == 50
+
+
+async def test_caddy_alt_svc_discovery(caddy: RunningCaddy) -> None:
+    with trio.fail_after(30):
+        async with Client(http3=True, ssl_context=caddy.ssl_context(), retry=ONE) as client:
+            versions = [(await client.get(caddy.url("/get"))).http_version for _ in range(3)]
+    assert versions == ["HTTP/2", "HTTP/3", "HTTP/3"]
+    assert caddy.log(expect=3).protocols() == ["HTTP/2.0", "HTTP/3.0", "HTTP/3.0"]
+
+
+async def test_caddy_zero_rtt_for_a_get_never_for_a_post(caddy: RunningCaddy) -> None:
+    with trio.fail_after(30):
+        async with caddy_client(caddy, early_data=True, keepalive_expiry=0) as client:
+            await client.get(caddy.url("/get"))  # the session ticket
+            early = await client.get(caddy.url("/echo/g"), headers={"x-request-id": "early"})
+            post = await client.post(
+                caddy.url("/echo"), content=b"pay", headers={"x-request-id": "post"}
+            )
+    assert early.attempts[-1].early_data == "accepted"
+    assert post.attempts[-1].early_data is None  # it waited for the handshake
+    assert (caddy.backend.count(request_id="early"), caddy.backend.count(request_id="post")) == (
+        1,
+        1,
+    )
+
+
+async def test_hypercorn_get_post_and_concurrency(hypercorn: RunningHypercorn) -> None:
+    with trio.fail_after(30):
+        async with Client(
+            upstreams={hypercorn.url(""): Upstream(http3=True)},
+            ssl_context=ssl.create_default_context(cadata=hypercorn.ca_pem.decode("ascii")),
+            retry=ONE,
+        ) as client:
+            got = await client.get(hypercorn.url("/"), headers={"x-request-id": "g"})
+            big = await client.put(hypercorn.url("/big"), content=BIG)
+            results: list[bytes] = []
+
+            async def one(i: int) -> None:
+                response = await client.post(
+                    hypercorn.url(f"/p/{i}"), content=b"%d" % i, headers={"x-request-id": f"p{i}"}
+                )
+                results.append(response.content)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(50):
+                    nursery.start_soon(one, i)
+    assert (got.http_version, got.content) == ("HTTP/3", b"ok")
+    assert big.content == BIG
+    assert sorted(results) == sorted(b"%d" % i for i in range(50))
+    ledger = hypercorn.ledger(expect=52)
+    assert {e.http_version for e in ledger.entries} == {"3"}
+    assert all(ledger.count(request_id=f"p{i}") == 1 for i in range(50))
+
+
+async def test_nginx_without_http3_is_reached_over_tcp(nginx: StartNginx) -> None:
+    """Upstream(http3=True) at a server with no QUIC listener: the UDP port is closed, the
+    first attempt goes again over TCP at once, uncounted; nginx executed each POST once."""
+    server = nginx(NginxConfig())
+    url = server.h2_url("/post")
+    origin = url.rsplit("/", 1)[0]
+    with trio.fail_after(30):
+        async with Client(
+            upstreams={origin: Upstream(http3=True)},
+            ssl_context=server.ssl_context(),
+            retry=ONE,
+        ) as client:
+            first = await client.post(url, content=b"1", headers={"x-request-id": "a"})
+            second = await client.post(url, content=b"2", headers={"x-request-id": "b"})
+    quic, tcp = first.attempts
+    assert (quic.evidence, quic.decision) == (trio_retry.Evidence.NOT_SENT, None)
+    assert "QUIC" in str(quic.error)
+    assert tcp.http_version == first.http_version == "HTTP/2"
+    assert [a.http_version for a in second.attempts] == ["HTTP/2"]  # marked broken: TCP now
+    log = server.log(expect=2)
+    assert (log.count(request_id="a"), log.count(request_id="b")) == (1, 1)
+
+
+@pytest.mark.parametrize("http3", [False, True])
+async def test_discovery_is_off_without_the_option(caddy: RunningCaddy, http3: bool) -> None:
+    with trio.fail_after(30):
+        async with Client(http3=http3, ssl_context=caddy.ssl_context(), retry=ONE) as client:
+            versions = [(await client.get(caddy.url("/get"))).http_version for _ in range(2)]
+    assert versions == (["HTTP/2", "HTTP/3"] if http3 else ["HTTP/2", "HTTP/2"])
