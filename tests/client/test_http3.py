@@ -398,3 +398,35 @@ async def test_too_early_is_sent_again_after_the_handshake_uncounted(
     assert too_early.decision is None  # uncounted: max_attempts=1 still let it go again
     assert (answered.status, answered.early_data, response.content) == (200, None, b"ready")
     assert [r.early_data for r in server.requests if r.path == "/report"] == [True, False]
+
+
+async def test_a_slow_reader_bounds_what_is_buffered(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aioquic credits flow control on receipt: the driver stops reading datagrams while more
+    than BUFFER_LIMIT body bytes wait for their callers, and the body still arrives whole."""
+    from trio_retry._wire.http3 import connection
+
+    limit = 256 * 1024
+    monkeypatch.setattr(connection, "BUFFER_LIMIT", limit)
+    seen: list[int] = []
+    received = connection.HTTP3Connection.received
+
+    def note(self: connection.HTTP3Connection, size: int) -> None:
+        received(self, size)
+        seen.append(self.buffered)
+
+    monkeypatch.setattr(connection.HTTP3Connection, "received", note)
+    body = bytes(range(256)) * (8 * MIB // 256)
+    server.route("GET", "/big", Respond(200, body=body))
+    with trio.fail_after(30):
+        async with h3_client(server) as client:
+            async with client.stream("GET", f"{server.url}/big") as response:
+                got = bytearray()
+                async for chunk in response.aiter_raw():
+                    if not got:
+                        await trio.sleep(1.0)  # a reader that stops for a while
+                    got += chunk
+    assert bytes(got) == body
+    # One round of datagrams (at most 64 of them) may land after the limit is crossed.
+    assert max(seen) <= limit + 64 * 1500

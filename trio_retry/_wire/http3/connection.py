@@ -63,6 +63,14 @@ _DATAGRAM = 65536
 #: connection would otherwise cost the request a first-byte timeout and its evidence).
 PING_AFTER_IDLE = 2.0
 PING_TIMEOUT = 1.0
+#: Response body bytes received and not yet read by their callers, across the connection, above
+#: which the driver stops reading datagrams until the callers have read half of them. aioquic
+#: grants flow-control credit as soon as data is received, not as it is read, so without this a
+#: caller reading slower than the network would buffer a whole response. Datagrams then wait in
+#: the kernel's socket buffer, and past it are dropped: QUIC's loss recovery and congestion
+#: control slow the server down (a pause of the whole connection, which a fast reader of
+#: another stream shares).
+BUFFER_LIMIT = 16 * 1024 * 1024
 #: Datagrams taken from the socket per round of the driver, at most.
 _BATCH = 64
 #: Streams lent at once when the server's limit is not known yet (before the handshake).
@@ -124,6 +132,9 @@ class HTTP3Connection:
         self._progressed = trio.Event()  # set by the driver after each round; renewed
         self._max_streams = _DEFAULT_STREAMS
         self._last_received = trio.current_time()
+        #: Body bytes received and not yet read by their callers (``BUFFER_LIMIT``).
+        self.buffered = 0
+        self._room = trio.Event()  # set when callers read the buffer down to half the limit
         self._pings_sent = 0
         self._pings_answered = 0
         self._sent_early: dict[int, AttemptProgress] = {}
@@ -478,6 +489,18 @@ class HTTP3Connection:
         """Bytes of ``stream_id`` handed to QUIC so far (``Attempt.bytes_sent``)."""
         return self._offsets(stream_id)[1]
 
+    def received(self, size: int) -> None:
+        """Body bytes arrived for a caller (``BUFFER_LIMIT``)."""
+        self.buffered += size
+        if self.buffered > BUFFER_LIMIT and self._room.is_set():
+            self._room = trio.Event()
+
+    def consumed(self, size: int) -> None:
+        """A caller took (or dropped) ``size`` buffered body bytes."""
+        self.buffered -= size
+        if self.buffered <= BUFFER_LIMIT // 2:
+            self._room.set()
+
     def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
         """The caller is done with ``stream``: forget it, resetting it first if ``reset``."""
         if self.streams.pop(stream.stream_id, None) is None:
@@ -522,7 +545,10 @@ class HTTP3Connection:
                 timer = quic.get_timer()
                 with trio.CancelScope(deadline=math.inf if timer is None else timer) as scope:
                     self._wait_scope = scope
-                    await trio.lowlevel.wait_readable(sock)
+                    if self.buffered > BUFFER_LIMIT:
+                        await self._room.wait()  # (sends, and QUIC's timer, still go on)
+                    else:
+                        await trio.lowlevel.wait_readable(sock)
                 self._wait_scope = None
                 now = trio.current_time()
                 for _ in range(_BATCH):

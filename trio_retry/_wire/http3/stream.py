@@ -34,6 +34,12 @@ class StreamOwner(Protocol):
     @property
     def clock(self) -> Clock | None: ...
 
+    def received(self, size: int) -> None:
+        """``size`` body bytes arrived for a stream and wait for its caller."""
+
+    def consumed(self, size: int) -> None:
+        """``size`` of them were taken by the caller (or dropped with its stream)."""
+
     def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
         """Forget ``stream``, first resetting it (H3_REQUEST_CANCELLED) when ``reset``;
         never raises or blocks."""
@@ -102,6 +108,7 @@ class H3Stream:
             return
         if data:
             self._chunks.append(data)
+            self._owner.received(len(data))
         if ended:
             self._ended = True
         self._wake()
@@ -173,6 +180,7 @@ class H3Stream:
         chunks = self._chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(_drain(chunks))
         progress.bytes_received += len(data)
+        self._owner.consumed(len(data))
         return data
 
     async def receive_all(self, progress: AttemptProgress, limit: int | None) -> list[bytes]:
@@ -198,6 +206,8 @@ class H3Stream:
         if not self.done:
             self.done = True
             clean = self._ended and self._failure is None and not self._chunks
+            if self._chunks:  # what the caller will never read
+                self._owner.consumed(sum(len(chunk) for chunk in _drain(self._chunks)))
             self._owner.finish_stream(self, reset=not clean)
 
 
