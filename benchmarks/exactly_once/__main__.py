@@ -19,21 +19,21 @@ from benchmarks.exactly_once.peers import PEERS
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.exactly_once", description=__doc__)
     p.add_argument("--seed", type=int, default=31)
-    p.add_argument("--calls", type=int, default=600, help="per client, at most (default 600)")
+    p.add_argument("--calls", type=int, default=3000, help="per client, at most (3000)")
     p.add_argument(
-        "--seconds", type=float, default=40.0, help="per client: no call starts after (40)"
+        "--seconds", type=float, default=30.0, help="per client: no call starts after (30)"
     )
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--deadline", type=float, default=2.0, help="per call, seconds (2.0)")
     p.add_argument("--max-delay", type=float, default=0.4, help="backend delay bound (0.4 s)")
     p.add_argument("--keepalive-requests", type=int, default=20, help="nginx's, small (20)")
     p.add_argument("--clients", default=",".join(PEERS), help="comma-separated subset")
-    p.add_argument("--smoke", action="store_true", help="seconds: 30 calls, trio_retry only")
+    p.add_argument("--smoke", action="store_true", help="seconds: 80 calls, trio_retry only")
     p.add_argument("--json", type=Path, help="write the document here")
     p.add_argument("--chart", type=Path, help="draw the scoreboard here (.svg or .png)")
     args = p.parse_args(argv)
     if args.smoke:
-        args.calls, args.seconds, args.concurrency = 30, 3.0, 4
+        args.calls, args.seconds, args.concurrency = 80, 4.0, 4
         args.deadline, args.max_delay = 1.0, 0.1
         if "--clients" not in " ".join(argv):
             args.clients = "trio_retry"
