@@ -30,6 +30,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--clients", default=",".join(PEERS), help="comma-separated subset")
     p.add_argument("--smoke", action="store_true", help="seconds: 80 calls, trio_retry only")
     p.add_argument("--json", type=Path, help="write the document here")
+    p.add_argument(
+        "--slim", action="store_true", help="JSON without the calls and the ledger (to commit)"
+    )
     p.add_argument("--chart", type=Path, help="draw the scoreboard here (.svg or .png)")
     args = p.parse_args(argv)
     if args.smoke:
@@ -66,7 +69,7 @@ def main(argv: list[str]) -> int:
     if extra:
         print("\n" + extra)
     if args.json:
-        report.write_json(doc, args.json)
+        report.write_json(doc, args.json, slim=args.slim)
     if args.chart:
         note = report.chart(doc, args.chart)
         if note:

@@ -111,10 +111,7 @@ def main(argv: list[str]) -> int:
         return 2
     port, path, seed, max_delay = int(argv[0]), argv[1], int(argv[2]), float(argv[3])
     with open(path, "a", encoding="utf-8") as file:
-        server = ThreadingHTTPServer(
-            ("127.0.0.1", port), make_handler(Ledger(file), seed, max_delay)
-        )
-        server.daemon_threads = True
+        server = Server(("127.0.0.1", port), make_handler(Ledger(file), seed, max_delay))
         print("listening", flush=True)
         try:
             server.serve_forever(poll_interval=0.2)

@@ -175,7 +175,15 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
     logged = Counter(line.rid for line in access)
     clients = []
     for run, applied, errors in runs:
-        entry: dict[str, Any] = {"run": run.to_json(), "faults": applied, "fault_errors": errors}
+        rids = {call.rid for call in run.calls}
+        entry: dict[str, Any] = {
+            "run": run.to_json(),
+            # the client's part of the ledger: the document is a recorded run, which the
+            # checker can judge again (records.ClientRun.from_json, records.LedgerEntry)
+            "ledger": [asdict(e) for e in ledger if e.rid in rids],
+            "faults": applied,
+            "fault_errors": errors,
+        }
         if run.available:
             entry["score"] = check(run, ledger, tolerance=cfg.tolerance, logged=logged).to_json()
         clients.append(entry)
@@ -189,6 +197,7 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
             "python": platform.python_version(),
             "nginx": nginx_version(binary)[0] if binary else None,
         },
+        "netns": f"{netlab.PREFIX}{os.getpid()}",
         "wall": round(time.monotonic() - started, 1),
         "ledger_lines": len(ledger),
         "access_log_lines": len(access),

@@ -72,7 +72,18 @@ def details(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_json(doc: dict[str, Any], path: Path) -> None:
+def write_json(doc: dict[str, Any], path: Path, *, slim: bool = False) -> None:
+    """The document; ``slim`` leaves out each client's calls and ledger (the recorded run),
+    keeping the configuration, the faults and the scores: the size to commit."""
+    if slim:
+        doc = {
+            **doc,
+            "clients": [
+                {k: v for k, v in entry.items() if k != "ledger"}
+                | {"run": {k: v for k, v in entry["run"].items() if k != "calls"}}
+                for entry in doc["clients"]
+            ],
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
