@@ -23,7 +23,9 @@ The violations, each with the request id it concerns (:data:`VIOLATIONS`):
     a POST executed more than once (with a key: executed, not deduplicated, more than once).
 ``false_failure``
     a POST without a key reported as a plain failure (``failed``, ``foreign`` or ``hung``) while
-    the ledger shows it executed: the caller was told it failed, and it happened.
+    the ledger shows it executed: the caller was told it failed, and it happened. A failure
+    whose evidence says the request ran (trio_retry: ``PARTIAL_RESPONSE``, the response broke
+    after its status line) is the truth, not counted here (``info["failed_saying_it_ran"]``).
 ``false_not_sent``
     trio_retry said NOT_SENT and the ledger contradicts it: an attempt of the trail with
     NOT_SENT evidence whose number reached the backend more often than the trail's attempts of
@@ -61,6 +63,9 @@ VIOLATIONS = (
 #: on a loaded two-core machine (the checks of tests/reliability allow about as much).
 DEFAULT_TOLERANCE = 0.25
 _FAILURES = ("failed", "foreign", "hung")
+#: evidence with which a failure tells the caller the request ran (trio_retry's RequestFailed
+#: with PARTIAL_RESPONSE: the status line came, then the body broke; SPEC §3): no falsehood
+_RAN = ("PARTIAL_RESPONSE", "RESPONSE_RECEIVED")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +156,9 @@ def check(
         if call.kind == GET and len(executed) > 1:
             info["get_executed_more_than_once"] += 1
         if call.outcome in _FAILURES and executed:
-            if call.kind == POST:
+            if call.evidence in _RAN:
+                info["failed_saying_it_ran"] += 1
+            elif call.kind == POST:
                 add(
                     Violation(
                         kind="false_failure",

@@ -141,6 +141,19 @@ def test_a_planted_violation_is_flagged(
     assert counts(score) == {k: int(k == kind) for k in VIOLATIONS}, score.violations
 
 
+def test_a_failure_that_says_it_ran_is_no_false_failure() -> None:
+    # trio_retry's RequestFailed with PARTIAL_RESPONSE: the response broke after its status
+    # line, and the evidence tells the caller the POST ran. The truth, not a violation.
+    run, ledger = recorded()
+    call = _first(run, ledger, POST)
+    told = _replace(
+        run, call, outcome="failed", error="x.ConnectionBroken", evidence="PARTIAL_RESPONSE"
+    )
+    score = check(told, ledger)
+    assert counts(score) == dict.fromkeys(VIOLATIONS, 0)
+    assert score.info["failed_saying_it_ran"] == 1
+
+
 def test_ambiguous_calls_are_split_by_the_ledger() -> None:
     run, ledger = recorded()
     post = _first(run, ledger, POST)
