@@ -95,12 +95,13 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
         import matplotlib
 
         matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, diffable
         import matplotlib.pyplot as plt
         from matplotlib.colors import to_rgb
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no chart"
     rows = [e for e in doc["clients"] if "score" in e]
-    names = [e["score"]["client"] for e in rows]
+    names = [f"{e['score']['client']}  ({e['score']['calls']} calls)" for e in rows]
     fig_h = 1.2 + 0.42 * len(rows)
     fig, ax = plt.subplots(figsize=(11, fig_h))
     ncols = len(COLUMNS) + 1
@@ -135,9 +136,9 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
         side.set_visible(False)
     cfg = doc["config"]
     ax.set_title(
-        f"exactly-once scoreboard: {cfg['calls']} calls per client under random faults "
-        f"(seed {cfg['seed']}); green = never, red = the caller was told a falsehood "
-        "or left a leak",
+        f"exactly-once scoreboard: {cfg['seconds']:.0f} s of seeded faults per client (seed "
+        f"{cfg['seed']}), {cfg['concurrency']} concurrent calls, {cfg['deadline']:.1f} s deadline"
+        "\ngreen: never; red: the caller was told a falsehood, waited too long, or got a leak",
         fontsize=9,
         pad=34,
     )
