@@ -357,12 +357,13 @@ def run_peer(config: dict[str, Any]) -> dict[str, Any]:
     if missing is not None:
         return {**out, "available": False, "note": f"{missing} is not installed", "calls": []}
     calls = plan(cfg.client, cfg.seed, cfg.calls, peer.protocols)
-    kwargs = {"concurrency": cfg.concurrency, "deadline": cfg.deadline, "seconds": cfg.seconds}
 
     async def main() -> list[CallRecord]:
         async with peer.factory(cfg) as one:
             runner = run_trio if peer.runtime == "trio" else run_asyncio
-            return await runner(calls, one, **kwargs)
+            return await runner(
+                calls, one, concurrency=cfg.concurrency, deadline=cfg.deadline, seconds=cfg.seconds
+            )
 
     for module in peer.modules:  # imported before the count: a module may open sockets
         __import__(module)

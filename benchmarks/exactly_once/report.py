@@ -98,6 +98,7 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
         matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: small, diffable
         import matplotlib.pyplot as plt
         from matplotlib.colors import to_rgb
+        from matplotlib.patches import Rectangle
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no chart"
     rows = [e for e in doc["clients"] if "score" in e]
@@ -115,11 +116,11 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
                 strength = min(1.0, 0.35 + 0.65 * value / max(1, score["calls"]) * 10)
                 base = to_rgb("#d73027")
                 color = tuple(1 - strength * (1 - c) for c in base)
-            ax.add_patch(plt.Rectangle((j, i), 0.96, 0.9, color=color))
+            ax.add_patch(Rectangle((j, i), 0.96, 0.9, color=color))
             ax.text(j + 0.48, i + 0.45, str(value), ha="center", va="center", fontsize=10)
         split = score["ambiguous_split"]
         amb = sum(split.values())
-        ax.add_patch(plt.Rectangle((len(COLUMNS), i), 0.96, 0.9, color="#e6e6e6"))
+        ax.add_patch(Rectangle((len(COLUMNS), i), 0.96, 0.9, color="#e6e6e6"))
         label = f"{amb} ({split.get('executed', 0)} ran)" if amb else "0"
         ax.text(len(COLUMNS) + 0.48, i + 0.45, label, ha="center", va="center", fontsize=9)
     ax.set_xlim(0, ncols)

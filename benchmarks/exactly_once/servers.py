@@ -125,12 +125,14 @@ def _config(lab: NetLab, workdir: Path, version: tuple[int, ...], keepalive_requ
     )
 
 
-def _wait_listening(lab: NetLab, ports: list[int], procs: list[subprocess.Popen[bytes]]) -> None:
+def _wait_listening(
+    lab: NetLab, ports: list[int], procs: dict[str, subprocess.Popen[bytes]]
+) -> None:
     end = time.monotonic() + 10
     while True:
-        for proc in procs:
+        for name, proc in procs.items():
             if proc.poll() is not None:
-                raise LabError(f"{proc.args[4]} exited with status {proc.returncode}")
+                raise LabError(f"{name} exited with status {proc.returncode}")
         out = run(lab.in_ns("ss", "-Htln"), check=False)
         if all(f":{port} " in out for port in ports):
             return
@@ -181,7 +183,7 @@ def start(
     )
     servers = Servers(workdir=workdir, ca_file=workdir / "ca.pem", nginx=nginx, backend=backend)
     try:
-        _wait_listening(lab, [BACKEND_PORT, *PORTS.values()], [backend, nginx])
+        _wait_listening(lab, [BACKEND_PORT, *PORTS.values()], {"backend": backend, "nginx": nginx})
     except BaseException:
         servers.stop()
         raise

@@ -14,6 +14,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ def _first(run: ClientRun, ledger: list[LedgerEntry], kind: str) -> CallRecord:
     )
 
 
-def _replace(run: ClientRun, call: CallRecord, **changes: object) -> ClientRun:
+def _replace(run: ClientRun, call: CallRecord, **changes: Any) -> ClientRun:
     calls = tuple(dataclasses.replace(c, **changes) if c is call else c for c in run.calls)
     return dataclasses.replace(run, calls=calls)
 
