@@ -7,11 +7,12 @@ line otherwise (exit status 2). See docs/benchmarks.md, "The exactly-once scoreb
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from benchmarks.exactly_once import report
-from benchmarks.exactly_once.lab import RunConfig, run_lab
+from benchmarks.exactly_once.lab import RunConfig, rescore, run_lab
 from benchmarks.exactly_once.netlab import LabError
 from benchmarks.exactly_once.peers import PEERS
 
@@ -29,6 +30,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keepalive-requests", type=int, default=20, help="nginx's, small (20)")
     p.add_argument("--clients", default=",".join(PEERS), help="comma-separated subset")
     p.add_argument("--smoke", action="store_true", help="seconds: 80 calls, trio_retry only")
+    p.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="JSON",
+        help="no lab: judge a recorded run (a --json document without --slim) again",
+    )
     p.add_argument("--json", type=Path, help="write the document here")
     p.add_argument(
         "--slim", action="store_true", help="JSON without the calls and the ledger (to commit)"
@@ -56,7 +63,7 @@ def main(argv: list[str]) -> int:
         clients=tuple(c for c in args.clients.split(",") if c),
     )
     try:
-        doc = run_lab(cfg)
+        doc = rescore(json.loads(args.rescore.read_text())) if args.rescore else run_lab(cfg)
     except LabError as exc:
         print(f"exactly-once lab: {exc}", file=sys.stderr)
         return 2

@@ -73,6 +73,8 @@ class Violation:
     kind: str
     rid: str
     detail: str
+    #: false_not_sent only: "attempt" (an attempt of the trail) or "call" (the error's evidence)
+    level: str = ""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.rid}: {self.detail}"
@@ -108,6 +110,9 @@ class Score:
             "by_kind": self.by_kind,
             "outcomes": self.outcomes,
             "violations": {kind: self.count(kind) for kind in VIOLATIONS},
+            "false_not_sent_by_level": dict(
+                Counter(v.level for v in self.violations if v.kind == "false_not_sent")
+            ),
             "ambiguous_split": self.ambiguous_split,
             "overrun_max": round(self.overrun_max, 4),
             "overrun_p99": round(self.overrun_p99, 4),
@@ -223,6 +228,7 @@ def _check_not_sent(
             add(
                 Violation(
                     kind="false_not_sent",
+                    level="attempt",
                     rid=rid,
                     detail=f"attempt {number} reported NOT_SENT, reached the backend "
                     f"{reached[str(number)]}x",
@@ -233,6 +239,7 @@ def _check_not_sent(
         add(
             Violation(
                 kind="false_not_sent",
+                level="call",
                 rid=rid,
                 detail=f"the failure says NOT_SENT; the backend saw it {len(entries)}x "
                 f"(attempts {sorted(reached)})",

@@ -65,6 +65,10 @@ def details(doc: dict[str, Any]) -> str:
         if score["foreign_types"]:
             kinds = ", ".join(f"{k} x{n}" for k, n in score["foreign_types"].items())
             lines.append(f"{score['client']}: foreign exceptions: {kinds}")
+        levels = score.get("false_not_sent_by_level") or {}
+        if levels:
+            said = ", ".join(f"{n} at {level} level" for level, n in sorted(levels.items()))
+            lines.append(f"{score['client']}: NOT_SENT contradicted by the ledger: {said}")
         for example in score["examples"][:5]:
             lines.append(f"{score['client']}: {example}")
         if entry["fault_errors"]:

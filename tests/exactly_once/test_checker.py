@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks.exactly_once.backend import EXECUTED
 from benchmarks.exactly_once.checker import VIOLATIONS, Score, check
+from benchmarks.exactly_once.lab import rescore
 from benchmarks.exactly_once.records import (
     GET,
     POST,
@@ -166,3 +167,19 @@ def test_ambiguous_calls_are_split_by_the_ledger() -> None:
     gone = [e for e in ledger if e.rid != post.rid]
     split = check(ambiguous, gone).ambiguous_split
     assert split.get("not_executed", 0) == before.get("not_executed", 0) + 1
+
+
+def test_a_recorded_document_is_judged_again_the_same() -> None:
+    run, ledger = recorded()
+    first = check(run, ledger).to_json()
+    doc = {
+        "config": {"tolerance": 0.25},
+        "clients": [
+            {
+                "run": run.to_json(),
+                "ledger": [dataclasses.asdict(e) for e in ledger],
+                "score": first,
+            }
+        ],
+    }
+    assert rescore(doc)["clients"][0]["score"] == first
