@@ -36,6 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="JSON",
         help="no lab: judge a recorded run (a --json document without --slim) again",
     )
+    p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     p.add_argument("--json", type=Path, help="write the document here")
     p.add_argument(
         "--slim", action="store_true", help="JSON without the calls and the ledger (to commit)"
@@ -72,6 +73,8 @@ def main(argv: list[str]) -> int:
         return 130
     print()
     print(report.table(doc))
+    if args.markdown:
+        print("\n" + report.markdown(doc))
     extra = report.details(doc)
     if extra:
         print("\n" + extra)

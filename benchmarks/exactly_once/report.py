@@ -55,6 +55,31 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """The scoreboard as a Markdown table (docs/benchmarks.md)."""
+    lines = [
+        "| client | calls | ok / failed / ambiguous | POST executed twice | reported failed, "
+        "but executed | ambiguous: executed / dedup. / not executed | NOT_SENT contradicted "
+        "| overrun max / p99 (s) | sockets left | foreign exceptions |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in doc["clients"]:
+        s = entry.get("score")
+        if s is None:
+            lines.append(f"| {entry['run']['client']} | not run: {entry['run']['note']} |")
+            continue
+        out, v, split = s["outcomes"], s["violations"], s["ambiguous_split"]
+        fails = out.get("failed", 0) + out.get("foreign", 0) + out.get("hung", 0)
+        amb = " / ".join(str(split.get(k, 0)) for k in ("executed", "deduplicated", "not_executed"))
+        lines.append(
+            f"| {s['client']} | {s['calls']:,} | {out.get('ok', 0):,} / {fails:,} / "
+            f"{out.get('ambiguous', 0)} | {v['post_twice']} | {v['false_failure']} | {amb} | "
+            f"{v['false_not_sent']} | {s['overrun_max']:.2f} / {s['overrun_p99']:.2f} | "
+            f"{s['sockets_left']} | {v['foreign_exception']} |"
+        )
+    return "\n".join(lines)
+
+
 def details(doc: dict[str, Any]) -> str:
     """The violations behind the counts (a few per client), the foreign exception types."""
     lines = []
