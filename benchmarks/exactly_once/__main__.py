@@ -29,7 +29,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-delay", type=float, default=0.4, help="backend delay bound (0.4 s)")
     p.add_argument("--keepalive-requests", type=int, default=20, help="nginx's, small (20)")
     p.add_argument("--clients", default=",".join(PEERS), help="comma-separated subset")
-    p.add_argument("--smoke", action="store_true", help="seconds: 80 calls, trio_retry only")
+    p.add_argument(
+        "--smoke", action="store_true", help="seconds: at most 80 calls in 4 s, trio_retry only"
+    )
     p.add_argument(
         "--rescore",
         type=Path,

@@ -153,9 +153,7 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
     """Run the lab; the document the report prints and writes. Raises
     :class:`~benchmarks.exactly_once.netlab.LabError` when the lab cannot run here."""
     reason = netlab.why_not_available() or (
-        "the exactly-once lab needs nginx (`apt-get install nginx`)"
-        if find_nginx() is None
-        else None
+        "needs nginx (`apt-get install nginx`)" if find_nginx() is None else None
     )
     if reason is not None:
         raise netlab.LabError(reason)

@@ -38,10 +38,10 @@ class LabError(Exception):
 def why_not_available() -> str | None:
     """``None`` when this process can build the lab; otherwise the one-line reason."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "the exactly-once lab needs root (network namespaces, iptables, tc): run it as root"
+        return "needs root (network namespaces, iptables, tc): run it as root"
     for tool in ("ip", "iptables", "tc", "ss"):
         if shutil.which(tool) is None:
-            return f"the exactly-once lab needs `{tool}` (iproute2 / iptables packages)"
+            return f"needs `{tool}` (the iproute2 and iptables packages)"
     return None
 
 

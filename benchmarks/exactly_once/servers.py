@@ -149,7 +149,7 @@ def start(
 
     binary = find_nginx()
     if binary is None:
-        raise LabError("the exactly-once lab needs nginx (`apt-get install nginx`)")
+        raise LabError("needs nginx (`apt-get install nginx`)")
     _, version = nginx_version(binary)
     (workdir / "tmp").mkdir(parents=True, exist_ok=True)
     ca = trustme.CA()

@@ -33,11 +33,11 @@ TIMEOUT = 60  # the smoke takes ~3 s on two idle cores; this only stops a hang
 def _skip_unless_lab() -> None:
     reason = netlab.why_not_available()
     if reason is None and find_nginx() is None:
-        reason = "nginx is not installed"
+        reason = "needs nginx"
     if reason is None and subprocess.run(["ip", "netns", "list"], capture_output=True).returncode:
-        reason = "`ip netns` does not work here (no network namespaces)"
+        reason = "needs `ip netns`, which does not work here"
     if reason is not None:
-        pytest.skip(reason)
+        pytest.skip(f"the exactly-once lab {reason}")
 
 
 def test_smoke(tmp_path: Path) -> None:
