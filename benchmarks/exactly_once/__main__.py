@@ -30,6 +30,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keepalive-requests", type=int, default=20, help="nginx's, small (20)")
     p.add_argument("--clients", default=",".join(PEERS), help="comma-separated subset")
     p.add_argument(
+        "--no-faults",
+        action="store_true",
+        help="the baseline: the same run without faults (every column should be 0)",
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="seconds: at most 80 calls in 4 s, trio_retry only"
     )
     p.add_argument(
@@ -64,6 +69,7 @@ def main(argv: list[str]) -> int:
         max_delay=args.max_delay,
         keepalive_requests=args.keepalive_requests,
         clients=tuple(c for c in args.clients.split(",") if c),
+        faults=not args.no_faults,
     )
     try:
         doc = rescore(json.loads(args.rescore.read_text())) if args.rescore else run_lab(cfg)

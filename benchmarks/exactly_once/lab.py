@@ -54,6 +54,8 @@ class RunConfig:
     keepalive_requests: int
     clients: tuple[str, ...]
     tolerance: float = DEFAULT_TOLERANCE
+    #: False: the baseline, no fault at all (every column must then be 0: a harness check)
+    faults: bool = True
 
 
 @contextlib.contextmanager
@@ -87,7 +89,10 @@ def _run_client(
     }
     srv.check_alive()
     injector = faults.Injector(
-        lab=lab, servers=srv, faults=faults.schedule(cfg.seed, cfg.seconds), seed=cfg.seed
+        lab=lab,
+        servers=srv,
+        faults=faults.schedule(cfg.seed, cfg.seconds) if cfg.faults else [],
+        seed=cfg.seed,
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.exactly_once.peers", json.dumps(config)],
