@@ -13,8 +13,9 @@ or whose client gave up, is on record all the same. Each line holds the request 
 
 - ``executed``: the side effect happened (every GET and key-less POST, and the first POST of
   each key);
-- ``deduplicated``: a POST whose key was already executed; answered with the stored result, no
-  new side effect (the behaviour the ``Idempotency-Key`` draft asks of a server).
+- ``deduplicated``: a POST whose key was already executed; answered 200 with no new side
+  effect (what the ``Idempotency-Key`` draft asks of a server; the body says which it was,
+  the draft's stored response is not kept: no client here reads it).
 
 The delay is drawn from ``SEED``, the request id and the attempt, so a run with the same seed
 gives each request the same delay.
