@@ -12,6 +12,10 @@ it"; docs/reference.md says ``.evidence`` "describe[s] the last attempt". The tw
 caller who reads the docstring concludes that a payment with a key did not happen. The test
 below is the docstring's reading, deterministic (an in-memory transport and a virtual clock);
 it is expected to fail until the maintainers decide which document is right.
+
+Main has since changed ``.evidence`` to the call's (77d6ebf: ``NOT_SENT`` only when no attempt
+reached the server); against main at 5535b52 this test passes, so ``xfail`` goes when this
+branch meets that change (main carries a regression test of its own).
 """
 
 from __future__ import annotations
