@@ -1,0 +1,390 @@
+"""The clients, each in a process of its own: ``python -m benchmarks.exactly_once.peers CONFIG``.
+
+One process per client run, so the sockets it leaves after closing its client are its own to
+count (``/proc/self/fd``, before the event loop starts and after it ended) and a crash or hang
+cannot take the lab down. The protocol is :func:`benchmarks.worker.serve_config`'s: one JSON
+argument, the result the last stdout line after :data:`RESULT_TAG`.
+
+Each client is used the way its documentation recommends, with the run's deadline given in the
+library's own terms: trio_retry ``deadline=`` (the whole call); aiohttp
+``ClientTimeout(total=)`` (the whole call); httpx and niquests ``timeout=`` (each connect, read
+and write on its own: what their documentation offers; neither has a per-call total). The
+retry recipes are the common ones, the loops written here:
+
+- ``httpx_retries``: ``AsyncHTTPTransport(retries=3)`` (httpx retries connection failures);
+- ``httpx_tenacity``: a tenacity-style loop, three attempts on ``httpx.TransportError`` with
+  exponential backoff, whatever the method (what ``@retry(retry=retry_if_exception_type(...))``
+  around a call does);
+- ``aiohttp_retry``: the aiohttp-retry style loop: three attempts on ``ClientError`` or
+  ``TimeoutError``, exponential backoff, any method;
+- ``niquests_retry``: ``AsyncSession(retries=RetryConfiguration(total=3, backoff_factor=0.1))``
+  (urllib3's ``Retry``: connection errors for any method, read errors for idempotent ones).
+
+"The library's own" exceptions: trio_retry ``TrioRetryError``; httpx ``HTTPError``,
+``StreamError``, ``InvalidURL``; aiohttp ``ClientError`` and ``asyncio.TimeoutError`` (which
+its documentation names for timeouts); niquests ``RequestException``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import random
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from benchmarks.exactly_once.records import GET, CallRecord, TrailAttempt
+from benchmarks.exactly_once.workload import BODY, Call, CallFn, plan, run_asyncio, run_trio
+from benchmarks.worker import serve_config
+
+RESULT_TAG = "EXACTLY-ONCE-RESULT "
+PATH = "/r"
+RETRY_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    client: str
+    urls: dict[str, str]  # h1, h2 (TLS), h2c: scheme://host:port
+    ca_file: str
+    seed: int
+    calls: int
+    concurrency: int
+    deadline: float
+    seconds: float
+
+    def url(self, call: Call) -> str:
+        return self.urls[call.proto] + PATH
+
+    def context(self, alpn: list[str]) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.set_alpn_protocols(alpn)
+        return context
+
+
+def record(
+    call: Call,
+    cfg: Config,
+    started: float,
+    outcome: str,
+    *,
+    status: int | None = None,
+    exc: BaseException | None = None,
+    evidence: str | None = None,
+    trail: tuple[TrailAttempt, ...] = (),
+) -> CallRecord:
+    return CallRecord(
+        rid=call.rid,
+        kind=call.kind,
+        proto=call.proto,
+        outcome=outcome,
+        elapsed=time.monotonic() - started,
+        deadline=cfg.deadline,
+        status=status,
+        error=None if exc is None else f"{type(exc).__module__}.{type(exc).__qualname__}",
+        evidence=evidence,
+        trail=trail,
+    )
+
+
+def _backoff(attempt: int) -> float:
+    return random.uniform(0, min(1.0, 0.1 * 2 ** (attempt - 1)))
+
+
+# --- trio_retry --------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def trio_retry_client(cfg: Config) -> AsyncIterator[CallFn]:
+    import trio_retry
+    from trio_retry import HookRequest
+
+    def number_attempt(view: HookRequest) -> None:
+        view.headers.set("x-attempt", str(view.attempt))
+
+    hooks: trio_retry.EventHooks = {"request": [number_attempt]}
+    ctx = cfg.context(["h2", "http/1.1"])
+    async with (
+        trio_retry.Client(event_hooks=hooks) as h1,
+        trio_retry.Client(http2=True, ssl_context=ctx, event_hooks=hooks) as h2,
+        trio_retry.Client(http2=True, http2_prior_knowledge=True, event_hooks=hooks) as h2c,
+    ):
+        clients = {"h1": h1, "h2": h2, "h2c": h2c}
+
+        def trail(attempts: list[trio_retry.Attempt]) -> tuple[TrailAttempt, ...]:
+            return tuple(
+                TrailAttempt(number=a.number, evidence=a.evidence.name, stage=a.stage.name)
+                for a in attempts
+            )
+
+        async def one(call: Call) -> CallRecord:
+            client = clients[call.proto]
+            headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
+            started = time.monotonic()
+            try:
+                if call.kind == GET:
+                    response = await client.get(
+                        cfg.url(call), headers=headers, deadline=cfg.deadline
+                    )
+                else:
+                    response = await client.post(
+                        cfg.url(call),
+                        content=BODY,
+                        headers=headers,
+                        deadline=cfg.deadline,
+                        idempotency_key=call.key,
+                    )
+            except trio_retry.HttpAmbiguousExecutionError as exc:
+                return record(
+                    call, cfg, started, "ambiguous", exc=exc, evidence=exc.evidence.name,
+                    trail=trail(exc.attempts),
+                )  # fmt: skip
+            except trio_retry.RequestFailed as exc:
+                return record(
+                    call, cfg, started, "failed", exc=exc, evidence=exc.evidence.name,
+                    trail=trail(exc.attempts),
+                )  # fmt: skip
+            except trio_retry.TrioRetryError as exc:
+                return record(call, cfg, started, "failed", exc=exc)
+            except Exception as exc:
+                return record(call, cfg, started, "foreign", exc=exc)
+            return record(
+                call, cfg, started, "ok", status=response.status, trail=trail(response.attempts)
+            )
+
+        yield one
+
+
+# --- httpx on Trio -----------------------------------------------------------------------------
+
+
+def httpx_client_factory(variant: str) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+    @asynccontextmanager
+    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+        import httpx
+
+        own = (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL)
+        ctx = cfg.context(["h2", "http/1.1"])
+        retries = 3 if variant == "retries" else 0
+        transports = {
+            "h1": httpx.AsyncHTTPTransport(retries=retries),
+            "h2": httpx.AsyncHTTPTransport(retries=retries, http2=True, verify=ctx),
+            "h2c": httpx.AsyncHTTPTransport(retries=retries, http1=False, http2=True),
+        }
+        async with (
+            httpx.AsyncClient(transport=transports["h1"], timeout=cfg.deadline) as h1,
+            httpx.AsyncClient(transport=transports["h2"], timeout=cfg.deadline) as h2,
+            httpx.AsyncClient(transport=transports["h2c"], timeout=cfg.deadline) as h2c,
+        ):
+            clients = {"h1": h1, "h2": h2, "h2c": h2c}
+
+            async def send(call: Call, attempt: int) -> int:
+                client = clients[call.proto]
+                content = None if call.kind == GET else BODY
+                response = await client.request(
+                    call.method, cfg.url(call), headers=call.headers(attempt), content=content
+                )
+                return response.status_code
+
+            async def one(call: Call) -> CallRecord:
+                started = time.monotonic()
+                try:
+                    if variant == "tenacity":
+                        for attempt in range(1, RETRY_ATTEMPTS + 1):
+                            try:
+                                status = await send(call, attempt)
+                                break
+                            except httpx.TransportError:
+                                if attempt == RETRY_ATTEMPTS:
+                                    raise
+                                await trio.sleep(_backoff(attempt))
+                    else:
+                        status = await send(call, 1)
+                except own as exc:
+                    return record(call, cfg, started, "failed", exc=exc)
+                except Exception as exc:
+                    return record(call, cfg, started, "foreign", exc=exc)
+                return record(call, cfg, started, "ok", status=status)
+
+            yield one
+
+    return factory
+
+
+# --- aiohttp -----------------------------------------------------------------------------------
+
+
+def aiohttp_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+    @asynccontextmanager
+    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+        import aiohttp
+
+        own = (aiohttp.ClientError, asyncio.TimeoutError)
+        # aiohttp speaks HTTP/1.1 only: on the TLS port it gets HTTP/1.1 by ALPN ("h1tls").
+        connector = aiohttp.TCPConnector(ssl=cfg.context(["http/1.1"]))
+        timeout = aiohttp.ClientTimeout(total=cfg.deadline)
+        urls = {"h1": cfg.urls["h1"], "h1tls": cfg.urls["h2"]}
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+            async def send(call: Call, attempt: int) -> int:
+                data = None if call.kind == GET else BODY
+                async with session.request(
+                    call.method, urls[call.proto] + PATH, headers=call.headers(attempt), data=data
+                ) as response:
+                    await response.read()
+                    return response.status
+
+            async def one(call: Call) -> CallRecord:
+                started = time.monotonic()
+                try:
+                    attempts = RETRY_ATTEMPTS if retry else 1
+                    for attempt in range(1, attempts + 1):
+                        try:
+                            status = await send(call, attempt)
+                            break
+                        except own:
+                            if attempt == attempts:
+                                raise
+                            await asyncio.sleep(_backoff(attempt))
+                except own as exc:
+                    return record(call, cfg, started, "failed", exc=exc)
+                except Exception as exc:
+                    return record(call, cfg, started, "foreign", exc=exc)
+                return record(call, cfg, started, "ok", status=status)
+
+            yield one
+
+    return factory
+
+
+# --- niquests ----------------------------------------------------------------------------------
+
+
+def niquests_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+    @asynccontextmanager
+    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+        import niquests
+
+        retries: Any = niquests.RetryConfiguration(total=3, backoff_factor=0.1) if retry else 0
+        async with niquests.AsyncSession(
+            retries=retries,
+            timeout=cfg.deadline,
+            disable_http3=True,
+            pool_maxsize=cfg.concurrency,
+        ) as session:
+
+            async def one(call: Call) -> CallRecord:
+                started = time.monotonic()
+                data = None if call.kind == GET else BODY
+                try:
+                    response = await session.request(
+                        call.method,
+                        cfg.url(call),
+                        headers=call.headers(),
+                        data=data,
+                        # per request: AsyncSession(verify=...) did not reach the TLS layer in
+                        # niquests 3.21 (every HTTPS call failed verification)
+                        verify=cfg.ca_file,
+                    )
+                except niquests.exceptions.RequestException as exc:
+                    return record(call, cfg, started, "failed", exc=exc)
+                except Exception as exc:
+                    return record(call, cfg, started, "foreign", exc=exc)
+                return record(call, cfg, started, "ok", status=response.status_code)
+
+            yield one
+
+    return factory
+
+
+@dataclass(frozen=True)
+class Peer:
+    runtime: str  # "trio" or "asyncio"
+    protocols: tuple[str, ...]
+    modules: tuple[str, ...]  # what must be importable
+    factory: Callable[[Config], AbstractAsyncContextManager[CallFn]]
+
+
+PEERS: dict[str, Peer] = {
+    "trio_retry": Peer("trio", ("h1", "h2", "h2c"), ("trio_retry",), trio_retry_client),
+    "httpx": Peer("trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("plain")),
+    "httpx_retries": Peer(
+        "trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("retries")
+    ),
+    "httpx_tenacity": Peer(
+        "trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("tenacity")
+    ),
+    "aiohttp": Peer("asyncio", ("h1", "h1tls"), ("aiohttp",), aiohttp_client_factory(False)),
+    "aiohttp_retry": Peer("asyncio", ("h1", "h1tls"), ("aiohttp",), aiohttp_client_factory(True)),
+    "niquests": Peer("asyncio", ("h1", "h2"), ("niquests",), niquests_client_factory(False)),
+    "niquests_retry": Peer("asyncio", ("h1", "h2"), ("niquests",), niquests_client_factory(True)),
+}
+
+
+def missing_module(peer: Peer) -> str | None:
+    import importlib.util
+
+    for name in peer.modules:
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+def _sockets() -> int:
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def run_peer(config: dict[str, Any]) -> dict[str, Any]:
+    cfg = Config(**config)
+    peer = PEERS[cfg.client]
+    out: dict[str, Any] = {"client": cfg.client, "protocols": list(peer.protocols)}
+    missing = missing_module(peer)
+    if missing is not None:
+        return {**out, "available": False, "note": f"{missing} is not installed", "calls": []}
+    calls = plan(cfg.client, cfg.seed, cfg.calls, peer.protocols)
+
+    async def main() -> list[CallRecord]:
+        async with peer.factory(cfg) as one:
+            runner = run_trio if peer.runtime == "trio" else run_asyncio
+            return await runner(
+                calls, one, concurrency=cfg.concurrency, deadline=cfg.deadline, seconds=cfg.seconds
+            )
+
+    for module in peer.modules:  # imported before the count: a module may open sockets
+        __import__(module)
+    before = _sockets()
+    started = time.monotonic()
+    records = trio.run(main) if peer.runtime == "trio" else asyncio.run(main())
+    wall = time.monotonic() - started
+    gc.collect()
+    left = _sockets() - before
+    return {
+        **out,
+        "available": True,
+        "wall": round(wall, 3),
+        "sockets_left": max(0, left),
+        "calls": [r.to_json() for r in records],
+    }
+
+
+def main(argv: list[str]) -> int:
+    return serve_config(argv, "benchmarks.exactly_once.peers", RESULT_TAG, run_peer)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

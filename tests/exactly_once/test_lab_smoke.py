@@ -1,0 +1,104 @@
+"""The exactly-once lab must not rot: a seconds-long run of it, where it can run.
+
+``python -m benchmarks.exactly_once --smoke`` builds the namespace, starts nginx and the ledger
+backend, runs trio_retry through a few seconds of seeded faults, judges it and takes everything
+down. It needs root, iproute2, iptables and nginx: elsewhere these tests skip and say which is
+missing (the refusal itself is tested everywhere). What is asserted: the run happened (calls
+made, faults applied, executions on the ledger, every call judged), trio_retry executed no POST
+twice and reported no executed key-less POST as a plain failure, no socket or foreign
+exception escaped, and nothing of the lab is left, after a normal end and after Ctrl-C. The
+full run is a benchmark (docs/benchmarks.md), never a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.exactly_once import __main__ as cli
+from benchmarks.exactly_once import netlab
+from benchmarks.servers import find_nginx
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 60  # the smoke takes ~3 s on two idle cores; this only stops a hang
+
+
+def _skip_unless_lab() -> None:
+    reason = netlab.why_not_available()
+    if reason is None and find_nginx() is None:
+        reason = "needs nginx"
+    if reason is None and subprocess.run(["ip", "netns", "list"], capture_output=True).returncode:
+        reason = "needs `ip netns`, which does not work here"
+    if reason is not None:
+        pytest.skip(f"the exactly-once lab {reason}")
+
+
+def test_smoke(tmp_path: Path) -> None:
+    _skip_unless_lab()
+    out = tmp_path / "lab.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.exactly_once", "--smoke", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert netlab.leftovers(int(doc["netns"].removeprefix(netlab.PREFIX))) == []
+    (entry,) = doc["clients"]
+    score = entry["score"]
+    assert score["client"] == "trio_retry"
+    assert score["calls"] == len(entry["run"]["calls"]) >= 20
+    assert entry["faults"], "no fault was applied"
+    assert entry["ledger"], "nothing reached the backend"
+    assert sum(score["outcomes"].values()) == score["calls"]
+    violations = score["violations"]
+    for kind in ("post_twice", "false_failure", "foreign_exception"):
+        assert violations[kind] == 0, score["examples"]
+    assert score["sockets_left"] == 0
+    assert "trio_retry" in proc.stdout  # the table
+
+
+def test_interrupted_run_leaves_nothing() -> None:
+    _skip_unless_lab()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.exactly_once", "--smoke", "--seconds", "30"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # "lab up: ..." once the lab and the servers are up
+            if line.startswith("lab up"):
+                break
+        else:
+            pytest.fail("the lab did not come up")
+        time.sleep(1.0)  # the client is running, faults are being applied
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 130, err
+    assert netlab.leftovers(proc.pid) == []
+
+
+def test_refuses_in_one_line_without_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["--smoke"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "needs root" in err
