@@ -405,18 +405,18 @@ async def test_a_slow_reader_bounds_what_is_buffered(
 ) -> None:
     """aioquic credits flow control on receipt: the driver stops reading datagrams while more
     than BUFFER_LIMIT body bytes wait for their callers, and the body still arrives whole."""
-    from trio_retry._wire.http3 import connection
+    from trio_retry._wire.http3 import driver
 
     limit = 256 * 1024
-    monkeypatch.setattr(connection, "BUFFER_LIMIT", limit)
+    monkeypatch.setattr(driver, "BUFFER_LIMIT", limit)
     seen: list[int] = []
-    received = connection.HTTP3Connection.received
+    received = driver.QuicDriver.received
 
-    def note(self: connection.HTTP3Connection, size: int) -> None:
+    def note(self: driver.QuicDriver, size: int) -> None:
         received(self, size)
         seen.append(self.buffered)
 
-    monkeypatch.setattr(connection.HTTP3Connection, "received", note)
+    monkeypatch.setattr(driver.QuicDriver, "received", note)
     body = bytes(range(256)) * (8 * MIB // 256)
     server.route("GET", "/big", Respond(200, body=body))
     with trio.fail_after(30):

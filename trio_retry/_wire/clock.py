@@ -35,7 +35,7 @@ writer task (``http2/writer.py``) gives its connection up when one ``send_all`` 
 progress for the ``write`` limit. It is the connection's own task, not an attempt's wait, and
 keeps the limit with one cancel scope re-armed per write (a lane entry would need an attempt to
 interrupt and a progress to report on). Likewise the HTTP/3 connection's driver task
-(``http3/connection.py``) waits for datagrams until QUIC's own timer, in a scope whose deadline
+(``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose deadline
 is that timer: QUIC's loss detection, its handshake retransmissions and its idle timeout are
 the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as any other.
 

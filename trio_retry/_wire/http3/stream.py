@@ -1,6 +1,6 @@
 """One HTTP/3 request stream as its caller sees it: the head to wait for, the body to read.
 
-The connection's driver task (``connection.py``) puts what arrives here (:meth:`H3Stream.head`,
+The connection's driver task (``driver.py``) puts what arrives here (:meth:`H3Stream.head`,
 :meth:`H3Stream.data`, :meth:`H3Stream.fail`); the caller's task waits on it, each wait through
 the one owner of time (``clock.py``: a :class:`~trio_retry._wire.clock.Bound` in a cancel
 scope). A failure is kept on the stream with its own proof (``not_sent``: the server said it
