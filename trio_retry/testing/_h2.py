@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 
 import h2.config
 import h2.connection
@@ -56,6 +57,7 @@ from ._script import (
     h2_response_headers,
     paced_chunks,
 )
+from ._streams import RequestHead, RequestStream, endless, respond
 
 __all__ = [
     "PREFACE",
@@ -68,29 +70,6 @@ __all__ = [
 ]
 
 _RECEIVE_SIZE = 65536
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else value
-
-
-class _Stream:
-    """A request stream whose action runs in a task."""
-
-    def __init__(self, stream_id: int, slot: Slot, expect_100: bool) -> None:
-        self.stream_id = stream_id
-        self.slot = slot
-        self.expect_100 = expect_100
-        self.sent_100 = False
-        self.scope = trio.CancelScope()
-        self.body_done = trio.Event()
-        self.body_scope: trio.CancelScope | None = None
-        self.abandoned = False
-
-    def abandon(self) -> None:
-        """Stop serving the stream (reset by the client, or above a GOAWAY)."""
-        self.abandoned = True
-        self.scope.cancel()
 
 
 def _server_machine(max_concurrent_streams: int | None) -> h2.connection.H2Connection:
@@ -123,7 +102,7 @@ class H2Handler:
         self._pending = bytearray()  # bytes queued outside h2 (our GOAWAY frames), in order
         self._want_write = trio.Event()
         self._window_changed = trio.Event()
-        self._streams: dict[int, _Stream] = {}  # streams whose action task is running
+        self._streams: dict[int, RequestStream] = {}  # streams whose action task is running
         self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
         self._goaway_last: int | None = None
         self._goaway_action: Action | None = None
@@ -307,10 +286,8 @@ class H2Handler:
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
-        headers = tuple((_text(n).lower(), _text(v)) for n, v in event.headers)
-        pseudo = {name: value for name, value in headers if name.startswith(":")}
-        method = pseudo.get(":method", "")
-        path = pseudo.get(":path", "")
+        head = RequestHead.parse(event.headers)
+        method, path, headers = head.method, head.path, head.headers
         recorder = self._ctx.recorder
 
         def record(action: Action, params: Mapping[str, str] | None = None) -> Slot:
@@ -353,8 +330,7 @@ class H2Handler:
             self._shut_windows.add(stream_id)
             action = Respond()  # answered only if the body ever ends: it cannot
         then = action.then if isinstance(action, GoAway) else action
-        expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
-        stream = _Stream(stream_id, slot, expect_100)
+        stream = RequestStream(stream_id, slot, head.expect_100)
         # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
         # (when at or below the last stream id) or abandons it (when above).
         self._streams[stream_id] = stream
@@ -368,7 +344,7 @@ class H2Handler:
     # -- one stream -----------------------------------------------------------------------
 
     async def _serve_stream(
-        self, stream: _Stream, action: AfterBody | Handler, method: str
+        self, stream: RequestStream, action: AfterBody | Handler, method: str
     ) -> None:
         try:
             with stream.scope:
@@ -407,16 +383,10 @@ class H2Handler:
             return  # already closed
         self._kick()
 
-    async def _wait_body(self, stream: _Stream) -> bool:
+    async def _wait_body(self, stream: RequestStream) -> bool:
         """Wait for the end of the request body; False if it stalled for the read timeout."""
-        if stream.expect_100 and not stream.body_done.is_set():
-            self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
-            stream.sent_100 = True
-        with trio.move_on_after(self._ctx.timeouts.read) as scope:
-            stream.body_scope = scope
-            await stream.body_done.wait()
-        stream.body_scope = None
-        return stream.body_done.is_set()
+        send_headers = partial(self._send_headers, stream.stream_id)
+        return await stream.wait_body(self._ctx.timeouts.read, send_headers)
 
     def _send_headers(
         self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
@@ -453,7 +423,7 @@ class H2Handler:
             self._h2.end_stream(stream_id)
             self._kick()
 
-    async def _after_body(self, stream: _Stream, action: AfterBody, method: str) -> None:
+    async def _after_body(self, stream: RequestStream, action: AfterBody, method: str) -> None:
         stream_id = stream.stream_id
         if isinstance(action, Stall):
             await trio.sleep(action.seconds)
@@ -490,49 +460,23 @@ class H2Handler:
             await self._respond(stream, action, method)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
-        has_body = body_allowed(action.status, method)
-        headers = [
-            (name, value)
-            for name, value in h2_response_headers(action.status, action.headers, 0)
-            if name != "content-length"  # no length: the body has no end
-        ]
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if not has_body:
-            return
-        pause = action.pause()
         # Ends when the client resets the stream (this task is cancelled), the connection
         # ends, or the window stays shut for the write timeout; `seconds` bounds it even
         # against a client that reads forever.
-        with trio.move_on_after(action.seconds):
-            while True:
-                await self._send_body(stream_id, action.chunk, None, end_stream=False)
-                if pause:
-                    await trio.sleep(pause)
-                else:
-                    await trio.lowlevel.checkpoint()
-        self._finish(Ending.RESET)
+        send_headers = partial(self._send_headers, stream_id)
+        if await endless(action, method, send_headers, partial(self._send_body, stream_id)):
+            self._finish(Ending.RESET)
 
-    async def _respond(self, stream: _Stream, action: Respond, method: str) -> None:
+    async def _respond(self, stream: RequestStream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id
-        if action.delay:
-            await trio.sleep(action.delay)
-        skip_100 = stream.sent_100
-        for status in action.informational:
-            if status == 100 and skip_100:
-                skip_100 = False
-                continue
-            self._send_headers(stream_id, ((":status", str(status)),), end_stream=False)
-        has_body = bool(action.body) and body_allowed(action.status, method)
-        headers = h2_response_headers(action.status, action.headers, len(action.body))
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if has_body:
-            await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
+        send_headers = partial(self._send_headers, stream_id)
+        await respond(stream, action, method, send_headers, partial(self._send_body, stream_id))
         if action.close_after:
             self._send_goaway(self._h2.highest_inbound_stream_id, 0, action)
 
     # -- handlers (testkit) -----------------------------------------------------------------
 
-    async def _handled(self, stream: _Stream, handler: Handler) -> AfterBody | None:
+    async def _handled(self, stream: RequestStream, handler: Handler) -> AfterBody | None:
         """Ask `handler` (the body has arrived) and apply what acts at once; return what is
         left to do after the body, or None when the stream is done with.
 

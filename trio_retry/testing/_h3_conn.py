@@ -24,7 +24,8 @@ Early data: a request whose head arrives before the handshake completed (before 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import TypeAlias
 
 import trio
@@ -35,7 +36,7 @@ from aioquic.quic import events as quic_events
 from aioquic.quic.connection import NetworkAddress, QuicConnection
 
 from ._common import Recorder, Slot, Timeouts
-from ._h3_actions import H3Stream, check_h3, close_code, goaway_id_for, h2_only
+from ._h3_actions import check_h3, close_code, goaway_id_for, h2_only
 from ._script import (
     Action,
     AfterBody,
@@ -55,6 +56,7 @@ from ._script import (
     h2_response_headers,
     paced_chunks,
 )
+from ._streams import RequestHead, RequestStream, endless, respond
 
 __all__ = ["H3ServerConnection"]
 
@@ -101,7 +103,7 @@ class H3ServerConnection:
         self._terminated = False
         self._closing = False
         self._progress = trio.Event()  # set (and replaced) after each batch of QUIC input
-        self._streams: dict[int, H3Stream] = {}  # streams whose action task is running
+        self._streams: dict[int, RequestStream] = {}  # streams whose action task is running
         self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
         self._highest = -1
         self._goaway_id: int | None = None
@@ -298,12 +300,8 @@ class H3ServerConnection:
 
     def _on_request(self, event: h3_events.HeadersReceived) -> None:
         stream_id = event.stream_id
-        headers = tuple(
-            (n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in event.headers
-        )
-        pseudo = {name: value for name, value in headers if name.startswith(":")}
-        method = pseudo.get(":method", "")
-        path = pseudo.get(":path", "")
+        head = RequestHead.parse(event.headers)
+        method, path, headers = head.method, head.path, head.headers
         self._highest = max(self._highest, stream_id)
 
         def record(action: Action, params: Mapping[str, str] | None = None) -> Slot:
@@ -339,8 +337,7 @@ class H3ServerConnection:
         if isinstance(then, (StopReading, ShutWindow)):
             raise h2_only(then, method, path)
         check_h3(then, method, path)
-        expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
-        stream = H3Stream(stream_id, slot, expect_100)
+        stream = RequestStream(stream_id, slot, head.expect_100)
         # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
         # (when below its id) or abandons it.
         self._streams[stream_id] = stream
@@ -365,7 +362,7 @@ class H3ServerConnection:
     # -- one stream -----------------------------------------------------------------------------
 
     async def _serve_stream(
-        self, stream: H3Stream, action: AfterBody | Handler, method: str
+        self, stream: RequestStream, action: AfterBody | Handler, method: str
     ) -> None:
         try:
             with stream.scope:
@@ -399,19 +396,13 @@ class H3ServerConnection:
             self._quic.reset_stream(stream_id, error_code)
             self._kick()
 
-    async def _wait_body(self, stream: H3Stream) -> bool:
+    async def _wait_body(self, stream: RequestStream) -> bool:
         """Wait for the end of the request body; False if it stalled for the read timeout."""
-        if stream.expect_100 and not stream.body_done.is_set():
-            self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
-            stream.sent_100 = True
-        with trio.move_on_after(self._timeouts.read) as scope:
-            stream.body_scope = scope
-            await stream.body_done.wait()
-        stream.body_scope = None
-        return stream.body_done.is_set()
+        send_headers = partial(self._send_headers, stream.stream_id)
+        return await stream.wait_body(self._timeouts.read, send_headers)
 
     def _send_headers(
-        self, stream_id: int, headers: tuple[tuple[str, str], ...], *, end_stream: bool
+        self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
     ) -> None:
         assert self._h3 is not None
         encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
@@ -454,7 +445,7 @@ class H3ServerConnection:
             self._h3.send_data(stream_id, b"", end_stream=True)
             self._kick()
 
-    async def _after_body(self, stream: H3Stream, action: AfterBody, method: str) -> None:
+    async def _after_body(self, stream: RequestStream, action: AfterBody, method: str) -> None:
         stream_id = stream.stream_id
         if isinstance(action, Stall):
             await trio.sleep(action.seconds)
@@ -481,43 +472,17 @@ class H3ServerConnection:
             check_h3(action, method, stream.slot.path)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
-        has_body = body_allowed(action.status, method)
-        headers = tuple(
-            (name, value)
-            for name, value in h2_response_headers(action.status, action.headers, 0)
-            if name != "content-length"  # no length: the body has no end
-        )
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if not has_body:
-            return
-        pause = action.pause()
         # Ends when the client resets or stops the stream (this task is cancelled), the
         # connection ends, or the client stops acknowledging for the write timeout; `seconds`
         # bounds it even against a client that reads forever.
-        with trio.move_on_after(action.seconds):
-            while True:
-                await self._send_body(stream_id, action.chunk, None, end_stream=False)
-                if pause:
-                    await trio.sleep(pause)
-                else:
-                    await trio.lowlevel.checkpoint()
-        self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
+        send_headers = partial(self._send_headers, stream_id)
+        if await endless(action, method, send_headers, partial(self._send_body, stream_id)):
+            self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
 
-    async def _respond(self, stream: H3Stream, action: Respond, method: str) -> None:
+    async def _respond(self, stream: RequestStream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id
-        if action.delay:
-            await trio.sleep(action.delay)
-        skip_100 = stream.sent_100
-        for status in action.informational:
-            if status == 100 and skip_100:
-                skip_100 = False
-                continue
-            self._send_headers(stream_id, ((":status", str(status)),), end_stream=False)
-        has_body = bool(action.body) and body_allowed(action.status, method)
-        headers = h2_response_headers(action.status, action.headers, len(action.body))
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if has_body:
-            await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
+        send_headers = partial(self._send_headers, stream_id)
+        await respond(stream, action, method, send_headers, partial(self._send_body, stream_id))
         # The stream counts as served until the client has it all: a drain that closes the
         # connection after the last stream must not cut its response off.
         await self._until_unacked_at_most(stream_id, 0)
@@ -526,7 +491,7 @@ class H3ServerConnection:
 
     # -- handlers (testkit) -------------------------------------------------------------------
 
-    async def _handled(self, stream: H3Stream, handler: Handler) -> AfterBody | None:
+    async def _handled(self, stream: RequestStream, handler: Handler) -> AfterBody | None:
         """Ask `handler` (the body has arrived) and apply what acts at once; return what is
         left to do after the body, or None when the stream is done with (as `_h2.py` does)."""
         action = await self._recorder.resolve(stream.slot, handler)
