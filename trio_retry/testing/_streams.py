@@ -1,21 +1,34 @@
-"""What the HTTP/2 and HTTP/3 connection handlers share for one request stream: its task's
-state, reading its request head, waiting for its body, and writing a scripted response through
-the protocol's own send functions (the connection-level consequences stay with each protocol).
+"""What the HTTP/2 and HTTP/3 connection handlers share for their request streams: reading a
+request head, recording it, each stream's task (its body, its handler, the actions that mean
+the same on both protocols, such as writing a scripted response through the protocol's own send
+functions), and abandoning streams beyond a GOAWAY. What a fault does to the stream or the
+connection stays with each protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+import abc
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import ClassVar, Protocol
 
 import trio
 
-from ._common import Slot
+from ._common import Recorder, Slot
 from ._replies import body_allowed, h2_response_headers
-from ._script import EndlessBody, Respond
+from ._script import Action, AfterBody, EndlessBody, Handler, PartialBody, Respond, Stall
 
-__all__ = ["RequestHead", "RequestStream", "SendBody", "SendHeaders", "endless", "respond"]
+__all__ = [
+    "RequestHead",
+    "RequestStream",
+    "SendBody",
+    "SendHeaders",
+    "StreamServer",
+    "endless",
+    "respond",
+    "short_body",
+]
 
 HeaderPairs = Sequence[tuple[str, str]]
 
@@ -112,6 +125,17 @@ async def respond(
         await send_body(action.body, action.body_rate, end_stream=True)
 
 
+async def short_body(
+    action: PartialBody, method: str, send_headers: SendHeaders, send_body: SendBody
+) -> None:
+    """`PartialBody`'s head (with its declared length) and short body, leaving the stream
+    open; how it is then broken off is the caller's."""
+    headers = h2_response_headers(action.status, action.headers, action.declared_length)
+    send_headers(headers, end_stream=False)
+    if body_allowed(action.status, method):
+        await send_body(action.body, None, end_stream=False)
+
+
 async def endless(
     action: EndlessBody, method: str, send_headers: SendHeaders, send_body: SendBody
 ) -> bool:
@@ -137,3 +161,187 @@ async def endless(
             else:
                 await trio.lowlevel.checkpoint()
     return True
+
+
+class StreamServer(abc.ABC):
+    """The request-stream half of a multiplexed connection handler (HTTP/2, HTTP/3).
+
+    It keeps the streams being served and the record of every stream of the connection, runs
+    each stream's task (wait for the body, ask a `Handler`, mark the record executed, apply
+    the action) and applies `Stall`, `EndlessBody` and `Respond`; the subclass sends the
+    frames and applies the rest.
+    """
+
+    #: Recorded as each request's ``http_version``.
+    HTTP_VERSION: ClassVar[str]
+    #: Exceptions that mean the stream was closed under its task: nothing is left to answer.
+    STREAM_GONE: ClassVar[tuple[type[BaseException], ...]] = ()
+
+    def __init__(self, recorder: Recorder, connection_id: int, read_timeout: float) -> None:
+        self._recorder = recorder
+        self.connection_id = connection_id
+        self._read_timeout = read_timeout
+        self._streams: dict[int, RequestStream] = {}  # streams whose action task is running
+        self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
+        self._nursery: trio.Nursery | None = None  # where the stream tasks run
+
+    # -- what the protocol does -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def _send_headers(
+        self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def _send_body(
+        self, stream_id: int, body: bytes, rate: float | None, *, end_stream: bool
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def _give_up(self, stream_id: int) -> None:
+        """Reset the stream: its client stopped sending the body, or stopped reading."""
+
+    @abc.abstractmethod
+    def _streams_changed(self) -> None:
+        """A stream stopped (or started) being served."""
+
+    @abc.abstractmethod
+    async def _handled(self, stream: RequestStream, handler: Handler) -> AfterBody | None:
+        """Ask `handler` and apply what acts at once; return what is left to do after the
+        body, or None when the stream is done with."""
+
+    @abc.abstractmethod
+    async def _fault_after_body(
+        self, stream: RequestStream, action: AfterBody, method: str
+    ) -> None:
+        """Apply an after-body action other than `Stall`, `EndlessBody` and `Respond`."""
+
+    @abc.abstractmethod
+    async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None: ...
+
+    @abc.abstractmethod
+    async def _respond(self, stream: RequestStream, action: Respond, method: str) -> None: ...
+
+    # -- book-keeping ---------------------------------------------------------------------
+
+    def _record(
+        self,
+        stream_id: int,
+        head: RequestHead,
+        action: Action,
+        params: Mapping[str, str] | None = None,
+        *,
+        early_data: bool = False,
+    ) -> Slot:
+        """Record the request whose head just arrived on `stream_id`."""
+        slot = self._recorder.open(
+            method=head.method,
+            path=head.path,
+            headers=head.headers,
+            connection_id=self.connection_id,
+            http_version=self.HTTP_VERSION,
+            stream_id=stream_id,
+            action=action,
+            params=params or {},
+            early_data=early_data,
+        )
+        self._slots[stream_id] = slot
+        return slot
+
+    def _commit_all(self) -> None:
+        """Publish every stream's record as it stands (the connection is over)."""
+        for slot in self._slots.values():
+            self._recorder.commit(slot)
+
+    def _body_received(self, stream_id: int, data: bytes) -> None:
+        """Body bytes arrived: record them, and push the stream's read deadline back."""
+        slot = self._slots.get(stream_id)
+        if slot is not None and data:
+            slot.body += data
+            self._recorder.commit(slot)
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.body_scope is not None:
+            stream.body_scope.deadline = trio.current_time() + self._read_timeout
+
+    def _body_ended(self, stream_id: int) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.body_done.set()
+
+    def _client_reset(self, stream_id: int) -> None:
+        """The client reset the stream: stop serving it."""
+        stream = self._streams.pop(stream_id, None)
+        if stream is not None:
+            stream.abandon()
+            self._streams_changed()
+
+    def _abandon_from(self, first_id: int, cause: Action) -> None:
+        """Stop serving the streams with an id at or above `first_id` (beyond a GOAWAY);
+        `cause` becomes the recorded action of those that had not executed yet."""
+        for stream_id, stream in list(self._streams.items()):
+            if stream_id >= first_id:
+                stream.abandon()
+                if not stream.slot.executed:
+                    stream.slot.action = cause
+                del self._streams[stream_id]
+
+    # -- one stream -----------------------------------------------------------------------
+
+    def _start_stream(
+        self, stream_id: int, slot: Slot, head: RequestHead, action: AfterBody | Handler
+    ) -> None:
+        """Serve the stream in a task of its own. It is registered at once, so that a GOAWAY
+        sent next counts it as in progress or abandons it."""
+        stream = RequestStream(stream_id, slot, head.expect_100)
+        self._streams[stream_id] = stream
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve_stream, stream, action, head.method)
+
+    async def _serve_stream(
+        self, stream: RequestStream, action: AfterBody | Handler, method: str
+    ) -> None:
+        try:
+            with stream.scope:
+                if stream.abandoned:  # beyond a GOAWAY sent in the same batch of events
+                    return
+                if not await self._wait_body(stream):
+                    # The client stopped sending its body: give up on this stream only.
+                    self._give_up(stream.stream_id)
+                    return
+                if stream.abandoned:  # woken by the body and abandoned in the same batch
+                    return
+                if isinstance(action, Handler):
+                    chosen = await self._handled(stream, action)
+                    if chosen is None:
+                        return
+                    action = chosen
+                stream.slot.executed = True
+                self._recorder.commit(stream.slot)
+                await self._after_body(stream, action, method)
+        except self.STREAM_GONE:
+            pass
+        except trio.TooSlowError:
+            # The client stopped reading (a shut flow-control window, or no acknowledgements):
+            # give up on this stream only.
+            self._give_up(stream.stream_id)
+        finally:
+            if self._streams.get(stream.stream_id) is stream:
+                del self._streams[stream.stream_id]
+            self._recorder.commit(stream.slot)
+            self._streams_changed()
+
+    async def _wait_body(self, stream: RequestStream) -> bool:
+        """Wait for the end of the request body; False if it stalled for the read timeout."""
+        send_headers = partial(self._send_headers, stream.stream_id)
+        return await stream.wait_body(self._read_timeout, send_headers)
+
+    async def _after_body(self, stream: RequestStream, action: AfterBody, method: str) -> None:
+        if isinstance(action, Stall):
+            await trio.sleep(action.seconds)
+            await self._after_body(stream, action.then, method)
+        elif isinstance(action, EndlessBody):
+            await self._endless(stream.stream_id, action, method)
+        elif isinstance(action, Respond):
+            await self._respond(stream, action, method)
+        else:
+            await self._fault_after_body(stream, action, method)
