@@ -57,6 +57,7 @@ from typing import Any
 from .backend import Backend
 from .procs import (
     HOST,
+    RequestLog,
     client_ssl_context,
     free_tcp_udp_port,
     issue_certificate,
@@ -102,17 +103,8 @@ class CaddyLogEntry:
     request_id: str | None
 
 
-@dataclass(frozen=True)
-class CaddyLog:
+class CaddyLog(RequestLog[CaddyLogEntry]):
     """The access log at one moment: what caddy finished."""
-
-    entries: tuple[CaddyLogEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
 
     def protocols(self) -> list[str]:
         return [entry.protocol for entry in self.entries]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .procs import (
     HOST,
+    RequestLog,
     free_tcp_udp_port,
     issue_certificate,
     logged_and_accepts,
@@ -70,15 +71,8 @@ class LedgerEntry:
     request_id: str | None
 
 
-@dataclass(frozen=True)
-class Ledger:
-    entries: tuple[LedgerEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
+class Ledger(RequestLog[LedgerEntry]):
+    """What the application executed, one entry per request."""
 
 
 @dataclass

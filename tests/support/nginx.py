@@ -57,6 +57,7 @@ from pathlib import Path
 
 from .procs import (
     HOST,
+    RequestLog,
     accepts,
     client_ssl_context,
     free_tcp_ports,
@@ -140,18 +141,8 @@ class LogEntry:
     traceparent: str | None
 
 
-@dataclass(frozen=True)
-class NginxLog:
+class NginxLog(RequestLog[LogEntry]):
     """The access log at one moment: what nginx executed."""
-
-    entries: tuple[LogEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        """How many times nginx executed the request with this ``x-request-id``."""
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
 
     def by_request_id(self) -> Counter[str]:
         return Counter(entry.request_id for entry in self.entries if entry.request_id)

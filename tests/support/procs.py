@@ -1,7 +1,8 @@
 """What the real-server helpers of the tests (nginx.py, caddy.py, hypercorn_server.py) share:
 free loopback ports, a throwaway certificate, waiting until the server listens, reading its
-log as it grows, and stopping it. The process plumbing that the benchmark's caddy needs too is
-:mod:`benchmarks.processes`, re-exported here."""
+log as it grows (and the log's common shape, :class:`RequestLog`), and stopping it. The
+process plumbing that the benchmark's caddy needs too is :mod:`benchmarks.processes`,
+re-exported here."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import contextlib
 import socket
 import ssl
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from benchmarks.processes import HOST, accepts, free_tcp_udp_port, stop_process, wait_ready
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOST",
+    "RequestLog",
     "accepts",
     "client_ssl_context",
     "free_tcp_ports",
@@ -30,6 +33,29 @@ __all__ = [
     "tail",
     "wait_ready",
 ]
+
+
+class _Entry(Protocol):
+    @property
+    def request_id(self) -> str | None: ...
+
+
+_E = TypeVar("_E", bound=_Entry)
+
+
+@dataclass(frozen=True)
+class RequestLog(Generic[_E]):
+    """What a server logged at one moment, one entry per request, each with the request's
+    ``x-request-id`` (a test counts side effects by it)."""
+
+    entries: tuple[_E, ...]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def count(self, *, request_id: str) -> int:
+        """How many times the server logged the request with this ``x-request-id``."""
+        return sum(1 for entry in self.entries if entry.request_id == request_id)
 
 
 def free_tcp_ports(count: int) -> list[int]:
