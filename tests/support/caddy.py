@@ -59,6 +59,7 @@ from .procs import (
     HOST,
     RequestLog,
     client_ssl_context,
+    find_binary,
     free_tcp_udp_port,
     issue_certificate,
     logged_and_accepts,
@@ -164,13 +165,7 @@ def _parse(line: str) -> CaddyLogEntry:
 
 def find_caddy() -> str | None:
     """The caddy binary, or ``None`` when it is not installed."""
-    found = shutil.which("caddy")
-    if found:
-        return found
-    for candidate in ("/usr/bin/caddy", "/usr/local/bin/caddy"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_binary("caddy", "/usr/bin/caddy", "/usr/local/bin/caddy")
 
 
 def caddy_version(binary: str) -> str:

@@ -60,6 +60,7 @@ from .procs import (
     RequestLog,
     accepts,
     client_ssl_context,
+    find_binary,
     free_tcp_ports,
     issue_certificate,
     read_lines,
@@ -235,13 +236,9 @@ def _parse(line: str) -> LogEntry:
 
 def find_nginx() -> str | None:
     """The nginx binary, or ``None`` when it is not installed."""
-    found = shutil.which("nginx")
-    if found:
-        return found
-    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_binary(
+        "nginx", "/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"
+    )
 
 
 def nginx_version(binary: str) -> tuple[int, ...]:

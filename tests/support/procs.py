@@ -7,6 +7,8 @@ re-exported here."""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import ssl
 import time
@@ -24,6 +26,7 @@ __all__ = [
     "RequestLog",
     "accepts",
     "client_ssl_context",
+    "find_binary",
     "free_tcp_ports",
     "free_tcp_udp_port",
     "issue_certificate",
@@ -56,6 +59,18 @@ class RequestLog(Generic[_E]):
     def count(self, *, request_id: str) -> int:
         """How many times the server logged the request with this ``x-request-id``."""
         return sum(1 for entry in self.entries if entry.request_id == request_id)
+
+
+def find_binary(name: str, *candidates: str) -> str | None:
+    """The server binary `name` on PATH, else the first executable of `candidates` (where the
+    OS packages put it when PATH lacks that directory), or ``None`` when it is not installed."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def free_tcp_ports(count: int) -> list[int]:
