@@ -54,7 +54,7 @@ from ._script import (
     StreamFrames,
     paced_chunks,
 )
-from ._streams import RequestHead, RequestStream, StreamServer, endless, respond, short_body
+from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
 
 __all__ = [
     "PREFACE",

@@ -53,7 +53,7 @@ from ._script import (
     StopReading,
     paced_chunks,
 )
-from ._streams import RequestHead, RequestStream, StreamServer, endless, respond, short_body
+from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
 
 __all__ = ["H3ServerConnection"]
 
