@@ -16,15 +16,14 @@ client that sends no SNI (an IP address is never sent as SNI) gets no certificat
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CaddyUnavailable", "RunningCaddy", "find_caddy", "start_caddy"]
+from .processes import HOST, accepts, free_tcp_udp_port, stop_process, wait_ready
 
-HOST = "127.0.0.1"
+__all__ = ["CaddyUnavailable", "RunningCaddy", "find_caddy", "start_caddy"]
 
 
 class CaddyUnavailable(RuntimeError):
@@ -45,37 +44,12 @@ class RunningCaddy:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 5 s."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def find_caddy() -> str | None:
     """The caddy binary on PATH (Debian's package: /usr/bin/caddy), or None."""
     return shutil.which("caddy")
-
-
-def _free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (caddy listens on both)."""
-    for _ in range(50):
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            tcp.bind((HOST, 0))
-            port = tcp.getsockname()[1]
-            try:
-                udp.bind((HOST, port))
-            except OSError:
-                continue
-            return int(port)
-        finally:
-            tcp.close()
-            udp.close()
-    raise CaddyUnavailable("no port free for both TCP and UDP on 127.0.0.1")
 
 
 def _caddyfile(port: int, cert: str, key: str, workdir: Path) -> str:
@@ -111,7 +85,10 @@ def start_caddy(workdir: Path, cert_chain: str, key: str, *, timeout: float = 10
         [binary, "version"], capture_output=True, text=True, timeout=10, check=False
     ).stdout.strip()
     (workdir / "bulk").mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    try:
+        port = free_tcp_udp_port()
+    except OSError as exc:
+        raise CaddyUnavailable(str(exc)) from exc
     config = workdir / "Caddyfile"
     config.write_text(_caddyfile(port, cert_chain, key, workdir))
     process = subprocess.Popen(
@@ -121,16 +98,18 @@ def start_caddy(workdir: Path, cert_chain: str, key: str, *, timeout: float = 10
         cwd=workdir,
     )
     running = RunningCaddy(process, port, version, workdir / "access.log", workdir / "bulk")
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            log = (workdir / "caddy.log").read_text(errors="replace")[-2000:]
-            raise CaddyUnavailable(f"caddy exited with code {process.returncode}: {log}")
-        with socket.socket() as probe:
-            if probe.connect_ex((HOST, port)) == 0:
-                time.sleep(0.2)  # the UDP listener starts just after the TCP one
-                return running
-        if time.monotonic() > deadline:
-            running.stop()
-            raise CaddyUnavailable(f"caddy did not listen on {HOST}:{port} within {timeout}s")
-        time.sleep(0.05)
+    try:
+        wait_ready(
+            process,
+            lambda: accepts(port),
+            name="caddy",
+            waiting_for=f"{HOST}:{port}",
+            timeout=timeout,
+            unavailable=CaddyUnavailable,
+        )
+    except CaddyUnavailable as exc:
+        running.stop()
+        log = (workdir / "caddy.log").read_text(errors="replace")[-2000:]
+        raise CaddyUnavailable(f"{exc}: {log}") from None
+    time.sleep(0.2)  # the UDP listener starts just after the TCP one
+    return running

@@ -46,17 +46,28 @@ import json
 import os
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from .backend import Backend
-from .procs import free_tcp_udp_port, stop_process, tail
+from .procs import (
+    HOST,
+    RequestLog,
+    client_ssl_context,
+    find_binary,
+    free_tcp_udp_port,
+    issue_certificate,
+    logged_and_accepts,
+    read_lines,
+    stop_process,
+    tail,
+    wait_ready,
+)
 
 __all__ = [
     "BIG",
@@ -69,7 +80,6 @@ __all__ = [
     "start_caddy",
 ]
 
-HOST = "127.0.0.1"
 SKIP_REASON = (
     "caddy is not installed (looked for `caddy` on PATH and in /usr/bin, /usr/local/bin); "
     "`apt-get install -y caddy` (.ci/run does it when run as root) to run the HTTP/3 interop tests"
@@ -94,17 +104,8 @@ class CaddyLogEntry:
     request_id: str | None
 
 
-@dataclass(frozen=True)
-class CaddyLog:
+class CaddyLog(RequestLog[CaddyLogEntry]):
     """The access log at one moment: what caddy finished."""
-
-    entries: tuple[CaddyLogEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
 
     def protocols(self) -> list[str]:
         return [entry.protocol for entry in self.entries]
@@ -128,27 +129,12 @@ class RunningCaddy:
 
     def ssl_context(self, *, http2: bool = True) -> ssl.SSLContext:
         """A client context trusting this server's certificate authority."""
-        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
-        context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
-        return context
+        return client_ssl_context(self.ca_pem, http2=http2)
 
     def log(self, *, expect: int | None = None, timeout: float = 5.0) -> CaddyLog:
         """The access log; with ``expect``, wait (at most ``timeout`` seconds) until it has at
         least that many entries, otherwise until it stops growing for 0.1 s."""
-        path = self.workdir / "access.log"
-        end = time.monotonic() + timeout
-        last = -1
-        while True:
-            text = path.read_text(errors="replace") if path.exists() else ""
-            lines = [line for line in text.splitlines() if line.strip()]
-            if time.monotonic() >= end:
-                break
-            if expect is not None and len(lines) >= expect:
-                break
-            if expect is None and len(text) == last:
-                break
-            last = len(text)
-            time.sleep(0.1)
+        lines = read_lines(self.workdir / "access.log", expect=expect, timeout=timeout)
         return CaddyLog(tuple(_parse(line) for line in lines))
 
     def error_log(self) -> str:
@@ -179,13 +165,7 @@ def _parse(line: str) -> CaddyLogEntry:
 
 def find_caddy() -> str | None:
     """The caddy binary, or ``None`` when it is not installed."""
-    found = shutil.which("caddy")
-    if found:
-        return found
-    for candidate in ("/usr/bin/caddy", "/usr/local/bin/caddy"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_binary("caddy", "/usr/bin/caddy", "/usr/local/bin/caddy")
 
 
 def caddy_version(binary: str) -> str:
@@ -261,30 +241,9 @@ def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
     }
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    """Until caddy accepts TCP connections on `port` and has logged its HTTP/3 listener."""
-    end = time.monotonic() + timeout
-    tcp_up = False
-    while True:
-        if proc.poll() is not None:
-            raise CaddyUnavailable(f"caddy exited with status {proc.returncode}")
-        if time.monotonic() > end:
-            raise CaddyUnavailable(f"caddy did not listen on {port} (TCP and UDP) in {timeout}s")
-        if not tcp_up:
-            with contextlib.suppress(OSError):
-                socket.create_connection((HOST, port), timeout=0.5).close()
-                tcp_up = True
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if tcp_up and "HTTP/3" in text:
-            return
-        time.sleep(0.05)
-
-
 def start_caddy() -> RunningCaddy:
     """Start caddy (and its backend); raises :class:`CaddyUnavailable` (not installed, or it
     failed to start three times: the message carries its log)."""
-    import trustme  # a test dependency
-
     binary = find_caddy()
     if binary is None:
         raise CaddyUnavailable(SKIP_REASON)
@@ -292,10 +251,7 @@ def start_caddy() -> RunningCaddy:
     workdir = Path(tempfile.mkdtemp(prefix="trio-retry-caddy-"))
     (workdir / "html").mkdir()
     (workdir / "html" / "big.bin").write_bytes(BIG)
-    ca = trustme.CA()
-    cert = ca.issue_cert(HOST, "localhost")
-    cert.private_key_pem.write_to_path(str(workdir / "server.key"))
-    (workdir / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    ca = issue_certificate(workdir)
     # caddy writes its own state (autosave.json, locks) under XDG dirs / HOME: keep it here.
     env = {
         **os.environ,
@@ -320,13 +276,22 @@ def start_caddy() -> RunningCaddy:
                 env=env,
                 cwd=workdir,
             )
+        log = workdir / "caddy.log"
         try:
-            _wait_ready(port, proc, workdir / "caddy.log", timeout=15)
+            # Listening on TCP, and its log says the HTTP/3 (UDP) listener is up.
+            wait_ready(
+                proc,
+                partial(logged_and_accepts, log, "HTTP/3", port),
+                name="caddy",
+                waiting_for=f"{port} (TCP and UDP)",
+                timeout=15,
+                unavailable=CaddyUnavailable,
+            )
         except CaddyUnavailable as exc:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait(timeout=5)
-            error = f"{exc}: {tail(workdir / 'stderr.log')} {tail(workdir / 'caddy.log')}"
+            error = f"{exc}: {tail(workdir / 'stderr.log')} {tail(log)}"
             continue
         return RunningCaddy(
             version=version,

@@ -7,10 +7,11 @@ from tests.support.fixtures import nginx as nginx
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 import pytest
 
-from .caddy import CaddyUnavailable, RunningCaddy, find_caddy, start_caddy
+from .caddy import SKIP_REASON, CaddyUnavailable, RunningCaddy, find_caddy, start_caddy
 from .hypercorn_server import (
     HypercornUnavailable,
     RunningHypercorn,
@@ -22,6 +23,31 @@ from .nginx import NginxConfig, NginxUnavailable, RunningNginx, find_nginx, star
 __all__ = ["StartNginx", "caddy", "hypercorn", "nginx"]
 
 StartNginx = Callable[..., RunningNginx]
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+_Server = TypeVar("_Server", bound=_Stoppable)
+
+
+def _one_server(
+    missing: str | None, start: Callable[[], _Server], unavailable: type[Exception]
+) -> Iterator[_Server]:
+    """The body of a fixture that starts one server: skip the test, saying why, when
+    `missing` says the server cannot be had here; fail it when `start` raises `unavailable`;
+    otherwise yield the server and stop it when the test ends."""
+    if missing is not None:
+        pytest.skip(missing)
+    try:
+        server = start()
+    except unavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -57,18 +83,8 @@ def caddy() -> Iterator[RunningCaddy]:
     """A started caddy (HTTP/1.1, HTTP/2 and HTTP/3 with 0-RTT on one port; see
     :mod:`tests.support.caddy`), stopped when the test ends. Skips the test, saying why, when
     caddy is not installed; fails it when caddy is installed but will not start."""
-    if find_caddy() is None:
-        from .caddy import SKIP_REASON
-
-        pytest.skip(SKIP_REASON)
-    try:
-        server = start_caddy()
-    except CaddyUnavailable as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    missing = SKIP_REASON if find_caddy() is None else None
+    yield from _one_server(missing, start_caddy, CaddyUnavailable)
 
 
 @pytest.fixture
@@ -76,14 +92,4 @@ def hypercorn() -> Iterator[RunningHypercorn]:
     """A started hypercorn serving HTTP/3 (see :mod:`tests.support.hypercorn_server`), stopped
     when the test ends. Skips when hypercorn or aioquic is missing; fails when it will not
     start."""
-    missing = hypercorn_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    try:
-        server = start_hypercorn()
-    except HypercornUnavailable as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _one_server(hypercorn_missing(), start_hypercorn, HypercornUnavailable)

@@ -20,20 +20,28 @@ When hypercorn (or its aioquic) is not importable the fixture skips with the rea
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from .procs import free_tcp_udp_port, stop_process, tail
+from .procs import (
+    HOST,
+    RequestLog,
+    free_tcp_udp_port,
+    issue_certificate,
+    logged_and_accepts,
+    read_lines,
+    stop_process,
+    tail,
+    wait_ready,
+)
 
 __all__ = [
     "HypercornUnavailable",
@@ -44,7 +52,6 @@ __all__ = [
     "start_hypercorn",
 ]
 
-HOST = "127.0.0.1"
 _REPO = Path(__file__).resolve().parents[2]  # so the subprocess imports tests.support.h3_app
 
 
@@ -64,15 +71,8 @@ class LedgerEntry:
     request_id: str | None
 
 
-@dataclass(frozen=True)
-class Ledger:
-    entries: tuple[LedgerEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
+class Ledger(RequestLog[LedgerEntry]):
+    """What the application executed, one entry per request."""
 
 
 @dataclass
@@ -91,13 +91,8 @@ class RunningHypercorn:
         """What the application executed; with ``expect``, wait (at most ``timeout`` seconds)
         for at least that many entries."""
         path = self.workdir / "ledger.jsonl"
-        end = time.monotonic() + timeout
-        while True:
-            text = path.read_text() if path.exists() else ""
-            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-            if expect is None or len(lines) >= expect or time.monotonic() >= end:
-                return Ledger(tuple(LedgerEntry(**line) for line in lines))
-            time.sleep(0.05)
+        lines = read_lines(path, expect=expect, timeout=timeout, settle=False)
+        return Ledger(tuple(LedgerEntry(**json.loads(line)) for line in lines))
 
     def error_log(self) -> str:
         return tail(self.workdir / "error.log")
@@ -115,21 +110,6 @@ def hypercorn_missing() -> str | None:
     return None
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    """Until hypercorn accepts TCP on `port` and has logged its QUIC listener."""
-    end = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise HypercornUnavailable(f"hypercorn exited with status {proc.returncode}")
-        if time.monotonic() > end:
-            raise HypercornUnavailable(f"hypercorn did not listen on {port} in {timeout}s")
-        if "(QUIC)" in (log.read_text(errors="replace") if log.exists() else ""):
-            with contextlib.suppress(OSError):
-                socket.create_connection((HOST, port), timeout=0.5).close()
-                return
-        time.sleep(0.05)
-
-
 def _command(workdir: Path, port: int, log: Path) -> list[str]:
     return [
         *(sys.executable, "-m", "hypercorn"),
@@ -143,16 +123,11 @@ def _command(workdir: Path, port: int, log: Path) -> list[str]:
 def start_hypercorn() -> RunningHypercorn:
     """Start hypercorn; raises :class:`HypercornUnavailable` (not installed, or it failed to
     start three times: the message carries its log)."""
-    import trustme  # a test dependency
-
     missing = hypercorn_missing()
     if missing is not None:
         raise HypercornUnavailable(missing)
     workdir = Path(tempfile.mkdtemp(prefix="trio-retry-hypercorn-"))
-    ca = trustme.CA()
-    cert = ca.issue_cert(HOST, "localhost")
-    cert.private_key_pem.write_to_path(str(workdir / "server.key"))
-    (workdir / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    ca = issue_certificate(workdir)
     env = {
         **os.environ,
         "TRIO_RETRY_LEDGER": str(workdir / "ledger.jsonl"),
@@ -174,7 +149,15 @@ def start_hypercorn() -> RunningHypercorn:
                 cwd=workdir,
             )
         try:
-            _wait_ready(port, proc, log, timeout=15)
+            # Its log says the QUIC listener is up, and it accepts TCP.
+            wait_ready(
+                proc,
+                partial(logged_and_accepts, log, "(QUIC)", port),
+                name="hypercorn",
+                waiting_for=port,
+                timeout=15,
+                unavailable=HypercornUnavailable,
+            )
         except HypercornUnavailable as exc:
             stop_process(proc)
             error = f"{exc}: {tail(workdir / 'stderr.log')} {tail(log)}"

@@ -46,15 +46,28 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+
+from .procs import (
+    HOST,
+    RequestLog,
+    accepts,
+    client_ssl_context,
+    find_binary,
+    free_tcp_ports,
+    issue_certificate,
+    read_lines,
+    stop_process,
+    tail,
+    wait_ready,
+)
 
 __all__ = [
     "LogEntry",
@@ -67,7 +80,6 @@ __all__ = [
     "start_nginx",
 ]
 
-HOST = "127.0.0.1"
 SKIP_REASON = (
     "nginx is not installed (looked for `nginx` on PATH and in /usr/sbin, /usr/local/sbin); "
     "`apt-get install -y nginx` (.ci/run does it when run as root) to run the interop tests"
@@ -130,18 +142,8 @@ class LogEntry:
     traceparent: str | None
 
 
-@dataclass(frozen=True)
-class NginxLog:
+class NginxLog(RequestLog[LogEntry]):
     """The access log at one moment: what nginx executed."""
-
-    entries: tuple[LogEntry, ...]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def count(self, *, request_id: str) -> int:
-        """How many times nginx executed the request with this ``x-request-id``."""
-        return sum(1 for entry in self.entries if entry.request_id == request_id)
 
     def by_request_id(self) -> Counter[str]:
         return Counter(entry.request_id for entry in self.entries if entry.request_id)
@@ -189,30 +191,14 @@ class RunningNginx:
     def ssl_context(self, *, http2: bool = True) -> ssl.SSLContext:
         """A client context that trusts this server's certificate (and verifies it), offering
         ``h2`` by ALPN unless ``http2=False`` (the client uses a caller's context as given)."""
-        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
-        context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
-        return context
+        return client_ssl_context(self.ca_pem, http2=http2)
 
     def log(self, *, expect: int | None = None, timeout: float = 5.0) -> NginxLog:
         """The access log. nginx writes a line once it finished a request, which may be just
         after the client got the response: with ``expect``, wait (at most ``timeout`` seconds)
         until at least that many lines are there; otherwise until the file stops growing for
         0.1 s (bounded by ``timeout`` too)."""
-        path = self.workdir / "access.log"
-        end = time.monotonic() + timeout
-        last = -1
-        while True:
-            text = path.read_text(errors="replace") if path.exists() else ""
-            lines = [line for line in text.splitlines() if line]
-            now = time.monotonic()
-            if now >= end:
-                break
-            if expect is not None and len(lines) >= expect:
-                break
-            if expect is None and len(text) == last:
-                break
-            last = len(text)
-            time.sleep(0.1)
+        lines = read_lines(self.workdir / "access.log", expect=expect, timeout=timeout)
         return NginxLog(tuple(_parse(line) for line in lines))
 
     def error_log(self) -> str:
@@ -221,13 +207,7 @@ class RunningNginx:
 
     def stop(self) -> None:
         """Stop nginx (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
         if self.process.stderr is not None:
             self.process.stderr.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -256,31 +236,15 @@ def _parse(line: str) -> LogEntry:
 
 def find_nginx() -> str | None:
     """The nginx binary, or ``None`` when it is not installed."""
-    found = shutil.which("nginx")
-    if found:
-        return found
-    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_binary(
+        "nginx", "/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"
+    )
 
 
 def nginx_version(binary: str) -> tuple[int, ...]:
     out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
     match = re.search(r"nginx/(\d+(?:\.\d+)+)", out.stderr or out.stdout)
     return tuple(int(part) for part in match.group(1).split(".")) if match else (0,)
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out (bound, then closed): free unless taken meanwhile, in
-    which case nginx fails to bind and :func:`start_nginx` tries again with new ones."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket())
-            sock.bind((HOST, 0))
-            ports.append(sock.getsockname()[1])
-        return ports
 
 
 def _locations(config: NginxConfig, ports: dict[str, int]) -> str:
@@ -381,33 +345,17 @@ def _config(
     )
 
 
-def _wait_listening(ports: list[int | str], proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Until nginx accepts a connection on every port (or Unix socket path)."""
-    end = time.monotonic() + timeout
-    pending = list(ports)
-    while pending:
-        if proc.poll() is not None:
-            raise NginxUnavailable(f"nginx exited with status {proc.returncode}")
-        if time.monotonic() > end:
-            raise NginxUnavailable(f"nginx did not listen on {pending} within {timeout}s")
-        target = pending[0]
-        try:
-            if isinstance(target, str):
-                with socket.socket(socket.AF_UNIX) as sock:
-                    sock.settimeout(0.5)
-                    sock.connect(target)
-            else:
-                socket.create_connection((HOST, target), timeout=0.5).close()
-            pending.pop(0)
-        except OSError:
-            time.sleep(0.02)
+def _all_accept(pending: list[int | str]) -> bool:
+    """Whether nginx accepts on every target (port or Unix socket path) left in `pending`;
+    those it accepts on are removed, so `pending` says what it does not listen on yet."""
+    while pending and accepts(pending[0]):
+        pending.pop(0)
+    return not pending
 
 
 def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
     """Start nginx with ``config``; raises :class:`NginxUnavailable` (not installed, or it
     failed to start three times: the message carries its error log)."""
-    import trustme  # a test dependency
-
     config = config or NginxConfig()
     binary = find_nginx()
     if binary is None:
@@ -416,13 +364,7 @@ def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
     workdir = Path(tempfile.mkdtemp(prefix="trio-retry-nginx-"))
     (workdir / "tmp").mkdir()
     (workdir / "html").mkdir()
-    ca = trustme.CA()
-    cert = ca.issue_cert(HOST, "localhost")
-    cert.private_key_pem.write_to_path(str(workdir / "server.key"))
-    cert.cert_chain_pems[0].write_to_path(str(workdir / "server.pem"))
-    for blob in cert.cert_chain_pems[1:]:
-        with open(workdir / "server.pem", "ab") as chain:
-            chain.write(blob.bytes())
+    ca = issue_certificate(workdir)
     ca.cert_pem.write_to_path(str(workdir / "ca.pem"))
     for relative, content in config.files.items():
         (workdir / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -433,7 +375,7 @@ def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
     names.extend(config.listeners)
     error = "no attempt"
     for _ in range(3):  # a free port may be taken between probing and binding
-        ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        ports = dict(zip(names, free_tcp_ports(len(names)), strict=True))
         for name in config.unix_listeners:  # left by a failed attempt
             (workdir / f"{name}.sock").unlink(missing_ok=True)
         conf = workdir / "nginx.conf"
@@ -444,17 +386,22 @@ def start_nginx(config: NginxConfig | None = None) -> RunningNginx:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        listening: list[int | str] = [port for name, port in ports.items() if name != "dead"]
-        listening += [str(workdir / f"{name}.sock") for name in config.unix_listeners]
+        pending: list[int | str] = [port for name, port in ports.items() if name != "dead"]
+        pending += [str(workdir / f"{name}.sock") for name in config.unix_listeners]
         try:
-            _wait_listening(listening, proc, timeout=10)
+            wait_ready(
+                proc,
+                partial(_all_accept, pending),
+                name="nginx",
+                waiting_for=pending,
+                timeout=10,
+                unavailable=NginxUnavailable,
+            )
         except NginxUnavailable as exc:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             _, err = proc.communicate(timeout=5)
-            log = workdir / "error.log"
-            tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
-            error = f"{exc}: {err.decode(errors='replace').strip()} {tail.strip()}"
+            error = f"{exc}: {err.decode(errors='replace').strip()} {tail(workdir / 'error.log')}"
             continue
         return RunningNginx(
             version=version,

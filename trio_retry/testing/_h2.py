@@ -14,7 +14,8 @@ takes the client's out of the byte stream before h2 sees them (`_GoAwayFilter`).
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 import h2.config
 import h2.connection
@@ -24,7 +25,7 @@ import h2.settings
 import trio
 from h2.errors import ErrorCodes
 
-from ._common import DISCONNECTS, ConnContext, Ending, Slot, ending_for
+from ._common import DISCONNECTS, ConnContext, Ending, ending_for
 from ._h2_frames import (
     PREFACE,
     _GoAwayFilter,
@@ -49,13 +50,11 @@ from ._script import (
     Respond,
     ScriptError,
     ShutWindow,
-    Stall,
     StopReading,
     StreamFrames,
-    body_allowed,
-    h2_response_headers,
     paced_chunks,
 )
+from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
 
 __all__ = [
     "PREFACE",
@@ -68,29 +67,6 @@ __all__ = [
 ]
 
 _RECEIVE_SIZE = 65536
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else value
-
-
-class _Stream:
-    """A request stream whose action runs in a task."""
-
-    def __init__(self, stream_id: int, slot: Slot, expect_100: bool) -> None:
-        self.stream_id = stream_id
-        self.slot = slot
-        self.expect_100 = expect_100
-        self.sent_100 = False
-        self.scope = trio.CancelScope()
-        self.body_done = trio.Event()
-        self.body_scope: trio.CancelScope | None = None
-        self.abandoned = False
-
-    def abandon(self) -> None:
-        """Stop serving the stream (reset by the client, or above a GOAWAY)."""
-        self.abandoned = True
-        self.scope.cancel()
 
 
 def _server_machine(max_concurrent_streams: int | None) -> h2.connection.H2Connection:
@@ -110,12 +86,17 @@ def _server_machine(max_concurrent_streams: int | None) -> h2.connection.H2Conne
     return machine
 
 
-class H2Handler:
+class H2Handler(StreamServer):
     """One HTTP/2 connection. `run` returns how the connection should end."""
+
+    HTTP_VERSION = "HTTP/2"
+    # The stream was closed under its task (client reset, client GOAWAY): nothing to answer.
+    STREAM_GONE = (h2.exceptions.ProtocolError,)
 
     def __init__(
         self, ctx: ConnContext, initial: bytes, max_concurrent_streams: int | None
     ) -> None:
+        super().__init__(ctx.recorder, ctx.connection_id, ctx.timeouts.read)
         self._ctx = ctx
         self._initial = initial
         self._h2 = _server_machine(max_concurrent_streams)
@@ -123,14 +104,11 @@ class H2Handler:
         self._pending = bytearray()  # bytes queued outside h2 (our GOAWAY frames), in order
         self._want_write = trio.Event()
         self._window_changed = trio.Event()
-        self._streams: dict[int, _Stream] = {}  # streams whose action task is running
-        self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
         self._goaway_last: int | None = None
         self._goaway_action: Action | None = None
         self._draining = False  # close once no stream is being served
         self._close_after_flush: Ending | None = None
         self._ending: Ending | None = None
-        self._nursery: trio.Nursery | None = None
         self._idle_scope: trio.CancelScope | None = None
         self._shut_windows: set[int] = set()  # ShutWindow streams: no stream WINDOW_UPDATE
         self._stop_reading: float | None = None  # StopReading: seconds to stop reading for
@@ -155,8 +133,7 @@ class H2Handler:
                     # Reader and streams are done: flush what is queued, then end.
                     self._finish_after_flush(Ending.CLOSE)
         finally:
-            for slot in self._slots.values():
-                self._ctx.recorder.commit(slot)
+            self._commit_all()
         return self._ending or Ending.CLOSE
 
     # -- connection plumbing ------------------------------------------------------------
@@ -245,12 +222,7 @@ class H2Handler:
         self._pending += self._h2.data_to_send()
         self._pending += goaway_frame(last_stream_id, error_code)
         self._draining = True
-        for stream_id, stream in list(self._streams.items()):
-            if stream_id > last_stream_id:
-                stream.abandon()
-                if not stream.slot.executed:
-                    stream.slot.action = cause
-                del self._streams[stream_id]
+        self._abandon_from(last_stream_id + 1, cause)
         self._kick()
         self._streams_changed()
 
@@ -285,56 +257,26 @@ class H2Handler:
                 # Hand the window back at once: the body is buffered in memory, never applied
                 # as backpressure, so uploads of any size flow.
                 self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            slot = self._slots.get(event.stream_id)
-            if slot is not None:
-                slot.body += event.data
-                self._ctx.recorder.commit(slot)
-            stream = self._streams.get(event.stream_id)
-            if stream is not None and stream.body_scope is not None:
-                stream.body_scope.deadline = trio.current_time() + self._ctx.timeouts.read
+            self._body_received(event.stream_id, event.data)
         elif isinstance(event, h2.events.StreamEnded):
-            stream = self._streams.get(event.stream_id)
-            if stream is not None:
-                stream.body_done.set()
+            self._body_ended(event.stream_id)
         elif isinstance(event, h2.events.StreamReset):
-            stream = self._streams.pop(event.stream_id, None)
-            if stream is not None:
-                stream.abandon()
-                self._streams_changed()
+            self._client_reset(event.stream_id)
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
             self._window_changed.set()
             self._window_changed = trio.Event()
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
-        headers = tuple((_text(n).lower(), _text(v)) for n, v in event.headers)
-        pseudo = {name: value for name, value in headers if name.startswith(":")}
-        method = pseudo.get(":method", "")
-        path = pseudo.get(":path", "")
-        recorder = self._ctx.recorder
-
-        def record(action: Action, params: Mapping[str, str] | None = None) -> Slot:
-            slot = recorder.open(
-                method=method,
-                path=path,
-                headers=headers,
-                connection_id=self._ctx.connection_id,
-                http_version="HTTP/2",
-                stream_id=stream_id,
-                action=action,
-                params=params or {},
-            )
-            self._slots[stream_id] = slot
-            return slot
-
+        head = RequestHead.parse(event.headers)
         if self._goaway_last is not None and stream_id > self._goaway_last:
             # Above the GOAWAY: never processed, never answered, no script entry used.
             assert self._goaway_action is not None
-            record(self._goaway_action)
+            self._record(stream_id, head, self._goaway_action)
             return
-        pick = recorder.script.pick(method, path)
+        pick = self._recorder.script.pick(head.method, head.path)
         action = pick.action
-        slot = record(action, pick.params)
+        slot = self._record(stream_id, head, action, pick.params)
         if isinstance(action, (CloseBeforeRead, CloseAfterHead)):
             self._finish(ending_for(action.reset))
             return
@@ -352,14 +294,11 @@ class H2Handler:
         if isinstance(action, ShutWindow):
             self._shut_windows.add(stream_id)
             action = Respond()  # answered only if the body ever ends: it cannot
-        then = action.then if isinstance(action, GoAway) else action
-        expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
-        stream = _Stream(stream_id, slot, expect_100)
-        # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
-        # (when at or below the last stream id) or abandons it (when above).
-        self._streams[stream_id] = stream
-        assert self._nursery is not None
-        self._nursery.start_soon(self._serve_stream, stream, then, method)
+        # Started before any GOAWAY below, so that the GOAWAY counts it as in progress (when
+        # at or below the last stream id) or abandons it (when above).
+        self._start_stream(
+            stream_id, slot, head, action.then if isinstance(action, GoAway) else action
+        )
         if isinstance(action, GoAway):
             last = stream_id if action.last_stream_id is None else action.last_stream_id
             self._send_goaway(last, action.error_code, action)
@@ -367,38 +306,8 @@ class H2Handler:
 
     # -- one stream -----------------------------------------------------------------------
 
-    async def _serve_stream(
-        self, stream: _Stream, action: AfterBody | Handler, method: str
-    ) -> None:
-        try:
-            with stream.scope:
-                if stream.abandoned:  # above a GOAWAY sent in the same batch of events
-                    return
-                if not await self._wait_body(stream):
-                    # The client stopped sending its body: give up on this stream only.
-                    self._reset_quietly(stream.stream_id, ErrorCodes.CANCEL)
-                    return
-                if stream.abandoned:  # woken by the body and abandoned in the same batch
-                    return
-                if isinstance(action, Handler):
-                    chosen = await self._handled(stream, action)
-                    if chosen is None:
-                        return
-                    action = chosen
-                stream.slot.executed = True
-                self._ctx.recorder.commit(stream.slot)
-                await self._after_body(stream, action, method)
-        except h2.exceptions.ProtocolError:
-            # The stream was closed under us (client reset, client GOAWAY): nothing to answer.
-            pass
-        except trio.TooSlowError:
-            # The client kept its flow-control window shut: give up on this stream only.
-            self._reset_quietly(stream.stream_id, ErrorCodes.CANCEL)
-        finally:
-            if self._streams.get(stream.stream_id) is stream:
-                del self._streams[stream.stream_id]
-            self._ctx.recorder.commit(stream.slot)
-            self._streams_changed()
+    def _give_up(self, stream_id: int) -> None:
+        self._reset_quietly(stream_id, ErrorCodes.CANCEL)
 
     def _reset_quietly(self, stream_id: int, error_code: ErrorCodes) -> None:
         try:
@@ -406,17 +315,6 @@ class H2Handler:
         except h2.exceptions.ProtocolError:
             return  # already closed
         self._kick()
-
-    async def _wait_body(self, stream: _Stream) -> bool:
-        """Wait for the end of the request body; False if it stalled for the read timeout."""
-        if stream.expect_100 and not stream.body_done.is_set():
-            self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
-            stream.sent_100 = True
-        with trio.move_on_after(self._ctx.timeouts.read) as scope:
-            stream.body_scope = scope
-            await stream.body_done.wait()
-        stream.body_scope = None
-        return stream.body_done.is_set()
 
     def _send_headers(
         self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
@@ -453,18 +351,15 @@ class H2Handler:
             self._h2.end_stream(stream_id)
             self._kick()
 
-    async def _after_body(self, stream: _Stream, action: AfterBody, method: str) -> None:
+    async def _fault_after_body(
+        self, stream: RequestStream, action: AfterBody, method: str
+    ) -> None:
         stream_id = stream.stream_id
-        if isinstance(action, Stall):
-            await trio.sleep(action.seconds)
-            await self._after_body(stream, action.then, method)
-        elif isinstance(action, CloseAfterBody):
+        if isinstance(action, CloseAfterBody):
             self._finish(ending_for(action.reset))
         elif isinstance(action, PartialBody):
-            headers = h2_response_headers(action.status, action.headers, action.declared_length)
-            self._send_headers(stream_id, headers, end_stream=False)
-            if body_allowed(action.status, method):
-                await self._send_body(stream_id, action.body, None, end_stream=False)
+            send_headers = partial(self._send_headers, stream_id)
+            await short_body(action, method, send_headers, partial(self._send_body, stream_id))
             if action.reset:
                 # Let the head and the short body reach the wire first, then RST the socket.
                 self._finish_after_flush(Ending.RESET)
@@ -484,55 +379,25 @@ class H2Handler:
             self._pending += self._h2.data_to_send()
             self._pending += action.build(stream_id)
             self._kick()
-        elif isinstance(action, EndlessBody):
-            await self._endless(stream_id, action, method)
-        else:
-            await self._respond(stream, action, method)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
-        has_body = body_allowed(action.status, method)
-        headers = [
-            (name, value)
-            for name, value in h2_response_headers(action.status, action.headers, 0)
-            if name != "content-length"  # no length: the body has no end
-        ]
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if not has_body:
-            return
-        pause = action.pause()
         # Ends when the client resets the stream (this task is cancelled), the connection
         # ends, or the window stays shut for the write timeout; `seconds` bounds it even
         # against a client that reads forever.
-        with trio.move_on_after(action.seconds):
-            while True:
-                await self._send_body(stream_id, action.chunk, None, end_stream=False)
-                if pause:
-                    await trio.sleep(pause)
-                else:
-                    await trio.lowlevel.checkpoint()
-        self._finish(Ending.RESET)
+        send_headers = partial(self._send_headers, stream_id)
+        if await endless(action, method, send_headers, partial(self._send_body, stream_id)):
+            self._finish(Ending.RESET)
 
-    async def _respond(self, stream: _Stream, action: Respond, method: str) -> None:
+    async def _respond(self, stream: RequestStream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id
-        if action.delay:
-            await trio.sleep(action.delay)
-        skip_100 = stream.sent_100
-        for status in action.informational:
-            if status == 100 and skip_100:
-                skip_100 = False
-                continue
-            self._send_headers(stream_id, ((":status", str(status)),), end_stream=False)
-        has_body = bool(action.body) and body_allowed(action.status, method)
-        headers = h2_response_headers(action.status, action.headers, len(action.body))
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if has_body:
-            await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
+        send_headers = partial(self._send_headers, stream_id)
+        await respond(stream, action, method, send_headers, partial(self._send_body, stream_id))
         if action.close_after:
             self._send_goaway(self._h2.highest_inbound_stream_id, 0, action)
 
     # -- handlers (testkit) -----------------------------------------------------------------
 
-    async def _handled(self, stream: _Stream, handler: Handler) -> AfterBody | None:
+    async def _handled(self, stream: RequestStream, handler: Handler) -> AfterBody | None:
         """Ask `handler` (the body has arrived) and apply what acts at once; return what is
         left to do after the body, or None when the stream is done with.
 
@@ -540,7 +405,7 @@ class H2Handler:
         the stream, as they would on its HEADERS (not executed); `GoAway` sends its GOAWAY
         here and goes on with `then` when this stream is at or below the last stream id.
         """
-        action = await self._ctx.recorder.resolve(stream.slot, handler)
+        action = await self._recorder.resolve(stream.slot, handler)
         if stream.abandoned:
             return None
         if isinstance(action, (CloseBeforeRead, CloseAfterHead)):

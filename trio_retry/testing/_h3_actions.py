@@ -22,13 +22,11 @@ itself is `_h3_conn.py`). The meaning stays the same, and so does the record (`e
 
 from __future__ import annotations
 
-import trio
 from aioquic.h3.connection import ErrorCode
 
-from ._common import Slot
 from ._script import GoAway, Raw, ScriptError, ShutWindow, Stall, StopReading, StreamFrames
 
-__all__ = ["H3Stream", "check_h3", "close_code", "goaway_id_for", "h2_only"]
+__all__ = ["check_h3", "close_code", "goaway_id_for", "h2_only"]
 
 
 def close_code(reset: bool) -> int:
@@ -41,25 +39,6 @@ def goaway_id_for(last_stream_id: int) -> int:
     client-initiated bidirectional stream id above it (RFC 9114 §5.2: requests with an id at
     or above the GOAWAY's were not processed)."""
     return (last_stream_id // 4 + 1) * 4
-
-
-class H3Stream:
-    """A request stream whose action runs in a task."""
-
-    def __init__(self, stream_id: int, slot: Slot, expect_100: bool) -> None:
-        self.stream_id = stream_id
-        self.slot = slot
-        self.expect_100 = expect_100
-        self.sent_100 = False
-        self.scope = trio.CancelScope()
-        self.body_done = trio.Event()
-        self.body_scope: trio.CancelScope | None = None
-        self.abandoned = False
-
-    def abandon(self) -> None:
-        """Stop serving the stream (reset by the client, or at or above a GOAWAY)."""
-        self.abandoned = True
-        self.scope.cancel()
 
 
 def check_h3(action: object, method: str, path: str) -> None:

@@ -24,7 +24,8 @@ Early data: a request whose head arrives before the handshake completed (before 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TypeAlias
 
 import trio
@@ -34,8 +35,8 @@ from aioquic.h3.connection import ErrorCode, FrameType, H3Connection, encode_fra
 from aioquic.quic import events as quic_events
 from aioquic.quic.connection import NetworkAddress, QuicConnection
 
-from ._common import Recorder, Slot, Timeouts
-from ._h3_actions import H3Stream, check_h3, close_code, goaway_id_for, h2_only
+from ._common import Recorder, Timeouts
+from ._h3_actions import check_h3, close_code, goaway_id_for, h2_only
 from ._script import (
     Action,
     AfterBody,
@@ -49,12 +50,10 @@ from ._script import (
     RefuseStream,
     Respond,
     ShutWindow,
-    Stall,
     StopReading,
-    body_allowed,
-    h2_response_headers,
     paced_chunks,
 )
+from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
 
 __all__ = ["H3ServerConnection"]
 
@@ -69,10 +68,12 @@ _UNACKED_LIMIT = 256 * 1024
 _KICK = None
 
 
-class H3ServerConnection:
+class H3ServerConnection(StreamServer):
     """One QUIC connection speaking HTTP/3. `run` returns once QUIC says it is terminated
     (closed by either side, or idle for the QUIC idle timeout); cancelled, it abandons the
     connection without a CONNECTION_CLOSE."""
+
+    HTTP_VERSION = "HTTP/3"
 
     def __init__(
         self,
@@ -85,11 +86,10 @@ class H3ServerConnection:
         cid_issued: CidCallback,
         cid_retired: CidCallback,
     ) -> None:
+        super().__init__(recorder, connection_id, timeouts.read)
         self._quic = quic
         self._h3: H3Connection | None = None  # made once the handshake picked ALPN h3
         self._send = send
-        self.connection_id = connection_id
-        self._recorder = recorder
         self._timeouts = timeouts
         self._cid_issued = cid_issued
         self._cid_retired = cid_retired
@@ -101,14 +101,11 @@ class H3ServerConnection:
         self._terminated = False
         self._closing = False
         self._progress = trio.Event()  # set (and replaced) after each batch of QUIC input
-        self._streams: dict[int, H3Stream] = {}  # streams whose action task is running
-        self._slots: dict[int, Slot] = {}  # every recorded stream of this connection
         self._highest = -1
         self._goaway_id: int | None = None
         self._goaway_action: Action | None = None
         self._draining = False
         self._next_ping = math.inf
-        self._nursery: trio.Nursery | None = None
 
     # -- the endpoint's side ------------------------------------------------------------------
 
@@ -128,8 +125,7 @@ class H3ServerConnection:
                 await self._pump()
                 nursery.cancel_scope.cancel()
         finally:
-            for slot in self._slots.values():
-                self._recorder.commit(slot)
+            self._commit_all()
 
     def _kick(self) -> None:
         if not self._kicked:
@@ -205,10 +201,7 @@ class H3ServerConnection:
                 if event.alpn_protocol != "h3":
                     self._close(ErrorCode.H3_GENERAL_PROTOCOL_ERROR, "ALPN h3 only")
             elif isinstance(event, (quic_events.StreamReset, quic_events.StopSendingReceived)):
-                stream = self._streams.pop(event.stream_id, None)
-                if stream is not None:
-                    stream.abandon()
-                    self._streams_changed()
+                self._client_reset(event.stream_id)
             if self._h3 is None and not self._closing:
                 # Created on the first event: the client's 0-RTT streams arrive before the
                 # handshake completes, and HTTP/3 must see them.
@@ -252,12 +245,7 @@ class H3ServerConnection:
         frame = encode_frame(FrameType.GOAWAY, encode_uint_var(goaway_id))
         self._quic.send_stream_data(self._control_stream_id(), frame)
         self._draining = True
-        for stream_id, stream in list(self._streams.items()):
-            if stream_id >= goaway_id:
-                stream.abandon()
-                if not stream.slot.executed:
-                    stream.slot.action = cause
-                del self._streams[stream_id]
+        self._abandon_from(goaway_id, cause)
         self._kick()
         self._streams_changed()
 
@@ -281,54 +269,24 @@ class H3ServerConnection:
             if event.stream_ended:  # also trailers that end the body
                 self._body_ended(event.stream_id)
         elif isinstance(event, h3_events.DataReceived):
-            slot = self._slots.get(event.stream_id)
-            if slot is not None and event.data:
-                slot.body += event.data
-                self._recorder.commit(slot)
-            stream = self._streams.get(event.stream_id)
-            if stream is not None and stream.body_scope is not None:
-                stream.body_scope.deadline = trio.current_time() + self._timeouts.read
+            self._body_received(event.stream_id, event.data)
             if event.stream_ended:
                 self._body_ended(event.stream_id)
 
-    def _body_ended(self, stream_id: int) -> None:
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            stream.body_done.set()
-
     def _on_request(self, event: h3_events.HeadersReceived) -> None:
         stream_id = event.stream_id
-        headers = tuple(
-            (n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in event.headers
-        )
-        pseudo = {name: value for name, value in headers if name.startswith(":")}
-        method = pseudo.get(":method", "")
-        path = pseudo.get(":path", "")
+        head = RequestHead.parse(event.headers)
+        method, path = head.method, head.path
         self._highest = max(self._highest, stream_id)
-
-        def record(action: Action, params: Mapping[str, str] | None = None) -> Slot:
-            slot = self._recorder.open(
-                method=method,
-                path=path,
-                headers=headers,
-                connection_id=self.connection_id,
-                http_version="HTTP/3",
-                stream_id=stream_id,
-                action=action,
-                params=params or {},
-                early_data=not self._handshake_done,
-            )
-            self._slots[stream_id] = slot
-            return slot
-
+        early_data = not self._handshake_done
         if self._goaway_id is not None and stream_id >= self._goaway_id:
             # At or above the GOAWAY: never processed, never answered, no script entry used.
             assert self._goaway_action is not None
-            record(self._goaway_action)
+            self._record(stream_id, head, self._goaway_action, early_data=early_data)
             return
         pick = self._recorder.script.pick(method, path)
         action = pick.action
-        slot = record(action, pick.params)
+        slot = self._record(stream_id, head, action, pick.params, early_data=early_data)
         if isinstance(action, (CloseBeforeRead, CloseAfterHead)):
             self._close_for(action.reset)
             return
@@ -339,13 +297,9 @@ class H3ServerConnection:
         if isinstance(then, (StopReading, ShutWindow)):
             raise h2_only(then, method, path)
         check_h3(then, method, path)
-        expect_100 = any(n == "expect" and v.lower() == "100-continue" for n, v in headers)
-        stream = H3Stream(stream_id, slot, expect_100)
-        # Registered before any GOAWAY below, so that the GOAWAY counts it as in progress
-        # (when below its id) or abandons it.
-        self._streams[stream_id] = stream
-        assert self._nursery is not None
-        self._nursery.start_soon(self._serve_stream, stream, then, method)
+        # Started before any GOAWAY below, so that the GOAWAY counts it as in progress (when
+        # below its id) or abandons it.
+        self._start_stream(stream_id, slot, head, then)
         if isinstance(action, GoAway):
             last = stream_id if action.last_stream_id is None else action.last_stream_id
             self._send_goaway(goaway_id_for(last), action)
@@ -364,54 +318,16 @@ class H3ServerConnection:
 
     # -- one stream -----------------------------------------------------------------------------
 
-    async def _serve_stream(
-        self, stream: H3Stream, action: AfterBody | Handler, method: str
-    ) -> None:
-        try:
-            with stream.scope:
-                if stream.abandoned:  # at or above a GOAWAY sent in the same batch of events
-                    return
-                if not await self._wait_body(stream):
-                    # The client stopped sending its body: give up on this stream only.
-                    self._reset(stream.stream_id, ErrorCode.H3_REQUEST_CANCELLED)
-                    return
-                if stream.abandoned:
-                    return
-                if isinstance(action, Handler):
-                    chosen = await self._handled(stream, action)
-                    if chosen is None:
-                        return
-                    action = chosen
-                stream.slot.executed = True
-                self._recorder.commit(stream.slot)
-                await self._after_body(stream, action, method)
-        except trio.TooSlowError:
-            # The client stopped acknowledging: give up on this stream only.
-            self._reset(stream.stream_id, ErrorCode.H3_REQUEST_CANCELLED)
-        finally:
-            if self._streams.get(stream.stream_id) is stream:
-                del self._streams[stream.stream_id]
-            self._recorder.commit(stream.slot)
-            self._streams_changed()
+    def _give_up(self, stream_id: int) -> None:
+        self._reset(stream_id, ErrorCode.H3_REQUEST_CANCELLED)
 
     def _reset(self, stream_id: int, error_code: int) -> None:
         if not self._closing:
             self._quic.reset_stream(stream_id, error_code)
             self._kick()
 
-    async def _wait_body(self, stream: H3Stream) -> bool:
-        """Wait for the end of the request body; False if it stalled for the read timeout."""
-        if stream.expect_100 and not stream.body_done.is_set():
-            self._send_headers(stream.stream_id, ((":status", "100"),), end_stream=False)
-            stream.sent_100 = True
-        with trio.move_on_after(self._timeouts.read) as scope:
-            stream.body_scope = scope
-            await stream.body_done.wait()
-        stream.body_scope = None
-        return stream.body_done.is_set()
-
     def _send_headers(
-        self, stream_id: int, headers: tuple[tuple[str, str], ...], *, end_stream: bool
+        self, stream_id: int, headers: Sequence[tuple[str, str]], *, end_stream: bool
     ) -> None:
         assert self._h3 is not None
         encoded = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
@@ -454,18 +370,15 @@ class H3ServerConnection:
             self._h3.send_data(stream_id, b"", end_stream=True)
             self._kick()
 
-    async def _after_body(self, stream: H3Stream, action: AfterBody, method: str) -> None:
+    async def _fault_after_body(
+        self, stream: RequestStream, action: AfterBody, method: str
+    ) -> None:
         stream_id = stream.stream_id
-        if isinstance(action, Stall):
-            await trio.sleep(action.seconds)
-            await self._after_body(stream, action.then, method)
-        elif isinstance(action, CloseAfterBody):
+        if isinstance(action, CloseAfterBody):
             self._close_for(action.reset)
         elif isinstance(action, PartialBody):
-            headers = h2_response_headers(action.status, action.headers, action.declared_length)
-            self._send_headers(stream_id, headers, end_stream=False)
-            if body_allowed(action.status, method):
-                await self._send_body(stream_id, action.body, None, end_stream=False)
+            send_headers = partial(self._send_headers, stream_id)
+            await short_body(action, method, send_headers, partial(self._send_body, stream_id))
             # A reset discards what is not acknowledged: the head and the short body must
             # have reached the client first.
             await self._until_unacked_at_most(stream_id, 0)
@@ -473,51 +386,21 @@ class H3ServerConnection:
                 self._close(ErrorCode.H3_INTERNAL_ERROR, "reset by script")
             else:
                 self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
-        elif isinstance(action, EndlessBody):
-            await self._endless(stream_id, action, method)
-        elif isinstance(action, Respond):
-            await self._respond(stream, action, method)
         else:
             check_h3(action, method, stream.slot.path)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
-        has_body = body_allowed(action.status, method)
-        headers = tuple(
-            (name, value)
-            for name, value in h2_response_headers(action.status, action.headers, 0)
-            if name != "content-length"  # no length: the body has no end
-        )
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if not has_body:
-            return
-        pause = action.pause()
         # Ends when the client resets or stops the stream (this task is cancelled), the
         # connection ends, or the client stops acknowledging for the write timeout; `seconds`
         # bounds it even against a client that reads forever.
-        with trio.move_on_after(action.seconds):
-            while True:
-                await self._send_body(stream_id, action.chunk, None, end_stream=False)
-                if pause:
-                    await trio.sleep(pause)
-                else:
-                    await trio.lowlevel.checkpoint()
-        self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
+        send_headers = partial(self._send_headers, stream_id)
+        if await endless(action, method, send_headers, partial(self._send_body, stream_id)):
+            self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
 
-    async def _respond(self, stream: H3Stream, action: Respond, method: str) -> None:
+    async def _respond(self, stream: RequestStream, action: Respond, method: str) -> None:
         stream_id = stream.stream_id
-        if action.delay:
-            await trio.sleep(action.delay)
-        skip_100 = stream.sent_100
-        for status in action.informational:
-            if status == 100 and skip_100:
-                skip_100 = False
-                continue
-            self._send_headers(stream_id, ((":status", str(status)),), end_stream=False)
-        has_body = bool(action.body) and body_allowed(action.status, method)
-        headers = h2_response_headers(action.status, action.headers, len(action.body))
-        self._send_headers(stream_id, headers, end_stream=not has_body)
-        if has_body:
-            await self._send_body(stream_id, action.body, action.body_rate, end_stream=True)
+        send_headers = partial(self._send_headers, stream_id)
+        await respond(stream, action, method, send_headers, partial(self._send_body, stream_id))
         # The stream counts as served until the client has it all: a drain that closes the
         # connection after the last stream must not cut its response off.
         await self._until_unacked_at_most(stream_id, 0)
@@ -526,7 +409,7 @@ class H3ServerConnection:
 
     # -- handlers (testkit) -------------------------------------------------------------------
 
-    async def _handled(self, stream: H3Stream, handler: Handler) -> AfterBody | None:
+    async def _handled(self, stream: RequestStream, handler: Handler) -> AfterBody | None:
         """Ask `handler` (the body has arrived) and apply what acts at once; return what is
         left to do after the body, or None when the stream is done with (as `_h2.py` does)."""
         action = await self._recorder.resolve(stream.slot, handler)
