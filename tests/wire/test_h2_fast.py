@@ -386,3 +386,18 @@ def test_a_hand_over_gives_h2_each_open_stream_as_it_was() -> None:
     pair.same("receive_data", frame(0x2, 0, 1, b"\x00\x00\x00\x00\x10"))  # PRIORITY
     assert pair.fast.handed_over
     pair.same("send_data", 1, b"rest", end_stream=True)
+
+
+def test_trailers_without_end_stream_then_a_hand_over() -> None:
+    """A second head without END_STREAM (h2 refuses it: "Trailers must have END_STREAM set"),
+    then a frame the fast path defers: h2's stream machine had marked the head as trailers
+    before refusing it, and the stream it is given must say so too (a hypothesis example found
+    the fast path leaving it unmarked)."""
+    encoder = hpack.Encoder()
+    pair = Pair(SERVER_SETTINGS)
+    pair.same("send_headers", 1, request(1, 1), end_stream=False)
+    pair.same("receive_data", frame(0x1, 0x4, 1, encoder.encode([(b":status", b"200")])))
+    refused = pair.same("receive_data", frame(0x1, 0x4, 1, encoder.encode([(b"x-t", b"1")])))
+    assert refused[0] == "raised"
+    pair.same("receive_data", frame(0x2, 0, 1, b"\x00\x00\x00\x00\x10"))  # PRIORITY
+    assert pair.fast.handed_over

@@ -339,9 +339,11 @@ def _headers(
         events.append(event)
         return
     if stream.headers_received:
+        # h2's stream machine marks the second head as trailers before its END_STREAM check
+        # refuses it: so does this one (the hand-over replays it; a hypothesis example found it).
+        stream.trailers_received = True
         if not end_stream:
             raise h2.exceptions.ProtocolError("Trailers must have END_STREAM set")
-        stream.trailers_received = True
         event = h2.events.TrailersReceived(stream_id=stream_id, headers=headers)
     else:
         stream.headers_received = True
