@@ -92,7 +92,9 @@ class DeadlineExceeded(RequestFailed):
 
 
 class ConnectionBroken(RequestFailed):
-    """The connection was reset or closed, or a write failed, after it was established."""
+    """The connection was reset or closed, or a write failed, after it was established (its TCP
+    connection or QUIC socket, perhaps not yet its TLS or HTTP/2 handshake: then ``.evidence``
+    is ``NOT_SENT``); a stream refused (``REFUSED_STREAM``) or above a ``GOAWAY``'s bound."""
 
 
 class ProtocolFailed(RequestFailed):
