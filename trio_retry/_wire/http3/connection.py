@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -33,6 +33,7 @@ import trio
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock
 from ..exchange import WireRequest, WireResponse, closing_body
+from ..http2.headers import request_headers
 from ..progress import AttemptProgress, WireError
 from .control import H3_REQUEST_CANCELLED, ControlReader
 from .driver import DEFAULT_STREAMS, H3State, QuicDriver
@@ -276,8 +277,6 @@ class HTTP3Connection(QuicDriver):
         the stage reached (``H3_REQUEST_REJECTED`` and a stream above a GOAWAY's id are
         ``NOT_SENT``). On cancellation or failure the stream is reset (H3_REQUEST_CANCELLED);
         the connection and its other streams carry on."""
-        from ..http2.headers import request_headers
-
         progress.http_version = HTTP_VERSION
         if (
             self.state is H3State.OPEN
@@ -358,8 +357,6 @@ class HTTP3Connection(QuicDriver):
     async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than
         :data:`SEND_HIGH_WATER` bytes of it are unacknowledged."""
-        from collections.abc import AsyncIterable
-
         assert isinstance(body, AsyncIterable)
         clock = self.clock
         limit = None if clock is None else clock.limits.write

@@ -25,6 +25,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    HandshakeCompleted,
+    PingAcknowledged,
+    StopSendingReceived,
+    StreamDataReceived,
+    StreamReset,
+)
 
 from ..._core.evidence import FailureCategory
 from ..exchange import WireResponse, head_too_large
@@ -206,15 +215,6 @@ class QuicDriver:
 
     def _process(self) -> None:
         """Hand every event QUIC produced to HTTP/3 and to the streams."""
-        from aioquic.h3.events import DataReceived, HeadersReceived
-        from aioquic.quic.events import (
-            ConnectionTerminated,
-            HandshakeCompleted,
-            PingAcknowledged,
-            StopSendingReceived,
-            StreamDataReceived,
-            StreamReset,
-        )
 
         quic = self._quic
         while (event := quic.next_event()) is not None:
