@@ -15,6 +15,7 @@ checked at every state the fast path keeps.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from typing import Any
 
 import h2.config
@@ -82,6 +83,7 @@ class Pair:
     def __init__(self, server_settings: bytes) -> None:
         self.ref = machine()
         self.fast = FastMachine(machine())
+        self.pieces = False
         for side in (self.ref, self.fast):
             side.initiate_connection()
             side.increment_flow_control_window(16 * 1024 * 1024 - 65535)
@@ -102,7 +104,16 @@ class Pair:
         if name == "receive_data" and expected[0] == "raised":
             self.dead = True
         out_ref = self.ref.data_to_send()
-        out_fast = self.fast.data_to_send()
+        # The writer takes the fast path's bytes as pieces (``take_output``): every other
+        # call is compared that way, joined.
+        self.pieces = not self.pieces
+        if self.pieces:
+            pieces: deque[bytes | memoryview] = deque()
+            size = self.fast.take_output(pieces)
+            out_fast = b"".join(pieces)
+            assert size == len(out_fast)
+        else:
+            out_fast = self.fast.data_to_send()
         assert out_fast == out_ref, (name, args)
         assert self.fast.highest_outbound_stream_id == self.ref.highest_outbound_stream_id
         assert self.ref.open_outbound_streams == self.fast.open_outbound_streams
@@ -176,8 +187,14 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
         )
         return
     if kind == "data":
-        size = draw(st.sampled_from([0, 1, 100, 16384, 16385, 70000]))
-        pair.same("send_data", stream_id, b"x" * size, end_stream=draw(st.booleans()))
+        size = draw(st.sampled_from([0, 1, 100, 4095, 4096, 16384, 16385, 70000]))
+        payload: bytes | memoryview = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        given = draw(st.sampled_from(["bytes", "view", "bytearray view"]))
+        if given == "view":  # as outbound.send_data passes it: a slice of a larger body
+            payload = memoryview(b"head" + payload)[4:]
+        elif given == "bytearray view":  # mutable underneath: must be copied, never kept
+            payload = memoryview(bytearray(payload))
+        pair.same("send_data", stream_id, payload, end_stream=draw(st.booleans()))
         return
     if kind == "end":
         pair.same("end_stream", stream_id)
@@ -273,6 +290,30 @@ def test_fast_path_gives_h2_s_results(data: st.DataObject) -> None:
         if pair.dead:
             break
         data.draw(step(pair, encoder))
+
+
+def test_a_large_payload_is_kept_only_when_it_cannot_change() -> None:
+    """``send_data`` keeps a large payload of ``bytes`` (or a view of them) as given, for the
+    writer to join once; one over a mutable buffer is copied: changed after the call, the
+    bytes written are still those given."""
+    fast = FastMachine(machine())
+    fast.initiate_connection()
+    fast.receive_data(SERVER_SETTINGS)
+    fast.data_to_send()
+    assert fast.engage()
+    fast.send_headers(1, request(1, 0), end_stream=False)
+    body = bytes(range(256)) * 32  # 8 KiB: above KEPT_PAYLOAD, within the windows
+    mutable = bytearray(body)
+    fast.send_data(1, memoryview(b"--" + body)[2:])
+    fast.send_data(1, memoryview(mutable))
+    mutable[:] = bytes(len(mutable))
+    pieces: deque[bytes | memoryview] = deque()
+    size = fast.take_output(pieces)
+    written = b"".join(pieces)
+    assert size == len(written)
+    assert written.endswith(frame(0x0, 0, 1, body) + frame(0x0, 0, 1, body))
+    assert any(type(piece) is memoryview for piece in pieces)  # the first: kept, not copied
+    assert fast.fast
 
 
 def test_common_exchange_stays_on_the_fast_path() -> None:
