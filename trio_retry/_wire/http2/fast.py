@@ -77,6 +77,7 @@ from .fast_inbound import (
     _processed,
     _Stream,
     no_length_check,
+    one_by_one,
     receive,
 )
 
@@ -481,4 +482,18 @@ class FastMachine:
         engaged."""
         if not self._fast:
             return self._h2.receive_data(data)
-        return receive(self, data)
+        events, error = receive(self, data)
+        if error is not None:
+            raise error
+        return events
+
+    def receive_frames(
+        self, data: bytes, start: int, end: int
+    ) -> tuple[list[h2.events.Event], h2.exceptions.ProtocolError | None]:
+        """``data[start:end]``, whole frames from a frame boundary (``frames.Frames``), as
+        :meth:`receive_data` of each frame in turn would take them, up to the first that
+        raises: the events of the frames before it, and that error (``None``: no error)."""
+        if self._fast:
+            return receive(self, data, start, end)
+        events: list[h2.events.Event] = []
+        return events, one_by_one(self._h2, data, start, end, events)

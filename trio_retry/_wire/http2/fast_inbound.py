@@ -23,7 +23,7 @@ from h2.stream import StreamClosedBy
 from h2.utilities import is_informational_response
 from h2.windows import WindowManager
 
-__all__ = ["no_length_check", "receive"]
+__all__ = ["no_length_check", "one_by_one", "receive"]
 
 _HEAD = struct.Struct(">IBI")  # 24-bit length + 8-bit type, flags, R + 31-bit stream id
 _U32 = struct.Struct(">I")
@@ -127,18 +127,25 @@ class FastMachine(Protocol):
     def close_stream(self, stream: _Stream, closed_by: StreamClosedBy | None) -> None: ...
 
 
-def receive(machine: FastMachine, data: bytes) -> list[h2.events.Event]:
-    """``FastMachine.receive_data`` on the fast path: the events of the complete frames in
-    ``data`` (an incomplete frame is kept for the next call), as h2 would give them."""
+def receive(
+    machine: FastMachine, data: bytes, pos: int = 0, end: int | None = None
+) -> tuple[list[h2.events.Event], h2.exceptions.ProtocolError | None]:
+    """``FastMachine.receive_frames`` on the fast path: the events of the complete frames in
+    ``data[pos:end]`` (an incomplete frame is kept for the next call), as h2 would give them
+    for one frame at a time, up to the first frame h2 would refuse: then also the error (the
+    connection terminated as h2 terminates it)."""
+    if end is None:
+        end = len(data)
     pending = machine._pending
     if pending:
-        pending += data
+        pending += data[pos:end]
         data = bytes(pending)
         pending.clear()
+        pos = 0
+        end = len(data)
     events: list[h2.events.Event] = []
-    pos = 0
-    end = len(data)
     deferred = False
+    mark = 0
     try:
         while end - pos >= _FRAME_HEADER:
             head, flags, stream_id = _HEAD.unpack_from(data, pos)
@@ -148,6 +155,7 @@ def receive(machine: FastMachine, data: bytes) -> list[h2.events.Event]:
                 break
             if end - pos < _FRAME_HEADER + length:
                 break
+            mark = len(events)
             try:
                 _frame(machine, head & 0xFF, flags, stream_id & _TOP_ID, data, pos, length, events)
             except _Defer:
@@ -155,16 +163,40 @@ def receive(machine: FastMachine, data: bytes) -> list[h2.events.Event]:
                 break
             pos += _FRAME_HEADER + length
     except h2.exceptions.ProtocolError as exc:
-        # As h2: a connection error queues GOAWAY and raises (no events delivered).
+        # As h2: a connection error queues GOAWAY; the frame's own events are not delivered.
+        del events[mark:]
         machine.handover()
         machine._h2._terminate_connection(exc.error_code)
-        raise
+        return events, exc
     if deferred:
         machine.handover()
-        return events + machine._h2.receive_data(data[pos:])
+        return events, one_by_one(machine._h2, data, pos, end, events)
     if pos < end:
-        pending += data[pos:]
-    return events
+        pending += data[pos:end]
+    return events, None
+
+
+def one_by_one(
+    machine: h2.connection.H2Connection,
+    data: bytes,
+    pos: int,
+    end: int,
+    events: list[h2.events.Event],
+) -> h2.exceptions.ProtocolError | None:
+    """h2's ``receive_data`` for each frame of ``data[pos:end]`` (which starts at a frame
+    boundary, h2 holding no part of a frame), its events added to ``events``, up to the
+    first that raises: that error is returned. (h2 given them together would deliver no event
+    at all when one of them is broken.)"""
+    while pos < end:
+        stop = end
+        if end - pos >= _FRAME_HEADER:
+            stop = min(end, pos + _FRAME_HEADER + (_HEAD.unpack_from(data, pos)[0] >> 8))
+        try:
+            events += machine.receive_data(data[pos:stop])
+        except h2.exceptions.ProtocolError as exc:
+            return exc
+        pos = stop
+    return None
 
 
 def _frame(
