@@ -146,6 +146,9 @@ def receive(
     events: list[h2.events.Event] = []
     deferred = False
     mark = 0
+    # DATA payloads are views of the read, not copies: ``data`` is ``bytes``, which nothing
+    # changes, and the stream joins what it hands out (``stream.py``'s ``_take``).
+    view = memoryview(data)
     try:
         while end - pos >= _FRAME_HEADER:
             head, flags, stream_id = _HEAD.unpack_from(data, pos)
@@ -157,7 +160,17 @@ def receive(
                 break
             mark = len(events)
             try:
-                _frame(machine, head & 0xFF, flags, stream_id & _TOP_ID, data, pos, length, events)
+                _frame(
+                    machine,
+                    head & 0xFF,
+                    flags,
+                    stream_id & _TOP_ID,
+                    data,
+                    view,
+                    pos,
+                    length,
+                    events,
+                )
             except _Defer:
                 deferred = True  # h2 takes this frame and everything after it
                 break
@@ -205,17 +218,18 @@ def _frame(
     flags: int,
     stream_id: int,
     data: bytes,
+    view: memoryview,
     pos: int,
     length: int,
     events: list[h2.events.Event],
 ) -> None:
-    """One complete frame; raises :class:`_Defer` before changing anything if it is not
-    the fast path's to handle."""
+    """One complete frame (``data``, and ``view`` of it, at ``pos``); raises :class:`_Defer`
+    before changing anything if it is not the fast path's to handle."""
     if stream_id and not stream_id & 1:
         raise _DEFER  # the server's own stream ids: none here (push is off)
     start = pos + _FRAME_HEADER
     if kind == _DATA:
-        _data(machine, flags, stream_id, data[start : start + length], length, events)
+        _data(machine, flags, stream_id, view[start : start + length], length, events)
     elif kind == _HEADERS:
         _headers(machine, flags, stream_id, data[start : start + length], events)
     elif kind == _WINDOW_UPDATE:
@@ -291,7 +305,7 @@ def _data(
     machine: FastMachine,
     flags: int,
     stream_id: int,
-    payload: bytes,
+    payload: memoryview,
     length: int,
     events: list[h2.events.Event],
 ) -> None:
@@ -322,7 +336,13 @@ def _data(
         raise _DEFER
     conn.window_consumed(length)
     stream.window.window_consumed(length)
-    event = h2.events.DataReceived(stream_id=stream_id, data=payload, flow_controlled_length=length)
+    # h2 types ``data`` as bytes; a view of the read holds the same bytes (inbound.py and the
+    # stream take either), without a copy per frame.
+    event = h2.events.DataReceived(
+        stream_id=stream_id,
+        data=payload,  # type: ignore[arg-type]
+        flow_controlled_length=length,
+    )
     events.append(event)
     if flags & _END_STREAM:
         ended = h2.events.StreamEnded(stream_id=stream_id)

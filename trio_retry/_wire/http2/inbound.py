@@ -83,7 +83,7 @@ def _on_data(session: Session, event: h2.events.DataReceived) -> None:
     stream = session.streams.get(event.stream_id)
     flow = event.flow_controlled_length
     if stream is not None and stream.open:
-        stream.on_data(bytes(event.data), flow)
+        stream.on_data(event.data, flow)  # bytes, or a view of the read (the fast path's)
     elif flow:
         session.consumed(event.stream_id, flow)
 
