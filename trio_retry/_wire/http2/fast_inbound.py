@@ -159,18 +159,14 @@ def receive(
             if end - pos < _FRAME_HEADER + length:
                 break
             mark = len(events)
+            kind = head & 0xFF
+            stream_id &= _TOP_ID
             try:
-                _frame(
-                    machine,
-                    head & 0xFF,
-                    flags,
-                    stream_id & _TOP_ID,
-                    data,
-                    view,
-                    pos,
-                    length,
-                    events,
-                )
+                if kind == _DATA and stream_id & 1:  # a download's every frame: no dispatch
+                    start = pos + _FRAME_HEADER
+                    _data(machine, flags, stream_id, view[start : start + length], length, events)
+                else:
+                    _frame(machine, kind, flags, stream_id, data, view, pos, length, events)
             except _Defer:
                 deferred = True  # h2 takes this frame and everything after it
                 break
@@ -334,8 +330,9 @@ def _data(
         or stream.window.current_window_size < length
     ):
         raise _DEFER
-    conn.window_consumed(length)
-    stream.window.window_consumed(length)
+    # h2's ``window_consumed``, whose check (never below 0) the two above made.
+    conn.current_window_size -= length
+    stream.window.current_window_size -= length
     # h2 types ``data`` as bytes; a view of the read holds the same bytes (inbound.py and the
     # stream take either), without a copy per frame.
     event = h2.events.DataReceived(

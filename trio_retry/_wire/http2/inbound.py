@@ -82,7 +82,9 @@ def _on_dropped(session: Session, dropped: DroppedData) -> None:
 def _on_data(session: Session, event: h2.events.DataReceived) -> None:
     stream = session.streams.get(event.stream_id)
     flow = event.flow_controlled_length
-    if stream is not None and stream.open:
+    if stream is not None and (  # stream.open, inlined: this runs per DATA frame
+        stream.state is StreamState.RECEIVING or stream.state is StreamState.OPEN
+    ):
         stream.on_data(event.data, flow)  # bytes, or a view of the read (the fast path's)
     elif flow:
         session.consumed(event.stream_id, flow)

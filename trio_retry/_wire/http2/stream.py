@@ -178,7 +178,8 @@ class Stream:
                 f"more body ({self.received} bytes so far) than its content-length "
                 f"({self.expected_length})",
             )
-        self.wake()
+        if self._waiter is not None or self._others:  # as a rule nobody waits: no call
+            self.wake()
 
     def on_end(self) -> None:
         if self.state is not StreamState.RECEIVING:
