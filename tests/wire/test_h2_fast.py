@@ -15,6 +15,7 @@ checked at every state the fast path keeps.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from typing import Any
 
 import h2.config
@@ -33,6 +34,17 @@ from trio_retry._wire.http2.fast import FastMachine
 from trio_retry._wire.http2.fast_inbound import _processed
 
 _HEAD = struct.Struct(">IBI")
+
+
+def split(data: bytes) -> list[bytes]:
+    """``data``, whole frames, frame by frame."""
+    frames = []
+    pos = 0
+    while pos < len(data):
+        stop = pos + 9 + int.from_bytes(data[pos : pos + 3], "big")
+        frames.append(data[pos:stop])
+        pos = stop
+    return frames
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
@@ -82,6 +94,9 @@ class Pair:
     def __init__(self, server_settings: bytes) -> None:
         self.ref = machine()
         self.fast = FastMachine(machine())
+        self.pieces = False
+        #: Server frames held back, to be handed on together (:meth:`flush`).
+        self.held: list[bytes] = []
         for side in (self.ref, self.fast):
             side.initiate_connection()
             side.increment_flow_control_window(16 * 1024 * 1024 - 65535)
@@ -101,8 +116,55 @@ class Pair:
         assert got == expected, (name, args, kwargs)
         if name == "receive_data" and expected[0] == "raised":
             self.dead = True
+        self.compare_after(name, args)
+        return expected
+
+    def flush(self) -> None:
+        """Hand on the server frames held back, together."""
+        held, self.held = self.held, []
+        if held and not self.dead:
+            self.same_frames([one for data in held for one in split(data)])
+
+    def same_frames(self, frames: list[bytes]) -> None:
+        """Whole frames handed on together (``frames.Frames``): the fast machine's
+        ``receive_frames`` gives what h2 gives for one frame at a time, up to the first that
+        raises (the events before it, then its error)."""
+        assert self.ref.open_outbound_streams == self.fast.open_outbound_streams
+        expected: list[h2.events.Event] = []
+        error: str | None = None
+        for one in frames:
+            try:
+                expected += self.ref.receive_data(one)
+            except (h2.exceptions.ProtocolError, ValueError, KeyError) as exc:
+                error = type(exc).__name__
+                break
+        data = b"--" + b"".join(frames) + b"++"  # a run is a slice of the read
+        other: str | None = None  # not h2's ProtocolError: raised as h2 raised it
+        try:
+            events, raised = self.fast.receive_frames(data, 2, len(data) - 2)
+        except (ValueError, KeyError) as exc:
+            other = type(exc).__name__
+        if other is not None:
+            assert other == error
+            self.dead = True
+            return
+        assert (type(raised).__name__ if raised is not None else None) == error, frames
+        assert events_of(events) == events_of(expected), frames
+        self.dead = error is not None
+        self.compare_after("receive_frames", tuple(frames))
+
+    def compare_after(self, name: str, args: tuple[Any, ...]) -> None:
         out_ref = self.ref.data_to_send()
-        out_fast = self.fast.data_to_send()
+        # The writer takes the fast path's bytes as pieces (``take_output``): every other
+        # call is compared that way, joined.
+        self.pieces = not self.pieces
+        if self.pieces:
+            pieces: deque[bytes | memoryview] = deque()
+            size = self.fast.take_output(pieces)
+            out_fast = b"".join(pieces)
+            assert size == len(out_fast)
+        else:
+            out_fast = self.fast.data_to_send()
         assert out_fast == out_ref, (name, args)
         assert self.fast.highest_outbound_stream_id == self.ref.highest_outbound_stream_id
         assert self.ref.open_outbound_streams == self.fast.open_outbound_streams
@@ -115,7 +177,6 @@ class Pair:
             assert call(self.fast, "local_flow_control_window", stream_id) == call(
                 self.ref, "local_flow_control_window", stream_id
             )
-        return expected
 
 
 SERVER_SETTINGS = frame(0x4, 0, 0, struct.pack(">HI", 3, 100) + struct.pack(">HI", 4, 65535))
@@ -176,8 +237,14 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
         )
         return
     if kind == "data":
-        size = draw(st.sampled_from([0, 1, 100, 16384, 16385, 70000]))
-        pair.same("send_data", stream_id, b"x" * size, end_stream=draw(st.booleans()))
+        size = draw(st.sampled_from([0, 1, 100, 4095, 4096, 16384, 16385, 70000]))
+        payload: bytes | memoryview = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        given = draw(st.sampled_from(["bytes", "view", "bytearray view"]))
+        if given == "view":  # as outbound.send_data passes it: a slice of a larger body
+            payload = memoryview(b"head" + payload)[4:]
+        elif given == "bytearray view":  # mutable underneath: must be copied, never kept
+            payload = memoryview(bytearray(payload))
+        pair.same("send_data", stream_id, payload, end_stream=draw(st.booleans()))
         return
     if kind == "end":
         pair.same("end_stream", stream_id)
@@ -249,7 +316,8 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
                 ]
             )
         )
-    else:  # "split": a response head and body delivered in pieces
+    elif kind == "split":  # a response head and body delivered in pieces
+        pair.flush()
         block = encoder.encode([(b":status", b"200"), (b"x-split", b"1")])
         data = frame(0x1, 0x4, stream_id, block) + frame(0x0, 0x1, stream_id, b"body" * 10)
         cut = draw(st.integers(1, len(data) - 1))
@@ -257,7 +325,14 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
         if not pair.dead:
             pair.same("receive_data", data[cut:])
         return
-    pair.same("receive_data", data)
+    how = draw(st.sampled_from(["alone", "held", "with the held"]))
+    if how == "alone":
+        pair.flush()
+        pair.same("receive_data", data)
+        return
+    pair.held.append(data)  # handed on with the frames of the next steps (``frames.Frames``)
+    if how != "held":
+        pair.flush()
 
 
 @settings(
@@ -273,6 +348,58 @@ def test_fast_path_gives_h2_s_results(data: st.DataObject) -> None:
         if pair.dead:
             break
         data.draw(step(pair, encoder))
+    pair.flush()
+
+
+@pytest.mark.parametrize("broken", ["informational with END_STREAM", "deferred, then refused"])
+def test_frames_handed_on_together_deliver_the_events_before_a_broken_one(broken: str) -> None:
+    """A response and a broken frame in one run: the response's events come, then the error
+    (h2 given the run in one call would deliver none), on the fast path itself and after a
+    deferral in the middle of the run."""
+    pair = Pair(SERVER_SETTINGS)
+    encoder = hpack.Encoder()
+    for stream_id in (1, 3):
+        pair.same("send_headers", stream_id, request(stream_id, 1), end_stream=True)
+    block = encoder.encode([(b":status", b"200")])
+    good = [frame(0x1, 0x4, 1, block), frame(0x0, 0x1, 1, b"body")]
+    if broken == "informational with END_STREAM":
+        bad = [frame(0x1, 0x5, 3, encoder.encode([(b":status", b"103")]))]
+    else:  # PRIORITY defers to h2, which then refuses a naked CONTINUATION
+        bad = [frame(0x2, 0, 3, b"\x00\x00\x00\x00\x10"), frame(0x9, 0x4, 3, b"\x82")]
+    data = b"".join(good + bad)
+    events, error = pair.fast.receive_frames(data, 0, len(data))
+    names = [type(e).__name__ for e in events]
+    assert names[:3] == ["ResponseReceived", "DataReceived", "StreamEnded"]  # (PRIORITY's after)
+    assert isinstance(error, h2.exceptions.ProtocolError)
+    fresh = Pair(SERVER_SETTINGS)  # and so does h2, fed one frame at a time
+    for stream_id in (1, 3):
+        fresh.same("send_headers", stream_id, request(stream_id, 1), end_stream=True)
+    fresh.same_frames(good + bad)
+    assert fresh.dead
+
+
+def test_a_large_payload_is_kept_only_when_it_cannot_change() -> None:
+    """``send_data`` keeps a large payload of ``bytes`` (or a view of them) as given, for the
+    writer to join once; one over a mutable buffer is copied: changed after the call, the
+    bytes written are still those given."""
+    fast = FastMachine(machine())
+    fast.initiate_connection()
+    fast.receive_data(SERVER_SETTINGS)
+    fast.data_to_send()
+    assert fast.engage()
+    fast.send_headers(1, request(1, 0), end_stream=False)
+    body = bytes(range(256)) * 32  # 8 KiB: above KEPT_PAYLOAD, within the windows
+    mutable = bytearray(body)
+    fast.send_data(1, memoryview(b"--" + body)[2:])
+    fast.send_data(1, memoryview(mutable))
+    mutable[:] = bytes(len(mutable))
+    pieces: deque[bytes | memoryview] = deque()
+    size = fast.take_output(pieces)
+    written = b"".join(pieces)
+    assert size == len(written)
+    assert written.endswith(frame(0x0, 0, 1, body) + frame(0x0, 0, 1, body))
+    assert any(type(piece) is memoryview for piece in pieces)  # the first: kept, not copied
+    assert fast.fast
 
 
 def test_common_exchange_stays_on_the_fast_path() -> None:

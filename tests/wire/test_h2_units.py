@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.http2.frames import DroppedData, GoAway, InboundFrames
+from trio_retry._wire.http2.frames import DroppedData, Frames, GoAway, InboundFrames
 from trio_retry._wire.http2.stream import Failure, Stream, StreamState
 from trio_retry._wire.progress import AttemptProgress, WireError
 
@@ -31,25 +31,55 @@ FRAMES = [
 
 
 @given(st.lists(st.integers(min_value=0), max_size=12))
-def test_each_run_ends_at_most_one_frame_whatever_the_reads(cuts: list[int]) -> None:
+def test_each_run_ends_at_most_one_frame_or_holds_whole_frames(cuts: list[int]) -> None:
+    """Whatever the reads: a byte run ends at most one frame; a :class:`Frames` run starts and
+    ends at frame boundaries (whole frames, handed on together); GOAWAY and dropped DATA come
+    in order between them."""
     data = b"".join(FRAMES)
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
     inbound = InboundFrames({3})
-    parts: list[bytes | GoAway | DroppedData] = []
+    parts: list[bytes | Frames | GoAway | DroppedData] = []
     for start, end in itertools.pairwise(bounds):
         parts.extend(inbound.feed(data[start:end]))
-    handed = b"".join(p for p in parts if isinstance(p, bytes))
+    runs = [
+        (p.data[p.start : p.end], True) if isinstance(p, Frames) else (p, False)
+        for p in parts
+        if isinstance(p, (bytes, Frames))
+    ]
+    handed = b"".join(run for run, _ in runs)
     assert handed == FRAMES[0] + FRAMES[1] + FRAMES[2] + FRAMES[5]
-    assert [p for p in parts if not isinstance(p, bytes)] == [GoAway(1, 0), DroppedData(3, 5)]
-    # Frame ends seen so far never exceed one per run: re-split the handed bytes at frame
-    # boundaries and check no run crosses one.
+    assert [p for p in parts if isinstance(p, (GoAway, DroppedData))] == [
+        GoAway(1, 0),
+        DroppedData(3, 5),
+    ]
+    # Re-split the handed bytes at frame boundaries: no byte run crosses one, every Frames
+    # run lies between two.
     ends = set(itertools.accumulate(len(f) for f in (FRAMES[0], FRAMES[1], FRAMES[2], FRAMES[5])))
     offset = 0
-    for part in parts:
-        if isinstance(part, bytes):
-            inside = [e for e in ends if offset < e <= offset + len(part)]
-            assert len(inside) <= 1
-            offset += len(part)
+    for run, whole in runs:
+        if whole:
+            assert offset == 0 or offset in ends
+            assert offset + len(run) in ends
+        else:
+            assert len([e for e in ends if offset < e <= offset + len(run)]) <= 1
+        offset += len(run)
+    if not cuts:  # one read: the frames before the GOAWAY together, and the last after it
+        assert runs == [(FRAMES[0] + FRAMES[1] + FRAMES[2], True), (FRAMES[5], True)]
+
+
+def test_data_after_its_final_head_stays_in_the_run() -> None:
+    """DATA for a stream awaiting its head stays in the run when the run holds that stream's
+    final head (an indexed static ``:status``: its processing ends the wait); after any other
+    head (a 103, not in the static table) the DATA is judged once the run was processed."""
+    awaiting = {1}
+    final = frame(0x1, 1, b"\x88", flags=0x4) + frame(0x0, 1, b"body", flags=0x1)
+    parts = list(InboundFrames(awaiting).feed(final))
+    assert parts == [Frames(final, 0, len(final))]
+    early = frame(0x1, 1, b"\x08\x03103", flags=0x4)  # :status 103, literal
+    data = frame(0x0, 1, b"body", flags=0x1)
+    feed = InboundFrames(awaiting).feed(early + data)
+    assert next(feed) == Frames(early + data, 0, len(early))
+    assert list(feed) == [DroppedData(1, 4)]  # still awaiting (the caller processed nothing)
 
 
 class _Owner:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections import deque
 
 import h2.events
 import h2.exceptions
@@ -324,14 +325,16 @@ class _SlowPeer(trio.abc.SendStream):
 
 
 class _Queue:
-    """Stands in for h2: what the test queues is what ``data_to_send`` returns."""
+    """Stands in for the machine: what the test queues is what ``take_output`` gives."""
 
     def __init__(self) -> None:
         self.data = b""
 
-    def data_to_send(self) -> bytes:
+    def take_output(self, into: deque[bytes | memoryview]) -> int:
         data, self.data = self.data, b""
-        return data
+        if data:
+            into.append(data)
+        return len(data)
 
 
 async def _run_writer(

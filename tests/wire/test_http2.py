@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.exchange import WireRequest
 from trio_retry._wire.http2 import HTTP2Connection
-from trio_retry._wire.http2.frames import FrameError, GoAway, InboundFrames
+from trio_retry._wire.http2.frames import FrameError, Frames, GoAway, InboundFrames
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.transport import Transport
 
@@ -55,11 +55,16 @@ STREAM = [
 
 
 def run_filter(data: bytes, cuts: list[int]) -> list[bytes | GoAway]:
+    """The filter's parts, a run of whole frames (``Frames``) as its bytes."""
     parts: list[bytes | GoAway] = []
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
     filt = InboundFrames(set())
     for start, end in itertools.pairwise(bounds):
-        parts.extend(filt.feed(data[start:end]))
+        for part in filt.feed(data[start:end]):
+            if isinstance(part, Frames):
+                parts.append(part.data[part.start : part.end])
+            elif isinstance(part, (bytes, GoAway)):
+                parts.append(part)
     return parts
 
 

@@ -90,12 +90,25 @@ async def test_limit_partial_record_and_close_notify_are_left_for_later() -> Non
     assert more(await client.receive_some(65536)) == b""  # the close_notify: a clean EOF
 
 
+async def test_short_records_received_together_are_joined() -> None:
+    """Small records one socket read brought in (32 HTTP/2 responses, each in a record of its
+    own) come out in one read; a short one with nothing behind it is returned as it is."""
+    client, server = await _pair()
+    for n in range(32):
+        await server.send_all(bytes([65 + n % 26]) * (50 + n))
+    more = reads_of(client, 1 << 20)
+    joined = more(await client.receive_some(65536))
+    assert joined == b"".join(bytes([65 + n % 26]) * (50 + n) for n in range(32))
+    await server.send_all(b"x" * 100)
+    small = await client.receive_some(65536)
+    assert more(small) is small  # nothing behind it: no look after
+
+
 async def test_short_reads_and_plain_streams_are_left_alone() -> None:
     client, server = await _pair()
     await server.send_all(b"x" * 100)
-    await server.send_all(b"y" * 100)
     small = await client.receive_some(65536)
-    assert reads_of(client, 1 << 20)(small) is small  # under MORE_AFTER: no look after
+    assert reads_of(client, 1 << 20)(small) is small  # nothing behind it: no look after
     plain, _ = trio.testing.memory_stream_pair()
     big = b"z" * (MORE_AFTER * 2)
     assert reads_of(plain, 1 << 20)(big) is big  # not TLS: as it is

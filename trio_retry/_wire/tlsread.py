@@ -16,6 +16,12 @@ record, an alert) cannot be left: OpenSSL reports it once, then only an EOF. It 
 raised by the next read instead, as the ``trio.BrokenResourceError`` trio raises for it, so a
 connection cut by a forged record never reads as a clean end.
 
+It looks only when trio's buffer of received bytes (``_incoming``, the ``ssl.MemoryBIO`` the
+TLS object reads from) or the TLS object itself holds something: a small response is then
+joined as well as a bulk one (with 32 HTTP/2 streams, nginx writes each response in a record
+of its own, and one socket read brings in many), and a read with nothing behind it costs one
+attribute look, never an ``SSLWantReadError``.
+
 It reaches into ``trio.SSLStream``'s TLS object (``_ssl_object``, an ``ssl.SSLObject``): no
 public API gives more than one record per call. A stream without one (plain TCP, a test's
 memory stream) is read as it is, so a trio that renamed the attribute only costs the speed-up;
@@ -37,9 +43,10 @@ import trio
 
 __all__ = ["MORE_AFTER", "Reads", "reads_of"]
 
-#: Only a record at least this large is followed by a look for more: a short one is, as a
-#: rule, the end of what the peer sent, and the look would cost a small response an
-#: exception (``SSLWantReadError``) for nothing.
+#: A record at least this large is followed by a look for more even when trio's incoming
+#: buffer cannot be seen (a trio without ``_incoming``): a short one is, as a rule, the end of
+#: what the peer sent, and the blind look would cost a small response an exception
+#: (``SSLWantReadError``) for nothing.
 MORE_AFTER = 8192
 
 
@@ -47,11 +54,15 @@ class Reads:
     """What one connection's reads of its TLS ``stream`` (whose TLS object is ``tls``) take
     besides trio's one record (the connection is the stream's only reader)."""
 
-    __slots__ = ("_error", "_limit", "_stream", "_tls")
+    __slots__ = ("_error", "_incoming", "_limit", "_stream", "_tls")
 
     def __init__(self, stream: trio.abc.ReceiveStream, limit: int, tls: ssl.SSLObject) -> None:
         self._stream = stream
         self._tls = tls
+        #: trio's buffer of received, still encrypted bytes (``SSLStream._incoming``), when it
+        #: can be seen: the look for more is then made only when it holds bytes.
+        incoming = getattr(stream, "_incoming", None)
+        self._incoming = incoming if isinstance(incoming, ssl.MemoryBIO) else None
         #: The most one read returns when it takes more than trio's one record.
         self._limit = limit
         self._error: ssl.SSLError | None = None
@@ -66,13 +77,19 @@ class Reads:
         if error is not None:
             self._error = None
             raise trio.BrokenResourceError("TLS error") from error
-        if len(data) < MORE_AFTER:
-            return data
+        incoming = self._incoming
+        if incoming is None:
+            if len(data) < MORE_AFTER:
+                return data
+        elif not incoming.pending:
+            return data  # nothing received after this record: no look (and no exception)
         tls = self._tls
         limit = self._limit
         parts = [data]
         size = len(data)
         while size < limit:
+            if incoming is not None and not incoming.pending and not tls.pending():
+                break  # nothing left that a read could decrypt
             try:
                 more = tls.read(limit - size)
             except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):

@@ -48,6 +48,7 @@ frame and every error ours to get right, where h2 already is.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -76,10 +77,23 @@ from .fast_inbound import (
     _processed,
     _Stream,
     no_length_check,
+    one_by_one,
     receive,
 )
 
-__all__ = ["FastMachine", "no_length_check"]
+__all__ = ["KEPT_PAYLOAD", "FastMachine", "no_length_check"]
+
+#: A DATA payload at least this large, in an object nobody can change (``bytes``, or a view of
+#: ``bytes``), is queued as given rather than copied (:meth:`FastMachine.take_output`).
+KEPT_PAYLOAD = 4096
+
+
+def _immutable(data: bytes | memoryview) -> bool:
+    """``data`` cannot change before it is written: ``bytes``, or a contiguous view of
+    ``bytes`` (what ``outbound.send_data`` passes: slices of the body's chunks)."""
+    if type(data) is bytes:
+        return True
+    return type(data) is memoryview and type(data.obj) is bytes and data.c_contiguous
 
 
 class FastMachine:
@@ -101,6 +115,7 @@ class FastMachine:
         "_out",
         "_out_window",
         "_pending",
+        "_queued",
         "_remote_window",
         "_streams",
         "handed_over",
@@ -113,6 +128,9 @@ class FastMachine:
         self.handed_over = False
         self._streams: dict[int, _Stream] = {}
         self._out = bytearray()
+        #: What was queued before ``_out``: the pieces of large DATA frames, kept as given
+        #: (see :meth:`take_output`), and what ``_out`` held before each.
+        self._queued: list[bytes | memoryview] = []
         self._pending = bytearray()  # an incomplete frame from the last read
         self._highest = 0
         self._opened = False
@@ -338,8 +356,19 @@ class FastMachine:
             self._h2.send_data(stream_id, data, end_stream=end_stream)
             return
         out = self._out
-        out += _HEAD.pack(size << 8 | _DATA, _END_STREAM if end_stream else 0, stream_id)
-        out += data
+        head = _HEAD.pack(size << 8 | _DATA, _END_STREAM if end_stream else 0, stream_id)
+        if size >= KEPT_PAYLOAD and _immutable(data):
+            # An upload's payload is not copied into the queue: the writer joins it with the
+            # frames around it once, into the buffer it hands to the transport.
+            queued = self._queued
+            if out:
+                queued.append(bytes(out))
+                out.clear()
+            queued.append(head)
+            queued.append(data)
+        else:
+            out += head
+            out += data
         self._out_window -= size
         stream.out_window -= size
         if end_stream:
@@ -395,6 +424,14 @@ class FastMachine:
 
     def data_to_send(self) -> bytes:
         out = self._out
+        queued = self._queued
+        if queued:
+            data = b"".join(queued) + out
+            queued.clear()
+            out.clear()
+            if not self._fast:
+                data += self._h2.data_to_send()
+            return data
         if out:
             data = bytes(out)
             out.clear()
@@ -402,6 +439,32 @@ class FastMachine:
                 data += self._h2.data_to_send()
             return data
         return b"" if self._fast else self._h2.data_to_send()
+
+    def take_output(self, into: deque[bytes | memoryview]) -> int:
+        """What :meth:`data_to_send` would return, appended to ``into`` as pieces instead of
+        joined (the pieces of large DATA frames as :meth:`send_data` was given them); returns
+        their total size. The writer (``writer.py``) joins pieces once, into each buffer it
+        writes: a large upload's bytes are copied once here, not three times (into ``_out``,
+        out of it, and into the writer's queue)."""
+        size = 0
+        queued = self._queued
+        if queued:
+            for piece in queued:
+                size += len(piece)
+            into.extend(queued)
+            queued.clear()
+        out = self._out
+        if out:
+            data = bytes(out)
+            out.clear()
+            into.append(data)
+            size += len(data)
+        if not self._fast:
+            data = self._h2.data_to_send()
+            if data:
+                into.append(data)
+                size += len(data)
+        return size
 
     def close_stream(self, stream: _Stream, closed_by: StreamClosedBy | None) -> None:
         """Forget ``stream`` (closed as ``closed_by`` says), remembering how it closed."""
@@ -419,4 +482,18 @@ class FastMachine:
         engaged."""
         if not self._fast:
             return self._h2.receive_data(data)
-        return receive(self, data)
+        events, error = receive(self, data)
+        if error is not None:
+            raise error
+        return events
+
+    def receive_frames(
+        self, data: bytes, start: int, end: int
+    ) -> tuple[list[h2.events.Event], h2.exceptions.ProtocolError | None]:
+        """``data[start:end]``, whole frames from a frame boundary (``frames.Frames``), as
+        :meth:`receive_data` of each frame in turn would take them, up to the first that
+        raises: the events of the frames before it, and that error (``None``: no error)."""
+        if self._fast:
+            return receive(self, data, start, end)
+        events: list[h2.events.Event] = []
+        return events, one_by_one(self._h2, data, start, end, events)

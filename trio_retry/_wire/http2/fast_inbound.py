@@ -23,7 +23,7 @@ from h2.stream import StreamClosedBy
 from h2.utilities import is_informational_response
 from h2.windows import WindowManager
 
-__all__ = ["no_length_check", "receive"]
+__all__ = ["no_length_check", "one_by_one", "receive"]
 
 _HEAD = struct.Struct(">IBI")  # 24-bit length + 8-bit type, flags, R + 31-bit stream id
 _U32 = struct.Struct(">I")
@@ -127,18 +127,28 @@ class FastMachine(Protocol):
     def close_stream(self, stream: _Stream, closed_by: StreamClosedBy | None) -> None: ...
 
 
-def receive(machine: FastMachine, data: bytes) -> list[h2.events.Event]:
-    """``FastMachine.receive_data`` on the fast path: the events of the complete frames in
-    ``data`` (an incomplete frame is kept for the next call), as h2 would give them."""
+def receive(
+    machine: FastMachine, data: bytes, pos: int = 0, end: int | None = None
+) -> tuple[list[h2.events.Event], h2.exceptions.ProtocolError | None]:
+    """``FastMachine.receive_frames`` on the fast path: the events of the complete frames in
+    ``data[pos:end]`` (an incomplete frame is kept for the next call), as h2 would give them
+    for one frame at a time, up to the first frame h2 would refuse: then also the error (the
+    connection terminated as h2 terminates it)."""
+    if end is None:
+        end = len(data)
     pending = machine._pending
     if pending:
-        pending += data
+        pending += data[pos:end]
         data = bytes(pending)
         pending.clear()
+        pos = 0
+        end = len(data)
     events: list[h2.events.Event] = []
-    pos = 0
-    end = len(data)
     deferred = False
+    mark = 0
+    # DATA payloads are views of the read, not copies: ``data`` is ``bytes``, which nothing
+    # changes, and the stream joins what it hands out (``stream.py``'s ``_take``).
+    view = memoryview(data)
     try:
         while end - pos >= _FRAME_HEADER:
             head, flags, stream_id = _HEAD.unpack_from(data, pos)
@@ -148,23 +158,54 @@ def receive(machine: FastMachine, data: bytes) -> list[h2.events.Event]:
                 break
             if end - pos < _FRAME_HEADER + length:
                 break
+            mark = len(events)
+            kind = head & 0xFF
+            stream_id &= _TOP_ID
             try:
-                _frame(machine, head & 0xFF, flags, stream_id & _TOP_ID, data, pos, length, events)
+                if kind == _DATA and stream_id & 1:  # a download's every frame: no dispatch
+                    start = pos + _FRAME_HEADER
+                    _data(machine, flags, stream_id, view[start : start + length], length, events)
+                else:
+                    _frame(machine, kind, flags, stream_id, data, view, pos, length, events)
             except _Defer:
                 deferred = True  # h2 takes this frame and everything after it
                 break
             pos += _FRAME_HEADER + length
     except h2.exceptions.ProtocolError as exc:
-        # As h2: a connection error queues GOAWAY and raises (no events delivered).
+        # As h2: a connection error queues GOAWAY; the frame's own events are not delivered.
+        del events[mark:]
         machine.handover()
         machine._h2._terminate_connection(exc.error_code)
-        raise
+        return events, exc
     if deferred:
         machine.handover()
-        return events + machine._h2.receive_data(data[pos:])
+        return events, one_by_one(machine._h2, data, pos, end, events)
     if pos < end:
-        pending += data[pos:]
-    return events
+        pending += data[pos:end]
+    return events, None
+
+
+def one_by_one(
+    machine: h2.connection.H2Connection,
+    data: bytes,
+    pos: int,
+    end: int,
+    events: list[h2.events.Event],
+) -> h2.exceptions.ProtocolError | None:
+    """h2's ``receive_data`` for each frame of ``data[pos:end]`` (which starts at a frame
+    boundary, h2 holding no part of a frame), its events added to ``events``, up to the
+    first that raises: that error is returned. (h2 given them together would deliver no event
+    at all when one of them is broken.)"""
+    while pos < end:
+        stop = end
+        if end - pos >= _FRAME_HEADER:
+            stop = min(end, pos + _FRAME_HEADER + (_HEAD.unpack_from(data, pos)[0] >> 8))
+        try:
+            events += machine.receive_data(data[pos:stop])
+        except h2.exceptions.ProtocolError as exc:
+            return exc
+        pos = stop
+    return None
 
 
 def _frame(
@@ -173,17 +214,18 @@ def _frame(
     flags: int,
     stream_id: int,
     data: bytes,
+    view: memoryview,
     pos: int,
     length: int,
     events: list[h2.events.Event],
 ) -> None:
-    """One complete frame; raises :class:`_Defer` before changing anything if it is not
-    the fast path's to handle."""
+    """One complete frame (``data``, and ``view`` of it, at ``pos``); raises :class:`_Defer`
+    before changing anything if it is not the fast path's to handle."""
     if stream_id and not stream_id & 1:
         raise _DEFER  # the server's own stream ids: none here (push is off)
     start = pos + _FRAME_HEADER
     if kind == _DATA:
-        _data(machine, flags, stream_id, data[start : start + length], length, events)
+        _data(machine, flags, stream_id, view[start : start + length], length, events)
     elif kind == _HEADERS:
         _headers(machine, flags, stream_id, data[start : start + length], events)
     elif kind == _WINDOW_UPDATE:
@@ -259,7 +301,7 @@ def _data(
     machine: FastMachine,
     flags: int,
     stream_id: int,
-    payload: bytes,
+    payload: memoryview,
     length: int,
     events: list[h2.events.Event],
 ) -> None:
@@ -288,9 +330,16 @@ def _data(
         or stream.window.current_window_size < length
     ):
         raise _DEFER
-    conn.window_consumed(length)
-    stream.window.window_consumed(length)
-    event = h2.events.DataReceived(stream_id=stream_id, data=payload, flow_controlled_length=length)
+    # h2's ``window_consumed``, whose check (never below 0) the two above made.
+    conn.current_window_size -= length
+    stream.window.current_window_size -= length
+    # h2 types ``data`` as bytes; a view of the read holds the same bytes (inbound.py and the
+    # stream take either), without a copy per frame.
+    event = h2.events.DataReceived(
+        stream_id=stream_id,
+        data=payload,  # type: ignore[arg-type]
+        flow_controlled_length=length,
+    )
     events.append(event)
     if flags & _END_STREAM:
         ended = h2.events.StreamEnded(stream_id=stream_id)

@@ -25,7 +25,7 @@ from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
 from ..exchange import head_too_large
-from .frames import DroppedData, FrameError, GoAway, code_name
+from .frames import DroppedData, FrameError, Frames, GoAway, code_name
 from .headers import check_head, malformed
 from .session import Session
 from .stream import Failure, Stream, StreamState
@@ -40,7 +40,18 @@ def receive(session: Session, data: bytes) -> None:
         for part in session.frames.feed(data):
             if session.closed:
                 return
-            if isinstance(part, bytes):
+            if isinstance(part, Frames):
+                events, error = session.h2.receive_frames(part.data, part.start, part.end)
+                for event in events:
+                    if session.closed:  # as between frames fed one at a time
+                        return
+                    handler = _HANDLERS.get(type(event))
+                    if handler is not None:
+                        handler(session, event)
+                if error is not None:
+                    session.die(Failure(FailureCategory.REMOTE_PROTOCOL, _protocol_message(error)))
+                    return
+            elif isinstance(part, bytes):
                 try:
                     events = session.h2.receive_data(part)
                 except h2.exceptions.ProtocolError as exc:
@@ -71,8 +82,10 @@ def _on_dropped(session: Session, dropped: DroppedData) -> None:
 def _on_data(session: Session, event: h2.events.DataReceived) -> None:
     stream = session.streams.get(event.stream_id)
     flow = event.flow_controlled_length
-    if stream is not None and stream.open:
-        stream.on_data(bytes(event.data), flow)
+    if stream is not None and (  # stream.open, inlined: this runs per DATA frame
+        stream.state is StreamState.RECEIVING or stream.state is StreamState.OPEN
+    ):
+        stream.on_data(event.data, flow)  # bytes, or a view of the read (the fast path's)
     elif flow:
         session.consumed(event.stream_id, flow)
 

@@ -122,7 +122,8 @@ class Stream:
         self.failure: Failure | None = None
         self.expected_length: int | None = None
         self.received = 0
-        self._chunks: deque[tuple[bytes, int]] = deque()
+        #: DATA payloads (``bytes``, or views of an immutable read) and their flow lengths.
+        self._chunks: deque[tuple[bytes | memoryview, int]] = deque()
         #: The task waiting on this stream (see :meth:`wait`); ``_others`` is made only if a
         #: second task waits at the same time.
         self._waiter: trio.lowlevel.Task | None = None
@@ -168,7 +169,7 @@ class Stream:
         self.state = StreamState.RECEIVING
         self.progress.advance(Stage.RESPONSE_BODY)
 
-    def on_data(self, data: bytes, flow_controlled: int) -> None:
+    def on_data(self, data: bytes | memoryview, flow_controlled: int) -> None:
         self._chunks.append((data, flow_controlled))
         self.received += len(data)
         if self.expected_length is not None and self.received > self.expected_length:
@@ -177,7 +178,8 @@ class Stream:
                 f"more body ({self.received} bytes so far) than its content-length "
                 f"({self.expected_length})",
             )
-        self.wake()
+        if self._waiter is not None or self._others:  # as a rule nobody waits: no call
+            self.wake()
 
     def on_end(self) -> None:
         if self.state is not StreamState.RECEIVING:
@@ -297,24 +299,27 @@ class Stream:
 
     def _take(self, progress: AttemptProgress) -> bytes | None:
         """What arrived of the body, up to :data:`TAKE_LIMIT` bytes joined (one chunk as it
-        is when only one is here: no copy), ``b""`` at the end (stage ``COMPLETE``), ``None``
-        if the reader has to be waited for; raises the stream's failure.
+        is when only one is here: no copy, unless it is a view of a read), ``b""`` at the end
+        (stage ``COMPLETE``), ``None`` if the reader has to be waited for; raises the stream's
+        failure.
 
         Joining what queued up, rather than handing out one DATA frame at a time (8 KiB from
         nginx), gives a fast download's reader a few large chunks instead of many small ones,
         and the server its credit in one acknowledgement."""
         chunks = self._chunks
         if chunks:
-            data, flow = chunks.popleft()
-            if chunks and len(data) < TAKE_LIMIT:
-                parts = [data]
-                size = len(data)
+            chunk, flow = chunks.popleft()
+            if chunks and len(chunk) < TAKE_LIMIT:
+                parts = [chunk]
+                size = len(chunk)
                 while chunks and size < TAKE_LIMIT:
                     more, more_flow = chunks.popleft()
                     parts.append(more)
                     size += len(more)
                     flow += more_flow
                 data = b"".join(parts)
+            else:
+                data = chunk if type(chunk) is bytes else bytes(chunk)
             self._owner.consumed(self.stream_id, flow)
             progress.bytes_received += len(data)
             if data:

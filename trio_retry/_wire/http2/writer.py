@@ -71,6 +71,7 @@ class Writer:
         "_h2",
         "_on_broken",
         "_outbox",
+        "_outbox_size",
         "_pending",
         "_stream",
         "_wake_callers",
@@ -93,7 +94,10 @@ class Writer:
         self._stream = stream
         self._h2 = conn
         self._on_broken = on_broken
-        self._outbox = bytearray()
+        #: What h2 queued, not yet handed to the transport: pieces (``FastMachine.take_output``:
+        #: a large DATA payload as the caller gave it), joined once per write.
+        self._outbox: deque[bytes | memoryview] = deque()
+        self._outbox_size = 0
         #: (mark, bytes, whom to tell) for callers that did not wait (:meth:`notify`).
         self._pending: deque[tuple[int, int, Written]] = deque()
         self._wake_writer = trio.lowlevel.ParkingLot()
@@ -110,10 +114,14 @@ class Writer:
     def collect(self) -> int:
         """Take what h2 queued (in order) and wake the writer; returns the mark at which all
         of it will have been written."""
-        data = self._h2.data_to_send()
-        if data and not self.broken:
-            self._outbox += data
-            self.queued += len(data)
+        outbox = self._outbox
+        size = self._h2.take_output(outbox)
+        if size:
+            if self.broken:
+                outbox.clear()
+                return self.queued
+            self._outbox_size += size
+            self.queued += size
             self._collects += 1
             if self._wake_writer:
                 self._wake_writer.unpark_all()
@@ -147,6 +155,7 @@ class Writer:
         """The connection is over: drop what is queued, release every waiter."""
         self.broken = True
         self._outbox.clear()
+        self._outbox_size = 0
         self._pending.clear()
         self._wake_callers.unpark_all()
         self._wake_writer.unpark_all()
@@ -195,7 +204,7 @@ class Writer:
                         continue  # it may have passed meanwhile: look again first
                     await self._wake_writer.park()
                     continue
-            if self._collects > 1 and gathered < GATHER_PASSES and len(outbox) < WRITE_CHUNK:
+            if self._collects > 1 and gathered < GATHER_PASSES and self._outbox_size < WRITE_CHUNK:
                 # Frames of several callers arrived since the last write: others, woken in
                 # the same scheduler pass, are likely about to queue theirs. Letting the pass
                 # go by first writes them all at once: with 32 streams busy a TLS record and
@@ -207,12 +216,7 @@ class Writer:
                 continue
             gathered = 0
             self._collects = 0
-            if len(outbox) <= WRITE_CHUNK:
-                chunk = bytes(outbox)
-                outbox.clear()
-            else:
-                chunk = bytes(outbox[:WRITE_CHUNK])
-                del outbox[:WRITE_CHUNK]
+            chunk = self._next_chunk()
             self.handed += len(chunk)
             stall.deadline = clock.current_time() + self.stall_timeout
             try:
@@ -232,3 +236,28 @@ class Writer:
             if self._wake_callers:
                 self._wake_callers.unpark_all()
         return True
+
+    def _next_chunk(self) -> bytes | memoryview:
+        """The next write: what is queued, up to :data:`WRITE_CHUNK` bytes, in one buffer (a
+        lone piece as it is; a piece that does not fit is cut, its rest left first)."""
+        outbox = self._outbox
+        if self._outbox_size <= WRITE_CHUNK:
+            chunk = outbox[0] if len(outbox) == 1 else b"".join(outbox)
+            outbox.clear()
+            self._outbox_size = 0
+            return chunk
+        parts: list[bytes | memoryview] = []
+        size = 0
+        while size < WRITE_CHUNK:
+            piece = outbox[0]
+            room = WRITE_CHUNK - size
+            if len(piece) <= room:
+                parts.append(outbox.popleft())
+                size += len(piece)
+            else:
+                view = piece if type(piece) is memoryview else memoryview(piece)
+                parts.append(view[:room])
+                outbox[0] = view[room:]
+                size = WRITE_CHUNK
+        self._outbox_size -= size
+        return b"".join(parts)
