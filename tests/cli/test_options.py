@@ -112,8 +112,7 @@ async def test_tls_insecure_cacert_and_ssl_cert_file(nursery: trio.Nursery, tmp_
     url = await nursery.start(server.serve)
     server.default = Respond(200, body=b"secure")
     ca = tmp_path / "ca.pem"
-    assert server._ca is not None  # the server's private CA, written for the command line
-    server._ca.cert_pem.write_to_path(str(ca))
+    ca.write_bytes(server.ca_pem)  # the server's private CA, written for the command line
 
     untrusted = await cli("get", url + "/", "--explain")
     assert untrusted.code == 1

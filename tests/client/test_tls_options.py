@@ -31,9 +31,8 @@ async def _tls_server(nursery: trio.Nursery, *, http2: bool = False) -> FaultSer
 
 
 def _ca_file(server: FaultServer, tmp_path: Path) -> str:
-    assert server._ca is not None
     path = tmp_path / "ca.pem"
-    server._ca.cert_pem.write_to_path(str(path))
+    path.write_bytes(server.ca_pem)
     return str(path)
 
 
@@ -74,9 +73,7 @@ async def test_a_callers_context_is_used_as_given_and_never_changed(
     nursery: trio.Nursery,
 ) -> None:
     server = await _tls_server(nursery, http2=True)
-    context = ssl.create_default_context()
-    assert server._ca is not None
-    server._ca.configure_trust(context)
+    context = ssl.create_default_context(cadata=server.ca_pem.decode("ascii"))
     before = (context.verify_mode, context.check_hostname, context.options)
     # No ALPN on the caller's context: had the client added its own (h2 first), the HTTP/2
     # server would have picked h2. It picks nothing, so the client speaks HTTP/1.1 (http2's
@@ -113,8 +110,8 @@ async def test_a_callers_h2_context_with_http2_false_fails_before_sending(
 
 
 def _require_client_certs(server: FaultServer, client_ca: trustme.CA) -> None:
-    context = server._server_context
-    assert context is not None
+    assert server._certs is not None
+    context = server._certs.server_context
     context.verify_mode = ssl.CERT_REQUIRED
     client_ca.configure_trust(context)
 

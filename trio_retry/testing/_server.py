@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ._certs import ServerCertificates
 from ._common import DISCONNECTS, ConnContext, Ending, Recorder, Timeouts
 from ._h1 import H1Handler
 from ._h2 import PREFACE, H2Handler
@@ -32,8 +33,6 @@ from ._script import (
 from ._transport import Transport
 
 if TYPE_CHECKING:
-    import trustme
-
     from ._h3 import H3Endpoint
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
@@ -168,34 +167,12 @@ class FaultServer:
         self.connections_accepted = 0
         self._port: int | None = None
         self._started = False
-        self._server_context: ssl.SSLContext | None = None
-        self._ca: trustme.CA | None = None
-        self._cert_pem = b""
-        self._key_pem = b""
+        #: The certificates of a ``tls=True`` server (``_certs.py``), else ``None``.
+        self._certs: ServerCertificates | None = None
         if tls:
-            self._setup_tls()
+            self._certs = ServerCertificates(http2=http2)
         if http3:
             _import_h3()
-
-    def _setup_tls(self) -> None:
-        # trustme comes with the `testing` extra: imported only when TLS is asked for.
-        try:
-            import trustme
-        except ImportError as exc:
-            raise ImportError(
-                "FaultServer(tls=True) needs trustme to make its certificates; install it with "
-                "pip install 'trio_retry[testing]'"
-            ) from exc
-
-        ca = trustme.CA()
-        cert = ca.issue_cert("127.0.0.1", "localhost")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        cert.configure_cert(context)
-        context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
-        self._cert_pem = b"".join(blob.bytes() for blob in cert.cert_chain_pems)
-        self._key_pem = cert.private_key_pem.bytes()
-        self._ca = ca
-        self._server_context = context
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -297,9 +274,7 @@ class FaultServer:
     def ca_pem(self) -> bytes:
         """The PEM of the certificate authority that signed this server's certificate (for
         TCP and QUIC alike). Raises `RuntimeError` for a ``tls=False`` server."""
-        if self._ca is None:
-            raise RuntimeError("this FaultServer was created with tls=False")
-        return self._ca.cert_pem.bytes()
+        return self._tls().ca_pem
 
     @property
     def alt_svc_value(self) -> str | None:
@@ -318,14 +293,13 @@ class FaultServer:
         ``tls=False`` server. For QUIC, trust the same authority: its certificates are
         ``get_ca_certs(binary_form=True)`` of this context, or `ca_pem`.
         """
-        if self._ca is None:
-            raise RuntimeError("this FaultServer was created with tls=False")
-        context = ssl.create_default_context()
-        context.hostname_checks_common_name = False  # RFC 9525 §6.3, as the client's own
-        self._ca.configure_trust(context)
         offer_h2 = self.http2 if http2 is None else http2 and self.http2
-        context.set_alpn_protocols(["h2", "http/1.1"] if offer_h2 else ["http/1.1"])
-        return context
+        return self._tls().client_context(offer_h2=offer_h2)
+
+    def _tls(self) -> ServerCertificates:
+        if self._certs is None:
+            raise RuntimeError("this FaultServer was created with tls=False")
+        return self._certs
 
     def __repr__(self) -> str:
         where = self.url if self._port is not None else "not serving"
@@ -444,8 +418,8 @@ class FaultServer:
         return H3Endpoint(
             recorder=self._recorder,
             timeouts=self._timeouts,
-            cert_pem=self._cert_pem,
-            key_pem=self._key_pem,
+            cert_pem=self._tls().cert_pem,
+            key_pem=self._tls().key_pem,
             next_connection_id=next_connection_id,
             accept_early_data=lambda: self.accept_early_data,
         )
@@ -453,7 +427,11 @@ class FaultServer:
     async def _serve_connection(self, sock: trio.SocketStream, connection_id: int) -> None:
         transport = Transport.from_socket(sock, self._timeouts.linger)
         await self._serve_transport(
-            transport, connection_id, self._server_context, None, self.alt_svc_value
+            transport,
+            connection_id,
+            None if self._certs is None else self._certs.server_context,
+            None,
+            self.alt_svc_value,
         )
 
     # -- in memory (MockTransport) ------------------------------------------------------------
