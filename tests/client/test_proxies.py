@@ -42,9 +42,11 @@ class TLSProxy(LoopbackProxy):
         await trio.serve_listeners(self._handle, listeners)  # type: ignore[arg-type]
 
 
-def _bundle(tmp_path: Path, *cas: trustme.CA) -> str:
+def _bundle(tmp_path: Path, *cas: trustme.CA | bytes) -> str:
+    """A CA bundle file of ``cas`` (trustme authorities, or PEM bytes such as a
+    ``FaultServer.ca_pem``)."""
     path = tmp_path / "bundle.pem"
-    path.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
+    path.write_bytes(b"".join(ca if isinstance(ca, bytes) else ca.cert_pem.bytes() for ca in cas))
     return str(path)
 
 
@@ -262,8 +264,7 @@ async def test_https_proxy_tunnels_tls_and_forwards_cleartext(
     plain_origin = await _origin(nursery, http2=False)
     proxy = TLSProxy(require_auth="Basic dTpw")  # u:p
     await nursery.start(proxy.serve)
-    assert tls_origin._ca is not None
-    verify = _bundle(tmp_path, proxy.ca, tls_origin._ca)
+    verify = _bundle(tmp_path, proxy.ca, tls_origin.ca_pem)
     async with trio_retry.Client(
         retry=FAST, proxy=f"https://u:p@localhost:{proxy.port}", verify=verify
     ) as client:
