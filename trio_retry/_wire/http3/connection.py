@@ -98,8 +98,6 @@ class HTTP3Connection(QuicDriver):
         self._control = ControlReader()
         self._handshake = trio.Event()
         self._handshake_failure: tuple[FailureCategory, str] | None = None
-        self._early_accepted: bool | None = None
-        self._death: tuple[FailureCategory, str] | None = None
         self._wait_scope: trio.CancelScope | None = None
         self._progressed = trio.Event()  # set by the driver after each round; renewed
         self._max_streams = DEFAULT_STREAMS

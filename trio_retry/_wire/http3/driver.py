@@ -88,8 +88,6 @@ class QuicDriver:
     _control: ControlReader
     _handshake: trio.Event
     _handshake_failure: tuple[FailureCategory, str] | None
-    _early_accepted: bool | None
-    _death: tuple[FailureCategory, str] | None
     _wait_scope: trio.CancelScope | None
     _progressed: trio.Event
     _max_streams: int
@@ -247,7 +245,6 @@ class QuicDriver:
     def _handshake_completed(self, early_accepted: bool) -> None:
         if self.state is H3State.HANDSHAKING:
             self.state = H3State.OPEN
-        self._early_accepted = early_accepted
         limit = getattr(self._quic, "_remote_max_streams_bidi", None)
         if isinstance(limit, int) and limit > 0:
             self._max_streams = min(limit, 1000)
@@ -343,7 +340,6 @@ class QuicDriver:
         if self.state is H3State.CLOSED:
             return
         self.state = H3State.CLOSED
-        self._death = (category, message)
         if not self._handshake.is_set():
             self._handshake_failure = self._handshake_failure or (
                 FailureCategory.TLS_HANDSHAKE,
