@@ -245,6 +245,9 @@ class QuicDriver:
     def _handshake_completed(self, early_accepted: bool) -> None:
         if self.state is H3State.HANDSHAKING:
             self.state = H3State.OPEN
+        # The server's initial MAX_STREAMS for request streams: aioquic keeps it in a private
+        # attribute and has no getter; if it is gone, DEFAULT_STREAMS stays the limit (aioquic
+        # holds back a stream beyond the server's limit itself, so nothing breaks).
         limit = getattr(self._quic, "_remote_max_streams_bidi", None)
         if isinstance(limit, int) and limit > 0:
             self._max_streams = min(limit, 1000)
