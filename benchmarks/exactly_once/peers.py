@@ -34,7 +34,7 @@ import random
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +97,37 @@ def record(
 
 def _backoff(attempt: int) -> float:
     return random.uniform(0, min(1.0, 0.1 * 2 ** (attempt - 1)))
+
+
+async def judged(
+    call: Call,
+    cfg: Config,
+    send: Callable[[Call, int], Awaitable[int]],
+    *,
+    attempts: int,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...],
+    sleep: Callable[[float], Awaitable[object]],
+    own: tuple[type[BaseException], ...],
+) -> CallRecord:
+    """One call of a peer: ``send(call, attempt)`` up to ``attempts`` times, again after a
+    ``retry_on`` error with a jittered backoff (``sleep``: the peer's own loop's), the common
+    retry recipe of its documentation; the outcome judged by what was raised (``own``: the
+    library's own errors, a failure; anything else, a foreign exception)."""
+    started = time.monotonic()
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                status = await send(call, attempt)
+                break
+            except retry_on:
+                if attempt == attempts:
+                    raise
+                await sleep(_backoff(attempt))
+    except own as exc:
+        return record(call, cfg, started, "failed", exc=exc)
+    except Exception as exc:
+        return record(call, cfg, started, "foreign", exc=exc)
+    return record(call, cfg, started, "ok", status=status)
 
 
 # --- trio_retry --------------------------------------------------------------------------------
@@ -195,24 +226,15 @@ def httpx_client_factory(variant: str) -> Callable[[Config], AbstractAsyncContex
                 return response.status_code
 
             async def one(call: Call) -> CallRecord:
-                started = time.monotonic()
-                try:
-                    if variant == "tenacity":
-                        for attempt in range(1, RETRY_ATTEMPTS + 1):
-                            try:
-                                status = await send(call, attempt)
-                                break
-                            except httpx.TransportError:
-                                if attempt == RETRY_ATTEMPTS:
-                                    raise
-                                await trio.sleep(_backoff(attempt))
-                    else:
-                        status = await send(call, 1)
-                except own as exc:
-                    return record(call, cfg, started, "failed", exc=exc)
-                except Exception as exc:
-                    return record(call, cfg, started, "foreign", exc=exc)
-                return record(call, cfg, started, "ok", status=status)
+                return await judged(
+                    call,
+                    cfg,
+                    send,
+                    attempts=RETRY_ATTEMPTS if variant == "tenacity" else 1,
+                    retry_on=httpx.TransportError,
+                    sleep=trio.sleep,
+                    own=own,
+                )
 
             yield one
 
@@ -243,22 +265,15 @@ def aiohttp_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncConte
                     return response.status
 
             async def one(call: Call) -> CallRecord:
-                started = time.monotonic()
-                try:
-                    attempts = RETRY_ATTEMPTS if retry else 1
-                    for attempt in range(1, attempts + 1):
-                        try:
-                            status = await send(call, attempt)
-                            break
-                        except own:
-                            if attempt == attempts:
-                                raise
-                            await asyncio.sleep(_backoff(attempt))
-                except own as exc:
-                    return record(call, cfg, started, "failed", exc=exc)
-                except Exception as exc:
-                    return record(call, cfg, started, "foreign", exc=exc)
-                return record(call, cfg, started, "ok", status=status)
+                return await judged(
+                    call,
+                    cfg,
+                    send,
+                    attempts=RETRY_ATTEMPTS if retry else 1,
+                    retry_on=own,
+                    sleep=asyncio.sleep,
+                    own=own,
+                )
 
             yield one
 
