@@ -42,9 +42,8 @@ def table(doc: dict[str, Any]) -> str:
             lines.append(f"{run['client']:<16} not run: {run['note']}")
             continue
         s = entry["score"]
-        out, v, split = s["outcomes"], s["violations"], s["ambiguous_split"]
-        fails = out.get("failed", 0) + out.get("foreign", 0) + out.get("hung", 0)
-        amb = "/".join(str(split.get(k, 0)) for k in ("executed", "deduplicated", "not_executed"))
+        out, v, fails, ambiguous = _figures(s)
+        amb = "/".join(ambiguous)
         overrun = f"{s['overrun_max']:.2f}/{s['overrun_p99']:.2f}"
         lines.append(
             f"{run['client']:<16}{s['calls']:>6}{out.get('ok', 0):>6}{fails:>6}"
@@ -53,6 +52,16 @@ def table(doc: dict[str, Any]) -> str:
             f"{v['foreign_exception']:>8}"
         )
     return "\n".join(lines)
+
+
+def _figures(score: dict[str, Any]) -> tuple[dict[str, int], dict[str, int], int, list[str]]:
+    """What a row shows of a client's score: its outcomes, its violations, the calls that
+    failed (failed, foreign or hung) and the ambiguous calls' split (executed, deduplicated,
+    not executed)."""
+    out, split = score["outcomes"], score["ambiguous_split"]
+    fails = out.get("failed", 0) + out.get("foreign", 0) + out.get("hung", 0)
+    ambiguous = [str(split.get(k, 0)) for k in ("executed", "deduplicated", "not_executed")]
+    return out, score["violations"], fails, ambiguous
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -68,9 +77,8 @@ def markdown(doc: dict[str, Any]) -> str:
         if s is None:
             lines.append(f"| {entry['run']['client']} | not run: {entry['run']['note']} |")
             continue
-        out, v, split = s["outcomes"], s["violations"], s["ambiguous_split"]
-        fails = out.get("failed", 0) + out.get("foreign", 0) + out.get("hung", 0)
-        amb = " / ".join(str(split.get(k, 0)) for k in ("executed", "deduplicated", "not_executed"))
+        out, v, fails, ambiguous = _figures(s)
+        amb = " / ".join(ambiguous)
         lines.append(
             f"| {s['client']} | {s['calls']:,} | {out.get('ok', 0):,} / {fails:,} / "
             f"{out.get('ambiguous', 0)} | {v['post_twice']} | {v['false_failure']} | {amb} | "

@@ -7,9 +7,17 @@ import sys
 
 import pytest
 import trustme
+from aioquic.quic.configuration import QuicConfiguration
 
 from trio_retry import Client, InsecureTLSWarning, Upstream
 from trio_retry._wire.http3.quic import TrustSource, quic_configuration, quic_trust
+
+
+def quic_for(client: Client, server_name: str) -> QuicConfiguration:
+    """The QUIC configuration ``client``'s connections to ``server_name`` would use."""
+    config = client._config
+    source = TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
+    return quic_configuration(quic_trust(source), server_name, None)
 
 
 def test_wrong_types_name_the_option() -> None:
@@ -62,14 +70,7 @@ def test_quic_trusts_what_the_clients_context_trusts() -> None:
 def test_quic_does_not_verify_when_the_client_does_not() -> None:
     with pytest.warns(InsecureTLSWarning):
         client = Client(verify=False)
-    config = client._config
-    quic = quic_configuration(
-        quic_trust(
-            TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
-        ),
-        "localhost",
-        None,
-    )
+    quic = quic_for(client, "localhost")
     assert quic.verify_mode == ssl.CERT_NONE
 
 
@@ -78,14 +79,7 @@ def test_a_ca_bundle_path_is_handed_to_quic(tmp_path: object) -> None:
     path = f"{tmp_path}/ca.pem"
     ca.cert_pem.write_to_path(path)
     client = Client(verify=path)
-    config = client._config
-    quic = quic_configuration(
-        quic_trust(
-            TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
-        ),
-        "h.example",
-        None,
-    )
+    quic = quic_for(client, "h.example")
     assert quic.cafile == path
     assert quic.cadata is None
 

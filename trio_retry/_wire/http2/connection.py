@@ -45,7 +45,7 @@ import trio
 
 from ..._core.evidence import FailureCategory
 from ..clock import Bound, Clock
-from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
+from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closed_while_connecting
 from ..progress import AttemptProgress, WireError
 from ..tlsread import reads_of
 from ..transport import Transport
@@ -236,9 +236,7 @@ class HTTP2Connection:
             nursery.start_soon(conn._write_loop)
         except RuntimeError as exc:  # the nursery is closing: so is the client
             conn.close()
-            raise WireError.at(
-                progress, FailureCategory.ADMISSION, "the client closed while connecting"
-            ) from exc
+            raise closed_while_connecting(progress) from exc
         return conn
 
     # --- pool hooks ------------------------------------------------------------------------

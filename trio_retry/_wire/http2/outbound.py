@@ -13,7 +13,7 @@ import h2.exceptions
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound
-from ..exchange import WireRequest, WireResponse, closing_body
+from ..exchange import WireRequest, WireResponse, closing_body, unanswered_ping
 from ..progress import AttemptProgress, WireError
 from .fast import no_length_check
 from .headers import REASONS
@@ -63,13 +63,7 @@ async def health_check(session: Session, progress: AttemptProgress) -> None:
             f"the idle connection did not answer a PING within {session.ping_timeout}s",
         )
     )
-    raise WireError.at(
-        progress,
-        FailureCategory.CONNECTION_BROKEN,
-        f"the idle HTTP/2 connection did not answer a PING within {session.ping_timeout}s; "
-        "nothing of the request was sent",
-        reconnect=True,
-    )
+    raise unanswered_ping(progress, "HTTP/2", session.ping_timeout)
 
 
 async def open_stream(

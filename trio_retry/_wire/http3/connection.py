@@ -32,7 +32,13 @@ import trio
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock
-from ..exchange import WireRequest, WireResponse, closing_body
+from ..exchange import (
+    WireRequest,
+    WireResponse,
+    closed_while_connecting,
+    closing_body,
+    unanswered_ping,
+)
 from ..http2.headers import request_headers
 from ..progress import AttemptProgress, WireError
 from .control import H3_REQUEST_CANCELLED, ControlReader
@@ -184,9 +190,7 @@ class HTTP3Connection(QuicDriver):
             nursery.start_soon(conn._drive)
         except RuntimeError as exc:  # the nursery is closing: so is the client
             sock.close()
-            raise WireError.at(
-                progress, FailureCategory.ADMISSION, "the client closed while connecting"
-            ) from exc
+            raise closed_while_connecting(progress) from exc
         conn.early_possible = early
         if early:
             return conn
@@ -344,13 +348,7 @@ class HTTP3Connection(QuicDriver):
         if self._pings_answered >= wanted:
             return
         self.close()
-        raise WireError.at(
-            progress,
-            FailureCategory.CONNECTION_BROKEN,
-            f"the idle HTTP/3 connection did not answer a PING within {PING_TIMEOUT}s; "
-            "nothing of the request was sent",
-            reconnect=True,
-        )
+        raise unanswered_ping(progress, "HTTP/3", PING_TIMEOUT)
 
     async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than
