@@ -21,8 +21,11 @@ interrupted wait raised (the closed socket's error, the stream's failure, the sc
 into an error. Outer cancellation is never converted.
 
 **Idle bounds.** ``write`` and ``read`` bound each single write or read, never a whole
-transfer: a long healthy download or upload is never cut (an HTTP/1.1 write is at most 64 KiB;
-an HTTP/2 write is a wait for queued frames or for flow-control window). ``first_byte`` bounds
+transfer: a long healthy download or upload is never cut (an HTTP/1.1 write is at most 256 KiB;
+an HTTP/2 write is a wait for queued frames or for flow-control window). A write's limit counts
+from its last progress, not from its start (:meth:`Bound.renew`, called by the socket stream
+each time the kernel took more of a write that had to wait): ``write`` is how long the server
+may read nothing, whatever the size of one write or the speed of the link. ``first_byte`` bounds
 the wait for the response head (a request small enough to be written or queued whole counts
 from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s defaults
 (``_call/config.py``, ``DEFAULT_STAGE_TIMEOUTS``) are chosen so that nothing waits forever;
@@ -33,11 +36,12 @@ Two waits are kept outside a bound of this module. The pool's wait for a connect
 cancels to hand a waiter its connection. And, at this clock's limit, the HTTP/2 connection's
 writer task (``http2/writer.py``) gives its connection up when one ``send_all`` makes no
 progress for the ``write`` limit. It is the connection's own task, not an attempt's wait, and
-keeps the limit with one cancel scope re-armed per write (a lane entry would need an attempt to
-interrupt and a progress to report on). Likewise the HTTP/3 connection's driver task
-(``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose deadline
-is that timer: QUIC's loss detection, its handshake retransmissions and its idle timeout are
-the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as any other.
+keeps the limit with one cancel scope re-armed per write and per progress (a lane entry would
+need an attempt to interrupt and a progress to report on). Likewise the HTTP/3 connection's
+driver task (``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose
+deadline is that timer: QUIC's loss detection, its handshake retransmissions and its idle
+timeout are the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as
+any other.
 
 Why lanes and not a scope per wait (the obvious way): entering and leaving a
 ``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
@@ -80,8 +84,9 @@ _WORDS = {
     "connect": "connecting took longer than the connect timeout",  # (DNS, TCP, the proxy)
     "tls": "the TLS handshake took longer than the tls timeout",
     "handshake": "the HTTP/2 handshake took longer than its timeout (the server sent no SETTINGS)",
-    # (a write: at most 64 KiB over HTTP/1.1, the frames queued since the last over HTTP/2)
-    "write": "a write of the request did not complete within the write timeout",
+    # (a write: at most 256 KiB over HTTP/1.1, the frames queued since the last over HTTP/2;
+    # its limit counts from its last progress: the server read nothing for that long)
+    "write": "the server read none of the request within the write timeout",
     "first_byte": "no response head within the first-byte timeout",
     "read": "no body data within the read timeout",
     "ping": "the idle HTTP/2 connection did not answer a PING in time",
@@ -332,6 +337,21 @@ class Bound:
         scope = self._scope = trio.move_on_after(limit)
         scope.__enter__()
         return self
+
+    def renew(self) -> None:
+        """The wait made progress (a write handed more bytes to a reader that is reading:
+        ``RawSocketStream.on_progress``): its limit counts again from now. Does nothing when
+        no wait is bounded. A renewed lane entry goes to the lane's end, where its new due
+        time (now + the lane's one limit) keeps the lane in due order."""
+        lane = self._armed
+        if lane is not None:
+            pending = lane.pending
+            if pending.pop(self, None) is not None:
+                pending[self] = lane.now() + lane.limit
+            return
+        scope = self._scope
+        if scope is not None and self.limit is not None:
+            scope.deadline = trio.current_time() + self.limit
 
     def expire(self) -> None:
         """The lane ran out (the clock's task): the target ends the wait."""

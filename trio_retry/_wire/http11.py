@@ -42,6 +42,7 @@ from .exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body
 from .http11_reader import END, NEED, Head, ResponseReader
 from .http11_rules import END_OF_MESSAGE, encode, encode_whole, h11_request
 from .progress import AttemptProgress, WireError
+from .rawsock import raw_stream_of
 from .tlsread import reads_of
 from .transport import Transport
 from .virtual import VirtualSocket
@@ -52,10 +53,13 @@ __all__ = ["ConnectionState", "HTTP11Connection"]
 MORE_LIMIT = 256 * 1024
 #: Request bodies up to this size are written in the same ``send_all`` as the head.
 COALESCE_LIMIT = 16384
-#: The most one ``send_all`` writes: the write timeout bounds each, so an upload is cut only
-#: when so few bytes took longer than the timeout (64 KiB in 30 s: about 2 KiB/s); a long
-#: upload is never cut while the server keeps reading.
-WRITE_SLICE = 64 * 1024
+#: The most one ``send_all`` writes (and the unit ``bytes_sent`` counts in). The write timeout
+#: bounds each, counted from its last progress (``Bound.renew``, called by the socket stream),
+#: so an upload is cut only when the server read nothing for that long, whatever the link's
+#: speed. Why 256 KiB, not 64: each ``send_all`` through ``trio.SSLStream`` is a few scheduler
+#: passes; a 50 MB upload over TLS took 0.15 s of CPU in 64 KiB writes, 0.10 s in 256 KiB ones
+#: (docs/benchmarks.md, "Bulk transfers").
+WRITE_SLICE = 256 * 1024
 
 
 class ConnectionState(enum.Enum):
@@ -145,6 +149,9 @@ class HTTP11Connection:
         if clock is None:
             clock = Clock(NO_LIMITS)
         self._write_bound = clock.bound("write", self)
+        raw = raw_stream_of(self._stream)
+        if raw is not None:  # a write that waits for a reading server renews its bound
+            raw.on_progress = self._write_bound.renew
         self._first_byte = clock.bound("first_byte", self)
         self._read = clock.bound("read", self)
         self.origin_key = origin_key

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import socket as _stdlib_socket
+from collections.abc import Callable
 
 import trio
 from trio.lowlevel import (
@@ -36,7 +37,13 @@ from trio.lowlevel import (
     wait_writable,
 )
 
-__all__ = ["DEFAULT_RECEIVE_SIZE", "RawSocketStream", "open_socket", "socket_stream"]
+__all__ = [
+    "DEFAULT_RECEIVE_SIZE",
+    "RawSocketStream",
+    "open_socket",
+    "raw_stream_of",
+    "socket_stream",
+]
 
 DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
 #: The most a ``receive_some()`` without a size asks for, once reads fill what it asked.
@@ -114,9 +121,22 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
       else).
 
     ``TCP_NODELAY`` and ``TCP_NOTSENT_LOWAT`` are set as ``trio.SocketStream`` sets them.
+
+    :attr:`on_progress`, when set, is called each time a ``send_all`` that had to wait for
+    buffer space has handed more bytes to the kernel, before it waits again: the peer is
+    reading. The write bounds count their limit from the last such call (``Bound.renew``), so
+    a large write to a slow but live reader is never cut, and one ``send_all`` can be large.
     """
 
-    __slots__ = ("_eof_sent", "_receive_size", "_receiving", "_sending", "_sock", "socket")
+    __slots__ = (
+        "_eof_sent",
+        "_receive_size",
+        "_receiving",
+        "_sending",
+        "_sock",
+        "on_progress",
+        "socket",
+    )
 
     def __init__(self, sock: trio.socket.SocketType, raw: _stdlib_socket.socket) -> None:
         """``sock`` is the Trio socket wrapping ``raw`` (see :func:`open_socket`), connected."""
@@ -130,6 +150,7 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
         self._sending = False
         self._receiving = False
         self._eof_sent = False
+        self.on_progress: Callable[[], None] | None = None
         #: What ``receive_some()`` asks for without a size: 64 KiB, doubled (up to
         #: :data:`MAX_RECEIVE_SIZE`) each time a read fills it.
         self._receive_size = DEFAULT_RECEIVE_SIZE
@@ -180,9 +201,12 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
                         await wait_writable(sock)
                         try:
                             with view[sent:] as rest:
-                                sent += sock.send(rest)
+                                moved = sock.send(rest)
                         except BlockingIOError:
-                            pass
+                            continue
+                        sent += moved
+                        if moved and sent < length and self.on_progress is not None:
+                            self.on_progress()
             except OSError as exc:
                 raise _stream_error(exc)  # noqa: B904 (the cause is set there)
         finally:
@@ -273,3 +297,17 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
         :exc:`trio.ClosedResourceError`. Idempotent; always a checkpoint."""
         self.socket.close()
         await checkpoint()
+
+
+def raw_stream_of(stream: trio.abc.SendStream) -> RawSocketStream | None:
+    """The :class:`RawSocketStream` under ``stream`` (itself, or under its TLS layers:
+    ``trio.SSLStream.transport_stream``), or ``None`` (a test's memory stream, a virtual
+    socket)."""
+    for _ in range(4):  # TLS to the origin, inside TLS to a proxy: two layers at most
+        if isinstance(stream, RawSocketStream):
+            return stream
+        inner = getattr(stream, "transport_stream", None)
+        if not isinstance(inner, trio.abc.SendStream):
+            return None
+        stream = inner
+    return None

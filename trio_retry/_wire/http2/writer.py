@@ -14,9 +14,11 @@ a call whose deadline fires leaves at once, its frames still queued, and its str
 behind them.
 
 A peer that stops reading stalls the writer, not the callers. When one ``send_all`` makes no
-progress for ``stall_timeout`` seconds, the writer gives the connection up (``on_broken``):
-every stream fails with the evidence of the stage it reached, and a stream none of whose bytes
-had been handed to the transport (:attr:`Writer.handed`) is proven ``NOT_SENT``.
+progress for ``stall_timeout`` seconds (the socket stream reports each time the kernel took
+more of a write that had to wait: ``RawSocketStream.on_progress``), the writer gives the
+connection up (``on_broken``): every stream fails with the evidence of the stage it reached,
+and a stream none of whose bytes had been handed to the transport (:attr:`Writer.handed`) is
+proven ``NOT_SENT``.
 
 Waking costs no allocation: the writer and the callers park in two :class:`trio.lowlevel.
 ParkingLot` objects made once per connection (no ``trio.Event`` per wake), and a lot nobody
@@ -39,12 +41,19 @@ import trio
 from ..._core.evidence import FailureCategory
 from ..exchange import TRANSPORT_ERRORS
 from ..progress import AttemptProgress
+from ..rawsock import raw_stream_of
 from .fast import FastMachine
 
 __all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 
-#: The most one ``send_all`` writes: the unit of progress the stall bound is measured in.
-WRITE_CHUNK = 65536
+#: The most one ``send_all`` writes. Why 256 KiB, not 64: each ``send_all`` through
+#: ``trio.SSLStream`` is a few scheduler passes; a 50 MB upload took 0.14 s of CPU in 64 KiB
+#: writes and 0.09 s in 256 KiB ones (docs/benchmarks.md, "Bulk transfers"). The stall bound is
+#: not measured in writes but from the last progress (:meth:`Writer._renew`).
+WRITE_CHUNK = 256 * 1024
+#: A piece this much larger than the room left in a write goes whole rather than cut: a large
+#: DATA payload is not cut from its frame head, leaving a few bytes for a write of their own.
+CUT_SLACK = 1024
 #: How long one ``send_all`` may make no progress before the connection is given up.
 STALL_TIMEOUT = 10.0
 #: At most this many scheduler passes the writer lets go by, while frames of several callers
@@ -73,6 +82,7 @@ class Writer:
         "_outbox",
         "_outbox_size",
         "_pending",
+        "_stall",
         "_stream",
         "_wake_callers",
         "_wake_writer",
@@ -110,6 +120,18 @@ class Writer:
         self.broken = False
         #: Collections that queued bytes since the last write (:meth:`_write` gathers).
         self._collects = 0
+        #: The stall bound's scope while a write is under way (:meth:`_renew`).
+        self._stall: trio.CancelScope | None = None
+        raw = raw_stream_of(stream)
+        if raw is not None:
+            raw.on_progress = self._renew
+
+    def _renew(self) -> None:
+        """The transport handed more of the current write to a peer that reads: the stall
+        bound counts again from now."""
+        stall = self._stall
+        if stall is not None:
+            stall.deadline = trio.current_time() + self.stall_timeout
 
     def collect(self) -> int:
         """Take what h2 queued (in order) and wake the writer; returns the mark at which all
@@ -219,6 +241,7 @@ class Writer:
             chunk = self._next_chunk()
             self.handed += len(chunk)
             stall.deadline = clock.current_time() + self.stall_timeout
+            self._stall = stall
             try:
                 await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
@@ -228,6 +251,8 @@ class Writer:
                         f"connection broke while sending: {exc.__cause__ or exc}",
                     )
                 return True
+            finally:
+                self._stall = None
             written = self.written = self.written + len(chunk)
             pending = self._pending
             while pending and pending[0][0] <= written:
@@ -251,7 +276,7 @@ class Writer:
         while size < WRITE_CHUNK:
             piece = outbox[0]
             room = WRITE_CHUNK - size
-            if len(piece) <= room:
+            if len(piece) <= room + CUT_SLACK:
                 parts.append(outbox.popleft())
                 size += len(piece)
             else:
