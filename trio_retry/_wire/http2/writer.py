@@ -51,6 +51,9 @@ __all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 #: writes and 0.09 s in 256 KiB ones (docs/benchmarks.md, "Bulk transfers"). The stall bound is
 #: not measured in writes but from the last progress (:meth:`Writer._renew`).
 WRITE_CHUNK = 256 * 1024
+#: The same over a stream that does not report its progress (a ``transport=`` of the caller's,
+#: a test's memory stream): there the stall bound counts from each write's start.
+WRITE_CHUNK_UNREPORTED = 64 * 1024
 #: A piece this much larger than the room left in a write goes whole rather than cut: a large
 #: DATA payload is not cut from its frame head, leaving a few bytes for a write of their own.
 CUT_SLACK = 1024
@@ -76,6 +79,7 @@ class Writer:
     """Owns the socket's send side; see the module docstring."""
 
     __slots__ = (
+        "_chunk",
         "_collects",
         "_h2",
         "_on_broken",
@@ -125,6 +129,8 @@ class Writer:
         raw = raw_stream_of(stream)
         if raw is not None:
             raw.on_progress = self._renew
+        #: The most one write takes (:data:`WRITE_CHUNK`, or less where progress is unseen).
+        self._chunk = WRITE_CHUNK if raw is not None else WRITE_CHUNK_UNREPORTED
 
     def _renew(self) -> None:
         """The transport handed more of the current write to a peer that reads: the stall
@@ -226,7 +232,7 @@ class Writer:
                         continue  # it may have passed meanwhile: look again first
                     await self._wake_writer.park()
                     continue
-            if self._collects > 1 and gathered < GATHER_PASSES and self._outbox_size < WRITE_CHUNK:
+            if self._collects > 1 and gathered < GATHER_PASSES and self._outbox_size < self._chunk:
                 # Frames of several callers arrived since the last write: others, woken in
                 # the same scheduler pass, are likely about to queue theirs. Letting the pass
                 # go by first writes them all at once: with 32 streams busy a TLS record and
@@ -263,19 +269,20 @@ class Writer:
         return True
 
     def _next_chunk(self) -> bytes | memoryview:
-        """The next write: what is queued, up to :data:`WRITE_CHUNK` bytes, in one buffer (a
+        """The next write: what is queued, up to ``_chunk`` bytes, in one buffer (a
         lone piece as it is; a piece that does not fit is cut, its rest left first)."""
         outbox = self._outbox
-        if self._outbox_size <= WRITE_CHUNK:
+        limit = self._chunk
+        if self._outbox_size <= limit:
             chunk = outbox[0] if len(outbox) == 1 else b"".join(outbox)
             outbox.clear()
             self._outbox_size = 0
             return chunk
         parts: list[bytes | memoryview] = []
         size = 0
-        while size < WRITE_CHUNK:
+        while size < limit:
             piece = outbox[0]
-            room = WRITE_CHUNK - size
+            room = limit - size
             if len(piece) <= room + CUT_SLACK:
                 parts.append(outbox.popleft())
                 size += len(piece)
@@ -283,6 +290,6 @@ class Writer:
                 view = piece if type(piece) is memoryview else memoryview(piece)
                 parts.append(view[:room])
                 outbox[0] = view[room:]
-                size = WRITE_CHUNK
+                size = limit
         self._outbox_size -= size
         return b"".join(parts)
