@@ -65,7 +65,11 @@ async def test_cancelling_serve_ends_promptly_with_busy_connections() -> None:
                 await h1.send_request("GET", "/stalled")
                 h2c = await H2Client.open(server)
                 await h2c.request("GET", "/stalled")
-                await wait_until(lambda: len(server.requests) == 2)
+                # Both in their stall: an HTTP/2 request is recorded at its HEADERS and
+                # executed by its stream's task a moment later.
+                await wait_until(
+                    lambda: len(server.requests) == 2 and all(r.executed for r in server.requests)
+                )
                 nursery.cancel_scope.cancel()
             finally:
                 await close_opened()
