@@ -49,6 +49,7 @@ Command = tuple[list[str], dict[str, str]]
 
 _AGAINST = " [against]"
 _IMPORT = "import trio; import trio_retry"
+_CLIENT = "import trio; from trio_retry import Client"
 
 
 def commands(against: str | None = None) -> dict[str, Command]:
@@ -58,11 +59,7 @@ def commands(against: str | None = None) -> dict[str, Command]:
         "python -c pass": [python, "-c", "pass"],
         "import trio": [python, "-c", "import trio"],
         _IMPORT: [python, "-c", "import trio; import trio_retry"],
-        "import trio; from trio_retry import Client": [
-            python,
-            "-c",
-            "import trio; from trio_retry import Client",
-        ],
+        _CLIENT: [python, "-c", _CLIENT],
         "python -m trio_retry --help": [python, "-m", "trio_retry", "--help"],
     }
     script = os.path.join(os.path.dirname(python), "trio-retry")
@@ -134,11 +131,14 @@ def summary(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
                 "vs_curl": round(median / curl_s, 1) if curl_s else None,
             }
         )
+    # What a program that makes requests pays: ``from trio_retry import Client`` (the package's
+    # own ``import trio_retry`` imports nothing until a name is used, so it alone says little).
     for suffix in ("", _AGAINST):
-        label = _IMPORT + suffix
-        if trio_s is not None and label in medians:
-            added = round((medians[label] - trio_s) * 1000, 1)
-            rows.append({"command": "trio_retry adds to import trio" + suffix, "median_ms": added})
+        for what, label in (("trio_retry", _IMPORT), ("its Client", _CLIENT)):
+            if trio_s is not None and label + suffix in medians:
+                added = round((medians[label + suffix] - trio_s) * 1000, 1)
+                command = f"{what} adds to import trio{suffix}"
+                rows.append({"command": command, "median_ms": added})
     return rows
 
 

@@ -108,8 +108,14 @@ def _unexpected(names: list[str], trio_alone: set[str], *prefixes: str) -> list[
     return [n for n in _loaded(names, *prefixes) if n not in trio_alone]
 
 
-def test_import_leaves_the_lazy_modules_alone(trio_alone: set[str]) -> None:
+def test_import_imports_nothing_and_the_client_leaves_the_lazy_modules_alone(
+    trio_alone: set[str],
+) -> None:
     names = _run(_SNAPSHOT + "import trio_retry\nprint(json.dumps({'m': loaded()}))")["m"]
+    assert _loaded(names, "trio_retry") == ["trio_retry"]  # each name on its first access
+    assert "trio" not in names
+    code = "from trio_retry import Client, RetryPolicy\nprint(json.dumps({'m': loaded()}))"
+    names = _run(_SNAPSHOT + code)["m"]
     assert "trio_retry._client" in names  # the client itself is imported, as before
     assert _unexpected(names, trio_alone, *LAZY) == []
 
@@ -236,3 +242,5 @@ def test_help_answers_without_the_client_machinery(entry: str, trio_alone: set[s
     assert "trio_retry._cli.args" in names  # the report is read (the parser is imported)
     never = [n for n in LAZY if not n.startswith(("trio_retry._cli", "argparse"))]
     assert _unexpected(names, trio_alone, *never) == []
+    # Nor the client, nor trio itself: help is the parser's alone.
+    assert _loaded(names, "trio", "trio_retry._client", "trio_retry._cli.main") == []
