@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections import deque
 
 import h2.events
 import h2.exceptions
@@ -15,6 +14,7 @@ import trio
 import trio.testing
 from h2.errors import ErrorCodes
 
+from tests.support.loopback import QueuedOutput
 from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, Stage
 from trio_retry._wire.clock import Clock
@@ -324,25 +324,12 @@ class _SlowPeer(trio.abc.SendStream):
         pass
 
 
-class _Queue:
-    """Stands in for the machine: what the test queues is what ``take_output`` gives."""
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def take_output(self, into: deque[bytes | memoryview]) -> int:
-        data, self.data = self.data, b""
-        if data:
-            into.append(data)
-        return len(data)
-
-
 async def _run_writer(
     delays: list[float], writes: list[tuple[float, bytes]]
 ) -> tuple[list[bytes], list[str], float]:
     """Queue each of ``writes`` after its pause; returns what was written, the breaks, and
     how long the writer lived."""
-    peer, queue, broken = _SlowPeer(delays), _Queue(), []
+    peer, queue, broken = _SlowPeer(delays), QueuedOutput(), []
     writer = Writer(
         peer,  # type: ignore[arg-type]
         queue,  # type: ignore[arg-type]

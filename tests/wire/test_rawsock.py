@@ -20,37 +20,16 @@ import trio
 import trio.testing
 import trustme
 
+from tests.support.loopback import socket_pair
 from trio_retry._wire.progress import AttemptProgress
 from trio_retry._wire.rawsock import (
     DEFAULT_RECEIVE_SIZE,
     MAX_RECEIVE_SIZE,
     RawSocketStream,
-    open_socket,
 )
 from trio_retry._wire.transport import open_transport
 
 SMALL_BUFFER = 16 * 1024
-
-
-async def _pair(buffer: int | None = None) -> tuple[RawSocketStream, RawSocketStream]:
-    """(client, server) over 127.0.0.1; both RawSocketStreams on their own Trio sockets."""
-    with socket.socket() as listener:
-        if buffer is not None:
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        sock, raw = open_socket()
-        assert raw is not None  # no custom socket factory here
-        if buffer is not None:
-            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
-            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
-        with trio.fail_after(10):
-            await sock.connect(listener.getsockname())
-        listener.settimeout(10)
-        accepted, _ = listener.accept()  # queued already: connect() returned
-    server = trio.socket.from_stdlib_socket(accepted)
-    return RawSocketStream(sock, raw), RawSocketStream(server, accepted)
 
 
 async def _fill(stream: RawSocketStream) -> None:
@@ -64,7 +43,7 @@ async def _fill(stream: RawSocketStream) -> None:
 
 
 async def _clogged_pair() -> tuple[RawSocketStream, RawSocketStream]:
-    left, right = await _pair(SMALL_BUFFER)
+    left, right = await socket_pair(SMALL_BUFFER)
     await _fill(left)
     await _fill(right)
     return left, right
@@ -72,18 +51,18 @@ async def _clogged_pair() -> tuple[RawSocketStream, RawSocketStream]:
 
 async def test_the_generic_half_closeable_stream_checks() -> None:
     with trio.fail_after(60):
-        await trio.testing.check_half_closeable_stream(_pair, _clogged_pair)
+        await trio.testing.check_half_closeable_stream(socket_pair, _clogged_pair)
 
 
 async def test_tcp_nodelay_is_set_as_trio_sets_it() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         assert client.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         assert trio.SocketStream(server.socket).getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 async def test_every_operation_is_a_checkpoint_even_when_nothing_blocks() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         with trio.testing.assert_checkpoints():
             await client.send_all(b"ping")
@@ -105,7 +84,7 @@ async def test_every_operation_is_a_checkpoint_even_when_nothing_blocks() -> Non
 
 
 async def test_other_tasks_run_during_a_send_that_does_not_block() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     ran: list[int] = []
     async with client, server, trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _append(ran))
@@ -121,7 +100,7 @@ async def _append(ran: list[int]) -> None:
 
 
 async def test_a_cancelled_send_sends_nothing() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         with trio.CancelScope() as scope:
             scope.cancel()
@@ -136,7 +115,7 @@ async def test_a_cancelled_send_sends_nothing() -> None:
 
 
 async def test_a_cancelled_receive_consumes_nothing() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         await client.send_all(b"kept")
         with trio.fail_after(5):
@@ -151,7 +130,7 @@ async def test_a_cancelled_receive_consumes_nothing() -> None:
 async def test_a_blocked_receive_is_cancelled_at_its_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         started = trio.current_time()
         with trio.move_on_after(7) as scope:
@@ -164,7 +143,7 @@ async def test_a_blocked_receive_is_cancelled_at_its_deadline(
 
 
 async def test_a_peer_reset_is_broken_resource_error() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client:
         # SO_LINGER 0: close sends RST instead of FIN.
         server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -176,7 +155,7 @@ async def test_a_peer_reset_is_broken_resource_error() -> None:
 
 
 async def test_sending_to_a_reset_peer_is_broken_resource_error() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client:
         server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await server.aclose()
@@ -189,7 +168,7 @@ async def test_sending_to_a_reset_peer_is_broken_resource_error() -> None:
 
 
 async def test_closing_the_socket_wakes_a_blocked_receive_with_closed_resource_error() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with server:
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
@@ -204,7 +183,7 @@ async def test_closing_the_socket_wakes_a_blocked_receive_with_closed_resource_e
 
 
 async def test_closing_the_socket_wakes_a_blocked_send_with_closed_resource_error() -> None:
-    client, server = await _pair(SMALL_BUFFER)
+    client, server = await socket_pair(SMALL_BUFFER)
     async with server:
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
@@ -219,7 +198,7 @@ async def test_closing_the_socket_wakes_a_blocked_send_with_closed_resource_erro
 
 
 async def test_every_operation_after_close_is_closed_resource_error() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with server:
         await client.aclose()
         await client.aclose()  # idempotent
@@ -237,7 +216,7 @@ async def test_every_operation_after_close_is_closed_resource_error() -> None:
 
 async def test_a_large_send_to_a_slow_reader_arrives_whole() -> None:
     data = bytes(range(256)) * (4 * 1024 * 4)  # 4 MiB, far more than the small buffers
-    client, server = await _pair(SMALL_BUFFER)
+    client, server = await socket_pair(SMALL_BUFFER)
     received = bytearray()
 
     async def slow_reader() -> None:
@@ -255,7 +234,7 @@ async def test_a_large_send_to_a_slow_reader_arrives_whole() -> None:
 
 async def test_a_send_cancelled_while_blocked_has_sent_a_prefix() -> None:
     data = bytes(range(256)) * (4 * 1024 * 4)
-    client, server = await _pair(SMALL_BUFFER)
+    client, server = await socket_pair(SMALL_BUFFER)
     async with client, server:
         with trio.move_on_after(0.2) as scope:
             await client.send_all(data)  # nobody reads: it blocks with the buffers full
@@ -270,7 +249,7 @@ async def test_a_send_cancelled_while_blocked_has_sent_a_prefix() -> None:
 
 
 async def test_eof_in_each_direction() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         await client.send_all(b"last")
         await client.send_eof()
@@ -287,7 +266,7 @@ async def test_eof_in_each_direction() -> None:
 
 
 async def test_bad_arguments() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server:
         with pytest.raises(ValueError, match="max_bytes"):
             await client.receive_some(0)
@@ -319,7 +298,7 @@ async def test_tcp_transports_use_it(nursery: trio.Nursery) -> None:
 
 
 async def test_a_second_receiver_is_busy_even_when_data_is_ready() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair()
     async with client, server, trio.open_nursery() as nursery:
         nursery.start_soon(server.receive_some, 100)
         await trio.testing.wait_all_tasks_blocked()  # the first receiver waits
@@ -348,7 +327,7 @@ async def test_tls_runs_over_it() -> None:
     ca.issue_cert("localhost").configure_cert(server_ctx)
     client_ctx = ssl.create_default_context()
     ca.configure_trust(client_ctx)
-    client_raw, server_raw = await _pair(SMALL_BUFFER)
+    client_raw, server_raw = await socket_pair(SMALL_BUFFER)
     client = trio.SSLStream(client_raw, client_ctx, server_hostname="localhost")
     server = trio.SSLStream(server_raw, server_ctx, server_side=True)
     data = bytes(range(256)) * 4096  # 1 MiB: many records, many partial sends
@@ -414,8 +393,8 @@ async def test_receive_without_a_size_grows_while_reads_fill_it() -> None:
     """``receive_some()`` asks for 64 KiB, then twice as much after each read that filled it,
     up to 256 KiB: a large body arrives in large reads. A stream of small messages keeps 64 KiB,
     and an explicit size is always what is asked."""
-    client, server = await _pair()
-    small_client, small_server = await _pair()
+    client, server = await socket_pair()
+    small_client, small_server = await socket_pair()
     async with client, server, small_client, small_server:
         await _grow(client, server)
         await _keep(small_client, small_server)

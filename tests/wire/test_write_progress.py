@@ -10,13 +10,13 @@ buffers and a server task that reads slowly; every loop bounded in count and tim
 from __future__ import annotations
 
 import socket
-from collections import deque
 
 import pytest
 import trio
 import trio.testing
 
 import trio_retry
+from tests.support.loopback import QueuedOutput, socket_pair
 from trio_retry import FailureCategory, Stage, StageTimeouts
 from trio_retry._wire.clock import Bound, Clock
 from trio_retry._wire.http2.writer import Writer
@@ -25,23 +25,6 @@ from trio_retry._wire.rawsock import RawSocketStream, open_socket, raw_stream_of
 
 BUFFER = 16 * 1024
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
-
-
-async def _pair() -> tuple[RawSocketStream, RawSocketStream]:
-    """(client, server) over 127.0.0.1 with small kernel buffers: a large send must wait."""
-    with socket.socket() as listener:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        sock, raw = open_socket()
-        assert raw is not None
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
-        with trio.fail_after(10):
-            await sock.connect(listener.getsockname())
-        listener.settimeout(10)
-        accepted, _ = listener.accept()
-    server = trio.socket.from_stdlib_socket(accepted)
-    return RawSocketStream(sock, raw), RawSocketStream(server, accepted)
 
 
 async def _read_slowly(stream: RawSocketStream, total: int, piece: int, pause: float) -> int:
@@ -59,7 +42,7 @@ async def _read_slowly(stream: RawSocketStream, total: int, piece: int, pause: f
 
 
 async def test_a_send_that_waits_reports_each_progress_and_one_that_does_not_none() -> None:
-    client, server = await _pair()
+    client, server = await socket_pair(BUFFER)
     calls: list[float] = []
     client.on_progress = lambda: calls.append(trio.current_time())
     with trio.fail_after(20):
@@ -235,25 +218,12 @@ async def test_an_http11_upload_the_server_stops_reading_is_cut_at_the_write_lim
     assert 0.3 <= took < 5.0
 
 
-class _Queue:
-    """The part of the HTTP/2 machine the writer takes its bytes from."""
-
-    def __init__(self) -> None:
-        self.data = b""
-
-    def take_output(self, into: deque[bytes | memoryview]) -> int:
-        data, self.data = self.data, b""
-        if data:
-            into.append(data)
-        return len(data)
-
-
 async def _write_through(reader_pause: float, stop_after: int | None) -> tuple[int, list[str]]:
     """1 MiB through a Writer with a 0.3 s stall bound to a peer reading 8 KiB per
     ``reader_pause`` (stopping for good after ``stop_after`` bytes); returns what the peer got
     and the writer's breaks."""
-    client, server = await _pair()
-    queue, broken = _Queue(), []
+    client, server = await socket_pair(BUFFER)
+    queue, broken = QueuedOutput(), []
     writer = Writer(
         client,
         queue,  # type: ignore[arg-type]
