@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import socket
 
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
 import pytest
 import trio
 import trio.testing
@@ -260,3 +264,59 @@ async def test_the_http2_writer_keeps_a_slow_reader_and_gives_up_a_silent_one() 
     assert got < 1024 * 1024
     assert len(broken) == 1
     assert "read nothing for 0.3s" in broken[0]
+
+
+class _SlowH2Server:
+    """HTTP/2 without TLS (prior knowledge) on loopback: opens 4 MiB windows, so the client may
+    queue a whole upload, then reads its socket 8 KiB per ``pause`` and answers 200 with the
+    number of body bytes once the request ends."""
+
+    def __init__(self, pause: float) -> None:
+        self.pause = pause
+        self.received = 0
+
+    async def serve(self, listener: trio.SocketListener) -> None:
+        stream = await listener.accept()
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.local_settings = h2.settings.Settings(
+            client=False, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 4 << 20}
+        )
+        conn.initiate_connection()
+        conn.increment_flow_control_window(4 << 20)
+        async with stream:
+            await stream.send_all(conn.data_to_send())
+            for _ in range(10_000):  # bounded: far more reads than 768 KiB in 8 KiB needs
+                data = await stream.receive_some(8192)
+                if not data:
+                    return
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.DataReceived):
+                        self.received += len(event.data)
+                        conn.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                    elif isinstance(event, h2.events.StreamEnded):
+                        answer = str(self.received).encode()
+                        conn.send_headers(event.stream_id, [(":status", "200")])
+                        conn.send_data(event.stream_id, answer, end_stream=True)
+                await stream.send_all(conn.data_to_send())
+                await trio.sleep(self.pause)
+
+
+async def test_an_http2_upload_slower_than_a_write_per_limit_is_not_cut() -> None:
+    """The stream's own wait for its queued frames (up to 256 KiB at a time, written as one
+    write) counts from the writer's last progress too: 768 KiB at about 400 KB/s under a 0.3 s
+    write limit, with windows wide enough to queue it all."""
+    body = b"u" * (768 * 1024)
+    server = _SlowH2Server(pause=0.02)
+    listener = await _listener()
+    port = listener.socket.getsockname()[1]
+    with trio.fail_after(30):
+        async with listener, trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, listener)
+            async with trio_retry.Client(
+                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
+            ) as client:
+                response = await client.request("PUT", f"http://127.0.0.1:{port}/up", content=body)
+    assert response.http_version == "HTTP/2"
+    assert response.content == str(len(body)).encode()

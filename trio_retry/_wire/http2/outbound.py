@@ -288,7 +288,7 @@ async def send(
     progress.advance(stage)
     try:
         with bound:
-            await writer.wait_written(mark, progress)
+            await writer.wait_written(mark, progress, bound)
     except WriterBroken:
         stream.check(progress)  # a stream's own proof wins over the connection's death
         assert session.death is not None

@@ -39,6 +39,7 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory
+from ..clock import Bound
 from ..exchange import TRANSPORT_ERRORS
 from ..progress import AttemptProgress
 from ..rawsock import raw_stream_of
@@ -79,6 +80,7 @@ class Writer:
     """Owns the socket's send side; see the module docstring."""
 
     __slots__ = (
+        "_bounds",
         "_chunk",
         "_collects",
         "_h2",
@@ -124,6 +126,8 @@ class Writer:
         self.broken = False
         #: Collections that queued bytes since the last write (:meth:`_write` gathers).
         self._collects = 0
+        #: The write bounds of the callers in :meth:`wait_written`, renewed on progress.
+        self._bounds: set[Bound] = set()
         #: The stall bound's scope while a write is under way (:meth:`_renew`).
         self._stall: trio.CancelScope | None = None
         raw = raw_stream_of(stream)
@@ -134,10 +138,12 @@ class Writer:
 
     def _renew(self) -> None:
         """The transport handed more of the current write to a peer that reads: the stall
-        bound counts again from now."""
+        bound, and the write bound of every caller waiting, count again from now."""
         stall = self._stall
         if stall is not None:
             stall.deadline = trio.current_time() + self.stall_timeout
+        for bound in self._bounds:
+            bound.renew()
 
     def collect(self) -> int:
         """Take what h2 queued (in order) and wake the writer; returns the mark at which all
@@ -163,17 +169,31 @@ class Writer:
         else:
             self._pending.append((mark, sent, whom))
 
-    async def wait_written(self, mark: int, progress: AttemptProgress | None = None) -> None:
+    async def wait_written(
+        self, mark: int, progress: AttemptProgress | None = None, bound: Bound | None = None
+    ) -> None:
         """Wait until ``mark`` bytes were written, or until a bound of ``progress``'s attempt
         ran out (:meth:`wake_waiters`; the caller sees ``written < mark``). Raises
         :class:`WriterBroken` if the connection failed first. Cancellation cancels this wait
-        only: the bytes stay queued and are written (the frames are never cut)."""
-        while self.written < mark:
-            if self.broken:
-                raise WriterBroken
-            if progress is not None and progress.interrupted:
-                return
-            await self._wake_callers.park()
+        only: the bytes stay queued and are written (the frames are never cut).
+
+        ``bound``, the caller's write bound around this wait, counts again from each progress
+        of the writer (a write completed, or the kernel took more of one): the caller's
+        frames may be behind others, or in a large write to a slow reader, and the bound is
+        how long the server may read nothing, not how long a batch of frames may take."""
+        bounds = self._bounds
+        if bound is not None:
+            bounds.add(bound)
+        try:
+            while self.written < mark:
+                if self.broken:
+                    raise WriterBroken
+                if progress is not None and progress.interrupted:
+                    return
+                await self._wake_callers.park()
+        finally:
+            if bound is not None:
+                bounds.discard(bound)
 
     def wake_waiters(self) -> None:
         """Wake every :meth:`wait_written` to look again (a bound of an attempt ran out)."""
@@ -260,6 +280,8 @@ class Writer:
             finally:
                 self._stall = None
             written = self.written = self.written + len(chunk)
+            for bound in self._bounds:  # progress for every caller still waiting
+                bound.renew()
             pending = self._pending
             while pending and pending[0][0] <= written:
                 _, sent, whom = pending.popleft()
