@@ -185,8 +185,12 @@ class H2loadAdapter(LoadGenerator):
             raise RuntimeError(f"unexpected h2load output: {output[-300:]!r}")
         # "failed" counts the requests that broke (errored and timed out included); a
         # response with any status "succeeded", so a non-2xx one is an error of ours too.
-        ok = int(codes.group(1))
-        errors = int(done.group(3)) + int(done.group(2)) - ok
+        # With -D, a response whose 2xx head arrived as the duration ran out is counted in the
+        # status codes but not as done: the 2xx count can exceed "succeeded" by such requests,
+        # which are neither successes nor errors.
+        succeeded = int(done.group(2))
+        ok = min(int(codes.group(1)), succeeded)
+        errors = int(done.group(3)) + succeeded - ok
         with open(log) as f:
             durations = sorted(int(line.split("\t")[2]) / 1e3 for line in f if line.strip())
         from benchmarks.scenarios.throughput import percentile
