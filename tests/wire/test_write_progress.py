@@ -271,8 +271,8 @@ class _SlowH2Server:
     queue a whole upload, then reads its socket 8 KiB per ``pause`` and answers 200 with the
     number of body bytes once the request ends."""
 
-    def __init__(self, pause: float) -> None:
-        self.pause = pause
+    def __init__(self, pause: float, stop_after: int | None = None) -> None:
+        self.pause, self.stop_after = pause, stop_after
         self.received = 0
 
     async def serve(self, listener: trio.SocketListener) -> None:
@@ -286,6 +286,8 @@ class _SlowH2Server:
         async with stream:
             await stream.send_all(conn.data_to_send())
             for _ in range(10_000):  # bounded: far more reads than 768 KiB in 8 KiB needs
+                if self.stop_after is not None and self.received >= self.stop_after:
+                    await trio.sleep(60)  # stops reading: the client's bound must end this
                 data = await stream.receive_some(8192)
                 if not data:
                     return
@@ -320,3 +322,50 @@ async def test_an_http2_upload_slower_than_a_write_per_limit_is_not_cut() -> Non
                 response = await client.request("PUT", f"http://127.0.0.1:{port}/up", content=body)
     assert response.http_version == "HTTP/2"
     assert response.content == str(len(body)).encode()
+
+
+async def test_an_http2_upload_the_server_stops_reading_is_cut_at_the_write_limit() -> None:
+    server = _SlowH2Server(pause=0.001, stop_after=100 * 1024)
+    listener = await _listener()
+    port = listener.socket.getsockname()[1]
+    with trio.fail_after(30):
+        async with listener, trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, listener)
+            async with trio_retry.Client(
+                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
+            ) as client:
+                start = trio.current_time()
+                with pytest.raises(trio_retry.DeadlineExceeded) as info:
+                    await client.request(
+                        "PUT", f"http://127.0.0.1:{port}/up", content=b"u" * (768 * 1024)
+                    )
+                took = trio.current_time() - start
+            nursery.cancel_scope.cancel()
+    (attempt,) = info.value.attempts
+    assert (attempt.stage, attempt.category) == (Stage.REQUEST_BODY, FailureCategory.TIMEOUT)
+    # the same words as over HTTP/1.1 (clock.timeout_message)
+    assert "the server read none of the request within the write timeout (0.3s)" in str(info.value)
+    assert 0.3 <= took < 5.0
+
+
+async def test_an_http2_write_timeout_mid_write_says_what_http11_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without renewal, the slow upload above times out while its frames are being written
+    (the stream fails from the clock's lane): the words are the clock's, as over HTTP/1.1."""
+    monkeypatch.setattr(Bound, "renew", lambda self: None)
+    server = _SlowH2Server(pause=0.02)
+    listener = await _listener()
+    port = listener.socket.getsockname()[1]
+    with trio.fail_after(30):
+        async with listener, trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, listener)
+            async with trio_retry.Client(
+                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
+            ) as client:
+                with pytest.raises(trio_retry.DeadlineExceeded) as info:
+                    await client.request(
+                        "PUT", f"http://127.0.0.1:{port}/up", content=b"u" * (768 * 1024)
+                    )
+            nursery.cancel_scope.cancel()
+    assert "the server read none of the request within the write timeout (0.3s)" in str(info.value)

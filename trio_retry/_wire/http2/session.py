@@ -27,7 +27,7 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import NO_LIMITS, Bound, Clock
+from ..clock import NO_LIMITS, Bound, Clock, timeout_message
 from ..progress import AttemptProgress
 from ..transport import Transport
 from .fast import FastMachine
@@ -326,7 +326,8 @@ class Session:
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:
         """The write bound of the attempt ``progress`` belongs to ran out (``clock.py``): end
         that attempt's waits, and only its (:meth:`interrupt`)."""
-        self.interrupt(progress, f"the {which} timeout ran out")
+        limit = getattr(self.clock.limits if self.clock is not None else NO_LIMITS, which)
+        self.interrupt(progress, timeout_message(which, limit))
 
     def interrupt(self, progress: AttemptProgress, why: str) -> None:
         """A bound of ``progress``'s attempt ran out: end that attempt's waits, and only its;

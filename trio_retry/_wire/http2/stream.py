@@ -27,7 +27,7 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import NO_LIMITS, Bound, Clock
+from ..clock import NO_LIMITS, Bound, Clock, timeout_message
 from ..progress import AttemptProgress, WireError
 
 __all__ = ["TAKE_LIMIT", "Failure", "Stream", "StreamOwner", "StreamState"]
@@ -207,7 +207,8 @@ class Stream:
         for ``first_byte``; a body chunk, for ``read``."""
         if (which == "first_byte" and self.head is not None) or (which == "read" and self._chunks):
             return
-        self.fail(Failure(FailureCategory.TIMEOUT, f"the {which} timeout ran out"))
+        limit = getattr(self.clock.limits if self.clock is not None else NO_LIMITS, which)
+        self.fail(Failure(FailureCategory.TIMEOUT, timeout_message(which, limit)))
 
     def fail(self, failure: Failure) -> None:
         """Fail the stream unless it already failed (the first proof wins) or ended."""
