@@ -10,6 +10,7 @@ buffers and a server task that reads slowly; every loop bounded in count and tim
 from __future__ import annotations
 
 import socket
+from collections.abc import Awaitable, Callable
 
 import h2.config
 import h2.connection
@@ -175,51 +176,63 @@ class _SlowServer:
             )
 
 
-async def _listener() -> trio.SocketListener:
+BODY = b"u" * (768 * 1024)
+WRITE_TEXT = "the server read none of the request within the write timeout (0.3s)"
+
+
+async def _upload(
+    serve: Callable[[trio.SocketListener], Awaitable[None]], *, http2: bool
+) -> tuple[trio_retry.Response | trio_retry.TrioRetryError, float]:
+    """PUT :data:`BODY` to a loopback listener (small receive buffer) that ``serve`` serves, in
+    one attempt under a 0.3 s write limit; returns the response or the call's error, and how
+    long the call took."""
     sock = trio.socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
     await sock.bind(("127.0.0.1", 0))
     sock.listen(1)
-    return trio.SocketListener(sock)
+    listener = trio.SocketListener(sock)
+    port = sock.getsockname()[1]
+    outcome: trio_retry.Response | trio_retry.TrioRetryError
+    with trio.fail_after(30):
+        async with listener, trio.open_nursery() as nursery:
+            nursery.start_soon(serve, listener)
+            async with trio_retry.Client(
+                http2_prior_knowledge=http2, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
+            ) as client:
+                start = trio.current_time()
+                try:
+                    outcome = await client.request(
+                        "PUT", f"http://127.0.0.1:{port}/up", content=BODY
+                    )
+                except trio_retry.TrioRetryError as exc:
+                    outcome = exc
+                took = trio.current_time() - start
+            nursery.cancel_scope.cancel()
+    return outcome, took
+
+
+def _cut_at_the_write_limit(outcome: object, took: float) -> None:
+    assert isinstance(outcome, trio_retry.DeadlineExceeded), outcome
+    (attempt,) = outcome.attempts
+    assert (attempt.stage, attempt.category) == (Stage.REQUEST_BODY, FailureCategory.TIMEOUT)
+    assert WRITE_TEXT in str(outcome)  # the clock's words, whichever protocol
+    assert 0.3 <= took < 5.0
 
 
 async def test_an_http11_upload_slower_than_a_write_per_limit_is_not_cut() -> None:
     """768 KiB at about 400 KB/s: each 256 KiB write takes about 0.6 s, twice the 0.3 s write
     limit, yet the server reads something every 20 ms, so nothing is cut."""
-    body = b"u" * (768 * 1024)
     server = _SlowServer(piece=8192, pause=0.02)
-    listener = await _listener()
-    port = listener.socket.getsockname()[1]
-    with trio.fail_after(30):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(server.serve, listener)
-            async with trio_retry.Client(stage_timeouts=StageTimeouts(write=0.3)) as client:
-                response = await client.request("PUT", f"http://127.0.0.1:{port}/up", content=body)
+    response, _ = await _upload(server.serve, http2=False)
+    assert isinstance(response, trio_retry.Response), response
     assert response.status_code == 200
-    assert response.content == str(len(body)).encode()
-    assert server.received == [len(body)]
+    assert response.content == str(len(BODY)).encode()
+    assert server.received == [len(BODY)]
 
 
 async def test_an_http11_upload_the_server_stops_reading_is_cut_at_the_write_limit() -> None:
-    body = b"u" * (768 * 1024)
     server = _SlowServer(piece=8192, pause=0.01, stop_after=100 * 1024)
-    listener = await _listener()
-    port = listener.socket.getsockname()[1]
-    with trio.fail_after(30):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(server.serve, listener)
-            async with trio_retry.Client(
-                stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
-            ) as client:
-                start = trio.current_time()
-                with pytest.raises(trio_retry.DeadlineExceeded) as info:
-                    await client.request("PUT", f"http://127.0.0.1:{port}/up", content=body)
-                took = trio.current_time() - start
-            nursery.cancel_scope.cancel()
-    (attempt,) = info.value.attempts
-    assert (attempt.stage, attempt.category) == (Stage.REQUEST_BODY, FailureCategory.TIMEOUT)
-    assert "the server read none of the request within the write timeout" in str(info.value)
-    assert 0.3 <= took < 5.0
+    _cut_at_the_write_limit(*await _upload(server.serve, http2=False))
 
 
 async def _write_through(reader_pause: float, stop_after: int | None) -> tuple[int, list[str]]:
@@ -309,43 +322,15 @@ async def test_an_http2_upload_slower_than_a_write_per_limit_is_not_cut() -> Non
     """The stream's own wait for its queued frames (up to 256 KiB at a time, written as one
     write) counts from the writer's last progress too: 768 KiB at about 400 KB/s under a 0.3 s
     write limit, with windows wide enough to queue it all."""
-    body = b"u" * (768 * 1024)
-    server = _SlowH2Server(pause=0.02)
-    listener = await _listener()
-    port = listener.socket.getsockname()[1]
-    with trio.fail_after(30):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(server.serve, listener)
-            async with trio_retry.Client(
-                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
-            ) as client:
-                response = await client.request("PUT", f"http://127.0.0.1:{port}/up", content=body)
+    response, _ = await _upload(_SlowH2Server(pause=0.02).serve, http2=True)
+    assert isinstance(response, trio_retry.Response), response
     assert response.http_version == "HTTP/2"
-    assert response.content == str(len(body)).encode()
+    assert response.content == str(len(BODY)).encode()
 
 
 async def test_an_http2_upload_the_server_stops_reading_is_cut_at_the_write_limit() -> None:
     server = _SlowH2Server(pause=0.001, stop_after=100 * 1024)
-    listener = await _listener()
-    port = listener.socket.getsockname()[1]
-    with trio.fail_after(30):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(server.serve, listener)
-            async with trio_retry.Client(
-                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
-            ) as client:
-                start = trio.current_time()
-                with pytest.raises(trio_retry.DeadlineExceeded) as info:
-                    await client.request(
-                        "PUT", f"http://127.0.0.1:{port}/up", content=b"u" * (768 * 1024)
-                    )
-                took = trio.current_time() - start
-            nursery.cancel_scope.cancel()
-    (attempt,) = info.value.attempts
-    assert (attempt.stage, attempt.category) == (Stage.REQUEST_BODY, FailureCategory.TIMEOUT)
-    # the same words as over HTTP/1.1 (clock.timeout_message)
-    assert "the server read none of the request within the write timeout (0.3s)" in str(info.value)
-    assert 0.3 <= took < 5.0
+    _cut_at_the_write_limit(*await _upload(server.serve, http2=True))
 
 
 async def test_an_http2_write_timeout_mid_write_says_what_http11_says(
@@ -354,18 +339,5 @@ async def test_an_http2_write_timeout_mid_write_says_what_http11_says(
     """Without renewal, the slow upload above times out while its frames are being written
     (the stream fails from the clock's lane): the words are the clock's, as over HTTP/1.1."""
     monkeypatch.setattr(Bound, "renew", lambda self: None)
-    server = _SlowH2Server(pause=0.02)
-    listener = await _listener()
-    port = listener.socket.getsockname()[1]
-    with trio.fail_after(30):
-        async with listener, trio.open_nursery() as nursery:
-            nursery.start_soon(server.serve, listener)
-            async with trio_retry.Client(
-                http2_prior_knowledge=True, stage_timeouts=StageTimeouts(write=0.3), retry=ONCE
-            ) as client:
-                with pytest.raises(trio_retry.DeadlineExceeded) as info:
-                    await client.request(
-                        "PUT", f"http://127.0.0.1:{port}/up", content=b"u" * (768 * 1024)
-                    )
-            nursery.cancel_scope.cancel()
-    assert "the server read none of the request within the write timeout (0.3s)" in str(info.value)
+    outcome, _ = await _upload(_SlowH2Server(pause=0.02).serve, http2=True)
+    assert WRITE_TEXT in str(outcome)
