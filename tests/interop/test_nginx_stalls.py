@@ -1,9 +1,13 @@
-"""Idle bounds on reads and writes against nginx: a body that stops in the middle (nginx
-proxying a backend that sends the head and half the body, then nothing), a healthy body
-nginx paces with ``limit_rate`` (never cut), and an upload nginx stops taking (proxying,
-unbuffered, to a backend that stops reading). Counted in nginx's own log. The last ends at
-the write bound over HTTP/1.1, and over HTTP/2, where nginx stops reopening the stream's
-window (the wait for window is a write that makes no progress).
+"""Idle bounds on reads and writes against nginx, counted in nginx's own log:
+
+- a body that stops in the middle (nginx proxying a backend that sends the head and half the
+  body, then nothing) ends at the read bound;
+- a healthy body nginx paces with ``limit_rate`` is never cut;
+- an upload nginx stops taking (proxying, unbuffered, to a backend that stops reading) ends
+  at the write bound over HTTP/1.1, and over HTTP/2, where nginx stops reopening the stream's
+  window (the wait for window is a write that makes no progress);
+- an upload nginx takes slowly, in bursts, is never cut, though each write takes longer than
+  the write bound: the bound counts from nginx's last read.
 
 These run on real time, so they use small explicit bounds (``StageTimeouts(read=1.0)``,
 ``StageTimeouts(write=1.0)``) for speed. ``Client()``'s defaults (``read=30``, ``write=30``)
@@ -11,6 +15,9 @@ are the same bounds, kept by the same mechanism (``_wire/clock.py``); tests/call
 test_bounded_defaults.py shows them under the defaults, on a MockClock."""
 
 from __future__ import annotations
+
+import socket
+from pathlib import Path
 
 import pytest
 import trio
@@ -37,6 +44,13 @@ LOCATIONS = """root {{workdir}}/html;
         proxy_buffering off;
         proxy_read_timeout 60s;
     }
+    location /slow {
+        proxy_pass http://unix:{{slow}}:;
+        proxy_request_buffering off;
+        proxy_http_version 1.1;
+        client_max_body_size 0;
+        client_body_buffer_size 16k;
+    }
     location /deaf {
         proxy_pass http://{{host}}:{{deaf}};
         proxy_request_buffering off;
@@ -48,7 +62,19 @@ LOCATIONS = """root {{workdir}}/html;
 SERVERS = f"""
   server {{ listen {{{{host}}}}:{{{{stalls}}}}; {LOCATIONS} }}
   server {{ listen {{{{host}}}}:{{{{stalls_h2_tls}}}} ssl http2; {{{{tls}}}} {LOCATIONS} }}
+  server {{ listen {{{{host}}}}:{{{{narrow}}}} rcvbuf=16k; {LOCATIONS} }}
 """
+#: The upload the slow backend takes: 768 KiB at about 80 KB/s (8 KiB every 0.1 s), through
+#: nginx listening with a 16 KiB receive buffer (``narrow``): about 10 s in all. nginx reaches
+#: that backend over a Unix socket, whose send buffer is fixed (TCP's would grow to megabytes
+#: on loopback and take most of the upload at once), so nginx takes the upload about as fast
+#: as the backend reads it. It takes it in bursts: a Unix socket is writable again only once
+#: three quarters of its buffer (about 156 KiB of 208) drained, about 2 s here, during which
+#: nginx reads nothing from us. One 256 KiB write takes about 3.3 s.
+SLOW_UPLOAD = 768 * 1024
+SLOW_PAUSE = 0.1
+#: Between the two: longer than nginx's pauses, shorter than one write.
+SLOW_WRITE = 2.6
 
 
 async def _read_head(stream: trio.SocketStream) -> bytes:
@@ -61,20 +87,57 @@ async def _read_head(stream: trio.SocketStream) -> bytes:
     return data
 
 
-async def _backend(act: str, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+async def _read_slowly_and_answer(stream: trio.SocketStream, head: bytes) -> None:
+    """The ``slow`` backend: the body of ``head``'s Content-Length, 8 KiB every 20 ms, then a
+    200 whose body is the number of bytes read."""
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    got = 0
+    for _ in range(length // 8192 + 64):  # bounded: more reads than the body needs
+        if got >= length:
+            break
+        data = await stream.receive_some(8192)
+        if not data:
+            return
+        got += len(data)
+        await trio.sleep(SLOW_PAUSE)
+    answer = str(got).encode()
+    head_out = f"HTTP/1.1 200 OK\r\nContent-Length: {len(answer)}\r\n\r\n"
+    await stream.send_all(head_out.encode() + answer)
+
+
+async def _backend(
+    act: str,
+    unix_path: str | None = None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """nginx's upstream. ``half_body``: read the head, send a head promising DECLARED bytes
-    and HALF of them, then nothing. ``deaf``: read the head, then never read again. Each
-    connection is held 30 s at most, and everything closes when the test cancels it."""
-    (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    and HALF of them, then nothing. ``deaf``: read the head, then never read again. ``slow``
+    (on the Unix socket ``unix_path``): read the body slowly, then answer. Each connection is
+    held 30 s at most, and everything closes when the test cancels it."""
+    if unix_path is None:
+        (listener,) = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    else:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        await sock.bind(unix_path)
+        sock.listen(8)
+        listener = trio.SocketListener(sock)
     async with listener:
-        task_status.started(listener.socket.getsockname()[1])
+        task_status.started(0 if unix_path else listener.socket.getsockname()[1])
         async with trio.open_nursery() as nursery:
             while True:
                 stream = await listener.accept()
 
                 async def serve(stream: trio.SocketStream = stream) -> None:
                     async with stream:
-                        await _read_head(stream)
+                        head = await _read_head(stream)
+                        if act == "slow":
+                            await _read_slowly_and_answer(stream, head)
+                            return
                         if act == "half_body":
                             head = f"HTTP/1.1 200 OK\r\nContent-Length: {DECLARED}\r\n\r\n"
                             await stream.send_all(head.encode() + b"h" * HALF)
@@ -83,13 +146,18 @@ async def _backend(act: str, task_status: trio.TaskStatus[int] = trio.TASK_STATU
                 nursery.start_soon(serve)
 
 
-async def _start(nginx: StartNginx, nursery: trio.Nursery) -> RunningNginx:
+async def _start(nginx: StartNginx, nursery: trio.Nursery, tmp: Path | None = None) -> RunningNginx:
+    """nginx and its backends; the ``slow`` one only with ``tmp`` (for its Unix socket)."""
     half_body = await nursery.start(_backend, "half_body")
     deaf = await nursery.start(_backend, "deaf")
+    slow = "/nonexistent/slow.sock"  # nginx checks it only when /slow is asked for
+    if tmp is not None:
+        slow = str(tmp / "slow.sock")
+        await nursery.start(_backend, "slow", slow)
     return nginx(
         servers=SERVERS,
-        listeners=("stalls", "stalls_h2_tls"),
-        values={"half_body": half_body, "deaf": deaf},
+        listeners=("stalls", "stalls_h2_tls", "narrow"),
+        values={"half_body": half_body, "deaf": deaf, "slow": slow},
         files={"html/paced.bin": b"p" * PACED},
     )
 
@@ -221,3 +289,32 @@ async def test_h2_an_upload_nginx_stops_taking_ends_at_the_write_bound(
     # (400, nothing sent back); the backend never answered it.
     (entry,) = log.entries
     assert (entry.request_id, entry.status, entry.body_bytes_sent) == ("u", 400, 0)
+
+
+async def test_an_upload_nginx_takes_slowly_is_not_cut(nginx: StartNginx, tmp_path: Path) -> None:
+    """Through nginx (unbuffered) to a backend reading about 80 KB/s, under a 2.6 s write
+    bound: each 256 KiB write takes longer than the bound, but nginx takes bytes at least
+    every ~2 s, and the bound counts from the last of them (``Bound.renew``). It ends at the
+    bound without that (checked by turning the socket's progress reports off). HTTP/1.1
+    only: over HTTP/2 nginx's flow-control window, not the socket, paces the upload, and no
+    wait lasts long (tests/call/test_bounded_defaults.py shows that on a MockClock)."""
+    async with trio.open_nursery() as nursery:
+        server = await _start(nginx, nursery, tmp_path)
+        async with _client(server, False, StageTimeouts(write=SLOW_WRITE)) as client:
+            with trio.fail_after(LIMIT + 10):
+                start = trio.current_time()
+                response = await client.put(
+                    server.url("narrow", "/slow"),
+                    content=b"s" * SLOW_UPLOAD,
+                    headers={"x-request-id": "w"},
+                )
+            elapsed = trio.current_time() - start
+        log = server.log(expect=1)
+        nursery.cancel_scope.cancel()
+    assert response.status_code == 200
+    assert response.content == str(SLOW_UPLOAD).encode()  # the backend read every byte
+    assert len(response.attempts) == 1
+    assert elapsed > 2 * SLOW_WRITE  # far longer than the write bound, yet not cut
+    (entry,) = log.entries
+    assert (entry.request_id, entry.status) == ("w", 200)
+    assert entry.request_length >= SLOW_UPLOAD
