@@ -75,6 +75,7 @@ __all__ = [
     "Lane",
     "StageTarget",
     "Timeouts",
+    "limit_of",
     "timed_out",
     "timeout_message",
 ]
@@ -91,6 +92,12 @@ _WORDS = {
     "read": "no body data within the read timeout",
     "ping": "the idle HTTP/2 connection did not answer a PING in time",
 }
+
+
+def limit_of(clock: Clock | None, which: str) -> float | None:
+    """The limit of wait ``which`` on ``clock`` (none without a clock)."""
+    limits: Timeouts = clock.limits if clock is not None else NO_LIMITS
+    return getattr(limits, which)  # type: ignore[no-any-return]
 
 
 def timeout_message(which: str, limit: float | None, about: str = "") -> str:

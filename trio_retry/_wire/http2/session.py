@@ -27,7 +27,7 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import NO_LIMITS, Bound, Clock, timeout_message
+from ..clock import Bound, Clock, limit_of, timeout_message
 from ..progress import AttemptProgress
 from ..transport import Transport
 from .fast import FastMachine
@@ -320,13 +320,13 @@ class Session:
     def write_bound(self, progress: AttemptProgress) -> Bound:
         """The bound of one wait of ``progress``'s attempt for its frames to be written."""
         clock = self.clock
-        limit = (clock.limits if clock is not None else NO_LIMITS).write
+        limit = limit_of(clock, "write")
         return Bound(clock, "write", limit, self, progress)
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:
         """The write bound of the attempt ``progress`` belongs to ran out (``clock.py``): end
         that attempt's waits, and only its (:meth:`interrupt`)."""
-        limit = getattr(self.clock.limits if self.clock is not None else NO_LIMITS, which)
+        limit = limit_of(self.clock, which)
         self.interrupt(progress, timeout_message(which, limit))
 
     def interrupt(self, progress: AttemptProgress, why: str) -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import NO_LIMITS, Bound, Clock, timeout_message
+from ..clock import Bound, Clock, limit_of, timeout_message
 from ..progress import AttemptProgress, WireError
 
 __all__ = ["TAKE_LIMIT", "Failure", "Stream", "StreamOwner", "StreamState"]
@@ -197,7 +197,7 @@ class Stream:
     def bound(self, which: str, progress: AttemptProgress) -> Bound:
         """The bound of this stream's wait ``which`` (``"first_byte"`` or ``"read"``)."""
         clock = self.clock
-        limit = getattr(clock.limits if clock is not None else NO_LIMITS, which)
+        limit = limit_of(clock, which)
         return Bound(clock, which, limit, self, progress)
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:
@@ -207,7 +207,7 @@ class Stream:
         for ``first_byte``; a body chunk, for ``read``."""
         if (which == "first_byte" and self.head is not None) or (which == "read" and self._chunks):
             return
-        limit = getattr(self.clock.limits if self.clock is not None else NO_LIMITS, which)
+        limit = limit_of(self.clock, which)
         self.fail(Failure(FailureCategory.TIMEOUT, timeout_message(which, limit)))
 
     def fail(self, failure: Failure) -> None:
