@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ssl
+import subprocess
 import sys
+import textwrap
 
 import pytest
 import trustme
@@ -11,6 +13,8 @@ from aioquic.quic.configuration import QuicConfiguration
 
 from trio_retry import Client, InsecureTLSWarning, Upstream
 from trio_retry._wire.http3.quic import TrustSource, quic_configuration, quic_trust
+
+from ..support.without import without
 
 
 def quic_for(client: Client, server_name: str) -> QuicConfiguration:
@@ -43,14 +47,37 @@ def test_http3_cannot_go_through_a_transport_or_a_unix_socket() -> None:
         Client(http3=True, uds="/tmp/nothing.sock")
 
 
-def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "aioquic", None)
-    monkeypatch.setitem(sys.modules, "aioquic.quic.connection", None)
-    with pytest.raises(ImportError, match=r"trio_retry\[http3\]"):
-        Client(http3=True)
-    with pytest.raises(ImportError, match=r"trio_retry\[http3\]"):
-        Client(upstreams={"https://a.example": Upstream(http3=True)})
-    Client()  # a client without HTTP/3 never needs it
+def test_a_missing_extra_is_named() -> None:
+    # In a fresh process: in this one, aioquic and the HTTP/3 modules are already imported.
+    code = without("aioquic") + textwrap.dedent("""
+        import sys
+
+        from trio_retry import Client, Upstream
+
+        def refused(**options):
+            try:
+                Client(**options)
+            except ImportError as exc:
+                assert type(exc) is ImportError, repr(exc)  # not a bare ModuleNotFoundError
+                return str(exc)
+            raise AssertionError(f"Client({options}) was accepted without aioquic")
+
+        for options in (
+            {"http3": True},
+            {"upstreams": {"https://a.example": Upstream(http3=True)}},
+            {"default_upstream": Upstream(http3=True)},
+        ):
+            print(refused(**options))
+        Client()  # a client without HTTP/3 never needs it
+        Upstream(http3=True)  # a value: checked when a client is given it
+        assert not [m for m in sys.modules if m.startswith("aioquic")]
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    expected = "HTTP/3 needs aioquic, the 'http3' extra: pip install 'trio_retry[http3]'"
+    assert done.stdout.splitlines() == [expected] * 3
 
 
 def test_quic_trusts_what_the_clients_context_trusts() -> None:

@@ -355,10 +355,10 @@ def configure(
     configured_h3 = frozenset(origin for origin, up in origins.items() if up.http3)
     default_h3 = isinstance(default_upstream, Upstream) and default_upstream.http3
     if checked_http3 or configured_h3 or default_h3:
-        # The extra is checked here, at construction, not at the first request (SPEC §16).
-        from .._wire.http3.quic import require_aioquic
+        # The extra is checked here, at construction, not at the first request (SPEC §16):
+        # without aioquic, importing the HTTP/3 package raises an ImportError naming the extra.
+        from .._wire import http3
 
-        require_aioquic()
         if transport is not None or uds is not None:
             raise ValueError(
                 "http3=True (or Upstream(http3=True)) cannot be combined with "

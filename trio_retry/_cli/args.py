@@ -358,6 +358,13 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         commands[args.command].error("argument url: expected a URL, got ''")
     if "://" not in url:  # curl's default scheme
         url = "http://" + url
+    if args.http3 and url.partition("://")[0].lower() != "https":
+        # HTTP/3 runs over QUIC, which is always TLS: an http:// URL would silently be sent
+        # over HTTP/1.1, which is not what --http3 asked for. (The scheme alone is shown: the
+        # URL may hold a password.)
+        commands[args.command].error(
+            f"argument --http3: HTTP/3 needs an https:// URL, got {url.partition('://')[0]}://"
+        )
     if args.json_body is not None and (args.data or args.upload_file):
         commands[args.command].error("argument --json: not allowed with -d or -T")
     if args.data and args.upload_file:

@@ -7,9 +7,21 @@ driven by one Trio task per connection. Each module has one job:
 - ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it)
 - ``quic.py``       the QUIC configuration (trust from the client's TLS settings), tickets
 
-Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise.
+Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise. The
+package checks for aioquic before anything else in it runs, so that importing any part of it
+without the extra raises one ``ImportError`` naming the extra (never a bare
+``ModuleNotFoundError`` from whichever module imported aioquic first); the client imports the
+package at construction, so a missing extra is reported there.
 """
 
-from .connection import HTTP3Connection as HTTP3Connection
+MISSING_EXTRA = "HTTP/3 needs aioquic, the 'http3' extra: pip install 'trio_retry[http3]'"
 
-__all__ = ["HTTP3Connection"]
+try:
+    import aioquic.h3.connection
+    import aioquic.quic.connection  # noqa: F401
+except ImportError as exc:
+    raise ImportError(MISSING_EXTRA) from exc
+
+from .connection import HTTP3Connection as HTTP3Connection  # noqa: E402
+
+__all__ = ["MISSING_EXTRA", "HTTP3Connection"]

@@ -10,9 +10,6 @@ aioquic as PEM). A context built from the system's store loads it through OpenSS
 paths, which ``get_ca_certs`` does not list; those paths are then given to aioquic as they
 are. The obvious alternative, aioquic's own default (certifi's bundle), would trust another
 set of authorities over QUIC than over TCP, and was rejected for that.
-
-aioquic is an optional dependency (the ``http3`` extra): :func:`require_aioquic` is the one
-place that imports it, with an error naming the extra.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ __all__ = [
     "TrustSource",
     "quic_configuration",
     "quic_trust",
-    "require_aioquic",
 ]
 
 #: Receive windows: 8 MiB per connection, 2 MiB per stream (aioquic's defaults are 1 MiB
@@ -45,17 +41,6 @@ CONNECTION_WINDOW = 8 * 1024 * 1024
 STREAM_WINDOW = 2 * 1024 * 1024
 #: A QUIC connection with nothing to do is closed by aioquic after this long.
 IDLE_TIMEOUT = 30.0
-
-
-def require_aioquic() -> None:
-    """Import aioquic, or raise ``ImportError`` naming the extra that installs it."""
-    try:
-        import aioquic.h3.connection
-        import aioquic.quic.connection  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "HTTP/3 (http3=True) needs aioquic; install it with pip install 'trio_retry[http3]'"
-        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
