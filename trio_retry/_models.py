@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import json as _json
+import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,30 @@ class StageTimeouts:
     write: float | None = None
     first_byte: float | None = None
     read: float | None = None
+
+    def __post_init__(self) -> None:
+        """Each field is a positive finite number of seconds or ``None``; anything else is a
+        ``ValueError`` naming the field. (A zero, negative or NaN limit used to be accepted and
+        failed later, after three attempts or in trio's own words; an infinite one is what
+        ``None`` says.)"""
+        for name in _STAGE_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                raise ValueError(
+                    f"StageTimeouts.{name} must be a positive finite number of seconds or None "
+                    f"(no limit), got {shown} ({type(value).__name__})"
+                )
+
+
+_STAGE_FIELDS = ("connect", "tls", "write", "first_byte", "read")
 
 
 HeaderTypes: TypeAlias = Union[

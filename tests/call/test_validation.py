@@ -7,6 +7,7 @@ A constructor mistake raises ``TypeError`` (wrong type) or ``ValueError`` (wrong
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -195,3 +196,44 @@ async def test_client_auth_as_a_pair_means_basic_auth(server: FaultServer) -> No
         await client.get(server.url + "/")
     assert server.requests[0].header("authorization") == "Basic YWxhZGRpbjpvcGVuc2VzYW1l"
     assert "opensesame" not in repr(trio_retry.Client(auth=("aladdin", "opensesame")).config)
+
+
+# Each field of StageTimeouts, and a value it refuses (issue #38 row 7): zero, negative, NaN and
+# infinite limits used to be accepted and failed later (after three attempts, "closed by the
+# client"), in trio's words (NaN), or not at all.
+BAD_STAGE_LIMITS: list[tuple[str, object, str]] = [
+    ("connect", 0, "got 0 (int)"),
+    ("read", -5, "got -5 (int)"),
+    ("write", 0.0, "got 0.0 (float)"),
+    ("first_byte", math.nan, "got nan (float)"),
+    ("tls", math.inf, "got inf (float)"),
+    ("read", -math.inf, "got -inf (float)"),
+    ("write", True, "got True (bool)"),
+    ("first_byte", "30", "got '30' (str)"),
+    ("connect", [1], "got [1] (list)"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "got"), BAD_STAGE_LIMITS)
+def test_a_stage_limit_that_is_not_a_positive_finite_number_is_refused_at_construction(
+    field: str, value: object, got: str
+) -> None:
+    with pytest.raises(ValueError, match="StageTimeouts") as info:
+        trio_retry.StageTimeouts(**{field: value})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"StageTimeouts.{field} must be a positive finite number of seconds or None "
+        f"(no limit), {got}"
+    )
+    with pytest.raises(ValueError, match=f"StageTimeouts.{field}"):  # replace() checks too
+        dataclasses.replace(trio_retry.StageTimeouts(), **{field: value})
+
+
+def test_positive_finite_stage_limits_and_none_are_accepted() -> None:
+    limits = trio_retry.StageTimeouts(connect=1, tls=0.25, write=30, first_byte=1e-3, read=None)
+    assert (limits.connect, limits.tls, limits.write, limits.first_byte, limits.read) == (
+        1,
+        0.25,
+        30,
+        1e-3,
+        None,
+    )
