@@ -18,13 +18,25 @@ import idna
 from ._core.errors import InvalidRequest
 from ._core.evidence import Evidence, FailureCategory
 
-__all__ = ["DEFAULT_PORTS", "SHOWN_QUERY_PARAMETERS", "URL", "Origin", "shown_url"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "SHOWN_QUERY_PARAMETERS",
+    "URL",
+    "Origin",
+    "as_base",
+    "is_absolute",
+    "merge",
+    "shown_url",
+]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 #: Characters kept as they are in a request target (RFC 3986 pchar and delimiters, and "%").
 _TARGET_SAFE = "/%:@!$&'()*+,;=-._~"
 _FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+#: A URL that names its scheme (RFC 3986 §3.1) and an authority: every other text given to a
+#: client with ``base_url=`` is relative to it (``"/items?next=http://x"`` included).
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 # Up to the last "@" before the path, query or fragment, as urlsplit splits a netloc (also at
@@ -267,7 +279,7 @@ class URL:
         return URL(self._parts._replace(query=query).geturl())
 
     def join(self, url: str) -> URL:
-        """Resolve ``url`` against this one (RFC 3986)."""
+        """Resolve ``url`` against this one (RFC 3986): a redirect's ``Location``."""
         return URL(urljoin(str(self), url))
 
     def without_userinfo(self) -> str:
@@ -294,6 +306,40 @@ class URL:
 
     def __hash__(self) -> int:
         return hash(str(self))
+
+
+def is_absolute(url: str) -> bool:
+    """Whether ``url`` names its scheme and authority (``scheme://``); a client with a
+    ``base_url`` merges every other URL under it (:func:`merge`)."""
+    return _ABSOLUTE.match(url) is not None
+
+
+def as_base(url: URL) -> URL:
+    """``url`` as a ``base_url``: its path ends with ``/`` (``https://h/api`` ->
+    ``https://h/api/``), so that :func:`merge` appends to the whole of it."""
+    if url.target.partition("?")[0].endswith("/"):
+        return url
+    parts = urlsplit(str(url))
+    return URL(parts._replace(path=parts.path + "/").geturl())
+
+
+def merge(base: URL, relative: str) -> URL:
+    """A call's relative URL under ``base`` (made by :func:`as_base`), as httpx merges them:
+    the base path is a prefix of every relative URL, whether or not the relative URL starts
+    with ``/``, and the relative URL's query and fragment are its own.
+
+    ``https://h/api/`` + ``/items/0?a=1`` -> ``https://h/api/items/0?a=1``; ``items/0`` the
+    same; ``""`` -> ``https://h/api/``; ``../v2/x`` -> ``https://h/v2/x`` (dot segments are
+    resolved, RFC 3986 §5.2.4). The scheme, host, port and userinfo are always the base's:
+    ``//other.example/x`` is the path ``/api/other.example/x``, never another host.
+
+    Rejected alternative: RFC 3986 resolution (``urljoin``, :meth:`URL.join`: the rule for a
+    redirect's ``Location``), where ``/items/0`` replaces the base path, so a
+    ``base_url=".../api/"`` silently lost its ``/api`` and each call got a 404 (issue #38).
+    The ``./`` prefix keeps a first segment holding ``:`` (``/items:batch``) from being read
+    as a scheme.
+    """
+    return URL(urljoin(str(base), "./" + relative.lstrip("/")))
 
 
 def _param_str(value: Any) -> str:

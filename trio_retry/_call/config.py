@@ -34,6 +34,7 @@ from .._models import URL, Origin, StageTimeouts
 from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
+from .._url import as_base
 from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
@@ -317,6 +318,15 @@ def configure(
         parsed_base = URL(base_url) if base_url is not None else None
     except InvalidRequest as exc:
         _refuse(exc, "base_url")
+    if parsed_base is not None:
+        if "?" in str(parsed_base) or "#" in str(parsed_base):
+            # A base's query would be lost by every call that has one of its own (httpx
+            # garbles it): refused, naming the option that sends parameters on every call.
+            raise ValueError(
+                f"base_url must not have a query string or fragment, got {parsed_base}: pass "
+                "params= (Client(params=...)) for query parameters every call sends"
+            )
+        parsed_base = as_base(parsed_base)
     if proxy is not None and not isinstance(proxy, str):
         raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
     parsed_proxy: ProxyConfig | None = None

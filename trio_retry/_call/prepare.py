@@ -34,6 +34,7 @@ from .._redirects import (
     redirect_method,
     resolve_location,
 )
+from .._url import is_absolute, merge
 from .config import AuthTypes, ClientConfig, RefreshableAuth
 from .options import (
     OptionError,
@@ -294,8 +295,8 @@ def prepare(
     except OptionError as exc:
         raise _invalid(str(exc)) from None
     base_url = config.base_url
-    if isinstance(url, str) and base_url is not None and "://" not in url:
-        full = base_url.join(url)
+    if isinstance(url, str) and base_url is not None and not is_absolute(url):
+        full = merge(base_url, url)  # the base path is a prefix (httpx's rule)
     else:
         full = _parse_url(url)
     full = full.with_params(_merged_params(config.params, params))
