@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from .curl import curl_only
+
 __all__ = ["PROG", "Options", "UsageError", "parse"]
 
 PROG = "python -m trio_retry"
@@ -336,6 +338,13 @@ def _explain_forms(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _takes_value(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The option strings of ``parser`` that take a value (``-o``, ``--header``...)."""
+    return frozenset(
+        name for action in parser._actions if action.nargs != 0 for name in action.option_strings
+    )
+
+
 def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     """An :class:`Options` for a request; the raw namespace for ``demo`` and ``--version``.
 
@@ -345,6 +354,12 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     # -h and --version, take no value).
     command = next((arg for arg in argv if not arg.startswith("-")), "")
     parser, commands = build_parser(command if command in METHODS else "")
+    where = commands.get(command, parser)
+    curl_option = curl_only(argv, _takes_value(where))
+    if curl_option is not None:
+        # One line with what to use instead, not argparse's usage and "unrecognized" (or, for
+        # curl's --head, a complaint about --header, of which argparse takes it for a prefix).
+        where.error(curl_option)
     args, extra = parser.parse_known_args(_explain_forms(argv))
     if extra:
         where = commands.get(args.command or "", parser)
