@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 H1 = "http/1.1"
 H2 = "h2"
+H3 = "h3"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Endpoint:
     port: int
     http2: bool
     ca_file: str | None = None
+    #: Reached over HTTP/3 (QUIC on the same port) by the clients that speak it.
+    http3: bool = False
 
     @property
     def tls(self) -> bool:
@@ -53,6 +56,7 @@ class Endpoint:
             "port": self.port,
             "http2": self.http2,
             "ca_file": self.ca_file,
+            "http3": self.http3,
         }
 
     @classmethod
@@ -63,6 +67,7 @@ class Endpoint:
             port=int(data["port"]),
             http2=bool(data["http2"]),
             ca_file=data.get("ca_file"),
+            http3=bool(data.get("http3", False)),
         )
 
 
@@ -76,7 +81,7 @@ class Adapter:
     name: ClassVar[str]
     label: ClassVar[str]
     runtime: ClassVar[str]  # "trio" or "asyncio"
-    protocols: ClassVar[frozenset[str]]  # which of H1 / H2 it can be benchmarked on
+    protocols: ClassVar[frozenset[str]]  # which of H1 / H2 / H3 it can be benchmarked on
     requires: ClassVar[tuple[str, ...]] = ()  # top-level modules that must be importable
     description: ClassVar[str] = ""
     # Why an HTTP/2 scenario skips this client when H2 is not in ``protocols``.
@@ -118,6 +123,8 @@ class Adapter:
         return None
 
     def unsupported_reason(self) -> str | None:
+        if self.endpoint.http3:
+            return None if H3 in self.protocols else "HTTP/3 not supported"
         want = H2 if self.endpoint.http2 else H1
         if want not in self.protocols:
             return "HTTP/2 not supported" if want == H2 else "HTTP/1.1 not in scope"

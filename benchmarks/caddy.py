@@ -4,7 +4,8 @@
 ``https://127.0.0.1:PORT`` speaking HTTP/1.1, HTTP/2 (TCP) and HTTP/3 (UDP, the same port
 number), with the given certificate, serving
 
-- ``/small``: a 2-byte answer (``ok``) written by caddy itself;
+- ``/small``: the answer every benchmark server gives there (``SMALL_BODY``, 13 bytes), written
+  by caddy itself;
 - ``/bulk/NAME``: the files of ``workdir/bulk`` (``file_server``);
 - a JSON access log (``workdir/access.log``) with the protocol of each request.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .processes import HOST, accepts, free_tcp_udp_port, stop_process, wait_ready
+from .scenarios.throughput import SMALL_BODY
 
 __all__ = ["CaddyUnavailable", "RunningCaddy", "find_caddy", "start_caddy"]
 
@@ -67,7 +69,7 @@ https://{HOST}:{port} {{
         output file {workdir / "access.log"}
         format json
     }}
-    respond /small "ok" 200
+    respond /small "{SMALL_BODY.decode()}" 200
     handle_path /bulk/* {{
         root * {workdir / "bulk"}
         file_server
@@ -91,12 +93,13 @@ def start_caddy(workdir: Path, cert_chain: str, key: str, *, timeout: float = 10
         raise CaddyUnavailable(str(exc)) from exc
     config = workdir / "Caddyfile"
     config.write_text(_caddyfile(port, cert_chain, key, workdir))
-    process = subprocess.Popen(
-        [binary, "run", "--config", str(config), "--adapter", "caddyfile"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "caddy.log", "wb"),
-        cwd=workdir,
-    )
+    with open(workdir / "caddy.log", "wb") as log:  # (the child keeps its own descriptor)
+        process = subprocess.Popen(
+            [binary, "run", "--config", str(config), "--adapter", "caddyfile"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            cwd=workdir,
+        )
     running = RunningCaddy(process, port, version, workdir / "access.log", workdir / "bulk")
     try:
         wait_ready(

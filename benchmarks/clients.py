@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
-from benchmarks.adapter import H1, H2, Adapter, ClientUnavailable, Endpoint
+from benchmarks.adapter import H1, H2, H3, Adapter, ClientUnavailable, Endpoint
 from benchmarks.bare import H2TrioAdapter, H11TrioAdapter
 from benchmarks.loadgen import LOAD_GENERATORS
 
@@ -26,6 +26,7 @@ __all__ = [
     "BASELINE",
     "H1",
     "H2",
+    "H3",
     "Adapter",
     "AiohttpAdapter",
     "ClientUnavailable",
@@ -66,7 +67,7 @@ class TrioRetryAdapter(Adapter):
     name = "trio_retry"
     label = "trio_retry"
     runtime = "trio"
-    protocols = frozenset({H1, H2})
+    protocols = frozenset({H1, H2, H3})
     requires = ("trio_retry",)
     description = "trio_retry.Client (this project) at its defaults, pooled, HTTP/2 via ALPN"
 
@@ -93,17 +94,33 @@ class TrioRetryAdapter(Adapter):
         if self.endpoint.tls:
             ctx = self.endpoint.ssl_context([H2, H1] if self.endpoint.http2 else [H1])
         self._base = self.endpoint.base_url
+        options = self.client_options()
+        if self.endpoint.http3:
+            if "upstreams" in options:
+                raise ClientUnavailable(f"{self.name} is not measured over HTTP/3")
+            options["upstreams"] = {self._base: trio_retry.Upstream(http3=True)}
         # The Client owns a nursery, so it is entered here for the whole scenario run.
         async with trio_retry.Client(
             max_connections=self.concurrency,
             max_connections_per_origin=self.concurrency,
             ssl_context=ctx,
             http2=self.endpoint.http2,
-            **self.client_options(),
+            **options,
         ) as client:
             self._client: Any = client
+            if self.endpoint.http3:
+                await self._check_http3()
             yield
+            if self.endpoint.http3:
+                # A QUIC failure during the run would have sent the rest over TCP, and the
+                # origin stays marked broken: the last request would not be HTTP/3 either.
+                await self._check_http3()
         self.check_after()
+
+    async def _check_http3(self) -> None:
+        r = await self._client.get(self._base + "/small")
+        if r.http_version != "HTTP/3":
+            raise RuntimeError(f"{self.name}: a request went over {r.http_version}, not HTTP/3")
 
     async def get(self, path: str) -> tuple[int, int]:
         r = await self._client.get(self._base + path)

@@ -6,7 +6,7 @@ with the same client options otherwise. Each case runs in a process of its own (
 with ``--child``), which measures its own wall time and CPU time (``time.process_time``: all of
 its threads) around the workload only, after one warm-up request on the same connection:
 
-- **sequential**: ``--requests`` small GETs (``/small``, 2 bytes) one after the other;
+- **sequential**: ``--requests`` small GETs (``/small``, 13 bytes) one after the other;
 - **concurrent**: the same number of small GETs, 32 at a time on one connection;
 - **download**: one ``--size-mb`` MB file, streamed.
 

@@ -18,9 +18,13 @@ Under valgrind the client is so slow that every response is there when it reads,
 blocking-wait path (see ``benchmarks.profile``'s "blocking I/O waits") is not exercised. Read
 it beside ``benchmarks.profile``, not instead of it.
 
+``--h3`` counts HTTP/3 instead (QUIC on loopback, against caddy: ``benchmarks/caddy.py``); the
+client row checks that its requests went over HTTP/3 from the first to the last.
+
 Needs valgrind (``apt-get install valgrind``). Example (the figures of docs/benchmarks.md)::
 
     python -m benchmarks.instructions --clients trio_retry_no_fast,h11_trio --n 1000
+    python -m benchmarks.instructions --h3 --conc 32 --clients trio_retry --n 1000
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from benchmarks.adapter import Adapter, Endpoint
+from benchmarks.adapter import H3, Adapter, Endpoint
 from benchmarks.clients import ADAPTERS
 from benchmarks.runtime import get_runtime
 from benchmarks.scenarios.throughput import SMALL_BODY, SMALL_PATH
@@ -135,6 +143,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--conc", type=int, default=1, help="concurrent tasks (1)")
     p.add_argument("--tls", action="store_true", help="HTTP/1.1 over TLS")
     p.add_argument("--h2", action="store_true", help="HTTP/2 over TLS")
+    p.add_argument("--h3", action="store_true", help="HTTP/3 over QUIC (caddy)")
     p.add_argument("--server", choices=["auto", "nginx", "fallback"], default="auto")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     # The child's options (one client, one run, under valgrind).
@@ -148,8 +157,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [c for c in names if c not in ADAPTERS]
     if unknown:
         p.error(f"unknown client(s): {', '.join(unknown)}; known: {', '.join(sorted(ADAPTERS))}")
+    if args.h3:
+        if args.h2 or args.tls:
+            p.error("--h3 is a protocol of its own: not with --h2 or --tls")
+        no_h3 = [c for c in names if H3 not in ADAPTERS[c].protocols]
+        if no_h3:
+            p.error(f"--h3: client(s) without HTTP/3: {', '.join(no_h3)}")
     args.names = names
     return args
+
+
+@contextmanager
+def _endpoint(key: str, server_kind: str) -> Iterator[Endpoint]:
+    """The endpoint ``key`` of a server started for the run (stopped after it): the harness's
+    (nginx or the fallback) for HTTP/1.1 and HTTP/2, caddy for HTTP/3."""
+    if key != "h3":
+        with running_server(server_kind, None) as (server, ca_file):
+            if key not in server.endpoints:
+                raise SystemExit(f"endpoint {key} unavailable (TLS needs trustme)")
+            d = server.endpoints[key]
+            yield Endpoint.from_json({**d, "ca_file": ca_file if d["scheme"] == "https" else None})
+        return
+    from benchmarks.caddy import CaddyUnavailable, start_caddy
+    from benchmarks.processes import HOST
+    from benchmarks.servers import make_tls_files
+
+    with tempfile.TemporaryDirectory(prefix="trio-retry-bench-h3-") as tmp:
+        tls = make_tls_files(Path(tmp))
+        if tls is None:
+            raise SystemExit("endpoint h3 unavailable (TLS needs trustme)")
+        try:
+            caddy = start_caddy(Path(tmp), tls.cert_chain, tls.key)
+        except CaddyUnavailable as exc:
+            raise SystemExit(f"endpoint h3 unavailable: {exc}") from None
+        try:
+            yield Endpoint("https", HOST, caddy.port, http2=True, ca_file=tls.ca, http3=True)
+        finally:
+            caddy.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,15 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             "benchmarks.instructions needs valgrind (Debian/Ubuntu: apt-get install valgrind)"
         )
-    key = "h2_tls" if args.h2 else ("h1_tls" if args.tls else "h1")
+    key = "h3" if args.h3 else "h2_tls" if args.h2 else ("h1_tls" if args.tls else "h1")
     results: dict[str, Any] = {}
-    with running_server(args.server, None) as (server, ca_file):
-        if key not in server.endpoints:
-            raise SystemExit(f"endpoint {key} unavailable (TLS needs trustme)")
-        d = server.endpoints[key]
-        endpoint = Endpoint.from_json({**d, "ca_file": ca_file if d["scheme"] == "https" else None})
+    with _endpoint(key, args.server) as endpoint:
         print(
-            f"GET {SMALL_PATH} over {endpoint.base_url}, {args.conc} task(s); {args.base} and "
+            f"GET {SMALL_PATH} over {endpoint.base_url}{' (HTTP/3)' if endpoint.http3 else ''}, "
+            f"{args.conc} task(s); {args.base} and "
             f"{args.base + args.n} requests per client under callgrind"
         )
         for name in args.names:

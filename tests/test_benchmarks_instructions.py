@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.adapter import Endpoint
-from benchmarks.instructions import collected, parse_args, per_request
+from benchmarks.caddy import find_caddy
+from benchmarks.instructions import _endpoint, collected, parse_args, per_request
 from benchmarks.servers import running_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,10 @@ def test_options_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown client(s): trio_retyr" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--n", "0"])
+    assert parse_args(["--h3", "--clients", "trio_retry"]).h3
+    with pytest.raises(SystemExit):
+        parse_args(["--h3", "--clients", "trio_retry,h11_trio"])
+    assert "--h3: client(s) without HTTP/3: h11_trio" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("client", ["trio_retry_no_fast", "h11_trio"])
@@ -65,3 +70,20 @@ def test_the_child_run_makes_its_requests(client: str) -> None:
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert f"{client}: 107 requests (100 warm-up)" in proc.stdout
+
+
+def test_the_child_run_over_http3_checks_its_protocol() -> None:
+    """The HTTP/3 row (``--h3``): against caddy, the requests asked, the first and the last of
+    them checked to have gone over HTTP/3 (a fallback to TCP would count HTTP/2)."""
+    if find_caddy() is None:
+        pytest.skip("caddy is not installed (apt-get install caddy)")
+    pytest.importorskip("aioquic", reason="needs the http3 extra")
+    with _endpoint("h3", "auto") as endpoint:
+        assert endpoint.http3
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.instructions", "--drive", "trio_retry",
+             "--requests", "7", "--conc", "4", "--endpoint", json.dumps(endpoint.to_json())],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "trio_retry: 107 requests (100 warm-up)" in proc.stdout
