@@ -16,6 +16,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from ._call.loop import send, send_following
 from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
+from ._call.streaming import StreamCall
 from ._core.engine import RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
 from ._decoding import ACCEPT_ENCODING
@@ -349,9 +351,11 @@ class Client:
         Takes the options of :meth:`request`. Retries happen only before the response is
         handed over; once the caller has it, a broken body raises (``PARTIAL_RESPONSE``) and
         is never retried. Leaving the block (cancellation included) returns the connection if
-        the body was read to the end, and closes it otherwise.
+        the body was read to the end, and closes it otherwise. Nothing is sent before
+        ``async with`` enters; ``await``, ``async for`` or ``with`` on it is a ``TypeError``
+        that says to use ``async with``.
         """
-        return self._stream(method, url, options)
+        return StreamCall(partial(self._stream, method, url, options))
 
     @asynccontextmanager
     async def _stream(

@@ -130,6 +130,25 @@ def _a_label(host: str, url: str) -> str:
         ) from None
 
 
+#: ``host:port`` (or ``host:port/path``) as urlsplit reads it: the scheme ``host``.
+_HOST_PORT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:\d+(?:[/?#]|$)")
+
+
+def _scheme_problem(scheme: str, url: str) -> str:
+    """What is wrong with a URL that has no scheme, or one we do not speak, and the fix."""
+    accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
+    if not scheme:
+        return (
+            f"URL {_shown(url)} is relative (it has no scheme): a relative URL needs a client "
+            f'with base_url= (Client(base_url="https://api.example")); otherwise give an '
+            f"absolute URL starting with {accepted}"
+        )
+    message = f"unsupported URL scheme {scheme!r} in {_shown(url)}; accepted: {accepted}"
+    if _HOST_PORT.match(url):  # "localhost:8000/x": a host and port without their scheme
+        message += f" (a URL starts with its scheme: {_shown('http://' + url)})"
+    return message
+
+
 def _invalid(message: str) -> InvalidRequest:
     return InvalidRequest(
         message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
@@ -230,9 +249,7 @@ class URL:
             raise _invalid(f"malformed URL {_shown(url)}: {why}") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
-            accepted = " or ".join(f"{s}://" for s in DEFAULT_PORTS)
-            shown = f"{scheme!r}" if scheme else "none"
-            raise _invalid(f"unsupported URL scheme {shown} in {_shown(url)}; accepted: {accepted}")
+            raise _invalid(_scheme_problem(scheme, url))
         host = parts.hostname
         if not host:
             raise _invalid(f"URL has no host: {_shown(url)}")

@@ -30,6 +30,11 @@ async def main(base: str) -> None:
         async with client.stream("GET", base) as response:
             response.aiter_bytes(chunk_size="1MB")  # error: chunk_size
             response.aiter_text(chunk_size=1.5)  # error: chunk_size
+        await client.stream("GET", base)  # error: stream
+        async for _ in client.stream("GET", base):  # error: stream
+            pass
+        with client.stream("GET", base):  # error: stream
+            pass
     trio_retry.Client(deadline="2")  # error: deadline
     trio_retry.Client(retry=3)  # error: retry
     trio_retry.Client(auth="user:password")  # error: auth

@@ -16,6 +16,8 @@
 - :mod:`.connect`: opening connections (transport, TLS, ALPN, proxy, QUIC) and the pool key;
 - :mod:`.h3route`: which origins go over HTTP/3 (``Upstream(http3=)``, ``Alt-Svc``), and
   which are reached over TCP for a while after a failed QUIC handshake;
+- :mod:`.streaming`: what ``client.stream(...)`` returns (``async with`` only; any other use
+  a ``TypeError`` that says so);
 - :mod:`.body`: the one response-body reader, buffered or streamed (one limit, one decoding);
 - :mod:`.failures`: the public exception a final failure becomes;
 - :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).

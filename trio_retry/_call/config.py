@@ -34,7 +34,7 @@ from .._models import URL, Origin, StageTimeouts
 from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
-from .._url import as_base
+from .._url import as_base, shown_url
 from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
@@ -305,13 +305,24 @@ def configure(
     origins: dict[Origin, Upstream] = {}
     for key, value in (upstreams or {}).items():
         if not isinstance(key, str):
-            raise TypeError(f"upstreams keys must be origins as str, got {shown(key)}")
+            raise TypeError(
+                f'upstreams keys must be origins as str ("https://host:port" or '
+                f'"https://host"), got {shown(key)}'
+            )
         if not isinstance(value, Upstream):
-            raise TypeError(f"upstreams[{key!r}] must be an Upstream, got {shown(value)}")
+            raise TypeError(
+                f"upstreams[{shown_url(key, loose=True)!r}] must be an Upstream, got {shown(value)}"
+            )
         try:
             origins[Origin.parse(key)] = value
         except InvalidRequest as exc:
-            _refuse(exc, f"upstreams key {key!r}")
+            problem = str(exc)
+        else:
+            continue
+        raise ValueError(
+            f'upstreams key {shown_url(key, loose=True)!r} is not an origin: write "https://'
+            f'host:port" or "https://host" (or http://); {problem}'
+        )
     if base_url is not None and not isinstance(base_url, (str, URL)):
         raise TypeError(f"base_url must be an absolute http(s) URL as str, got {shown(base_url)}")
     try:
