@@ -12,6 +12,7 @@ from trio_retry.testing import (
     CloseAfterBody,
     CloseAfterHead,
     CloseBeforeRead,
+    EndlessBody,
     GoAway,
     PartialBody,
     RecordedRequest,
@@ -80,6 +81,28 @@ def test_actions_are_frozen_and_hashable() -> None:
 def test_invalid_actions_fail_where_written(make: Callable[[], object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - each case has its own message
         make()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda headers: Respond(headers=headers),
+        lambda headers: PartialBody(headers=headers),
+        lambda headers: EndlessBody(headers=headers),
+    ],
+)
+def test_headers_that_cannot_be_sent_fail_where_written(
+    make: Callable[[dict[str, str]], object],
+) -> None:
+    # Every protocol sends a value's characters one byte each: "€" has no byte. (It crashed
+    # FaultServer.serve when the response was sent.)
+    with pytest.raises(ValueError, match=r"header 'X-Price': its value must be Latin-1") as info:
+        make({"X-Price": "5 €"})
+    assert "character 2 is '€' (U+20AC)" in str(info.value)
+    assert make({"X-Price": "5 \xa3, café"}) is not None  # Latin-1: sent as it is
+    for name in ("X(A)", "Ä", "X\x01", "X/Y", ""):  # not tokens: h11 answered 500 instead
+        with pytest.raises(ValueError, match=r"invalid header name .*: expected a token"):
+            make({name: "v"})
 
 
 def test_then_must_act_after_the_body() -> None:

@@ -8,6 +8,7 @@ import ssl
 import pytest
 import trio
 
+from trio_retry import Client
 from trio_retry.testing import FaultServer, Respond, Stall, refused_port
 
 from .conftest import StartServer
@@ -172,3 +173,16 @@ async def test_h2_preface_on_an_http1_only_server_is_not_executed(nursery: trio.
                 pass
     assert [(r.method, r.executed) for r in server.requests] == [("PRI", False)]
     assert server.executed_count() == 0
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "h2c"])
+async def test_latin1_header_values_are_sent(start_server: StartServer, http2: bool) -> None:
+    # h11 encodes str as ASCII: "café" failed in serve on HTTP/1.1; every protocol now sends
+    # one byte per character, as Respond's check promises.
+    server = await start_server()
+    server.route("GET", "/", Respond(200, headers={"X-Name": "caf\xe9 \xa3"}, body=b"x"))
+    async with Client(http2_prior_knowledge=http2) as client:
+        with trio.fail_after(5):
+            response = await client.get(server.url + "/")
+    assert (response.status_code, response.headers["x-name"]) == (200, "caf\xe9 \xa3")
+    assert response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")

@@ -6,6 +6,7 @@ import h11
 import trio
 
 from ._common import ConnContext, Ending, Slot, ending_for
+from ._replies import h11_headers
 from ._routes import Pick
 from ._script import (
     AfterBody,
@@ -207,7 +208,7 @@ class H1Handler:
             return ending_for(action.reset)
         if isinstance(action, PartialBody):
             headers = response_headers(action.status, action.headers, action.declared_length)
-            await self._send(h11.Response(status_code=action.status, headers=list(headers)))
+            await self._send(h11.Response(status_code=action.status, headers=h11_headers(headers)))
             if action.body and body_allowed(action.status, method):
                 await self._send(h11.Data(data=action.body))
             return ending_for(action.reset)
@@ -233,7 +234,9 @@ class H1Handler:
 
     async def _endless(self, action: EndlessBody, method: str) -> Ending | None:
         # No length in the headers: h11 picks chunked (close-delimited for HTTP/1.0 clients).
-        await self._send(h11.Response(status_code=action.status, headers=list(action.headers)))
+        await self._send(
+            h11.Response(status_code=action.status, headers=h11_headers(action.headers))
+        )
         if not body_allowed(action.status, method):
             await self._send(h11.EndOfMessage())
             return Ending.CLOSE if self._conn.our_state is h11.MUST_CLOSE else None
@@ -257,7 +260,7 @@ class H1Handler:
                 continue
             await self._send(h11.InformationalResponse(status_code=status, headers=[]))
         headers = response_headers(action.status, action.headers, len(action.body))
-        await self._send(h11.Response(status_code=action.status, headers=list(headers)))
+        await self._send(h11.Response(status_code=action.status, headers=h11_headers(headers)))
         if body_allowed(action.status, method):
             for chunk, pause in paced_chunks(action.body, action.body_rate):
                 await self._send(h11.Data(data=chunk))

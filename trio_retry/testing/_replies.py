@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-__all__ = ["body_allowed", "h2_response_headers", "paced_chunks", "response_headers"]
+__all__ = [
+    "body_allowed",
+    "h2_response_headers",
+    "h11_headers",
+    "paced_chunks",
+    "response_headers",
+]
 
 HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
 
@@ -33,6 +39,13 @@ def response_headers(status: int, headers: HeaderPairs, content_length: int) -> 
     if status == 204 or names & {"content-length", "transfer-encoding"}:
         return headers
     return (*headers, ("Content-Length", str(content_length)))
+
+
+def h11_headers(headers: HeaderPairs) -> list[tuple[bytes, bytes]]:
+    """`headers` as the bytes h11 is given: each character one byte (Latin-1), as the HTTP/2
+    and HTTP/3 sides send them. (Given ``str``, h11 encodes as ASCII, and a value such as
+    ``café`` would fail in the server instead of being sent.)"""
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 def h2_response_headers(status: int, headers: HeaderPairs, content_length: int) -> HeaderPairs:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,17 +76,26 @@ class ScriptError(Exception):
     """
 
 
+#: A header name is a token (RFC 9110 §5.6.2): h11 refuses any other, and the server would
+#: answer 500 instead of the scripted response.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _check_token(name: str) -> None:
-    if not name or any(c in name for c in " \t\r\n:\0") or not name.isascii():
-        raise ValueError(f"invalid header name {name!r}")
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(
+            f"invalid header name {name!r}: expected a token (letters, digits and "
+            "!#$%&'*+-.^_`|~), such as X-Trace"
+        )
 
 
 def normalize_headers(headers: HeadersInput) -> HeaderPairs:
     """Return `headers` (a mapping or (name, value) pairs) as a tuple of str pairs.
 
     Names keep their case (HTTP/1.1 sends them as given; HTTP/2 lowercases them). Raises
-    `ValueError` for names that are not tokens or values containing CR, LF or NUL, so a bad
-    script fails where it is written rather than on the wire.
+    `ValueError` for names that are not tokens, values containing CR, LF or NUL, and values
+    that are not Latin-1 (every protocol sends a value's characters as one byte each), so a
+    bad script fails where it is written rather than in `FaultServer.serve` when it is sent.
     """
     items = headers.items() if isinstance(headers, Mapping) else headers
     out: list[tuple[str, str]] = []
@@ -95,6 +105,13 @@ def normalize_headers(headers: HeadersInput) -> HeaderPairs:
         _check_token(name)
         if any(c in value for c in "\r\n\0"):
             raise ValueError(f"invalid header value for {name!r}: {value!r}")
+        wide = next((i for i, c in enumerate(value) if ord(c) > 0xFF), None)
+        if wide is not None:
+            raise ValueError(
+                f"header {name!r}: its value must be Latin-1 text (U+0000 to U+00FF, one byte "
+                f"each), but character {wide} is {value[wide]!r} (U+{ord(value[wide]):04X}); "
+                "for UTF-8 bytes give value.encode('utf-8').decode('latin-1')"
+            )
         out.append((name, value))
     return tuple(out)
 
