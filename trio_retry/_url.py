@@ -117,6 +117,8 @@ def _a_label(host: str, url: str) -> str:
             return host
         labels = (host[:-1] if host.endswith(".") else host).split(".")
         if len(host) <= 253 and all(0 < len(label) <= 63 for label in labels):
+            if "xn--" in host:  # (urlsplit lowercased the host: "XN--" is here too)
+                _check_a_labels(host, labels, url)
             return host
         raise _invalid(
             f"URL host {host!r} is not a valid host name (an empty label, a label over 63 "
@@ -147,6 +149,36 @@ def _scheme_problem(scheme: str, url: str) -> str:
     if _HOST_PORT.match(url):  # "localhost:8000/x": a host and port without their scheme
         message += f" (a URL starts with its scheme: {_shown('http://' + url)})"
     return message
+
+
+def _check_a_labels(host: str, labels: list[str], url: str) -> None:
+    """Refuse an ``xn--`` label that is not the A-label of a valid U-label: UTS #46 §4 step 4
+    decodes such a label and validates the result as it would a U-label, so the A-label of
+    a code point refused in Unicode (``xn--ls8h``, an emoji; ``xn--a-la``, a C1 control) is
+    refused too, as are empty or malformed Punycode (``xn--``, ``xn--99999999999``), a
+    trailing hyphen, and a Punycode that is not its U-label's own encoding (RFC 5891 §5.4).
+    """
+    for label in labels:
+        if not label.startswith("xn--"):
+            continue
+        problem = None
+        try:
+            if idna.encode(idna.decode(label)) != label.encode("ascii"):
+                problem = "not the canonical A-label of its Unicode form"
+        except UnicodeError as exc:  # idna.IDNAError included
+            problem = str(exc) or type(exc).__name__
+        if problem is not None:  # (raised outside the except: no chained text)
+            raise _invalid(
+                f"URL host {host!r} is not a valid host name: its label {label!r} is not a "
+                f"valid IDNA A-label ({problem}): {_shown(url)}"
+            )
+
+
+def tls_name(host: str) -> str:
+    """The name a TLS handshake sends (SNI) and checks the certificate against: ``host``
+    without its trailing dot (RFC 6066 §3: "HostName" has none; a certificate's names have
+    none). DNS keeps the dot: ``localhost.`` is an absolute name, looked up as written."""
+    return host[:-1] if host.endswith(".") else host
 
 
 def _invalid(message: str) -> InvalidRequest:

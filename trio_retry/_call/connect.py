@@ -18,6 +18,7 @@ import trio
 
 from .._models import URL, Origin
 from .._tls import InsecureTLSWarning, build_ssl_context
+from .._url import tls_name
 from .._wire.clock import Clock
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress
@@ -234,7 +235,7 @@ class Connector:
                 TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
             )
         quic = QuicConnection(
-            configuration=quic_configuration(trust, origin.host, ticket),
+            configuration=quic_configuration(trust, tls_name(origin.host), ticket),
             session_ticket_handler=lambda new: tickets.keep(where, new),
         )
         timeouts = config.stage_timeouts

@@ -27,6 +27,7 @@ import trio
 
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
+from .._url import tls_name
 from .clock import Bound
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
@@ -257,7 +258,7 @@ async def _through_proxy(
         return stream
     if proxy.scheme == "https":
         assert proxy_ssl_context is not None
-        tls = trio.SSLStream(stream, proxy_ssl_context, server_hostname=proxy.host)
+        tls = trio.SSLStream(stream, proxy_ssl_context, server_hostname=tls_name(proxy.host))
         try:
             await tls.do_handshake()
         except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
@@ -363,7 +364,8 @@ async def open_transport(
 
     progress.advance(Stage.TLS)
     started = clock()
-    tls = trio.SSLStream(tcp, ssl_context, server_hostname=host, https_compatible=True)
+    # SNI and the certificate's name: the host without a trailing dot (DNS had it as given).
+    tls = trio.SSLStream(tcp, ssl_context, server_hostname=tls_name(host), https_compatible=True)
     try:
         with Bound(None, "tls", tls_timeout, progress=progress, about=f"{host}:{port}"):
             await tls.do_handshake()
