@@ -62,6 +62,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import RejectReason as RejectReason
     from ._errors import RequestFailed as RequestFailed
     from ._errors import ResponseNotJSON as ResponseNotJSON
+    from ._errors import StreamClosed as StreamClosed
     from ._errors import TLSFailed as TLSFailed
     from ._errors import TooManyRedirects as TooManyRedirects
     from ._errors import TrioRetryError as TrioRetryError
@@ -134,6 +135,7 @@ _LAZY = {
     "SentRequest": "._models",
     "Stage": "._core.evidence",
     "StageTimeouts": "._models",
+    "StreamClosed": "._errors",
     "StreamFactory": "._core.replay",
     "TLSFailed": "._errors",
     "TooManyRedirects": "._errors",
@@ -214,6 +216,7 @@ __all__ = [
     "SentRequest",
     "Stage",
     "StageTimeouts",
+    "StreamClosed",
     "StreamFactory",
     "TLSFailed",
     "TooManyRedirects",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._call.body import BLOCK_CLOSED
 from ._call.config import (
     DEFAULT_STAGE_TIMEOUTS,
     HTTP2_DEFAULT,
@@ -367,7 +368,7 @@ class Client:
             yield response
         finally:
             if closer is not None:
-                closer()
+                closer(BLOCK_CLOSED)
 
     def _prepare(self, method: str, url: str | URL, options: RequestOptions) -> PreparedRequest:
         """The request of one call, checked before any I/O (the client must be open)."""

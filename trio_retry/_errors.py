@@ -16,6 +16,7 @@
     ├── HTTPStatusError               raise_for_status() on a status >= 400
     ├── TooManyRedirects              more than max_redirects hops
     ├── ClientStateError              the client used outside ``async with`` or after close
+    ├── StreamClosed                  a streamed body read after its block (or aclose()) closed it
     └── ResponseNotJSON               Response.json() on a body that is not JSON (a ValueError)
 
 ``HttpAmbiguousExecutionError`` is deliberately a sibling of ``RequestFailed``: code that catches
@@ -46,6 +47,7 @@ from ._core.errors import ProtocolFailed as ProtocolFailed
 from ._core.errors import RejectReason as RejectReason
 from ._core.errors import RequestFailed as RequestFailed
 from ._core.errors import ResponseNotJSON as ResponseNotJSON
+from ._core.errors import StreamClosed as StreamClosed
 from ._core.errors import TLSFailed as TLSFailed
 from ._core.errors import TrioRetryError as TrioRetryError
 from ._core.evidence import Evidence, FailureCategory
@@ -68,6 +70,7 @@ __all__ = [
     "ProtocolFailed",
     "RejectReason",
     "RequestFailed",
+    "StreamClosed",
     "TLSFailed",
     "TooManyRedirects",
     "TrioRetryError",

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 
 from ._core.attempt import Attempt
 from ._core.errors import ResponseNotJSON, TrioRetryError
-from ._rechunk import Rechunked, TextRechunked, check_chunk_size
-from ._streams import BodyDecoder, Chunks, Decoded, Lines, Text
+from ._response_body import ResponseBody
+from ._response_views import ResponseViews
+from ._streams import BodyDecoder
 from ._url import DEFAULT_PORTS as DEFAULT_PORTS
 from ._url import SHOWN_QUERY_PARAMETERS as SHOWN_QUERY_PARAMETERS
 from ._url import URL as URL
@@ -343,7 +344,7 @@ class SentRequest:
     headers: Headers
 
 
-class Response:
+class Response(ResponseBody, ResponseViews):
     """An HTTP response.
 
     For buffered calls ``content`` is the whole body. For ``client.stream(...)`` read it with
@@ -481,25 +482,6 @@ class Response:
         return headers
 
     @property
-    def status_code(self) -> int:
-        """Alias of ``status`` (as in httpx)."""
-        return self.status
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status < 300
-
-    @property
-    def content(self) -> bytes:
-        """The whole body. For a streamed response, only after ``await response.aread()``."""
-        if self._content is None:
-            raise RuntimeError(
-                "the body of a streamed response has not been read; call "
-                "`await response.aread()` or iterate `response.aiter_bytes()`"
-            )
-        return self._content
-
-    @property
     def encoding(self) -> str:
         """The ``charset`` of ``Content-Type`` when Python knows it; otherwise ``"utf-8"``
         (the fallback for a missing or unknown charset; no sniffing of the body)."""
@@ -518,24 +500,6 @@ class Response:
     def text(self) -> str:
         """``content`` decoded with ``encoding``; undecodable bytes become U+FFFD."""
         return self.content.decode(self.encoding, errors="replace")
-
-    def aiter_text(self, chunk_size: int | None = None) -> AsyncIterator[str]:
-        """The decoded body (``aiter_bytes()``) as text, in chunks, decoded incrementally with
-        ``encoding`` (the ``Content-Type`` charset, else UTF-8); undecodable bytes become
-        U+FFFD. A character split across network reads comes out whole. Same consumption rules
-        as ``aiter_bytes()``.
-
-        ``chunk_size=N`` (a positive ``int``): every chunk is exactly ``N`` characters (not
-        bytes, as in httpx) but the last, which is shorter and never empty; ``None``: chunks
-        as they are decoded. A bad ``chunk_size`` raises ``TypeError``/``ValueError`` here."""
-        size = check_chunk_size(chunk_size)
-        text = Text(self.aiter_bytes(), self.encoding)
-        return text if size is None else TextRechunked(text, size)
-
-    def aiter_lines(self) -> AsyncIterator[str]:
-        """The text body line by line, without line endings (``\\n``, ``\\r\\n`` or ``\\r``,
-        also when split across chunks): for NDJSON and server-sent events."""
-        return Lines(self.aiter_text())
 
     def json(self, **kwargs: Any) -> Any:
         """``content`` parsed as JSON (``kwargs`` go to ``json.loads``). A body that is not
@@ -556,56 +520,6 @@ class Response:
                 response=self,
             )
         return self
-
-    def aiter_bytes(self, chunk_size: int | None = None) -> AsyncIterator[bytes]:
-        """The body, decoded (``Content-Encoding``), in chunks: for streamed calls as they
-        arrive (a network read that inflates a lot comes out in chunks of at most 64 KiB), for
-        buffered ones the whole ``content`` in one chunk. An empty body gives no chunk.
-
-        ``chunk_size=N`` (a positive ``int``): every chunk is exactly ``N`` bytes but the last,
-        which is shorter and never empty, for streamed and buffered calls alike. At most about
-        ``N`` bytes are held besides the network read being cut up; the body is never gathered
-        whole. ``None``: the chunks as above. A bad ``chunk_size`` raises ``TypeError`` (not an
-        ``int``) or ``ValueError`` (not positive) here, not at the first chunk.
-
-        A plain iterator, not an async generator: leaving an ``async for`` early leaves nothing
-        to be finalised later; the ``client.stream()`` block closes the connection. A cancelled
-        step of a streamed body gives its connection up (an HTTP/2 stream is reset): the next
-        step raises ``ConnectionBroken`` (``PARTIAL_RESPONSE``), with or without ``chunk_size``.
-        """
-        size = check_chunk_size(chunk_size)
-        content = self._content
-        if content is not None:
-            chunks = Chunks([content] if content else [])
-            # Cut through a memoryview: the content is not copied whole again.
-            return chunks if size is None else Rechunked(chunks, size)
-        raw = self.aiter_raw()
-        decoded = raw if self._decoder is None else Decoded(raw, self._decoder)
-        return decoded if size is None else Rechunked(decoded, size)
-
-    def aiter_raw(self, chunk_size: int | None = None) -> AsyncIterator[bytes]:
-        """The body as it came off the wire, not decoded (streamed calls only; a buffered
-        response, or a streamed body already iterated, raises ``RuntimeError``).
-
-        ``chunk_size=N`` (a positive ``int``): every chunk is exactly ``N`` bytes but the last,
-        which is shorter and never empty, holding at most about ``N`` bytes besides the network
-        read being cut up; ``None``: chunks as they arrive. A bad ``chunk_size`` raises
-        ``TypeError``/``ValueError`` here, before the body is touched."""
-        size = check_chunk_size(chunk_size)
-        if self._stream is None or self._consumed:
-            raise RuntimeError(
-                "the response body has already been consumed (aiter_raw() is for streamed "
-                "responses; a buffered response has .content)"
-            )
-        self._consumed = True
-        return self._stream if size is None else Rechunked(self._stream, size)
-
-    async def aread(self) -> bytes:
-        """Read the rest of a streamed body and keep it as ``content``."""
-        if self._content is None:
-            chunks = [chunk async for chunk in self.aiter_bytes()]
-            self._content = b"".join(chunks)
-        return self._content
 
     def __repr__(self) -> str:
         return (

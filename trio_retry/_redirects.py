@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from ._core.evidence import Evidence, FailureCategory
 from ._errors import InvalidRequest
 from ._models import URL
+from ._response_views import REDIRECT_STATUSES as REDIRECT_STATUSES
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -39,7 +40,6 @@ __all__ = [
     "resolve_location",
 ]
 
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 _BODY_HEADERS = ("content-type", "content-length", "transfer-encoding", "content-encoding")
 

@@ -91,6 +91,7 @@ class AttemptRun:
         "permit",
         "progress",
         "proxy",
+        "raw_length",
         "request",
         "response",
         "sent_headers",
@@ -118,6 +119,8 @@ class AttemptRun:
         self.progress = progress
         self.response: WireResponse | None = None
         self.body: bytes | None = None
+        #: The length of ``body`` as received, when it was decoded (else ``None``).
+        self.raw_length: int | None = None
         self.error: BaseException | None = None
         self.conn: PooledConnection | None = None
         self.permit: Permit | None = None
@@ -364,6 +367,8 @@ class AttemptRun:
             source = response.source
             chunks = await source.receive_all(progress, limit)
             self.body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
+            if decoder is not None:  # (Response.num_bytes_downloaded: the body as it came)
+                self.raw_length = sum(map(len, chunks))
             finished = True
         except WireError as exc:
             self.error = exc
@@ -374,6 +379,16 @@ class AttemptRun:
         finally:
             if not (finished and streaming and self.body is None):
                 self.give_back()
+
+    def end(self) -> None:
+        """Give back what a streamed response still holds (idempotent): a body not read to its
+        end is abandoned (its HTTP/1.1 connection closed, its HTTP/2 or HTTP/3 stream reset),
+        then :meth:`give_back`. For the ``stream()`` block's exit, a redirect followed, and a
+        hedged copy whose response lost the race."""
+        response = self.response
+        if self.body is None and self.conn is not None and response is not None:
+            response.source.abandon()
+        self.give_back()
 
     def give_back(self) -> None:
         """Return the connection (reusable only after a complete exchange) and the permit."""

@@ -20,13 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+from .._core.errors import StreamClosed
 from .._core.evidence import FailureCategory
 from .._decoding import DecodeError, Decoder, make_decoder
 from .._wire.clock import DeadlineBound
 from .._wire.exchange import BodySource
 from .._wire.progress import AttemptProgress, WireError
 
-__all__ = ["BodyReader", "CheckedDecoder", "StreamedBody", "decoder_for", "whole_body"]
+__all__ = [
+    "BLOCK_CLOSED",
+    "REDIRECT_CLOSED",
+    "BodyReader",
+    "CheckedDecoder",
+    "StreamedBody",
+    "decoder_for",
+    "whole_body",
+]
 
 
 def decoder_for(
@@ -108,6 +117,17 @@ def whole_body(
                            ends_call=True) from exc  # fmt: skip
 
 
+#: The ``StreamClosed`` messages: what closed a streamed body before its end.
+BLOCK_CLOSED = (
+    "this streamed body was closed when its `async with client.stream(...)` block exited, "
+    "before it was read to the end: read it inside the block (`await response.aread()`, or "
+    "`async for chunk in response.aiter_bytes()`)"
+)
+REDIRECT_CLOSED = (
+    "the body of this redirect was closed when the client followed it: a followed redirect "
+    "keeps only its head in response.history"
+)
+
 #: Turns a failure of a handed-over body into the exception the caller gets (and closes up).
 OnBreak = Callable[[WireError], Exception]
 
@@ -116,10 +136,23 @@ class StreamedBody:
     """The body of a streamed response: each chunk read inside the call deadline.
 
     ``on_end`` runs once the body was read to the end (the connection can be reused); a break
-    raises what ``on_break`` returns. After either, iteration stops.
+    raises what ``on_break`` returns; :meth:`close` stops it early. After any of them,
+    iteration stops: with ``StopAsyncIteration`` after the end or a break, with
+    :class:`StreamClosed` after an early :meth:`close` (the obvious way, stopping quietly,
+    handed a caller who iterated after the ``stream()`` block an empty body as if it were the
+    whole one, issue #38).
     """
 
-    __slots__ = ("_deadline", "_done", "_on_break", "_on_end", "_reader")
+    __slots__ = (
+        "_deadline",
+        "_done",
+        "_on_break",
+        "_on_close",
+        "_on_end",
+        "_reader",
+        "closed_by",
+        "received",
+    )
 
     def __init__(
         self,
@@ -127,22 +160,37 @@ class StreamedBody:
         deadline: float,
         on_end: Callable[[], None],
         on_break: OnBreak,
+        on_close: Callable[[], None],
     ) -> None:
         self._reader = reader
         self._deadline = deadline
         self._on_end = on_end
         self._on_break = on_break
+        self._on_close = on_close
         self._done = False
+        #: Why the body was closed before its end (the :class:`StreamClosed` message), or
+        #: ``None``: open, read to its end, or broken.
+        self.closed_by: str | None = None
+        #: Raw body bytes received so far (``Response.num_bytes_downloaded``).
+        self.received = 0
 
-    def close(self) -> None:
-        """Stop iterating (the caller left the ``stream()`` block)."""
-        self._done = True
+    def close(self, by: str | None = None) -> None:
+        """Stop the body here and give its connection and permit back (``on_close``; the
+        connection is closed unless the body was read to its end). ``by``: what closed it (a
+        message saying so), for the :class:`StreamClosed` a later step raises if the body had
+        not ended; ``None`` after its end or a break. Idempotent: the first reason stays."""
+        if not self._done:
+            self._done = True
+            self.closed_by = by
+        self._on_close()
 
     def __aiter__(self) -> StreamedBody:
         return self
 
     async def __anext__(self) -> bytes:
         if self._done:
+            if self.closed_by is not None:
+                raise StreamClosed(self.closed_by)
             raise StopAsyncIteration
         reader = self._reader
         try:
@@ -159,6 +207,7 @@ class StreamedBody:
             self._done = True
             self._on_end()
             raise StopAsyncIteration
+        self.received += len(chunk)
         return chunk
 
 

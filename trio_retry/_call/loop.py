@@ -55,7 +55,7 @@ from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import AttemptRun
-from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
+from .body import REDIRECT_CLOSED, BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
@@ -73,9 +73,11 @@ logger = logging.getLogger("trio_retry")
 #: (a global: on Python 3.11 an enum class attribute costs a ``__getattr__`` hook)
 _RECEIVED = Evidence.RESPONSE_RECEIVED
 
-#: Ends a streamed response: gives its connection back (reusable if the body was read to the
-#: end) and its permit. ``None`` for a buffered response, which holds nothing.
-Closer = Callable[[], None]
+#: Ends a streamed response (``StreamedBody.close``): gives its connection back (reusable if
+#: the body was read to the end) and its permit; reading on after it raises ``StreamClosed``
+#: with the message given (what closed it). ``None`` for a buffered response, which holds
+#: nothing.
+Closer = Callable[[str], None]
 
 
 async def send_following(
@@ -96,7 +98,7 @@ async def send_following(
             response.history = history
             return response, closer
         if closer is not None:  # a streamed redirect: its body is not wanted
-            closer()
+            closer(REDIRECT_CLOSED)
         history.append(response)
         if len(history) > max_redirects:
             raise TooManyRedirects(
@@ -464,7 +466,7 @@ def _response(
     ``attempts=None``: its one attempt is ``attempt_record()``'s, built when first read."""
     wire = run.response
     assert wire is not None
-    return Response._received(
+    response = Response._received(
         status=wire.status,
         reason=wire.reason,
         wire_headers=wire.headers,  # decoded on first use, like the sent ones
@@ -480,6 +482,9 @@ def _response(
         decoder=decoder,
         attempt_record=attempt_record,
     )
+    if run.raw_length is not None:
+        response._downloaded = run.raw_length
+    return response
 
 
 def _finish(
@@ -507,24 +512,14 @@ def _deliver(
     assert wire is not None
     progress = AttemptProgress(rt.now())
     progress.stage = Stage.RESPONSE_BODY
-    done = False
     body: StreamedBody
 
-    def close() -> None:
-        nonlocal done
-        if not done:
-            done = True
-            body.close()  # iterating after the block ends stops at once
-            if run.body is None and run.conn is not None:
-                wire.source.abandon()
-            run.give_back()
-
     def ended() -> None:
-        run.body = b""
-        close()
+        run.body = b""  # read to its end: the connection goes back to the pool
+        run.end()
 
     def broken(exc: WireError) -> Exception:
-        close()
+        body.close()
         failed = replace(
             attempts[-1],
             stage=progress.stage,
@@ -541,7 +536,7 @@ def _deliver(
     limit = config.max_body_bytes
     reader = BodyReader(wire.source, progress, limit)
     decoder = decoder_for(request.method, wire.headers, limit)
-    body = StreamedBody(reader, request.deadline, ended, broken)
+    body = StreamedBody(reader, request.deadline, ended, broken, run.end)
     response = _response(
         request,
         run,
@@ -550,4 +545,4 @@ def _deliver(
         body,
         CheckedDecoder(decoder, progress, broken) if decoder is not None else None,
     )
-    return response, close
+    return response, body.close

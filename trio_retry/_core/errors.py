@@ -23,6 +23,7 @@ __all__ = [
     "ProtocolFailed",
     "RejectReason",
     "RequestFailed",
+    "StreamClosed",
     "TLSFailed",
     "TrioRetryError",
 ]
@@ -156,6 +157,15 @@ def _admission_rejected(
 
 class ClientStateError(TrioRetryError, RuntimeError):
     """The client was used outside ``async with`` (not yet entered, or already closed)."""
+
+
+class StreamClosed(TrioRetryError, RuntimeError):
+    """A streamed body was read after it was closed before its end: by the end of its
+    ``async with client.stream(...)`` block, by ``await response.aclose()``, or (a redirect in
+    ``history``) when the client followed the redirect. The message says which. Raised by every
+    way of reading it (``aiter_bytes()``, ``aiter_raw()``, ``aiter_text()``, ``aiter_lines()``,
+    ``aread()``, ``content``), never an empty body in its place. Also a ``RuntimeError``, as
+    httpx's ``StreamClosed`` is."""
 
 
 class ResponseNotJSON(TrioRetryError, ValueError):
