@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trio_retry"
 VALUES = ("_models", "_url", "_errors", "_body", "_decoding", "_auth", "_cookies", "_proxy",
           "_redirects", "_trail", "_tls", "_streams", "_rechunk", "_response_body",
           "_response_views")  # fmt: skip
-TOP = ("__init__", "__main__", "_cli", "_demo")
+TOP = ("__init__", "__main__", "_cli", "_demo", "instrumentation")
 
 
 def layer(module: str) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import trio_retry
+import trio_retry.instrumentation
 import trio_retry.testing
 from trio_retry import Client
 
@@ -87,11 +88,22 @@ def _documented_names(text: str) -> set[str]:
 
 
 def _reference_parts() -> tuple[str, str]:
-    """reference.md split into the ``trio_retry`` part and the ``trio_retry.testing`` part."""
+    """reference.md split into the ``trio_retry`` part and the ``trio_retry.testing`` part
+    (the ``trio_retry.instrumentation`` part left out: :func:`test_instrumentation_section`)."""
     sections = _sections(_read("reference.md"))
     testing = sections.pop("trio_retry.testing")
+    sections.pop("trio_retry.instrumentation")
     sections.pop("Completeness", None)  # its own check, run by tests/test_docs.py
     return "".join(sections.values()), testing
+
+
+def test_instrumentation_section() -> None:
+    section = _sections(_read("reference.md"))["trio_retry.instrumentation"]
+    _compare(
+        "reference.md trio_retry.instrumentation",
+        _documented_names(section),
+        trio_retry.instrumentation.__all__,
+    )
 
 
 def test_every_public_name_is_documented() -> None:

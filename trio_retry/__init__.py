@@ -57,6 +57,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import HttpAmbiguousExecutionError as HttpAmbiguousExecutionError
     from ._errors import HTTPStatusError as HTTPStatusError
     from ._errors import InvalidRequest as InvalidRequest
+    from ._errors import MissingExtra as MissingExtra
     from ._errors import PoolTimeout as PoolTimeout
     from ._errors import ProtocolFailed as ProtocolFailed
     from ._errors import RejectReason as RejectReason
@@ -74,7 +75,6 @@ if _typing.TYPE_CHECKING:
     from ._observe.hooks import EventHooks as EventHooks
     from ._observe.hooks import HookRequest as HookRequest
     from ._observe.hooks import HookResponse as HookResponse
-    from ._observe.otel import MissingExtra as MissingExtra
     from ._observe.otel import OpenTelemetry as OpenTelemetry
     from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
@@ -113,7 +113,7 @@ _LAZY = {
     "Idempotency": "._core.idempotency",
     "InsecureTLSWarning": "._tls",
     "InvalidRequest": "._errors",
-    "MissingExtra": "._observe.otel",
+    "MissingExtra": "._errors",
     "Multipart": "._core.replay",
     "OpenTelemetry": "._observe.otel",
     "PoolTimeout": "._errors",

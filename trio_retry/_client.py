@@ -26,6 +26,7 @@ from ._call.body import BLOCK_CLOSED
 from ._call.config import (
     DEFAULT_STAGE_TIMEOUTS,
     HTTP2_DEFAULT,
+    TELEMETRY_DEFAULT,
     AttemptCallback,
     AuthTypes,
     ClientConfig,
@@ -105,18 +106,19 @@ class Client:
         json_dumps: JsonDumps | None = None,
         transport: Dialer | None = None,
         event_hooks: EventHooks | None = None,
-        telemetry: OpenTelemetry | None = None,
+        telemetry: OpenTelemetry | None = TELEMETRY_DEFAULT,  # None: none, even if instrumented
         http1_fast_path: bool = True,  # the strict HTTP/1.1 fast path (_wire/fast11.py)
         http2_fast_path: bool = True,  # the strict HTTP/2 fast path (_wire/http2/fast.py)
         http3: bool = False,  # HTTP/3 where Alt-Svc advertises it (extra http3; SPEC §16)
         early_data: bool = False,  # HTTP/3 0-RTT for requests whose replay is harmless
     ) -> None:
-        if telemetry is not None and not isinstance(telemetry, OpenTelemetry):
-            raise TypeError(
-                f"telemetry must be a trio_retry.OpenTelemetry(...), got {type(telemetry).__name__}"
-            )
-        if telemetry is None:  # opentelemetry-instrument: TrioRetryInstrumentor's default
+        if telemetry is TELEMETRY_DEFAULT:  # opentelemetry-instrument: the instrumentor's
             telemetry = default_telemetry()
+        elif telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+            raise TypeError(
+                "telemetry must be a trio_retry.OpenTelemetry(...), or None for none, got "
+                f"{type(telemetry).__name__}"
+            )
         self._config = configure(
             retry=retry,
             upstreams=upstreams,

@@ -17,7 +17,8 @@
     ├── TooManyRedirects              more than max_redirects hops
     ├── ClientStateError              the client used outside ``async with`` or after close
     ├── StreamClosed                  a streamed body read after its block (or aclose()) closed it
-    └── ResponseNotJSON               Response.json() on a body that is not JSON (a ValueError)
+    ├── ResponseNotJSON               Response.json() on a body that is not JSON (a ValueError)
+    └── MissingExtra                  a feature configured without its extra (an ImportError)
 
 ``HttpAmbiguousExecutionError`` is deliberately a sibling of ``RequestFailed``: code that catches
 "failed" (and perhaps retries on its own) must not swallow "it may have happened".
@@ -42,6 +43,7 @@ from ._core.errors import ConnectFailed as ConnectFailed
 from ._core.errors import ConnectionBroken as ConnectionBroken
 from ._core.errors import DeadlineExceeded as DeadlineExceeded
 from ._core.errors import InvalidRequest as InvalidRequest
+from ._core.errors import MissingExtra as MissingExtra
 from ._core.errors import PoolTimeout as PoolTimeout
 from ._core.errors import ProtocolFailed as ProtocolFailed
 from ._core.errors import RejectReason as RejectReason
@@ -66,6 +68,7 @@ __all__ = [
     "HTTPStatusError",
     "HttpAmbiguousExecutionError",
     "InvalidRequest",
+    "MissingExtra",
     "PoolTimeout",
     "ProtocolFailed",
     "RejectReason",

@@ -14,7 +14,7 @@ import sys
 
 class _NotInstalled:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == {package!r}:
+        if name == {package!r} or name.startswith({package!r} + "."):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
@@ -24,5 +24,6 @@ sys.meta_path.insert(0, _NotInstalled())
 
 def without(package: str) -> str:
     """Source code that, run first, makes every import of ``package`` (and its submodules)
-    raise ``ModuleNotFoundError`` as an uninstalled package's would."""
+    raise ``ModuleNotFoundError`` as an uninstalled package's would. ``package`` may be a
+    namespace package's portion (``opentelemetry.instrumentation``)."""
     return _PRELUDE.format(package=package)

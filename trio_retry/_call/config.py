@@ -39,11 +39,14 @@ from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
 if TYPE_CHECKING:
+    from .._observe.otel import OpenTelemetry
     from .._proxy import ProxyConfig
     from .._wire.dialer import Dialer
 
 __all__ = [
     "DEFAULT_STAGE_TIMEOUTS",
+    "HTTP2_DEFAULT",
+    "TELEMETRY_DEFAULT",
     "AttemptCallback",
     "AuthTypes",
     "ClientConfig",
@@ -68,6 +71,13 @@ class _Default:
 
 #: ``Client(http2=...)``'s default: ``True``, but not "given explicitly" (SPEC §12).
 HTTP2_DEFAULT: Final[bool] = cast(bool, _Default(True))
+
+#: ``Client(telemetry=...)``'s default: shown as ``None``, but not ``telemetry=None`` given
+#: explicitly. Not given, a client takes the instrumentor's telemetry (``TrioRetryInstrumentor
+#: .instrument()``); ``None`` given opts it out. (A default of ``None`` meaning "the
+#: instrumentor's" left no way to opt out; a ``telemetry=False`` for "none" was rejected: two
+#: spellings of nothing, and ``None`` is what a caller writes for it.)
+TELEMETRY_DEFAULT: Final[OpenTelemetry | None] = cast("OpenTelemetry | None", _Default(None))
 
 _NO_H2 = (
     "http2=True, but the ssl.SSLContext given to the client does not offer h2 by ALPN ({}), "

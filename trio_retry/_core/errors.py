@@ -19,6 +19,7 @@ __all__ = [
     "ConnectionBroken",
     "DeadlineExceeded",
     "InvalidRequest",
+    "MissingExtra",
     "PoolTimeout",
     "ProtocolFailed",
     "RejectReason",
@@ -31,6 +32,13 @@ __all__ = [
 
 class TrioRetryError(Exception):
     """Base of every exception trio_retry raises (never of ``trio.Cancelled``)."""
+
+
+class MissingExtra(TrioRetryError, ImportError):
+    """An optional feature was asked for without its extra installed (the message names it,
+    with the ``pip install`` that installs it). Raised where the feature is configured:
+    ``Client(http3=True)`` (extra ``http3``), ``OpenTelemetry()`` and
+    ``trio_retry.instrumentation`` (extra ``otel``)."""
 
 
 class RequestFailed(TrioRetryError):

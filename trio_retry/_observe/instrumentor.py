@@ -7,8 +7,9 @@ meter_provider=...)`` (the providers given to ``instrument()``, or the global on
 given ``telemetry=`` keeps its own, and clients already created are left as they are.
 Uninstrumenting stops that for clients created afterwards.
 
-This module imports ``opentelemetry.instrumentation`` (package
-``opentelemetry-instrumentation``): ``import trio_retry`` never imports it.
+The public name is ``trio_retry.instrumentation.TrioRetryInstrumentor``. This module imports
+``opentelemetry.instrumentation`` (package ``opentelemetry-instrumentation``), or raises
+:class:`MissingExtra` naming the ``otel`` extra: ``import trio_retry`` never imports it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-# mypy does not see the class through the package's instrumentor module (it is Any to it).
-from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
-    BaseInstrumentor,
-)
+from .otel import MissingExtra, OpenTelemetry, set_default_telemetry
 
-from .otel import OpenTelemetry, set_default_telemetry
+try:
+    # mypy does not see the class through the package's instrumentor module (it is Any to it).
+    from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+        BaseInstrumentor,
+    )
+except ImportError as exc:
+    raise MissingExtra(
+        "TrioRetryInstrumentor needs the opentelemetry-instrumentation package: install "
+        "trio_retry[otel]"
+    ) from exc
 
 __all__ = ["TrioRetryInstrumentor"]
 

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.attempt import Attempt
 from .._core.decision import Decision, DenyReason, RetryDenied
+from .._core.errors import MissingExtra as MissingExtra
 from .._core.evidence import Stage
 from .._core.idempotency import Idempotency
-from .._errors import TrioRetryError
 from .attributes import (
     DURATION_BUCKETS,
     METRIC_NAMES,
@@ -61,10 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["AttemptTrace", "CallTrace", "Instrumentation", "MissingExtra", "OpenTelemetry"]
 
 _SCOPE = "trio_retry"
-
-
-class MissingExtra(TrioRetryError, ImportError):
-    """An optional feature was asked for without its extra installed (the message names it)."""
 
 
 def _version() -> str:

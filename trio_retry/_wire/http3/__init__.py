@@ -9,10 +9,12 @@ driven by one Trio task per connection. Each module has one job:
 
 Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise. The
 package checks for aioquic before anything else in it runs, so that importing any part of it
-without the extra raises one ``ImportError`` naming the extra (never a bare
+without the extra raises one ``MissingExtra`` (an ``ImportError``) naming the extra (never a bare
 ``ModuleNotFoundError`` from whichever module imported aioquic first); the client imports the
 package at construction, so a missing extra is reported there.
 """
+
+from ..._core.errors import MissingExtra
 
 MISSING_EXTRA = "HTTP/3 needs aioquic, the 'http3' extra: pip install 'trio_retry[http3]'"
 
@@ -20,7 +22,7 @@ try:
     import aioquic.h3.connection
     import aioquic.quic.connection  # noqa: F401
 except ImportError as exc:
-    raise ImportError(MISSING_EXTRA) from exc
+    raise MissingExtra(MISSING_EXTRA) from exc
 
 from .connection import HTTP3Connection as HTTP3Connection  # noqa: E402
 
