@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["PreparedBody", "new_uuid4", "prepare_body"]
 
 CHUNK = 65536
-#: A file body is read this much at a time: each read of a ``Path`` is a round through a
-#: worker thread (``trio.open_file``), which costs more than the read itself below about
-#: a megabyte (at 64 KiB, most of a 50 MB upload's CPU); the chunk is then written in the
-#: connection's own slices, so no single write grows.
+#: A file body (a ``Path``, or a file object: sync, or async such as ``trio.open_file``'s) is
+#: read this much at a time: each read of an async file is a round through a worker thread,
+#: which costs more than the read itself below about a megabyte (at 64 KiB, most of a 50 MB
+#: upload's CPU); the chunk is then written in the connection's own slices, so no single write
+#: grows.
 FILE_CHUNK = 1024 * 1024
 
 BodyBytes = bytes | AsyncIterable[bytes]
@@ -137,10 +138,13 @@ async def _open(source: object) -> tuple[BodyBytes, int | None]:
         return data, len(data)
     if isinstance(source, (bytearray, memoryview)):
         return bytes(source), len(source)
-    if isinstance(source, AsyncIterable):
-        return _aiter_bytes(source), None
+    # A file object before an async iterable: an async file (``trio.open_file``, anyio's
+    # ``AsyncFile``) is both, and iterating it gives lines, so a 10 MB file went in thousands of
+    # small writes (18 s on loopback, issue #38) where ``read(FILE_CHUNK)`` takes ten.
     if callable(getattr(source, "read", None)):
         return _read_file(source), None
+    if isinstance(source, AsyncIterable):
+        return _aiter_bytes(source), None
     if isinstance(source, Iterable):
         return _iter_bytes(source), None
     raise TypeError(f"a body factory returned an unsupported object: {type(source).__name__}")
@@ -174,6 +178,8 @@ async def _iter_bytes(source: Iterable[Any]) -> AsyncIterator[bytes]:
 
 
 async def _read_file(file: Any) -> AsyncIterator[bytes]:
+    """A file object's bytes, ``FILE_CHUNK`` at a time by its own ``read()`` (awaited when it
+    is async); the file is closed after (``aclose()`` or ``close()``)."""
     try:
         while True:
             chunk = file.read(FILE_CHUNK)
