@@ -16,9 +16,9 @@ import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from functools import partial
+from functools import partial, wraps
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
@@ -61,6 +61,33 @@ __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
 USER_AGENT = "trio_retry/0.1"
 
 
+_P = ParamSpec("_P")
+_S = TypeVar("_S")
+
+
+def _hinted(init: Callable[Concatenate[_S, _P], None]) -> Callable[Concatenate[_S, _P], None]:
+    """``init``, whose unknown keyword argument raises the ``TypeError`` of
+    :func:`_unknown_option` (the nearest option, or what other clients' name means here)
+    instead of Python's own. Looked for only once ``init`` raised ``TypeError``: a correct
+    construction pays one call for it. The signature is kept, so type checkers still report
+    the mistake in the caller's code."""
+
+    @wraps(init)
+    def checked(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except TypeError:
+            code = init.__code__
+            names = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+            unknown = kwargs.keys() - set(names)
+            if unknown:
+                option = sorted(unknown)[0]
+                raise _unknown_option(option, "Client()", sorted(names), _CLIENT_HINTS) from None
+            raise
+
+    return checked
+
+
 class Client:
     """A Trio HTTP client whose retries are decided on execution evidence.
 
@@ -70,6 +97,7 @@ class Client:
     docs/reference.md and SPEC §2/§10; a wrong one raises ``TypeError`` or ``ValueError`` here.
     """
 
+    @_hinted
     def __init__(
         self,
         *,
@@ -411,8 +439,21 @@ _PUBLIC_CODES = {
     for name in ("request", "get", "head", "options", "post", "put", "patch", "delete")
 }
 _OPTIONS = sorted(_OPTION_NAMES)
-#: Other clients' names for an option (httpx, requests).
-_HINTS = {"timeout": "deadline", "allow_redirects": "follow_redirects"}
+#: Other clients' names for an option (httpx, requests), and what to say instead: of a call,
+#: and of the client.
+_HINTS = {
+    "timeout": "'deadline' (seconds for the whole call, retries and backoffs included; each "
+    "stage's own bound is Client(stage_timeouts=StageTimeouts(...)))",
+    "allow_redirects": "'follow_redirects'",
+}
+_CLIENT_HINTS = {
+    "timeout": "'deadline' (seconds for each whole call, retries and backoffs included) or "
+    "'stage_timeouts' (StageTimeouts(connect=, tls=, write=, first_byte=, read=): each stage's "
+    "own bound)",
+    "limits": "'max_connections', 'max_connections_per_origin' and 'keepalive_expiry' (the "
+    "pool's limits are options of their own)",
+    "proxies": "'proxy' (one proxy URL; trust_env=True reads the environment's)",
+}
 _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
 
 
@@ -432,22 +473,33 @@ def _cookie_jar(cookies: object) -> CookieJar | None:
     return CookieJar() if cookies else None
 
 
-def _unknown_option(name: str) -> TypeError:
-    """The ``TypeError`` for an option no call takes, naming the public method the caller
-    used (found on the stack: only on this error path) and the nearest valid option."""
-    method = "Client.request()"
-    frame: FrameType | None = sys._getframe(1)  # _prepare, then _call or _stream, then ...
-    for _ in range(8):
-        if frame is None:
-            break
-        if frame.f_code in _PUBLIC_CODES:
-            method = _PUBLIC_CODES[frame.f_code]
-            break
-        frame = frame.f_back
+def _unknown_option(
+    name: str,
+    method: str | None = None,
+    options: Sequence[str] = _OPTIONS,
+    hints: Mapping[str, str] = _HINTS,
+) -> TypeError:
+    """The ``TypeError`` for an option ``method`` does not take, naming the public method
+    (by default the call the caller used, found on the stack: only on this error path) and
+    the nearest of ``options``, or what ``hints`` says of another client's name for one."""
+    if method is None:
+        method = "Client.request()"
+        frame: FrameType | None = sys._getframe(1)  # _prepare, then _call or _stream, then ...
+        for _ in range(8):
+            if frame is None:
+                break
+            if frame.f_code in _PUBLIC_CODES:
+                method = _PUBLIC_CODES[frame.f_code]
+                break
+            frame = frame.f_back
     message = f"{method} got an unexpected keyword argument {name!r}"
-    import difflib  # only on this error path: not worth its import time at start-up
+    hint = hints.get(name)
+    if hint is None:
+        import difflib  # only on this error path: not worth its import time at start-up
 
-    close = [_HINTS[name]] if name in _HINTS else difflib.get_close_matches(name, _OPTIONS, n=1)
-    if close:
-        return TypeError(f"{message}; did you mean {close[0]!r}?")
-    return TypeError(f"{message}; the options are: {', '.join(_OPTIONS)}")
+        # Another client's name misspelt ('timout') is that name, not the nearest option.
+        close = difflib.get_close_matches(name, [*options, *hints], n=1)
+        hint = (hints.get(close[0]) or repr(close[0])) if close else None
+    if hint is not None:
+        return TypeError(f"{message}; did you mean {hint}?")
+    return TypeError(f"{message}; the options are: {', '.join(options)}")

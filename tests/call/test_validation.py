@@ -90,11 +90,49 @@ MISSPELT: list[tuple[str, str, str]] = [
     ("stream", "idempotencykey", "Client.stream() got an unexpected keyword argument "
      "'idempotencykey'; did you mean 'idempotency_key'?"),
     ("put", "timeout", "Client.put() got an unexpected keyword argument 'timeout'; "
-     "did you mean 'deadline'?"),
+     "did you mean 'deadline' (seconds for the whole call, retries and backoffs included; each "
+     "stage's own bound is Client(stage_timeouts=StageTimeouts(...)))?"),
+    ("get", "timout", "Client.get() got an unexpected keyword argument 'timout'; "
+     "did you mean 'deadline' (seconds for the whole call, retries and backoffs included; each "
+     "stage's own bound is Client(stage_timeouts=StageTimeouts(...)))?"),
     ("delete", "config", "Client.delete() got an unexpected keyword argument 'config'; "
      "the options are: auth, content, cookies, data, deadline, files, follow_redirects, "
      "headers, hedging, idempotency, idempotency_key, json, params, retry"),
 ]  # fmt: skip
+
+
+# (the misspelt or foreign Client option, the message): httpx's names get a hint like a typo.
+CLIENT_MISSPELT: list[tuple[str, str]] = [
+    # Before: "Client.__init__() got an unexpected keyword argument 'timeout'", and no hint.
+    ("timeout", "Client() got an unexpected keyword argument 'timeout'; did you mean "
+     "'deadline' (seconds for each whole call, retries and backoffs included) or "
+     "'stage_timeouts' (StageTimeouts(connect=, tls=, write=, first_byte=, read=): each "
+     "stage's own bound)?"),
+    ("timout", "Client() got an unexpected keyword argument 'timout'; did you mean "
+     "'deadline' (seconds for each whole call, retries and backoffs included) or "
+     "'stage_timeouts' (StageTimeouts(connect=, tls=, write=, first_byte=, read=): each "
+     "stage's own bound)?"),
+    ("limits", "Client() got an unexpected keyword argument 'limits'; did you mean "
+     "'max_connections', 'max_connections_per_origin' and 'keepalive_expiry' (the pool's "
+     "limits are options of their own)?"),
+    ("max_conections", "Client() got an unexpected keyword argument 'max_conections'; did you "
+     "mean 'max_connections'?"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("option", "message"), CLIENT_MISSPELT)
+def test_a_misspelt_client_option_names_the_nearest_one(option: str, message: str) -> None:
+    with pytest.raises(TypeError) as info:
+        trio_retry.Client(**{option: 1})
+    assert str(info.value) == message
+    assert info.value.__cause__ is None
+    assert "__init__" not in str(info.value)
+
+
+def test_a_type_error_of_a_known_client_option_is_left_alone() -> None:
+    with pytest.raises(TypeError, match="telemetry must be") as info:
+        trio_retry.Client(telemetry=3)  # type: ignore[arg-type]
+    assert "did you mean" not in str(info.value)
 
 
 @pytest.mark.parametrize(("call", "option", "message"), MISSPELT)

@@ -83,6 +83,10 @@ async def test_gateway_errors_on_post_are_ambiguous_with_the_response(
     assert err.evidence is Evidence.RESPONSE_RECEIVED
     assert isinstance(err.decision, AmbiguousFailure)
     assert len(server.requests) == 1
+    # The FaultServer is the origin: the message says what is known, not "from a gateway".
+    assert "from a gateway" not in str(err)
+    assert f"status {status}, sent by the server or by a gateway in front of it" in str(err)
+    assert "may have been executed" in str(err)
 
 
 async def test_transient_500_retried_only_when_registered(server: FaultServer) -> None:

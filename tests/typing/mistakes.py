@@ -38,3 +38,4 @@ async def main(base: str) -> None:
     trio_retry.Client(deadline="2")  # error: deadline
     trio_retry.Client(retry=3)  # error: retry
     trio_retry.Client(auth="user:password")  # error: auth
+    trio_retry.Client(timeout=5.0)  # error: timeout

@@ -67,12 +67,19 @@ def ambiguous_status(
     attempts: Sequence[Attempt],
     decision: AmbiguousFailure,
 ) -> HttpAmbiguousExecutionError:
-    """A 502/503/504 on a request that is not safely idempotent: a gateway may have
-    forwarded it. ``.response`` is that response."""
+    """A 502/503/504 on a request that is not safely idempotent: it may have been executed.
+    ``.response`` is that response.
+
+    The message says only what is known: the status may come from the origin itself or from
+    a gateway in front of it (nothing in a response proves which: ``Via`` is optional), and
+    either may have passed the request on before failing. It said "from a gateway", which was
+    wrong for an origin's own 503 (issue #38)."""
     last = attempts[-1]
     return HttpAmbiguousExecutionError(
-        f"{request.method} {request.url}: status {last.status} from a gateway; the "
-        f"upstream may have executed this {request.idempotency} request. " + AMBIGUOUS_ADVICE,
+        f"{request.method} {request.url}: status {last.status}, sent by the server or by a "
+        "gateway in front of it (which one is not known), either of which may have passed the "
+        f"request on first: this {request.idempotency} request may have been executed. "
+        + AMBIGUOUS_ADVICE,
         evidence=last.evidence,
         attempts=attempts,
         response=response,
