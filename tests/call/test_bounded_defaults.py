@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import AsyncIterator
-from typing import Any
 
 import h2.config
 import h2.connection
@@ -35,54 +34,25 @@ from trio_retry.testing import EndlessBody, FaultServer, Respond
 from trio_retry.testing._memory import memory_connection
 from trio_retry.testing._script import ShutWindow, StopReading
 
+from .conftest import FOREVER, default_client
+
 MiB = 1024 * 1024
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
-#: Virtual seconds: far beyond any bound under test (the servers' bounds, the safety nets).
-FOREVER = 1e6
 #: Virtual seconds: the bound on every test; a call still waiting then was not bounded.
 LIMIT = 1000.0
 #: The idle bounds of ``Client()`` (checked against its defaults in the first test).
 READ = 30.0
 WRITE = 30.0
 
-#: The protocols: HTTP/1.1, h2c with prior knowledge, HTTP/2 over TLS (ALPN).
-MODES = ("h1", "h2c", "h2-tls")
 VERSION = {"h1": "HTTP/1.1", "h2c": "HTTP/2", "h2-tls": "HTTP/2"}
 #: Head and part of the body, then silence: one 100-byte chunk of an endless body, then a
 #: pause of FOREVER seconds before the next.
 STALLED = EndlessBody(chunk=b"s" * 100, rate=100 / FOREVER, seconds=FOREVER)
 
 
-def patient_server(mode: str) -> FaultServer:
-    """A server whose own idle, read and write bounds never fire first."""
-    return FaultServer(
-        tls=mode == "h2-tls",
-        http2=mode != "h1",
-        idle_timeout=FOREVER,
-        read_timeout=FOREVER,
-        write_timeout=FOREVER,
-    )
-
-
-def default_client(server: FaultServer, mode: str, **options: Any) -> trio_retry.Client:
-    """``Client()`` with its defaults; only the protocol (and ``options``) chosen."""
-    if mode == "h2c":
-        options["http2_prior_knowledge"] = True
-    elif mode == "h2-tls":
-        options["ssl_context"] = server.client_ssl_context()
-    return trio_retry.Client(**options)
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
-async def server(mode: str, nursery: trio.Nursery) -> FaultServer:
-    fault_server = patient_server(mode)
-    await nursery.start(fault_server.serve)
-    return fault_server
+def server(patient: FaultServer) -> FaultServer:
+    return patient
 
 
 def test_the_defaults_bound_reads_and_writes() -> None:
@@ -109,7 +79,10 @@ async def test_a_stalled_body_ends_a_buffered_get_after_the_read_bound(
         FailureCategory.TIMEOUT,
     )
     assert info.value.evidence is Evidence.PARTIAL_RESPONSE
-    assert "no body data within the read timeout (30.0s)" in str(info.value)
+    assert (
+        "no body data within read=30 s (Client()'s default; "
+        "stage_timeouts=StageTimeouts(read=...) sets it)"
+    ) in str(info.value)
     # The head and the first chunk came at once; then 30 s of silence.
     assert elapsed == pytest.approx(READ, abs=1e-6)
 
@@ -288,7 +261,7 @@ async def test_h1_an_undrained_put_ends_at_the_write_bound(
         Evidence.SENT_NO_RESPONSE,
         FailureCategory.TIMEOUT,
     )
-    assert "the server read none of the request within the write timeout" in str(info.value)
+    assert "the server read none of the request within write=30 s" in str(info.value)
     assert len(deaf.heads) == 1
     assert WRITE <= elapsed < WRITE + 1
 
@@ -331,7 +304,7 @@ async def test_h2_an_undrained_put_ends_at_the_write_bound(
         Evidence.SENT_NO_RESPONSE,
         FailureCategory.TIMEOUT,
     )
-    assert "30.0s" in str(info.value)
+    assert "write=30 s" in str(info.value)
     assert WRITE <= elapsed < WRITE + 1
     (record,) = server.requests
     assert not record.executed

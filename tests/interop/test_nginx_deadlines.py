@@ -1,7 +1,9 @@
 """Deadlines and stage timeouts without a cancel scope (``_wire/clock.py``), against nginx:
 a call deadline mid-body on a reused connection (HTTP/1.1 and HTTP/2, with a sibling stream
 answered meanwhile), and a first-byte timeout behind a ``proxy_pass`` to a backend that never
-answers. Counted in nginx's own log."""
+answers; and a healthy slow endpoint behind ``proxy_pass``, answered once within the call
+deadline although it is slower than the default first-byte limit (issue #38 row 3). Counted in
+nginx's own log and, for the slow endpoint, by the backend."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import trio
 import trio_retry
 from tests.support.fixtures import StartNginx
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
+from trio_retry._wire.clock import Default
 from trio_retry._wire.http2.connection import HTTP2Connection
+from trio_retry.testing import FaultServer, Respond, Stall
 
 BIG = 256 * 1024
 LOCATIONS = """root {{workdir}}/html;
@@ -155,3 +159,68 @@ async def test_deadline_and_first_byte_lanes_against_nginx(nginx: StartNginx) ->
     assert by_id["h2-after"].connection == by_id["h2-stall"].connection
     assert 0 < by_id["h2-big"].body_bytes_sent < BIG  # its stream was reset mid-body
     assert by_id["h2-sibling"].connection == by_id["h2-big"].connection
+
+
+#: The slow endpoint, scaled from "35 s, with a 30 s default first_byte and deadline=60": it
+#: answers after SLOW seconds, the default is SCALED_DEFAULT, the deadline 4 s.
+SLOW = 1.5
+SCALED = StageTimeouts(connect=Default(5.0), tls=Default(5.0), first_byte=Default(0.8))
+SLOW_SERVERS = """
+  server { listen {{host}}:{{slow}};
+           location / { proxy_pass http://{{host}}:{{backend}}; proxy_read_timeout 60s; } }
+  server { listen {{host}}:{{slow_h2_tls}} ssl http2; {{tls}}
+           location / { proxy_pass http://{{host}}:{{backend}}; proxy_read_timeout 60s; } }
+"""
+
+
+async def test_a_slow_endpoint_behind_nginx_is_answered_once_within_the_deadline(
+    nginx: StartNginx,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        backend = FaultServer(http2=False)
+        backend.default = Stall(SLOW, Respond(200, body=b"slow but fine"))
+        await nursery.start(backend.serve)
+        server = nginx(
+            servers=SLOW_SERVERS,
+            listeners=("slow", "slow_h2_tls"),
+            values={"backend": backend.port},
+        )
+        answered: dict[str, tuple[int, float, int]] = {}
+        for name, base, options in (
+            ("h1", server.url("slow", ""), {}),
+            ("h2", server.url("slow_h2_tls", ""), {"ssl_context": server.ssl_context()}),
+        ):
+            async with trio_retry.Client(stage_timeouts=SCALED, **options) as client:
+                with trio.fail_after(10):
+                    start = trio.current_time()
+                    response = await client.get(
+                        base + f"/{name}", deadline=4, headers={"x-request-id": name}
+                    )
+                    answered[name] = (
+                        response.status,
+                        trio.current_time() - start,
+                        len(response.attempts),
+                    )
+                    assert response.http_version == ("HTTP/2" if name == "h2" else "HTTP/1.1")
+            # The same endpoint, first_byte given explicitly: cut there, as the caller asked.
+            explicit = StageTimeouts(first_byte=0.8)
+            async with trio_retry.Client(
+                stage_timeouts=explicit, retry=trio_retry.RetryPolicy(max_attempts=1), **options
+            ) as client:
+                with trio.fail_after(10), pytest.raises(trio_retry.DeadlineExceeded) as info:
+                    await client.get(
+                        base + f"/{name}-cut", deadline=4, headers={"x-request-id": f"{name}-cut"}
+                    )
+            assert "no response head within first_byte=0.8 s" in str(info.value)
+        log = server.log(expect=4)
+        nursery.cancel_scope.cancel()
+    for name in ("h1", "h2"):
+        status, elapsed, attempts = answered[name]
+        assert (status, attempts) == (200, 1)
+        assert SLOW <= elapsed < SLOW + 1.0
+    assert log.by_request_id() == {"h1": 1, "h2": 1, "h1-cut": 1, "h2-cut": 1}
+    by_id = {entry.request_id: entry for entry in log.entries}
+    assert (by_id["h1"].status, by_id["h2"].status) == (200, 200)
+    assert (by_id["h1-cut"].status, by_id["h2-cut"].status) == (499, 499)
+    # Executed once each behind nginx: the answered ones and the cut ones.
+    assert [r.path for r in backend.requests] == ["/h1", "/h1-cut", "/h2", "/h2-cut"]

@@ -195,7 +195,7 @@ async def test_a_body_stalled_behind_nginx_ends_at_the_read_bound(
         FailureCategory.TIMEOUT,
     )
     assert attempt.bytes_received >= HALF
-    assert "no body data within the read timeout (1.0s)" in str(info.value)
+    assert "no body data within read=1 s" in str(info.value)
     assert 1.0 <= elapsed < 3.0
     (entry,) = log.entries
     assert entry.request_id == "s"
@@ -263,7 +263,7 @@ async def test_h1_an_upload_nginx_stops_taking_ends_at_the_write_bound(
         FailureCategory.TIMEOUT,
     )
     assert 0 < attempt.bytes_sent < 64 * MiB
-    assert "the server read none of the request within the write timeout (1.0s)" in str(error)
+    assert "the server read none of the request within write=1 s" in str(error)
     assert 1.0 <= elapsed < 3.0
     # nginx has not finished the request (it still waits to write to its backend, up to
     # proxy_send_timeout): nothing logged, so nothing executed.

@@ -529,7 +529,7 @@ async def test_a_head_that_stops_halfway_is_bounded_by_the_first_byte_timeout(
             DeadlineExceeded,
             FailureCategory.TIMEOUT,
             Evidence.SENT_NO_RESPONSE,
-            "first-byte timeout",
+            "no response head within first_byte=0.3 s",
         )
         assert 0.9 <= elapsed < 2.5  # three attempts of 0.3 s, plus backoff
         result, elapsed = await call(client, "POST", h1_server.url + "/pay", deadline=0.5)

@@ -125,7 +125,7 @@ async def test_first_byte_timeout_on_a_lane_is_exact_and_sent_no_response(
         Stage.AWAITING_RESPONSE,
         Evidence.SENT_NO_RESPONSE,
     )
-    assert "first-byte timeout (1.5s)" in str(attempt.error)
+    assert "no response head within first_byte=1.5 s" in str(attempt.error)
 
 
 async def test_read_timeout_on_a_lane_mid_body_is_partial_response(
@@ -147,7 +147,7 @@ async def test_read_timeout_on_a_lane_mid_body_is_partial_response(
     attempt = info.value.attempts[-1]
     assert attempt.category is FailureCategory.TIMEOUT
     assert attempt.evidence is Evidence.PARTIAL_RESPONSE
-    assert "read timeout (0.75s)" in str(attempt.error)
+    assert "no body data within read=0.75 s" in str(attempt.error)
 
 
 # --- call deadlines on the deadline lane (no scope on a ready HTTP/1.1 connection) ------------
@@ -258,9 +258,9 @@ async def test_h2_first_byte_and_read_lanes_fail_only_their_stream(
         Evidence.SENT_NO_RESPONSE,
         FailureCategory.TIMEOUT,
     )
-    assert "first-byte timeout (1.5s)" in str(first_byte.error)
+    assert "no response head within first_byte=1.5 s" in str(first_byte.error)
     assert (read.evidence, read.category) == (Evidence.PARTIAL_RESPONSE, FailureCategory.TIMEOUT)
-    assert "read timeout (0.5s)" in str(read.error)
+    assert "no body data within read=0.5 s" in str(read.error)
 
 
 # --- the Bound itself: lane or scope, decided once; the expiry reported once ------------------
@@ -306,7 +306,7 @@ async def test_a_bound_on_a_running_lane_reports_the_expiry_as_its_timeout(
         FailureCategory.TIMEOUT,
         Evidence.PARTIAL_RESPONSE,
     )
-    assert str(info.value) == "no body data within the read timeout (2.0s)"
+    assert str(info.value) == "no body data within read=2 s"
     assert clock.read is not None
     assert not clock.read.pending  # disarmed
 

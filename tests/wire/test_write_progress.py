@@ -177,7 +177,7 @@ class _SlowServer:
 
 
 BODY = b"u" * (768 * 1024)
-WRITE_TEXT = "the server read none of the request within the write timeout (0.3s)"
+WRITE_TEXT = "the server read none of the request within write=0.3 s"
 
 
 async def _upload(

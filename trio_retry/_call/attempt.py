@@ -50,7 +50,7 @@ from .._core.idempotency import Idempotency
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
-from .._wire.clock import DeadlineBound
+from .._wire.clock import DeadlineBound, deadline_message
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
@@ -116,6 +116,8 @@ class AttemptRun:
         self._traced_run = traced
         #: The attempt's number, 1-based (for the event hooks and the span).
         self.number = number
+        if rt.clock.head_yields and request.deadline != _INF:
+            progress.deadline_bounds_head = True  # (the clock's rule: ``clock.py``)
         self.progress = progress
         self.response: WireResponse | None = None
         self.body: bytes | None = None
@@ -253,10 +255,11 @@ class AttemptRun:
             self._closed_in_flight()  # ended by aclose()'s cancellation of the scope
         else:
             self.response = None
+            request = self.request
             self.error = WireError.at(
                 progress,
                 FailureCategory.TIMEOUT,
-                f"the call deadline expired during {progress.stage}",
+                deadline_message(request.deadline - request.started, progress.stage),
             )
 
     def _closed_in_flight(self) -> None:

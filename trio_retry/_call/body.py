@@ -18,12 +18,13 @@ into the public exception (``PARTIAL_RESPONSE``, never retried).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from .._core.errors import StreamClosed
 from .._core.evidence import FailureCategory
 from .._decoding import DecodeError, Decoder, make_decoder
-from .._wire.clock import DeadlineBound
+from .._wire.clock import DeadlineBound, deadline_message
 from .._wire.exchange import BodySource
 from .._wire.progress import AttemptProgress, WireError
 
@@ -141,11 +142,13 @@ class StreamedBody:
     :class:`StreamClosed` after an early :meth:`close` (the obvious way, stopping quietly,
     handed a caller who iterated after the ``stream()`` block an empty body as if it were the
     whole one, issue #38).
+    ``limit``: the call's ``deadline=`` in seconds, for the message when it runs out.
     """
 
     __slots__ = (
         "_deadline",
         "_done",
+        "_limit",
         "_on_break",
         "_on_close",
         "_on_end",
@@ -161,9 +164,12 @@ class StreamedBody:
         on_end: Callable[[], None],
         on_break: OnBreak,
         on_close: Callable[[], None],
+        *,
+        limit: float = math.inf,
     ) -> None:
         self._reader = reader
         self._deadline = deadline
+        self._limit = limit
         self._on_end = on_end
         self._on_break = on_break
         self._on_close = on_close
@@ -198,7 +204,9 @@ class StreamedBody:
                 chunk = await reader.next_chunk()
             if bound.expired:
                 raise WireError.at(
-                    reader.progress, FailureCategory.TIMEOUT, "the call deadline expired mid-body"
+                    reader.progress,
+                    FailureCategory.TIMEOUT,
+                    deadline_message(self._limit, reader.progress.stage),
                 )
         except WireError as exc:
             self._done = True

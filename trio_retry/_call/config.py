@@ -35,6 +35,7 @@ from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
 from .._url import as_base, shown_url
+from .._wire.clock import DEFAULT_LIMITS
 from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
@@ -176,14 +177,16 @@ class ClientConfig:
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
 #: on a server that never accepts, never answers, stops in the middle of a head or a body, or
 #: stops reading the request. ``write`` and ``read`` are idle bounds (no byte moved for 30 s),
-#: so a long healthy transfer is never cut. Why these values: httpx's 5 s per phase fails an
-#: API that thinks for 10 s; aiohttp's 300 s total and Go's and curl's no read limit at all let
-#: a stalled body hang for minutes; nginx gives its upstreams 60 s (``proxy_read_timeout``).
-#: 30 s of silence is long for a healthy server and short for a caller. Kept on the client's
-#: clock (``_wire/clock.py``): a dict store per wait, no cancel scope.
-#: ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
+#: so a long healthy transfer is never cut; a call with a deadline waits for its head within
+#: the deadline instead of ``first_byte``. The values, and why, are the clock's table
+#: (``_wire/clock.py``, ``DEFAULT_LIMITS``: each a ``Default``, told apart from the same number
+#: given explicitly). ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
 DEFAULT_STAGE_TIMEOUTS = StageTimeouts(
-    connect=10.0, tls=10.0, write=30.0, first_byte=30.0, read=30.0
+    connect=DEFAULT_LIMITS["connect"],
+    tls=DEFAULT_LIMITS["tls"],
+    write=DEFAULT_LIMITS["write"],
+    first_byte=DEFAULT_LIMITS["first_byte"],
+    read=DEFAULT_LIMITS["read"],
 )
 
 

@@ -536,7 +536,9 @@ def _deliver(
     limit = config.max_body_bytes
     reader = BodyReader(wire.source, progress, limit)
     decoder = decoder_for(request.method, wire.headers, limit)
-    body = StreamedBody(reader, request.deadline, ended, broken, run.end)
+    body = StreamedBody(
+        reader, request.deadline, ended, broken, run.end, limit=request.deadline - request.started
+    )
     response = _response(
         request,
         run,

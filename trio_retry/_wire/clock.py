@@ -28,8 +28,25 @@ each time the kernel took more of a write that had to wait): ``write`` is how lo
 may read nothing, whatever the size of one write or the speed of the link. ``first_byte`` bounds
 the wait for the response head (a request small enough to be written or queued whole counts
 from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s defaults
-(``_call/config.py``, ``DEFAULT_STAGE_TIMEOUTS``) are chosen so that nothing waits forever;
+(:data:`DEFAULT_LIMITS`, this module's table; ``_call/config.py`` builds
+``DEFAULT_STAGE_TIMEOUTS`` from it) are chosen so that nothing waits forever;
 ``StageTimeouts()`` (all ``None``) is the explicit way out.
+
+**The call deadline and the head.** A call with a ``deadline=`` (its own or the client's)
+waits for its response head as long as that deadline allows, not ``first_byte``, when
+``first_byte`` is ``Client()``'s default (a :class:`Default`, told apart from the same number
+given explicitly): the caller who said "60 s" for the call meant it, and a healthy endpoint
+that answers in 35 s must not be cut at 30 s and sent again (issue #38). An explicit
+``first_byte`` stays. The attempt says so on its progress (``deadline_bounds_head``, set from
+:attr:`Clock.head_yields`), and every protocol's wait for the head asks :func:`limit_of` with
+that progress. Rejected: the first-byte limit raised to the remaining deadline per attempt
+(the same wait, and a lane entry per call with a limit of its own, which the lanes' one limit
+per kind does not allow).
+
+**Messages.** A timeout names the bound that fired as the caller sets it, with its value:
+``no response head within first_byte=30 s``, ``the call's deadline=60 s expired during
+AWAITING_RESPONSE`` (:func:`timeout_message`, :func:`deadline_message`); a default's says it
+is one, and how to change it.
 
 Two waits are kept outside a bound of this module. The pool's wait for a connection
 (``pool_timeout``, ``pool.py``) is a cancel scope of the pool's own, which its bookkeeping also
@@ -67,43 +84,104 @@ from .._core.evidence import FailureCategory
 from .progress import AttemptProgress, WireError
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "NO_LIMITS",
     "Bound",
     "Clock",
     "DeadlineBound",
     "DeadlineLane",
+    "Default",
     "Lane",
     "StageTarget",
     "Timeouts",
+    "deadline_message",
     "limit_of",
+    "seconds",
     "timed_out",
     "timeout_message",
 ]
 
-#: What each bounded wait is called in a timeout's message.
-_WORDS = {
-    "connect": "connecting took longer than the connect timeout",  # (DNS, TCP, the proxy)
-    "tls": "the TLS handshake took longer than the tls timeout",
-    "handshake": "the HTTP/2 handshake took longer than its timeout (the server sent no SETTINGS)",
-    # (a write: at most 256 KiB over HTTP/1.1, the frames queued since the last over HTTP/2;
-    # its limit counts from its last progress: the server read nothing for that long)
-    "write": "the server read none of the request within the write timeout",
-    "first_byte": "no response head within the first-byte timeout",
-    "read": "no body data within the read timeout",
-    "ping": "the idle HTTP/2 connection did not answer a PING in time",
+
+class Default(float):
+    """A limit ``Client()`` chose, told apart (``isinstance``) from the same number given
+    explicitly; a plain ``float`` in every other respect (``dataclasses.replace`` keeps it)."""
+
+    __slots__ = ()
+
+
+#: ``Client()``'s limits, by the name the caller sets each with (``StageTimeouts`` fields).
+#: Why these values: httpx's 5 s per phase fails an API that thinks for 10 s; aiohttp's 300 s
+#: total and Go's and curl's no read limit at all let a stalled body hang for minutes; nginx
+#: gives its upstreams 60 s (``proxy_read_timeout``). 30 s of silence is long for a healthy
+#: server and short for a caller; 10 s to connect is long for any reachable host.
+DEFAULT_LIMITS: dict[str, Default] = {
+    "connect": Default(10.0),
+    "tls": Default(10.0),
+    "write": Default(30.0),
+    "first_byte": Default(30.0),
+    "read": Default(30.0),
 }
 
+#: What each bounded wait is called in a timeout's message, ``{}`` where the bound (named as
+#: the caller sets it) and its value go.
+_WORDS = {
+    "connect": "connecting took longer than connect={}",  # (DNS, TCP, the proxy)
+    "tls": "the TLS handshake took longer than tls={}",
+    # (its limit is tls=, or connect= for h2c: the bound that fired is named)
+    "handshake": "the server sent no HTTP/2 SETTINGS within tls={}",
+    "handshake_h2c": "the server sent no HTTP/2 SETTINGS within connect={}",
+    # (a write: at most 256 KiB over HTTP/1.1, the frames queued since the last over HTTP/2;
+    # its limit counts from its last progress: the server read nothing for that long)
+    "write": "the server read none of the request within write={}",
+    "first_byte": "no response head within first_byte={}",
+    "read": "no body data within read={}",
+    "ping": "the idle HTTP/2 connection did not answer a PING within {}",
+}
 
-def limit_of(clock: Clock | None, which: str) -> float | None:
-    """The limit of wait ``which`` on ``clock`` (none without a clock)."""
+#: The field whose default each wait's limit is, where that is not its own name.
+_FIELD = {"handshake": "tls", "handshake_h2c": "connect"}
+#: How a default's message says what changes it. The ``first_byte`` default fires only on a
+#: call without a deadline (a deadline would have lifted it).
+_FIRST_BYTE_HINT = (
+    " (Client()'s default: a call with a deadline= waits for the head as long as its deadline "
+    "allows; stage_timeouts=StageTimeouts(first_byte=...) sets it)"
+)
+
+
+def seconds(value: float) -> str:
+    """``value`` seconds as a message shows them: ``30 s``, ``0.25 s``."""
+    return f"{value:g} s"
+
+
+def limit_of(
+    clock: Clock | None, which: str, progress: AttemptProgress | None = None
+) -> float | None:
+    """The limit of wait ``which`` on ``clock`` (none without a clock); for ``first_byte``,
+    none when ``progress``'s call deadline bounds the head instead (the module docstring)."""
+    if progress is not None and progress.deadline_bounds_head and which == "first_byte":
+        return None
     limits: Timeouts = clock.limits if clock is not None else NO_LIMITS
     return getattr(limits, which)  # type: ignore[no-any-return]
 
 
 def timeout_message(which: str, limit: float | None, about: str = "") -> str:
-    """The words of a timeout of wait ``which``, the same for every protocol; ``about``
-    names what was waited for (a peer), when the wait's own words do not."""
-    return f"{_WORDS[which]} ({limit}s)" + (f": {about}" if about else "")
+    """The words of a timeout of wait ``which``, the same for every protocol: the bound that
+    fired, named as the caller sets it, and its value (for ``Client()``'s default, how to
+    change it); ``about`` names what was waited for (a peer), when the words do not."""
+    text = _WORDS[which].format(seconds(limit) if limit is not None else "no limit")
+    if isinstance(limit, Default):
+        field = _FIELD.get(which, which)
+        text += (
+            _FIRST_BYTE_HINT
+            if field == "first_byte"
+            else f" (Client()'s default; stage_timeouts=StageTimeouts({field}=...) sets it)"
+        )
+    return text + (f": {about}" if about else "")
+
+
+def deadline_message(limit: float, stage: object) -> str:
+    """The words of a call deadline of ``limit`` seconds that ran out at ``stage``."""
+    return f"the call's deadline={seconds(limit)} expired during {stage}"
 
 
 def timed_out(
@@ -225,10 +303,22 @@ class Clock:
     """One client's limits (:class:`Timeouts`), its lanes (``None`` where a wait kind has no
     limit) and the task that expires them (:meth:`run`, in the client's nursery)."""
 
-    __slots__ = ("_sleep", "deadline", "first_byte", "limits", "read", "running", "write")
+    __slots__ = (
+        "_sleep",
+        "deadline",
+        "first_byte",
+        "head_yields",
+        "limits",
+        "read",
+        "running",
+        "write",
+    )
 
     def __init__(self, limits: Timeouts) -> None:
         self.limits = limits
+        #: ``first_byte`` is ``Client()``'s default: a call with a deadline waits for its
+        #: response head within that deadline instead (the module docstring).
+        self.head_yields = isinstance(limits.first_byte, Default)
         self.write = Lane("write", limits.write) if limits.write is not None else None
         self.first_byte = (
             Lane("first_byte", limits.first_byte) if limits.first_byte is not None else None

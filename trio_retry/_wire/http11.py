@@ -113,6 +113,7 @@ class HTTP11Connection:
     __slots__ = (
         "_first_byte",
         "_h11",
+        "_head_in_deadline",
         "_more",
         "_now",
         "_poller",
@@ -159,6 +160,8 @@ class HTTP11Connection:
             raw.on_progress = self._write_bound.renew
         self._slice = WRITE_SLICE if raw is not None else WRITE_SLICE_UNREPORTED
         self._first_byte = clock.bound("first_byte", self)
+        #: The head's wait when the call's deadline bounds it instead (``clock.py``): none.
+        self._head_in_deadline = Bound(clock, "first_byte", None, self)
         self._read = clock.bound("read", self)
         self.origin_key = origin_key
         self.state = _IDLE
@@ -238,7 +241,9 @@ class HTTP11Connection:
             self.state = _ACTIVE
         self.requests += 1
         progress.http_version = self.http_version
-        self._first_byte.progress = progress  # (the write and read bounds: where used)
+        # The head's bound: first_byte's, unless the call's deadline bounds the head.
+        first_byte = self._head_in_deadline if progress.deadline_bounds_head else self._first_byte
+        first_byte.progress = progress  # (the write and read bounds: where used)
         try:
             body = request.body
             if isinstance(body, bytes):
@@ -250,7 +255,6 @@ class HTTP11Connection:
                     # bound, as an HTTP/2 request queued whole is: so few bytes wait for the
                     # socket only behind a server that stopped reading, which that bound ends.
                     # (Without a first-byte limit, the write bound keeps the write.)
-                    first_byte = self._first_byte
                     write = None if first_byte.limit is not None else self._write_bound
                     with first_byte:
                         if body:
@@ -262,10 +266,10 @@ class HTTP11Connection:
                 else:
                     await self._send(head, progress, _REQUEST_HEAD, self._write_bound)
                     await self._send(body, progress, _REQUEST_BODY, self._write_bound)
-                    got = await self._head(progress)
+                    got = await self._head(progress, first_byte)
             else:
                 await self._send_streamed(request, body, progress)
-                got = await self._head(progress)
+                got = await self._head(progress, first_byte)
             assert got is not None  # (the reader gives the head before anything else)
             status, reason, headers = got
             progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
@@ -276,11 +280,11 @@ class HTTP11Connection:
             self.close()
             raise
 
-    async def _head(self, progress: AttemptProgress) -> Head:
+    async def _head(self, progress: AttemptProgress, first_byte: Bound) -> Head:
         """The final response head, after the request's last byte, within the first-byte
-        bound."""
+        bound ``first_byte``."""
         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
-        with self._first_byte:
+        with first_byte:
             got = await self._events(progress, None, _HEAD_ONLY, None)
         assert got is not None  # (the reader gives the head before anything else)
         return got

@@ -33,6 +33,7 @@ class AttemptProgress:
         "bytes_received",
         "bytes_sent",
         "connection_reused",
+        "deadline_bounds_head",
         "early_data",
         "early_ok",
         "http_version",
@@ -49,6 +50,9 @@ class AttemptProgress:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connection_reused = False
+        #: The call's deadline, not ``first_byte``, bounds the wait for the response head
+        #: (``clock.py``: a call with a deadline, ``first_byte`` the client's default).
+        self.deadline_bounds_head = False
         #: A bound of this attempt ran out on the client's clock (its call deadline, or an
         #: HTTP/2 write): a wait the attempt is woken from sees it and stops (``clock.py``).
         self.interrupted = False

@@ -381,7 +381,9 @@ class HTTP2Connection:
         session.h2.initiate_connection()
         session.h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
         try:
-            with Bound(None, "handshake", limit, progress=progress):
+            # (its limit is tls=, or connect= for h2c: the message names the one that fired)
+            which = "handshake" if self._scheme == b"https" else "handshake_h2c"
+            with Bound(None, which, limit, progress=progress):
                 await self._handshake_write()
                 while not session.settings_received and not session.closed:
                     await self._receive_once()

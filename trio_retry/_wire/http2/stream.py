@@ -197,7 +197,7 @@ class Stream:
     def bound(self, which: str, progress: AttemptProgress) -> Bound:
         """The bound of this stream's wait ``which`` (``"first_byte"`` or ``"read"``)."""
         clock = self.clock
-        limit = limit_of(clock, which)
+        limit = limit_of(clock, which, progress)
         return Bound(clock, which, limit, self, progress)
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import Bound, Clock
+from ..clock import Bound, Clock, limit_of
 from ..exchange import (
     WireRequest,
     WireResponse,
@@ -319,11 +319,8 @@ class HTTP3Connection(QuicDriver):
             else:
                 await self._stream_body(stream, body, progress)
             progress.advance(Stage.AWAITING_RESPONSE)
-            clock = self.clock
             # A 425 to a request sent early is the engine file's (NotConsulted.TOO_EARLY).
-            return await stream.receive_head(
-                progress, None if clock is None else clock.limits.first_byte
-            )
+            return await stream.receive_head(progress, limit_of(self.clock, "first_byte", progress))
         except BaseException:
             stream.abandon()
             raise
