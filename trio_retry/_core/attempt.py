@@ -36,6 +36,9 @@ class Attempt:
     #: server (SPEC §16; rejected early data was sent again after the handshake, uncounted),
     #: or ``"unconfirmed"``: sent early, and the handshake never completed.
     early_data: str | None = None
+    #: ``False`` for the attempt that opened its connection; ``True`` on a connection another
+    #: attempt opened: pooled, or an HTTP/2 or HTTP/3 one shared by calls that waited for the
+    #: same opening.
     connection_reused: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0

@@ -84,7 +84,8 @@ SPAN_ATTRIBUTES: dict[str, str] = {
     "(absent when the engine was not consulted: statuses below 400)",
     "trio_retry.deny_reason": "the DenyReason when the decision is deny",
     "trio_retry.backoff_delay": "seconds the client waits before the next attempt (retry only)",
-    "trio_retry.connection_reused": "whether the attempt went on a pooled connection",
+    "trio_retry.connection_reused": "whether the attempt went on a connection another attempt "
+    "opened (pooled, or a shared HTTP/2 or HTTP/3 one)",
     "trio_retry.idempotency": "SAFE, IDEMPOTENT or NON_IDEMPOTENT",
     "trio_retry.idempotency_key_present": "whether an Idempotency-Key header was sent (never "
     "its value)",

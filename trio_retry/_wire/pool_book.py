@@ -228,8 +228,11 @@ class PoolBook:
                 if not self._has_stream(conn, lent):
                     ledger.requeue(waiter)
                     break
+                # The first waiter's attempt opened the connection (its connect and TLS
+                # timings are that opening's); every later one shares it with that attempt:
+                # ``connection_reused`` (it was False for every stream of a new connection).
                 state.shared[conn] = lent + 1
-                ledger.resolve(waiter, CONN, conn=conn, opened=progress)
+                ledger.resolve(waiter, CONN, conn=conn, opened=progress if lent == 0 else None)
             if state.shared.get(conn) == 0:
                 self._stream_returned(state, conn)
         else:
