@@ -12,16 +12,16 @@ import trustme
 from aioquic.quic.configuration import QuicConfiguration
 
 from trio_retry import Client, InsecureTLSWarning, Upstream
-from trio_retry._wire.http3.quic import TrustSource, quic_configuration, quic_trust
+from trio_retry._wire.http3.quic import quic_configuration
 
 from ..support.without import without
 
 
 def quic_for(client: Client, server_name: str) -> QuicConfiguration:
     """The QUIC configuration ``client``'s connections to ``server_name`` would use."""
-    config = client._config
-    source = TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
-    return quic_configuration(quic_trust(source), server_name, None)
+    trust = client._rt.connector._quic_trust
+    assert trust is not None
+    return quic_configuration(trust, server_name, None)
 
 
 def test_wrong_types_name_the_option() -> None:
@@ -80,47 +80,34 @@ def test_a_missing_extra_is_named() -> None:
     assert done.stdout.splitlines() == [expected] * 3
 
 
-def test_quic_trusts_what_the_clients_context_trusts() -> None:
+def test_quic_leaves_the_check_to_the_clients_context() -> None:
+    """aioquic's own check (certifi when it is handed no CA) is off: the client's context
+    checks every chain (``shims.CheckedQuicConnection``), and SNI is sent as over TCP."""
     ca = trustme.CA()
     context = ssl.create_default_context()
     ca.configure_trust(context)
-    config = quic_configuration(
-        quic_trust(TrustSource(context, verify=context, owns_context=False)), "localhost", None
-    )
-    assert config.verify_mode == ssl.CERT_REQUIRED
-    assert config.server_name == "localhost"
-    assert config.cadata is not None
-    assert ca.cert_pem.bytes().strip() in config.cadata
-    assert config.alpn_protocols == ["h3"]
+    client = Client(ssl_context=context, http3=True)
+    quic = quic_for(client, "localhost")
+    assert quic.verify_mode == ssl.CERT_NONE
+    assert (quic.cadata, quic.cafile, quic.capath) == (None, None, None)
+    assert quic.server_name == "localhost"
+    assert quic.alpn_protocols == ["h3"]
+    assert client._rt.connector._quic_trust is not None
+    assert client._rt.connector._quic_trust.context is context
 
 
 def test_quic_does_not_verify_when_the_client_does_not() -> None:
     with pytest.warns(InsecureTLSWarning):
-        client = Client(verify=False)
-    quic = quic_for(client, "localhost")
-    assert quic.verify_mode == ssl.CERT_NONE
+        client = Client(verify=False, http3=True)
+    trust = client._rt.connector._quic_trust
+    assert trust is not None
+    assert not trust.verify
 
 
-def test_a_ca_bundle_path_is_handed_to_quic(tmp_path: object) -> None:
-    ca = trustme.CA()
-    path = f"{tmp_path}/ca.pem"
-    ca.cert_pem.write_to_path(path)
-    client = Client(verify=path)
-    quic = quic_for(client, "h.example")
-    assert quic.cafile == path
-    assert quic.cadata is None
-
-
-def test_certificates_the_library_warns_about_are_left_out() -> None:
-    """A store may hold a certificate with a negative serial number (RFC 5280 forbids it; the
-    certificate library warns): it is not handed to aioquic, which would warn at every
-    handshake (an error under -W error)."""
-    ca = trustme.CA()
+def test_a_context_without_tls13_is_refused_for_http3() -> None:
+    """QUIC is TLS 1.3 only: a context that allows no TLS 1.3 cannot be honoured over it."""
     context = ssl.create_default_context()
-    ca.configure_trust(context)
-    listed = context.get_ca_certs(binary_form=True)
-    trust = quic_trust(TrustSource(context, verify=context, owns_context=False))
-    assert trust.cadata is not None
-    assert ca.cert_pem.bytes().strip() in trust.cadata
-    kept = trust.cadata.count(b"-----BEGIN CERTIFICATE-----")
-    assert 1 <= kept <= len(listed)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ValueError, match=r"HTTP/3 needs TLS 1\.3.*maximum_version=TLSv1_2"):
+        Client(ssl_context=context, http3=True)
+    Client(ssl_context=context)  # over TCP it is the caller's choice

@@ -86,10 +86,15 @@ class Connector:
         #: Which origins go over HTTP/3 (``h3route.py``); ``None`` for a client without it.
         self.quic_routes: QuicRoutes | None = None
         self._tickets: TicketStore | None = None
-        self._quic_trust: QuicTrust | None = None  # worked out at the first QUIC connection
+        self._quic_trust: QuicTrust | None = None
         if config.http3 or config.http3_configured or config.http3_everywhere:
-            from .._wire.http3.quic import TicketStore
+            from .._wire.http3.quic import TicketStore, quic_trust
             from .h3route import QuicRoutes
+
+            # At construction: what QUIC cannot honour is refused before any request.
+            self._quic_trust = quic_trust(
+                config.ssl_context, config.cert, owns_context=config.owns_ssl_context
+            )
 
             self.quic_routes = QuicRoutes(
                 discover=config.http3,
@@ -210,15 +215,9 @@ class Connector:
         QUIC handshake marks the origin broken (``h3route.py``) and raises a ``NOT_SENT``
         ``WireError`` with ``reconnect``: the loop sends the same attempt again at once,
         uncounted, and :meth:`key_for` then routes it over TCP."""
-        from aioquic.quic.connection import QuicConnection
-
         from .._wire.http3 import HTTP3Connection
-        from .._wire.http3.quic import (
-            TrustSource,
-            allows_early_data,
-            quic_configuration,
-            quic_trust,
-        )
+        from .._wire.http3.quic import allows_early_data, quic_configuration
+        from .._wire.http3.shims import CheckedQuicConnection
 
         config = self._config
         routes, tickets = self.quic_routes, self._tickets
@@ -230,12 +229,10 @@ class Connector:
         where = (origin.host, port)
         ticket = tickets.take(where)
         trust = self._quic_trust
-        if trust is None:
-            trust = self._quic_trust = quic_trust(
-                TrustSource(config.ssl_context, config.verify, config.cert, config.owns_ssl_context)
-            )
-        quic = QuicConnection(
+        assert trust is not None
+        quic = CheckedQuicConnection(
             configuration=quic_configuration(trust, tls_name(origin.host), ticket),
+            trust=trust,
             session_ticket_handler=lambda new: tickets.keep(where, new),
         )
         timeouts = config.stage_timeouts

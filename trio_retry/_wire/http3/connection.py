@@ -147,7 +147,7 @@ class HTTP3Connection(QuicDriver):
         allows 0-RTT: requests then decide whether to wait for it). Raises ``WireError``
         (``NOT_SENT``: no request byte exists yet); on cancellation or failure nothing is
         left open or running."""
-        from aioquic.h3.connection import H3Connection
+        from .shims import PushlessH3Connection
 
         progress.http_version = HTTP_VERSION
         started = trio.current_time()
@@ -176,7 +176,7 @@ class HTTP3Connection(QuicDriver):
         conn = cls(
             sock,
             quic,
-            H3Connection(quic),
+            PushlessH3Connection(quic),
             origin_key,
             authority=authority,
             max_header_bytes=max_header_bytes,

@@ -39,6 +39,7 @@ from ..._core.evidence import FailureCategory
 from ..exchange import WireResponse, head_too_large
 from ..progress import AttemptProgress
 from .control import H3_REQUEST_REJECTED, ControlReader
+from .shims import HandshakeRefused
 from .stream import HTTP_VERSION, H3Stream
 
 if TYPE_CHECKING:
@@ -177,7 +178,11 @@ class QuicDriver:
                     except OSError as exc:
                         self._lost(exc)
                         break
-                    quic.receive_datagram(data, address, now=now)
+                    try:
+                        quic.receive_datagram(data, address, now=now)
+                    except Exception as exc:  # the client refused the server, or aioquic broke
+                        self._unreadable(exc)
+                        break
                     self._last_received = now
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
@@ -211,9 +216,25 @@ class QuicDriver:
             self._handshake_failed(FailureCategory.CONNECT, f"UDP: {exc}")
         self._die(FailureCategory.CONNECTION_BROKEN, f"the QUIC connection's socket failed: {exc}")
 
-    def _process(self) -> None:
-        """Hand every event QUIC produced to HTTP/3 and to the streams."""
+    def _unreadable(self, exc: Exception) -> None:
+        """``receive_datagram`` raised: the client's check refused the server
+        (``shims.HandshakeRefused``), or aioquic failed on what arrived. During the handshake
+        that is the handshake's failure (the origin is then reached over TCP); after it, the
+        connection's."""
+        if isinstance(exc, HandshakeRefused):
+            category, message = exc.category, exc.message
+        else:
+            category = FailureCategory.TLS_HANDSHAKE
+            message = f"QUIC failed on a datagram from the server: {exc!r}"
+        if self.state is H3State.HANDSHAKING:
+            self._handshake_failed(category, message)
+        self._die(FailureCategory.CONNECTION_BROKEN, message)
 
+    def _process(self) -> None:
+        """Hand every event QUIC produced to HTTP/3 and to the streams (none once closed: a
+        handshake the client refused must not complete afterwards)."""
+        if self.state is H3State.CLOSED:
+            return
         quic = self._quic
         while (event := quic.next_event()) is not None:
             if isinstance(event, HandshakeCompleted):

@@ -1,36 +1,48 @@
 """What a QUIC connection is configured with: trust, client certificate, windows, tickets.
 
 One job: turn the client's TLS settings (the same ``verify=``, ``cert=`` and ``ssl_context=``
-its TCP connections use) into aioquic's ``QuicConfiguration``, and keep the session tickets
-servers issue (the key to resumption and to 0-RTT early data) per origin.
+its TCP connections use) into what a QUIC connection needs, refusing at construction what
+QUIC cannot honour, and keep the session tickets servers issue (the key to resumption and to
+0-RTT early data) per origin.
 
-Trust comes from what the client's ``ssl.SSLContext`` holds, never from a second setting: its
-verification mode and hostname check, and its CA certificates (``get_ca_certs``, handed to
-aioquic as PEM). A context built from the system's store loads it through OpenSSL's default
-paths, which ``get_ca_certs`` does not list; those paths are then given to aioquic as they
-are. The obvious alternative, aioquic's own default (certifi's bundle), would trust another
-set of authorities over QUIC than over TCP, and was rejected for that.
+Trust is the client's ``ssl.SSLContext`` itself, never a second setting: aioquic's own check
+is off, and the server's chain is checked by that context (``verify.py``, run by
+``shims.CheckedQuicConnection`` before the client answers the server's handshake), so its CA
+certificates and CA directory, verify flags, CRLs and host-name rules apply to QUIC exactly as
+to TCP. Rejected: handing aioquic the context's CA list, as before: an empty list (a context
+trusting only a ``capath`` directory, or nothing) made aioquic trust certifi's bundle, and the
+flags never reached it.
+
+What QUIC cannot honour is refused when the client is built (:func:`quic_trust`): a context
+that allows no TLS 1.3 (QUIC is TLS 1.3), and a ``cert=`` the ``cryptography`` package cannot
+load (aioquic signs with its key objects). A client certificate loaded into a caller's context
+cannot be read back (Python offers no way), so it cannot be presented over QUIC: a server that
+asks for one is answered over TCP instead (``shims.py``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
-from ..._tls import CertTypes, VerifyTypes
+from ..._tls import CertTypes
 
 if TYPE_CHECKING:
     from aioquic.quic.configuration import QuicConfiguration
     from aioquic.tls import SessionTicket
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+
+    PrivateKey: TypeAlias = CertificateIssuerPrivateKeyTypes
 
 __all__ = [
+    "ClientCertificate",
     "QuicTrust",
     "TicketStore",
-    "TrustSource",
     "quic_configuration",
     "quic_trust",
 ]
@@ -42,70 +54,133 @@ STREAM_WINDOW = 2 * 1024 * 1024
 #: A QUIC connection with nothing to do is closed by aioquic after this long.
 IDLE_TIMEOUT = 30.0
 
+_PRIVATE_KEY = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?-----END \1-----", re.S)
+
 
 @dataclass(frozen=True, slots=True)
-class TrustSource:
-    """Where a QUIC connection's verification settings come from (the client's TLS ones)."""
+class ClientCertificate:
+    """``cert=`` loaded for QUIC: the certificate, the rest of its chain, its key."""
 
-    context: ssl.SSLContext
-    verify: VerifyTypes = True
-    cert: CertTypes = None
-    owns_context: bool = True
+    certificate: x509.Certificate
+    chain: tuple[x509.Certificate, ...]
+    key: PrivateKey
 
 
 @dataclass(frozen=True, slots=True)
 class QuicTrust:
-    """What every QUIC connection of a client verifies with, worked out once per client
-    (:func:`quic_trust`): listing and checking a context's CA certificates costs milliseconds."""
+    """What every QUIC connection of a client verifies and presents with (:func:`quic_trust`,
+    worked out once, when the client is built)."""
 
+    #: The client's TLS context: the one that checks every server chain.
+    context: ssl.SSLContext
+    #: Whether the context checks the server's chain at all (``verify=False``: no).
     verify: bool
-    check_hostname: bool
-    cadata: bytes | None = None
-    cafile: str | None = None
-    capath: str | None = None
-    cert: CertTypes = None
+    #: ``cert=``, loaded; ``None`` for none (or one inside a caller's context).
+    client_certificate: ClientCertificate | None
+    #: Whether what the client presents over QUIC is what it presents over TCP: true for a
+    #: context the client built; false for a caller's, whose certificate cannot be read back.
+    presents_as_tcp: bool
 
 
-def quic_trust(source: TrustSource) -> QuicTrust:
-    """The client's TLS trust as aioquic takes it; see the module docstring."""
-    context = source.context
-    verify = context.verify_mode != ssl.CERT_NONE
-    check = verify and context.check_hostname
-    if not verify:
-        return QuicTrust(False, False, cert=source.cert)
-    given = source.verify
-    if source.owns_context and isinstance(given, (str, os.PathLike)):
-        path = os.fspath(given)
-        if os.path.isdir(path):
-            return QuicTrust(True, check, capath=path, cert=source.cert)
-        return QuicTrust(True, check, cafile=path, cert=source.cert)
-    if source.owns_context:
-        # verify=True: the system's store, by the paths OpenSSL loads it from.
-        paths = ssl.get_default_verify_paths()
-        cafile = paths.cafile if paths.cafile and os.path.isfile(paths.cafile) else None
-        capath = paths.capath if paths.capath and os.path.isdir(paths.capath) else None
-        return QuicTrust(True, check, cafile=cafile, capath=capath, cert=source.cert)
-    pem = _loadable_pem(context.get_ca_certs(binary_form=True))
-    return QuicTrust(True, check, cadata=pem or None, cert=source.cert)
+def quic_trust(context: ssl.SSLContext, cert: CertTypes, *, owns_context: bool) -> QuicTrust:
+    """The client's TLS settings for QUIC; see the module docstring. Raises ``ValueError``
+    naming ``ssl_context``/``verify`` or ``cert`` for what QUIC cannot honour (never quoting a
+    password)."""
+    maximum = context.maximum_version
+    if (context.options & ssl.OP_NO_TLSv1_3) or (
+        maximum is not ssl.TLSVersion.MAXIMUM_SUPPORTED and maximum < ssl.TLSVersion.TLSv1_3
+    ):
+        name = "verify=/ssl_context=" if not owns_context else "verify="
+        raise ValueError(
+            f"HTTP/3 needs TLS 1.3 (QUIC carries no other version), and the TLS context given "
+            f"as {name} does not allow it (maximum_version={maximum.name}"
+            f"{', OP_NO_TLSv1_3' if context.options & ssl.OP_NO_TLSv1_3 else ''}): allow "
+            "TLS 1.3 on it, or leave HTTP/3 off (http3=False, Upstream(http3=False))"
+        )
+    loaded = _load_client_certificate(cert) if owns_context and cert is not None else None
+    return QuicTrust(
+        context=context,
+        verify=context.verify_mode != ssl.CERT_NONE,
+        client_certificate=loaded,
+        presents_as_tcp=owns_context,
+    )
 
 
-def _loadable_pem(certificates: list[bytes]) -> bytes:
-    """The DER ``certificates`` as PEM, without those the certificate library warns about or
-    refuses (a system store may hold one with a negative serial number, which RFC 5280
-    forbids): aioquic parses the list at every handshake, and a warning there would be one
-    per connection, or an error in a program that turns warnings into errors."""
+def _load_client_certificate(cert: CertTypes) -> ClientCertificate:
+    """``cert=`` as aioquic signs with it. TCP loaded the same files already (``_tls.py``), so
+    what fails here is what OpenSSL reads and the ``cryptography`` package does not. A password
+    given for a key that is not encrypted is ignored, as OpenSSL ignores it."""
     from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    kept = []
-    for der in certificates:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            try:
-                x509.load_der_x509_certificate(der)
-            except Exception:  # a warning (now an error) or a certificate it cannot read
-                continue
-        kept.append(ssl.DER_cert_to_PEM_cert(der))
-    return "".join(kept).encode("ascii")
+    assert cert is not None
+    certfile, keyfile, password = (
+        (os.fspath(cert), None, None)
+        if not isinstance(cert, tuple)
+        else (cert[0], cert[1], cert[2] if len(cert) == 3 else None)
+    )
+    secret = None if password is None else password.encode("utf-8")
+    problem: str | None = None
+    try:
+        with open(certfile, "rb") as file:
+            cert_pem = file.read()
+        key_pem = cert_pem
+        if keyfile is not None:
+            with open(keyfile, "rb") as file:
+                key_pem = file.read()
+    except OSError as exc:
+        problem = f"it could not be read ({exc.strerror})"
+    if problem is None:
+        try:
+            certificates = x509.load_pem_x509_certificates(cert_pem)
+        except ValueError:
+            problem = f"{certfile!r} holds no PEM certificate the cryptography package reads"
+    block = _PRIVATE_KEY.search(key_pem) if problem is None else None
+    if problem is None and block is None:
+        problem = f"{keyfile or certfile!r} holds no PEM private key"
+    key = None
+    if problem is None and block is not None:
+        key, why = _load_key(block.group(0), secret)
+        problem = why or None
+    if problem is None and key is not None:
+        spki = (Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        if key.public_key().public_bytes(*spki) != certificates[0].public_key().public_bytes(*spki):
+            problem = "the private key does not belong to the certificate"
+    if problem is not None or key is None:
+        raise ValueError(
+            f"cert=: the client certificate {certfile!r} cannot be presented over HTTP/3: "
+            f"{problem}. Convert the key to PKCS#8 PEM (openssl pkcs8 -topk8), or leave "
+            "HTTP/3 off (http3=False)"
+        )
+    return ClientCertificate(certificates[0], tuple(certificates[1:]), key)
+
+
+def _load_key(pem: bytes, secret: bytes | None) -> tuple[PrivateKey | None, str]:
+    """The key in ``pem``, or ``None`` and why not, in words that never hold the password (the
+    library's own messages are not kept)."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    unreadable = "the private key did not load (a wrong password, or a format not read)"
+    key: object = None
+    try:
+        key = load_pem_private_key(pem, password=secret)
+    except TypeError:
+        pass  # the password does not fit the key's form: below
+    except (ValueError, UnsupportedAlgorithm):
+        return None, unreadable
+    if key is None:
+        if secret is None:
+            return None, "the private key is encrypted and no password was given"
+        try:  # a password for a key that is not encrypted: ignored, as OpenSSL ignores it
+            key = load_pem_private_key(pem, password=None)
+        except (TypeError, ValueError, UnsupportedAlgorithm):
+            return None, unreadable
+    signing = (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey)
+    if isinstance(key, (*signing, ed448.Ed448PrivateKey, dsa.DSAPrivateKey)):
+        return key, ""
+    return None, "its key is of a kind TLS cannot sign with"
 
 
 def quic_configuration(
@@ -113,36 +188,26 @@ def quic_configuration(
     server_name: str,
     ticket: SessionTicket | None,
 ) -> QuicConfiguration:
-    """A client configuration for one connection to ``server_name`` (SNI and the name its
-    certificate must carry), resuming ``ticket`` if given. Raises ``ValueError`` naming
-    ``cert`` when the client certificate does not load."""
+    """A client configuration for one connection to ``server_name`` (SNI, as over TCP; none
+    for an IP address, RFC 6066 §3), resuming ``ticket`` if given. aioquic's own certificate
+    check is off: ``shims.CheckedQuicConnection`` runs the client's context's instead."""
     from aioquic.h3.connection import H3_ALPN
     from aioquic.quic.configuration import QuicConfiguration
 
     config = QuicConfiguration(
         is_client=True,
         alpn_protocols=list(H3_ALPN),
-        # SNI and the name the certificate must carry (aioquic checks it whenever it has one,
-        # so a context that verifies the chain but not the name sends none).
-        server_name=server_name if trust.check_hostname or not trust.verify else None,
-        verify_mode=ssl.CERT_REQUIRED if trust.verify else ssl.CERT_NONE,
+        server_name=server_name,
+        verify_mode=ssl.CERT_NONE,
         max_data=CONNECTION_WINDOW,
         max_stream_data=STREAM_WINDOW,
         idle_timeout=IDLE_TIMEOUT,
     )
-    if trust.verify:
-        config.load_verify_locations(cafile=trust.cafile, capath=trust.capath, cadata=trust.cadata)
-    cert = trust.cert
-    if cert is not None:
-        certfile, keyfile, password = (
-            (cert, None, None)
-            if isinstance(cert, str)
-            else (cert[0], cert[1], cert[2] if len(cert) == 3 else None)
-        )
-        try:
-            config.load_cert_chain(certfile, keyfile, password)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ValueError(f"cert={cert!r}: the client certificate did not load: {exc}") from None
+    presented = trust.client_certificate
+    if presented is not None:
+        config.certificate = presented.certificate
+        config.certificate_chain = list(presented.chain)
+        config.private_key = presented.key
     if ticket is not None:
         config.session_ticket = ticket
     return config
