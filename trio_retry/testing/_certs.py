@@ -13,7 +13,7 @@ __all__ = ["ServerCertificates"]
 
 
 class ServerCertificates:
-    """An authority and a certificate for ``127.0.0.1`` and ``localhost``; see the module
+    """An authority and a certificate for ``127.0.0.1``, ``::1`` and ``localhost``; see the module
     docstring. Raises ``ImportError`` naming the extra when trustme is missing."""
 
     __slots__ = ("_ca", "cert_pem", "key_pem", "server_context")
@@ -28,7 +28,7 @@ class ServerCertificates:
             ) from exc
 
         ca = trustme.CA()
-        cert = ca.issue_cert("127.0.0.1", "localhost")
+        cert = ca.issue_cert("127.0.0.1", "::1", "localhost")
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(context)
         context.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])

@@ -286,7 +286,7 @@ class FaultServer:
     def client_ssl_context(self, *, http2: bool | None = None) -> ssl.SSLContext:
         """A new client `ssl.SSLContext` that trusts this server's certificate authority.
 
-        The certificate is valid for ``127.0.0.1`` and ``localhost``. It offers the ALPN
+        The certificate is valid for ``127.0.0.1``, ``::1`` and ``localhost``. It offers the ALPN
         protocols this server speaks (``h2`` and ``http/1.1``, or ``http/1.1`` alone): a client
         uses a context it is given as it is, ALPN included. ``http2=False`` leaves ``h2`` out
         (for a ``Client(http2=False)`` against an HTTP/2 server). Raises `RuntimeError` for a

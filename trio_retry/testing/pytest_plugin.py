@@ -107,7 +107,7 @@ async def fault_server(fault_server_options: dict[str, Any]) -> AsyncIterator[Fa
 
 @pytest.fixture
 async def tls_fault_server(fault_server_options: dict[str, Any]) -> AsyncIterator[FaultServer]:
-    """A TLS `FaultServer` (trustme certificate for 127.0.0.1 and localhost)."""
+    """A TLS `FaultServer` (trustme certificate for 127.0.0.1, ::1 and localhost)."""
     server = FaultServer(**{**fault_server_options, "tls": True})
     try:
         async with trio.open_nursery() as nursery:
