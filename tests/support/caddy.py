@@ -23,6 +23,8 @@ Routes:
   (``server.backend.executions``) is what was executed behind caddy, with the client's
   protocol at caddy (``client_proto``, e.g. ``HTTP/3.0``);
 - ``/big.bin`` a static file of 1 MiB (``BIG``), from caddy's file server;
+- ``/files/...`` what the test wrote under ``workdir / "html" / "files"``
+  (:meth:`RunningCaddy.put_files`), from caddy's file server;
 - anything else ``404``.
 
 The access log (:meth:`RunningCaddy.log`) is caddy's JSON access log, one entry per request
@@ -49,6 +51,7 @@ import shutil
 import ssl
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -67,6 +70,7 @@ from .procs import (
     stop_process,
     tail,
     wait_ready,
+    write_files,
 )
 
 __all__ = [
@@ -137,6 +141,11 @@ class RunningCaddy:
         lines = read_lines(self.workdir / "access.log", expect=expect, timeout=timeout)
         return CaddyLog(tuple(_parse(line) for line in lines))
 
+    def put_files(self, files: Mapping[str, bytes]) -> None:
+        """Write `files` (name -> content) for caddy's file server: served at
+        ``/files/NAME``."""
+        write_files(self.workdir / "html" / "files", files)
+
     def error_log(self) -> str:
         path = self.workdir / "caddy.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -188,7 +197,7 @@ def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
         },
         {"match": [{"path": ["/echo", "/echo/*"]}], "handle": [proxy]},
         {
-            "match": [{"path": ["/big.bin"]}],
+            "match": [{"path": ["/big.bin", "/files/*"]}],
             "handle": [{"handler": "file_server", "root": str(workdir / "html")}],
         },
         {"handle": [{"handler": "static_response", "status_code": 404}]},
