@@ -94,8 +94,10 @@ async def hedged_attempt(
 
     Copies that did not win are appended to ``attempts`` first (a cancelled one with a
     ``HedgeCancelled`` error and the evidence of the stage it reached; one that ended on its
-    own with its outcome). Every copy has ended when this returns: on outer cancellation all
-    are cancelled and ``trio.Cancelled`` propagates, unwrapped.
+    own with its outcome). Every copy has ended when this returns, and only the winner holds a
+    connection or a permit (a streamed call's other copies that answered give theirs back,
+    their bodies unread): on outer cancellation all are cancelled, none holds anything, and
+    ``trio.Cancelled`` propagates, unwrapped.
     """
     # Imported by hedged calls only (the loop calls this when the call has a ledger): the
     # module is start-up time that programs without hedging never need; a hedged attempt's
@@ -137,31 +139,47 @@ async def hedged_attempt(
         sent += 1
         return True
 
+    runs: list[AttemptRun] = []
+
     async def copy_attempt(copy_progress: AttemptProgress) -> AttemptRun:
         # (Copies have no span of their own yet: they run at once, and a call has one slot.)
         run = AttemptRun(rt, request, state, copy_progress, streaming, traced=False)
+        runs.append(run)
         await run.run()
         return run
 
-    winner, others = await run_hedged(
-        first=Copy(number, progress),
-        attempt=copy_attempt,
-        delay=ledger.delay,
-        may_hedge=may_hedge,
-        final=_final,
-    )
-    assert winner.outcome is not None
-    for copy in sorted(others, key=lambda c: c.number):
-        outcome = copy.outcome
-        if outcome is None:  # lost the race: cancelled
-            outcome = AttemptRun(rt, request, state, copy.progress, streaming, traced=False)
-            outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
-            evidence, category = copy.progress.evidence, None
-        else:
-            evidence, category, retry_after = outcome.observe()
-            learn(state, outcome, copy.progress, category, retry_after, ledger)
-        attempt = outcome.record(copy.number, evidence, category, copy.ended)
-        attempts.append(attempt)
-        if (pending := notify(rt, attempt, request)) is not None:
-            await pending
+    try:
+        winner, others = await run_hedged(
+            first=Copy(number, progress),
+            attempt=copy_attempt,
+            delay=ledger.delay,
+            may_hedge=may_hedge,
+            final=_final,
+        )
+        assert winner.outcome is not None
+        for copy in sorted(others, key=lambda c: c.number):  # their records, each told of
+            outcome = copy.outcome
+            if outcome is None:  # lost the race: cancelled
+                outcome = AttemptRun(rt, request, state, copy.progress, streaming, traced=False)
+                outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
+                evidence, category = copy.progress.evidence, None
+            else:
+                # Ended on its own but did not win. In a streamed call, a copy that answered at
+                # the same instant as the winner still holds its connection and permit: they
+                # go back now, its body unread (the connection closed, an HTTP/2 or HTTP/3
+                # stream reset). A no-op for a copy that gave them back itself.
+                outcome.end()
+                evidence, category, retry_after = outcome.observe()
+                learn(state, outcome, copy.progress, category, retry_after, ledger)
+            attempt = outcome.record(copy.number, evidence, category, copy.ended)
+            attempts.append(attempt)
+            if (pending := notify(rt, attempt, request)) is not None:
+                await pending
+    except BaseException:
+        # Outer cancellation, or the caller's own error (a raising on_attempt, auth object or
+        # body): no response will be handed over, so no copy keeps a connection or a permit,
+        # the winner's included.
+        for run in runs:
+            run.end()
+        raise
     return winner.outcome, winner.number
