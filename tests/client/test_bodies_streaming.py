@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pathlib
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,7 @@ from trio_retry import (
     RetryDenied,
     StreamFactory,
 )
+from trio_retry._models import Origin
 from trio_retry.testing import FaultServer, PartialBody, Respond
 
 from .conftest import FAST
@@ -237,3 +239,34 @@ async def test_closing_the_client_ends_in_flight_calls_with_evidence(
     assert isinstance(errors[0], trio_retry.ConnectionBroken)
     assert errors[0].evidence is Evidence.SENT_NO_RESPONSE
     assert client.pool.total == 0
+
+
+@pytest.mark.parametrize("way", ["raises", "cancelled"])
+async def test_a_streamed_answer_not_handed_over_gives_its_connection_and_permit_back(
+    server: FaultServer, autojump_clock: trio.testing.MockClock, way: str
+) -> None:
+    """``on_attempt`` runs before the response is handed over; when it raises, or the call is
+    cancelled while it runs, nobody will read the body: its connection and bulkhead permit
+    go back (they were held until the client closed)."""
+    server.default = Respond(200, body=b"s" * 100_000)
+
+    async def on_attempt(attempt: trio_retry.Attempt) -> None:
+        if way == "raises":
+            raise RuntimeError("the caller's callback failed")
+        await trio.sleep(10)
+
+    upstream = trio_retry.Upstream(max_concurrency=1)
+    async with trio_retry.Client(default_upstream=upstream, on_attempt=on_attempt) as client:
+        raised: contextlib.AbstractContextManager[object] = (
+            pytest.raises(RuntimeError, match="callback failed")
+            if way == "raises"
+            else contextlib.nullcontext()
+        )
+        with trio.move_on_after(5) as scope, raised:
+            async with client.stream("GET", server.url + "/s"):
+                pytest.fail("the response was not to be handed over")
+        assert scope.cancelled_caught is (way == "cancelled")
+        assert client.pool.active_count == 0  # closed: its body was never read
+        limiter = client._rt.upstreams.get(Origin.parse(server.url)).limiter
+        assert limiter is not None
+        assert limiter.borrowed_tokens == 0

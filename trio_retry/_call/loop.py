@@ -190,8 +190,14 @@ async def _answer(
     (told of). (A call's one buffered attempt that nobody watches is answered in
     :func:`send` itself, with no coroutine of this one.)"""
     attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
-    if (pending := _notify(rt, attempts[-1], request)) is not None:
-        await pending
+    try:
+        if (pending := _notify(rt, attempts[-1], request)) is not None:
+            await pending
+    except BaseException:
+        # A raising on_attempt, or outer cancellation while it ran: the streamed response
+        # will not be handed over, so its connection and permit go back now.
+        run.end()
+        raise
     if not streaming or run.body is not None:
         return _response(request, run, attempts, None, ended=ended), None
     return _deliver(rt, request, run, attempts)
