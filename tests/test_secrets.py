@@ -104,9 +104,9 @@ class Shown:
                     self.add(value)
                     for item in value if isinstance(value, (list, tuple)) else [value]:
                         self.response(item)
-            chained = [current.__cause__]  # what a traceback would print
-            if not current.__suppress_context__:
-                chained.append(current.__context__)
+            # The whole chain, a suppressed context too (``raise ... from None`` hides it from
+            # a traceback, not from a debugger, an error reporter or ``exc.__context__``).
+            chained = [current.__cause__, current.__context__]
             todo += [e for e in chained if e is not None]
             todo += list(getattr(current, "exceptions", ()))  # an exception group's
 
@@ -399,3 +399,103 @@ async def test_cli_verbose_and_explain(server: FaultServer, shown: Shown, flags:
     shown.texts.append(proxied.err_text)
     if flags == ["-v"]:
         assert "Set-Cookie: [redacted]" in ran.err_text
+
+
+# -- issue #38 row 13: one rule for every message: the option is named, its secret never shown --
+
+#: Hosts holding a character that NFKC maps to "/", "a/c" or ":" (urllib's error quoted the
+#: whole netloc, password included).
+NFKC_HOSTS = ["h\uff0fx.example", "h\u2100x.example", "h\uff1ax.example"]
+SURROGATE = "\ud800"  # not encodable: a UnicodeEncodeError holds the whole text it was given
+
+#: (call options, with the URL at "url") refused with InvalidRequest before anything is sent.
+BAD_CALLS: list[dict[str, Any]] = [
+    *({"url": f"http://user:{PASSWORD}@{host}{QUERY}"} for host in NFKC_HOSTS),
+    {"url": f"http://user:{PASSWORD}@h.example/p{SURROGATE}{QUERY}"},
+    {"idempotency_key": f"{KEY} x"},
+    {"idempotency_key": f"{KEY}\n"},
+    {"idempotency_key": f"{KEY}\u00e9"},
+    {"idempotency_key": KEY.encode()},
+    {"idempotency_key": KEY * 60},
+    {"headers": {"Idempotency-Key": f"{KEY} x"}},
+    {"cookies": f"sid={COOKIE}"},
+    {"cookies": [("sid", COOKIE)]},
+    {"cookies": {"sid": f"{COOKIE};x"}},
+    {"params": {"api_key": f"{KEY}{SURROGATE}"}},
+    {"params": [("api_key", KEY, "extra")]},
+    {"auth": ("user", f"{PASSWORD}{SURROGATE}")},
+]
+
+
+@pytest.mark.parametrize("options", BAD_CALLS)
+async def test_a_refused_call_option_keeps_its_secret(
+    server: FaultServer, shown: Shown, options: dict[str, Any]
+) -> None:
+    options = dict(options)
+    url = options.pop("url", server.url + "/p")
+    async with trio_retry.Client(retry=ONE) as client:
+        caught = await raised(
+            shown, trio_retry.InvalidRequest, lambda: client.request("POST", url, **options)
+        )
+    assert server.requests == []
+    what = next(iter(options), "URL")
+    assert what.replace("headers", "Idempotency-Key") in str(caught), caught  # named
+
+
+#: (Client options) refused with TypeError or ValueError at construction.
+BAD_CLIENTS: list[dict[str, Any]] = [
+    *({"base_url": f"http://user:{PASSWORD}@{host}/"} for host in NFKC_HOSTS),
+    {"base_url": f"http://user:{PASSWORD}@h.example/{SURROGATE}"},
+    {"base_url": f"http://user:{PASSWORD}@h.example/".encode()},
+    *({"proxy": f"http://u:{PROXY_PASSWORD}@{host}:3128"} for host in NFKC_HOSTS),
+    {"proxy": f"http://u:{PROXY_PASSWORD}@h.example:3128".encode()},
+    {"proxy": f"http://u:{PROXY_PASSWORD}@h.example:3128/{SURROGATE}"},
+    *({"upstreams": {f"https://u:{PASSWORD}@{host}": None}} for host in NFKC_HOSTS),
+    {"upstreams": {f"https://u:{PASSWORD}@h.example".encode(): None}},
+    {"upstreams": {f"u:{PASSWORD}@h.example": None}},
+    {"upstreams": {f"https://u:{PASSWORD}@h.example:99999": None}},
+    {"upstreams": {f"https://u:{PASSWORD}@h.example": "not an Upstream"}},
+    {"cert": ("client.pem", "client.key", PASSWORD.encode())},
+    {"cert": ["client.pem", "client.key", PASSWORD]},
+    {"cert": ("client.pem", "client.key", PASSWORD)},  # files that do not load
+    {"cert": ("client.pem", "client.key", f"{PASSWORD}{SURROGATE}")},
+    {"auth": ("user", PASSWORD.encode())},
+    {"auth": ("user", f"{PASSWORD}{SURROGATE}")},
+    {"headers": {"Authorization": f"Bearer {TOKEN}\n"}},
+    {"headers": {"Authorization": f"Bearer {TOKEN}\u2603"}},
+    {"cookies": {"sid": COOKIE}},
+    {"cookies": f"sid={COOKIE}"},
+]
+
+
+@pytest.mark.parametrize("options", BAD_CLIENTS)
+def test_a_refused_client_option_keeps_its_secret(
+    shown: Shown, options: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "client.pem").write_text("not a certificate")
+    (tmp_path / "client.key").write_text("not a key")
+    upstreams = options.get("upstreams")
+    if upstreams is not None:  # an Upstream unless the case is about the value
+        options = {"upstreams": {k: v or trio_retry.Upstream() for k, v in upstreams.items()}}
+    with pytest.raises((TypeError, ValueError)) as caught:
+        trio_retry.Client(**options)
+    shown.exception(caught.value)
+    [name] = options
+    assert name in str(caught.value), caught.value  # the option is named
+
+
+@pytest.mark.parametrize("flags", [[], ["--explain"], ["-v"]])
+async def test_a_refused_command_line_keeps_its_secrets(shown: Shown, flags: list[str]) -> None:
+    runs = [
+        *(["get", f"http://user:{PASSWORD}@{host}{QUERY}"] for host in NFKC_HOSTS),
+        ["get", "http://127.0.0.1:1/", "-H", f"Authorization Bearer {TOKEN}"],
+        ["get", "http://127.0.0.1:1/", "-H", f"Authorization Bearer {TOKEN}:x"],
+        ["get", "http://127.0.0.1:1/", "-H", f"Cookie sid={COOKIE}"],
+        ["get", "http://h.example/", "--proxy", f"http://u:{PROXY_PASSWORD}@h\uff0fx:1"],
+        ["post", "http://127.0.0.1:1/", "--idempotency-key", f"{KEY} x"],
+    ]
+    for args in runs:
+        ran = await cli(*args, *flags)
+        assert ran.code == 2, (args, ran.err_text)  # a usage error
+        shown.texts.append(ran.err_text + ran.out.decode("utf-8", "replace"))

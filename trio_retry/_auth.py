@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ._core.secrecy import unencodable_at
 from ._models import URL, Headers
 
 if TYPE_CHECKING:
@@ -33,12 +34,27 @@ __all__ = [
 ]
 
 
+def _check_credentials(kind: str, username: object, password: object) -> None:
+    """A user name and password as text that UTF-8 can encode, checked when the credentials
+    are made: the encoder's own error would hold the password (and be raised mid-call)."""
+    for what, text in (("user name", username), ("password", password)):
+        if not isinstance(text, str):
+            raise TypeError(f"{kind}: the {what} must be str, got {type(text).__name__}")
+        position = unencodable_at(text)
+        if position is not None:
+            raise ValueError(
+                f"{kind}: the {what} holds a lone surrogate at position {position}, which "
+                "UTF-8 cannot encode (it is not shown)"
+            )
+
+
 class BasicAuth:
     """HTTP Basic credentials (RFC 7617). ``refresh()`` does nothing: they cannot change."""
 
     __slots__ = ("_header",)
 
     def __init__(self, username: str, password: str) -> None:
+        _check_credentials("BasicAuth", username, password)
         if ":" in username:
             raise ValueError("a Basic auth username cannot contain ':'")
         token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
@@ -176,6 +192,7 @@ class DigestAuth:
     __slots__ = ("_challenge", "_count", "_password", "_username")
 
     def __init__(self, username: str, password: str) -> None:
+        _check_credentials("DigestAuth", username, password)
         self._username = username
         self._password = password
         self._challenge: dict[str, str] | None = None

@@ -41,6 +41,7 @@ from ._call.runtime import Lifecycle, Runtime
 from ._call.streaming import StreamCall
 from ._core.engine import RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
+from ._core.secrecy import withheld
 from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError, InvalidRequest
 from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
@@ -470,7 +471,13 @@ def _cookie_jar(cookies: object) -> CookieJar | None:
 
     if isinstance(cookies, CookieJar):
         return cookies
-    return CookieJar() if cookies else None
+    if cookies is not True:  # a mapping or "sid=..." (httpx's forms) would be dropped silently
+        raise TypeError(
+            "cookies= on the client is True (keep cookies in a new jar), False or an "
+            f"http.cookiejar.CookieJar, got {withheld(cookies)}; for cookies of one call, "
+            "pass cookies={name: value} to the call"
+        )
+    return CookieJar()
 
 
 def _unknown_option(

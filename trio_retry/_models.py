@@ -53,6 +53,7 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # CR, LF and NUL would let one header smuggle another (SPEC §10); the other control characters
 # are refused too, before any I/O and for HTTP/2 as for HTTP/1.1.
 _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_NOT_LATIN1 = re.compile(r"[^\x00-\xff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +128,11 @@ def check_header(name: str, value: str) -> str:
             f"invalid header name {name!r}: names are tokens (letters, digits and "
             "!#$%&'*+-.^_`|~), without spaces, colons, CR, LF or NUL"
         )
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
+    if _NOT_LATIN1.search(value):  # (a search, not encode(): its error holds the value)
         raise _invalid(
             f"invalid value for header {name!r}: only latin-1 characters can be sent in a "
             "header; percent-encode or base64 anything else"
-        ) from None
+        )
     if _FORBIDDEN_VALUE_CHARS.search(value):
         raise _invalid(
             f"invalid value for header {name!r}: control characters (CR, LF, NUL, ...) are "

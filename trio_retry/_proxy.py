@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ._core.evidence import Evidence, FailureCategory
+from ._core.secrecy import raise_detached
 from ._errors import InvalidRequest
 from ._models import Origin
 
@@ -78,14 +79,14 @@ class ProxyConfig:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            # Not urllib's message: it shows the "port", which in ``http://user:pa/ss@host``
-            # is a piece of the password.
+            # Not urllib's message, and not chained: it shows the "port", which in
+            # ``http://user:pa/ss@host`` is a piece of the password, or the whole netloc.
             what = (
                 "a port that is not a number from 1 to 65535"
                 if "ort" in str(exc)
                 else "a malformed host"
             )
-            raise _invalid(f"{_ACCEPTED}; got {what}") from None
+            raise_detached(_invalid(f"{_ACCEPTED}; got {what}"))
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
             raise _invalid(f"{_ACCEPTED}; got scheme {parts.scheme!r}")

@@ -28,6 +28,8 @@ import ssl
 import warnings
 from typing import TypeAlias, Union
 
+from ._core.secrecy import unencodable_at, withheld
+
 __all__ = ["CertTypes", "InsecureTLSWarning", "VerifyTypes", "build_ssl_context"]
 
 VerifyTypes: TypeAlias = Union[bool, str, "os.PathLike[str]", ssl.SSLContext]
@@ -113,10 +115,16 @@ def _load_cert(context: ssl.SSLContext, cert: CertTypes) -> None:
         certfile, keyfile = cert[0], cert[1]
         password = cert[2] if len(cert) == 3 else None
     else:
-        raise TypeError(f"{accepted}; got {cert!r:.80}")
+        raise TypeError(f"{accepted}; got {withheld(cert)}")  # it may hold the password
     for path in (certfile, keyfile):
         if path is not None and not os.path.isfile(path):
             raise ValueError(f"cert=: no such file {path!r} ({accepted})")
+    position = None if password is None else unencodable_at(password)
+    if position is not None:  # (OpenSSL's loader would raise UnicodeEncodeError, holding it)
+        raise ValueError(
+            f"cert=: the password holds a lone surrogate at position {position}, which UTF-8 "
+            "cannot encode (it is not shown)"
+        )
     try:
         context.load_cert_chain(certfile, keyfile, password)
     except (ssl.SSLError, OSError) as exc:

@@ -17,6 +17,7 @@ import idna
 
 from ._core.errors import InvalidRequest
 from ._core.evidence import Evidence, FailureCategory
+from ._core.secrecy import raise_detached
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -101,6 +102,25 @@ def shown_url(
 
 def _unquote_name(name: str) -> str:
     return unquote_plus(name) if "%" in name or "+" in name else name
+
+
+def _unparsed(exc: ValueError) -> str:
+    """Why urlsplit (or UTF-8) refused a URL, in our words: never urllib's text, which quotes
+    the netloc (``netloc 'user:pass@h\uff0fx' contains invalid characters...``) or the "port" (in
+    ``http://u:pa/ss@h`` a piece of the password)."""
+    if isinstance(exc, UnicodeEncodeError):
+        return f"a lone surrogate (not encodable as UTF-8) at position {exc.start}"
+    text = str(exc)
+    if "NFKC" in text:
+        return (
+            "its host holds a character that NFKC normalization turns into '/', '?', '#', "
+            "'@' or ':' (a full-width or compatibility form, such as U+FF0F or U+2100)"
+        )
+    if "ort" in text:
+        return "a port that is not a number from 1 to 65535"
+    if "IPv" in text:
+        return "a bracketed host that is not an IPv6 (or IPvFuture) address, or unbalanced brackets"
+    return "it cannot be parsed as a URL"
 
 
 def _shown(url: str) -> str:
@@ -274,11 +294,7 @@ class URL:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:  # UnicodeEncodeError included
-            # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a
-            # piece of the password.
-            text = str(exc)
-            why = "a port that is not a number from 1 to 65535" if "ort" in text else text
-            raise _invalid(f"malformed URL {_shown(url)}: {why}") from None
+            raise_detached(_invalid(f"malformed URL {_shown(url)}: {_unparsed(exc)}"))
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             raise _invalid(_scheme_problem(scheme, url))
@@ -322,8 +338,13 @@ class URL:
             pairs.extend((str(key), _param_str(v)) for v in values)
         try:
             extra = urlencode(pairs)
-        except UnicodeEncodeError as exc:
-            raise _invalid(f"params cannot be encoded as UTF-8: {exc}") from None
+        except UnicodeEncodeError as exc:  # (it holds the whole value: never chained)
+            raise_detached(
+                _invalid(
+                    "params cannot be encoded as UTF-8: a value holds a lone surrogate at "
+                    f"position {exc.start}"
+                )
+            )
         query = f"{self._parts.query}&{extra}" if self._parts.query else extra
         return URL(self._parts._replace(query=query).geturl())
 

@@ -30,6 +30,7 @@ from .._core.attempt import Attempt
 from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from .._core.errors import InvalidRequest
 from .._core.policy import RetryPolicy, Upstream
+from .._core.secrecy import raise_detached, withheld
 from .._models import URL, Origin, StageTimeouts
 from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
@@ -191,11 +192,12 @@ DEFAULT_STAGE_TIMEOUTS = StageTimeouts(
 
 
 def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoReturn:
-    """A wrong ``Client(...)`` argument: ``TypeError`` for a wrong type, else ``ValueError``."""
+    """A wrong ``Client(...)`` argument: ``TypeError`` for a wrong type, else ``ValueError``;
+    its message is ``exc``'s (written to show no secret), with nothing chained to it."""
     message = str(exc) if option is None else f"{option}: {exc}"
     if isinstance(exc, OptionError) and exc.kind == "type":
-        raise TypeError(message) from None
-    raise ValueError(message) from None
+        raise_detached(TypeError(message))
+    raise_detached(ValueError(message))
 
 
 def _auth(value: object) -> AuthTypes | None:
@@ -206,7 +208,10 @@ def _auth(value: object) -> AuthTypes | None:
         and len(value) == 2
         and all(isinstance(part, str) for part in value)
     ):
-        return BasicAuth(value[0], value[1])
+        try:
+            return BasicAuth(value[0], value[1])
+        except ValueError as exc:  # (its message shows neither the name nor the password)
+            raise ValueError(f"auth=: {exc}") from None
     raise TypeError(
         "auth must be a RefreshableAuth (BasicAuth(user, password), BearerAuth(token), "
         "DigestAuth(user, password), or an object with async headers() and refresh()), a "
@@ -313,14 +318,14 @@ def configure(
         raise TypeError(f"engine must have a decide(context) method, got {shown(engine)}")
     if upstreams is not None and not isinstance(upstreams, Mapping):
         raise TypeError(
-            f"upstreams must be a mapping of origin to Upstream, got {shown(upstreams)}"
+            f"upstreams must be a mapping of origin to Upstream, got {withheld(upstreams)}"
         )
     origins: dict[Origin, Upstream] = {}
     for key, value in (upstreams or {}).items():
         if not isinstance(key, str):
             raise TypeError(
                 f'upstreams keys must be origins as str ("https://host:port" or '
-                f'"https://host"), got {shown(key)}'
+                f'"https://host"), got {withheld(key)}'
             )
         if not isinstance(value, Upstream):
             raise TypeError(
@@ -337,7 +342,9 @@ def configure(
             f'host:port" or "https://host" (or http://); {problem}'
         )
     if base_url is not None and not isinstance(base_url, (str, URL)):
-        raise TypeError(f"base_url must be an absolute http(s) URL as str, got {shown(base_url)}")
+        raise TypeError(
+            f"base_url must be an absolute http(s) URL as str, got {withheld(base_url)}"
+        )
     try:
         parsed_base = URL(base_url) if base_url is not None else None
     except InvalidRequest as exc:
@@ -352,7 +359,7 @@ def configure(
             )
         parsed_base = as_base(parsed_base)
     if proxy is not None and not isinstance(proxy, str):
-        raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {shown(proxy)}")
+        raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {withheld(proxy)}")
     parsed_proxy: ProxyConfig | None = None
     if proxy is not None:
         # Imported by a client with a proxy: _proxy (and SOCKS behind it) is start-up time
@@ -484,5 +491,5 @@ def _client_params(params: object) -> tuple[tuple[str, Any], ...]:
     if isinstance(params, Sequence) and all(isinstance(p, tuple) and len(p) == 2 for p in params):
         return tuple((str(key), value) for key, value in params)
     raise TypeError(
-        f"params must be a mapping or a sequence of (name, value) pairs, got {shown(params)}"
+        f"params must be a mapping or a sequence of (name, value) pairs, got {withheld(params)}"
     )

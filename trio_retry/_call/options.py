@@ -15,6 +15,7 @@ from typing import Literal
 
 from .._core.idempotency import Idempotency
 from .._core.policy import RetryPolicy
+from .._core.secrecy import withheld
 
 __all__ = [
     "MAX_IDEMPOTENCY_KEY",
@@ -85,18 +86,39 @@ def check_idempotency_key(value: object, option: str = "idempotency_key") -> str
         f"{MAX_IDEMPOTENCY_KEY}, no spaces or control characters: it is sent as the "
         "Idempotency-Key header)"
     )
+    # A key is sent beside the credentials and may stand for the payment it protects: a
+    # message says what is wrong with it, never what it is (``_core/secrecy.py``).
     if not isinstance(value, str):
-        raise OptionError(f"{option} must be {accepted}, got {shown(value)}", "type")
-    if not value or len(value) > MAX_IDEMPOTENCY_KEY or not _visible_ascii(value):
-        what = "an empty string" if not value else shown(value)
-        if value and len(value) > MAX_IDEMPOTENCY_KEY:
-            what = f"a string of {len(value)} characters"
-        raise OptionError(f"{option} must be {accepted}, got {what}", "value")
+        raise OptionError(f"{option} must be {accepted}, got {withheld(value)}", "type")
+    if not value:
+        raise OptionError(f"{option} must be {accepted}, got an empty string", "value")
+    if len(value) > MAX_IDEMPOTENCY_KEY:
+        raise OptionError(
+            f"{option} must be {accepted}, got a string of {len(value)} characters", "value"
+        )
+    where = _not_visible_ascii(value)
+    if where is not None:
+        raise OptionError(
+            f"{option} must be {accepted}, got a string of {len(value)} characters with "
+            f"{where} (the key is not shown)",
+            "value",
+        )
     return value
 
 
-def _visible_ascii(text: str) -> bool:
-    return text.isascii() and all("!" <= ch <= "~" for ch in text)
+def _not_visible_ascii(text: str) -> str | None:
+    """Where ``text`` stops being visible ASCII (``"a space at position 3"``), or None."""
+    if text.isascii() and all("!" <= ch <= "~" for ch in text):
+        return None
+    position, ch = next((i, c) for i, c in enumerate(text) if not "!" <= c <= "~")
+    kind = (
+        "a space"
+        if ch in " \t"
+        else "a control character"
+        if ch < " " or ch == "\x7f"
+        else "a non-ASCII character"
+    )
+    return f"{kind} at position {position}"
 
 
 def check_retry(value: object, option: str = "retry") -> RetryPolicy | None:
@@ -133,8 +155,8 @@ def check_fields(value: object, option: str, *, none_allowed: bool) -> None:
         for pair in value:
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise OptionError(
-                    f"params must be a mapping or a sequence of (name, value) pairs; got the "
-                    f"item {shown(pair)}",
+                    f"params must be a mapping or a sequence of (name, value) pairs; got an "
+                    f"item {withheld(pair)}",
                     "type",
                 )
             items.append(pair)
@@ -142,7 +164,7 @@ def check_fields(value: object, option: str, *, none_allowed: bool) -> None:
         kinds = "a mapping or a sequence of (name, value) pairs" if option == "params" else (
             "a mapping of form fields (for raw bytes use content=)"
         )  # fmt: skip
-        raise OptionError(f"{option} must be {kinds}, got {shown(value)}", "type")
+        raise OptionError(f"{option} must be {kinds}, got {withheld(value)}", "type")
     for name, item in items:
         if not isinstance(name, str):
             raise OptionError(f"{option} names must be str, got {shown(name)}", "type")
@@ -152,5 +174,5 @@ def check_fields(value: object, option: str, *, none_allowed: bool) -> None:
         for one in values:
             if not isinstance(one, _SCALARS) or (isinstance(one, float) and not math.isfinite(one)):
                 raise OptionError(
-                    f"{option}[{name!r}] must be {accepted}, got {shown(one)}", "type"
+                    f"{option}[{name!r}] must be {accepted}, got {withheld(one)}", "type"
                 )

@@ -24,6 +24,7 @@ from .._core.evidence import Evidence, FailureCategory
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
 from .._core.replay import Body, Multipart
+from .._core.secrecy import withheld
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes, shown_url
 from .._observe.otel import CallTrace
@@ -371,7 +372,7 @@ def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None
     if auth is not None:
         try:
             return coerce_auth(auth, "auth")
-        except TypeError as exc:  # a call-time mistake: refused before any I/O (SPEC §11)
+        except (TypeError, ValueError) as exc:  # a call-time mistake: refused before any I/O
             raise _invalid(str(exc)) from None
     if config.auth is None and url.credentials is not None:  # the client's auth= wins, as in httpx
         try:
@@ -389,7 +390,10 @@ def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None
 def coerce_auth(auth: object, option: str) -> AuthTypes:
     """``auth=``: a ``RefreshableAuth``, or ``(user, password)`` for ``BasicAuth``."""
     if isinstance(auth, tuple) and len(auth) == 2 and all(isinstance(a, str) for a in auth):
-        return BasicAuth(auth[0], auth[1])
+        try:
+            return BasicAuth(auth[0], auth[1])
+        except ValueError as exc:  # (its message shows neither the name nor the password)
+            raise ValueError(f"{option}=: {exc}") from None
     if isinstance(auth, (RefreshableAuth, RequestAuth)):
         return auth
     raise TypeError(
@@ -418,7 +422,7 @@ def _call_cookies(cookies: Mapping[str, str] | None) -> tuple[tuple[str, str], .
     if not cookies:
         return ()
     if not isinstance(cookies, Mapping):
-        raise _invalid(f"cookies must be a mapping of names to values, got {shown(cookies)}")
+        raise _invalid(f"cookies must be a mapping of names to values, got {withheld(cookies)}")
     pairs = []
     for name, value in cookies.items():
         if not isinstance(name, str) or not _COOKIE_NAME.fullmatch(name):

@@ -102,10 +102,24 @@ def _seconds(text: str) -> float:
     return value
 
 
+#: Header names a malformed ``-H`` may be told it meant (``-H 'Authorization Bearer ...'``).
+_KNOWN_HEADERS = frozenset(
+    ("Authorization", "Proxy-Authorization", "Cookie", "Accept", "Content-Type", "User-Agent")
+)
+
+
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not _TOKEN.fullmatch(name.strip()):
-        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
+        # Never the text: it is often a credential. Only a well-known name is echoed.
+        first = text.split(maxsplit=1)[0] if text.split() else ""
+        known = next((h for h in _KNOWN_HEADERS if h.lower() == first.lower()), None)
+        hint = f"; did you mean '{known}: ...'?" if known else ""
+        what = "no ':' after the name" if not sep else "a name that is not a token"
+        raise argparse.ArgumentTypeError(
+            f"expected 'Name: value', got {what} (the header, {len(text)} characters, is not "
+            f"shown){hint}"
+        )
     return name.strip(), value.strip()
 
 

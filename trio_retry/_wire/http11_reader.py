@@ -24,6 +24,7 @@ from typing import TypeAlias
 import h11
 
 from .._core.evidence import FailureCategory
+from .._core.secrecy import raise_detached
 from .exchange import WireRequest, content_length
 from .fast11 import END, NEED, FastParser, ResponseHead, Signal, request_head
 from .http11_rules import (
@@ -132,7 +133,7 @@ class ResponseReader:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                raise self._refused(progress, exc) from None  # h11's text may quote a value
+                raise_detached(self._refused(progress, exc))  # h11's text may quote a value
             # (h11's events are ABCs, so an isinstance costs a Python call; h11 makes exactly
             # these types)
             if type(event) is h11.Data:
