@@ -6,7 +6,8 @@ One job: the routing decision of SPEC §16, kept per origin, synchronous and clo
 - An ``https://`` origin goes over HTTP/3 when its upstream says so (``Upstream(http3=True)``,
   in ``upstreams`` or as the ``default_upstream`` of every origin not listed there),
   or, with ``Client(http3=True)``, once it advertised ``Alt-Svc: h3=":PORT"`` on a response
-  (remembered for its ``ma``, 24 hours by default, RFC 7838 §3; ``Alt-Svc: clear`` forgets it).
+  (remembered for its ``ma``, 24 hours by default, RFC 7838 §3, at most 2^31 s;
+  ``Alt-Svc: clear`` forgets it).
   Only alternatives on the origin's own host are taken: another host would have to prove its
   authority for the origin with a certificate checked against a name the caller never gave.
 - A QUIC handshake that fails or times out marks the origin *broken*: it is reached over TCP
@@ -39,10 +40,29 @@ BROKEN_MAX = 6 * 3600.0
 
 QuicKey = tuple[str, str, str, int]
 
-_ENTRY = re.compile(
-    r'\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*"([^"]*)"((?:\s*;\s*[A-Za-z0-9_-]+\s*=\s*[^,;]*)*)'
-)
-_MA = re.compile(r";\s*ma\s*=\s*\"?(\d+)\"?")
+#: The longest lifetime an ``ma`` gives: 2^31 seconds, where RFC 9111 §1.2.2 caps every
+#: delta-seconds (a longer one, up to the 64 KiB a header may hold, means the same).
+MAX_AGE_CAP = float(2**31)
+
+#: A quoted string, to its closing quote or the end of the value.
+_QUOTED_RUN = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?'
+#: The pieces of an ``Alt-Svc`` value, left to right: a part (quoted strings and anything but
+#: a delimiter), or a run of delimiters (``,`` between alternatives, ``;`` between an
+#: alternative and its parameters) and the spaces among them. Each match consumes at least one
+#: character and never gives any back (possessive): a value is read once, left to right.
+#: The obvious alternative, one pattern per alternative found with ``finditer``, as before,
+#: retried every position of a long run that never matched: 2-3 s for 16,000 characters,
+#: ~45 s for 64 KiB.
+_PIECE = re.compile(rf'(?:{_QUOTED_RUN}|[^",;]++)++|[,;][\s,;]*+', re.S)
+#: The rest of an alternative, up to its comma (skipped past too many parameters).
+_REST = re.compile(rf'(?:{_QUOTED_RUN}|[^",]++)*+', re.S)
+#: Alternatives, and parameters of one, read at most: an advertisement names a few (RFC 7838
+#: sets no limit; the header's 64 KiB could hold thousands, each costing Python work). An
+#: ``h3`` alternative past them is not taken, nor an ``ma`` past them (the default applies).
+MAX_ALTERNATIVES = 32
+MAX_PARAMETERS = 32
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
+_QUOTED_PAIR = re.compile(r"\\(.)", re.S)
 
 
 def quic_key(origin: Origin) -> QuicKey:
@@ -51,24 +71,88 @@ def quic_key(origin: Origin) -> QuicKey:
 
 
 def parse_alt_svc(value: str, host: str) -> tuple[int, float] | Literal[False] | None:
-    """The ``h3`` alternative in an ``Alt-Svc`` value for ``host``: ``(port, max_age)``;
-    ``False`` for ``clear``; ``None`` when it names no usable ``h3`` alternative (another
-    protocol, another host, a malformed entry)."""
+    """The first usable ``h3`` alternative in an ``Alt-Svc`` value for ``host`` (RFC 7838
+    §3): ``(port, max_age)``, ``max_age`` at most :data:`MAX_AGE_CAP`; ``False`` for
+    ``clear``; ``None`` when it names no usable ``h3`` alternative (another protocol, another
+    host, a malformed entry). Linear in the length of ``value``."""
     if value.strip().lower() == "clear":
         return False
-    for match in _ENTRY.finditer(value):
-        protocol, authority, params = match.group(1), match.group(2), match.group(3)
-        if protocol != "h3":
+    entry: list[str] = []  # the current alternative's ;-separated parts
+    part = ""
+    alternatives = 0
+    at, end = 0, len(value)
+    while at < end:
+        piece = _PIECE.match(value, at)
+        assert piece is not None  # (every character starts a piece)
+        at = piece.end()
+        text = piece.group()
+        if text[0] != "," and text[0] != ";":
+            part = text
             continue
-        alt_host, _, port_text = authority.rpartition(":")
-        alt_host = alt_host.strip("[]")
-        if alt_host and alt_host.lower() != host.lower():
+        entry.append(part)
+        part = ""
+        last_comma = text.rfind(",")
+        if last_comma < 0:
+            if len(entry) <= MAX_PARAMETERS:
+                continue
+            rest = _REST.match(value, at)
+            at = rest.end() if rest is not None else end
+            continue  # (the comma that ends it, if any, is the next piece)
+        found = _h3_alternative(entry, host)
+        if found is not None:
+            return found
+        if any(p.strip() for p in entry):  # (nothing between two commas is no alternative)
+            alternatives += 1
+            if alternatives == MAX_ALTERNATIVES:
+                return None
+        # (parameters before any protocol: that alternative has none, and is not h3)
+        entry = [""] if ";" in text[last_comma:] else []
+    entry.append(part)
+    return _h3_alternative(entry, host)
+
+
+def _h3_alternative(parts: list[str], host: str) -> tuple[int, float] | None:
+    """``(port, max_age)`` when ``parts`` (``protocol="authority"``, then parameters) is a
+    usable ``h3`` alternative for ``host``."""
+    protocol, equals, quoted = parts[0].partition("=")
+    authority = _unquoted(quoted.strip())
+    if protocol.strip() != "h3" or not equals or authority is None:
+        return None
+    alt_host, _, port_text = authority.rpartition(":")
+    alt_host = alt_host.strip("[]")
+    if alt_host and alt_host.lower() != host.lower():
+        return None
+    if not _digits(port_text) or not 0 < int(port_text) < 65536:
+        return None
+    port = int(port_text)
+    for parameter in parts[1:]:
+        name, _, raw = parameter.partition("=")
+        if name.strip().lower() != "ma":
             continue
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            continue
-        ma = _MA.search(params)
-        return int(port_text), float(ma.group(1)) if ma else DEFAULT_MAX_AGE
-    return None
+        text: str | None = raw.strip()
+        if text and text[0] == '"':
+            text = _unquoted(text)
+        if text is None or not _digits(text):
+            break  # an ma that is no number: the default lifetime
+        significant = text.lstrip("0")
+        # (int() of thousands of digits is slow, and refused past 4,300: cap by length first)
+        if len(significant) > 10:
+            return port, MAX_AGE_CAP
+        return port, min(float(significant or 0), MAX_AGE_CAP)
+    return port, DEFAULT_MAX_AGE
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _unquoted(text: str) -> str | None:
+    """The content of the quoted string ``text`` (quoted pairs undone), or ``None``."""
+    quoted = _QUOTED.fullmatch(text)
+    if quoted is None:
+        return None
+    inner = quoted.group(1)
+    return _QUOTED_PAIR.sub(r"\1", inner) if "\\" in inner else inner
 
 
 @dataclass(slots=True)
