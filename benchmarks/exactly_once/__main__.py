@@ -35,7 +35,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="the baseline: the same run without faults (every column should be 0)",
     )
     p.add_argument(
-        "--smoke", action="store_true", help="seconds: at most 80 calls in 4 s, trio_retry only"
+        "--smoke",
+        action="store_true",
+        help="seconds: at most 80 calls in 4 s, trio_retry only (options given still count)",
     )
     p.add_argument(
         "--rescore",
@@ -50,11 +52,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--chart", type=Path, help="draw the scoreboard here (.svg or .png)")
     args = p.parse_args(argv)
-    if args.smoke:
-        args.calls, args.seconds, args.concurrency = 80, 4.0, 4
-        args.deadline, args.max_delay = 1.0, 0.1
-        if "--clients" not in " ".join(argv):
-            args.clients = "trio_retry"
+    if args.smoke:  # its values, where the command line does not give its own
+        given = {arg.partition("=")[0] for arg in argv}
+        smoke = {
+            "--calls": 80, "--seconds": 4.0, "--concurrency": 4, "--deadline": 1.0,
+            "--max-delay": 0.1, "--clients": "trio_retry",
+        }  # fmt: skip
+        for option, value in smoke.items():
+            if option not in given:
+                setattr(args, option[2:].replace("-", "_"), value)
     return args
 
 

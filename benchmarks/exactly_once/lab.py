@@ -1,16 +1,19 @@
 """One run of the lab, start to end: build it, run each client through the same faults, judge,
 and take everything down again, whatever happens.
 
-Order: refuse unless root with the tools (one line); remove a crashed run's leftovers; build the
-namespace and veth pair; start the backend and nginx in it; then per client: a fresh fault
+Order: refuse unless root with the tools (one line); under the setup lock, remove what runs
+that are over left behind, reserve this run's name and directory, start its janitor and build
+the namespace and veth pair; start the backend and nginx in it; then per client: a fresh fault
 injector on the seed's schedule, the client's own process (bounded by a timeout), the faults
 cleared, a pause so the requests still in flight reach the ledger. Then the ledger and the
 access log are read and every client judged (:mod:`.checker`).
 
-Teardown is in ``finally`` and SIGTERM is turned into ``KeyboardInterrupt``, so Ctrl-C and a
-``kill`` take the same path: the client's process, the injector, nginx and the backend are
-stopped, the namespace (with its iptables rules and qdiscs) and the veth pair deleted, the
-working directory removed. ``benchmarks.exactly_once.netlab.leftovers`` checks it.
+Teardown is in ``finally`` and runs to its end whatever arrives (:mod:`.lifeline`): SIGINT,
+SIGTERM and SIGHUP end the run the same way, and any signal during the teardown waits for it.
+The client's process, the injector, nginx and the backend are stopped, the namespace (with its
+iptables rules and qdiscs) and the veth pair deleted, the working directory removed; if the
+runner is killed outright, its children die with it and the janitor does the rest.
+``benchmarks.exactly_once.netlab.leftovers`` checks it.
 """
 
 from __future__ import annotations
@@ -19,19 +22,16 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from benchmarks.exactly_once import faults, netlab, servers
+from benchmarks.exactly_once import faults, lifeline, netlab, servers
 from benchmarks.exactly_once.checker import DEFAULT_TOLERANCE, check
 from benchmarks.exactly_once.peers import PEERS, RESULT_TAG
 from benchmarks.exactly_once.records import ClientRun, LedgerEntry, read_access_log, read_ledger
@@ -58,18 +58,6 @@ class RunConfig:
     faults: bool = True
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _run_client(
     name: str, cfg: RunConfig, lab: netlab.NetLab, srv: servers.Servers, log: Callable[[str], None]
 ) -> tuple[ClientRun, list[dict[str, Any]], list[str]]:
@@ -94,7 +82,7 @@ def _run_client(
         faults=faults.schedule(cfg.seed, cfg.seconds) if cfg.faults else [],
         seed=cfg.seed,
     )
-    proc = subprocess.Popen(
+    proc = lifeline.child(
         [sys.executable, "-m", "benchmarks.exactly_once.peers", json.dumps(config)],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
@@ -154,7 +142,14 @@ def rescore(doc: dict[str, Any], *, tolerance: float | None = None) -> dict[str,
     return {**doc, "clients": clients}
 
 
-def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+def _print(line: str) -> None:
+    """A progress line, at once (a watcher waits for "lab up"); never raises (it is called
+    during teardown, whose output may be gone)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, flush=True)
+
+
+def run_lab(cfg: RunConfig, log: Callable[[str], None] = _print) -> dict[str, Any]:
     """Run the lab; the document the report prints and writes. Raises
     :class:`~benchmarks.exactly_once.netlab.LabError` when the lab cannot run here."""
     reason = netlab.why_not_available() or (
@@ -165,20 +160,38 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
     unknown = [name for name in cfg.clients if name not in PEERS]
     if unknown:
         raise netlab.LabError(f"unknown client(s) {unknown}; known: {', '.join(PEERS)}")
-    stale = netlab.remove_stale()
-    if stale:
-        log(f"removed leftovers of a crashed run: {', '.join(stale)}")
-    workdir = Path(tempfile.mkdtemp(prefix=f"{netlab.PREFIX}{os.getpid()}-"))
-    lab: netlab.NetLab | None = None
-    srv: servers.Servers | None = None
     runs: list[tuple[ClientRun, list[dict[str, Any]], list[str]]] = []
     started = time.monotonic()
-    with _sigterm_as_interrupt():
+    reserved: netlab.Reservation | None = None
+    janitor: lifeline.Janitor | None = None
+    lab: netlab.NetLab | None = None
+    srv: servers.Servers | None = None
+
+    def teardown() -> None:
+        log("taking the lab down")
+        if srv is not None:
+            srv.stop()
+        if lab is not None:
+            faults.clear(lab)
+        if reserved is not None:
+            netlab.destroy(reserved.lab.name)
+            reserved.release()
+        if janitor is not None:
+            janitor.done()
+        log("lab down")  # the runner's own teardown ended (the janitor was not needed)
+
+    with lifeline.Interrupts() as interrupts:
         try:
-            lab = netlab.create()
+            with netlab.setup_lock():
+                stale = netlab.remove_stale()
+                if stale:
+                    log(f"removed what runs that are over left behind: {', '.join(stale)}")
+                reserved = netlab.reserve()
+                janitor = lifeline.Janitor(reserved.lab.name)
+                lab = netlab.create(reserved.lab)
             srv = servers.start(
                 lab,
-                workdir,
+                lab.workdir,
                 seed=cfg.seed,
                 max_delay=cfg.max_delay,
                 keepalive_requests=cfg.keepalive_requests,
@@ -190,12 +203,7 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
             ledger = read_ledger(srv.ledger)
             access = read_access_log(srv.access_log)
         finally:
-            if srv is not None:
-                srv.stop()
-            if lab is not None:
-                faults.clear(lab)
-                netlab.destroy(lab)
-            servers.remove_workdir(workdir)
+            interrupts.teardown(teardown)
     logged = Counter(line.rid for line in access)
     clients = []
     for run, applied, errors in runs:
@@ -221,7 +229,7 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, Any
             "python": platform.python_version(),
             "nginx": nginx_version(binary)[0] if binary else None,
         },
-        "netns": f"{netlab.PREFIX}{os.getpid()}",
+        "netns": lab.netns,
         "wall": round(time.monotonic() - started, 1),
         "ledger_lines": len(ledger),
         "access_log_lines": len(access),

@@ -25,24 +25,12 @@ import pytest
 
 from benchmarks.exactly_once import __main__ as cli
 from benchmarks.exactly_once import netlab
-from benchmarks.servers import find_nginx
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 60  # the smoke takes ~3 s on two idle cores; this only stops a hang
-
-
-def _skip_unless_lab() -> None:
-    reason = netlab.why_not_available()
-    if reason is None and find_nginx() is None:
-        reason = "needs nginx"
-    if reason is None and subprocess.run(["ip", "netns", "list"], capture_output=True).returncode:
-        reason = "needs `ip netns`, which does not work here"
-    if reason is not None:
-        pytest.skip(f"the exactly-once lab {reason}")
+from .support import LONG, ROOT, TIMEOUT, Run, skip_unless_lab
 
 
 def test_smoke(tmp_path: Path) -> None:
-    _skip_unless_lab()
+    skip_unless_lab()
     out = tmp_path / "lab.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.exactly_once", "--smoke", "--json", str(out)],
@@ -53,7 +41,7 @@ def test_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
-    assert netlab.leftovers(int(doc["netns"].removeprefix(netlab.PREFIX))) == []
+    assert netlab.leftovers(doc["netns"]) == []
     (entry,) = doc["clients"]
     score = entry["score"]
     assert score["client"] == "trio_retry"
@@ -71,30 +59,12 @@ def test_smoke(tmp_path: Path) -> None:
 
 
 def test_interrupted_run_leaves_nothing() -> None:
-    _skip_unless_lab()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.exactly_once", "--smoke", "--seconds", "30"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # "lab up: ..." once the lab and the servers are up
-            if line.startswith("lab up"):
-                break
-        else:
-            pytest.fail("the lab did not come up")
-        time.sleep(1.0)  # the client is running, faults are being applied
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert proc.returncode == 130, err
-    assert netlab.leftovers(proc.pid) == []
+    skip_unless_lab()
+    run = Run.start(*LONG)
+    time.sleep(1.0)  # the client is running, faults are being applied
+    assert run.signal(signal.SIGINT)
+    assert run.finish() == 130, run.stderr()
+    assert netlab.leftovers(run.name) == []
 
 
 def test_refuses_in_one_line_without_root(
@@ -105,3 +75,9 @@ def test_refuses_in_one_line_without_root(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "needs root" in err
+
+
+def test_smoke_keeps_the_options_given() -> None:
+    args = cli.parse(["--smoke", "--seconds", "30", "--calls=500"])
+    assert (args.seconds, args.calls, args.concurrency, args.clients) == (30, 500, 4, "trio_retry")
+    assert cli.parse(["--smoke"]).seconds == 4.0
