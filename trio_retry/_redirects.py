@@ -28,9 +28,11 @@ import re
 from urllib.parse import urlsplit
 
 from ._core.evidence import Evidence, FailureCategory
+from ._core.secrecy import raise_detached
 from ._errors import InvalidRequest
 from ._models import URL
 from ._response_views import REDIRECT_STATUSES as REDIRECT_STATUSES
+from ._url import unparsed
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -94,12 +96,9 @@ def resolve_location(base: URL, location: str) -> URL:
         port = parts.port  # parsed lazily: a bad port raises here
         hostname = parts.hostname
     except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
-        # Not urllib's text when it quotes the "port": in ``http://u:pa/ss@h`` that is a piece
-        # of the password.
-        text = str(exc)
-        raise InvalidLocation(
-            "its port is not a number from 1 to 65535" if "ort" in text else text
-        ) from None
+        # Never urllib's text, nor chained: it may quote the netloc or the "port" (pieces of
+        # the password).
+        raise_detached(InvalidLocation(f"it has {unparsed(exc)}"))
     scheme = parts.scheme.lower()
     has_authority = location[len(parts.scheme) + 1 if scheme else 0 :].startswith("//")
     if has_authority or (scheme in ("http", "https")):

@@ -104,8 +104,9 @@ def _unquote_name(name: str) -> str:
     return unquote_plus(name) if "%" in name or "+" in name else name
 
 
-def _unparsed(exc: ValueError) -> str:
-    """Why urlsplit (or UTF-8) refused a URL, in our words: never urllib's text, which quotes
+def unparsed(exc: ValueError) -> str:
+    """Why urlsplit (or UTF-8) refused a URL, in our words (a noun phrase: "a port that is not
+    a number..."): never urllib's text, which quotes
     the netloc (``netloc 'user:pass@h\uff0fx' contains invalid characters...``) or the "port" (in
     ``http://u:pa/ss@h`` a piece of the password)."""
     if isinstance(exc, UnicodeEncodeError):
@@ -113,14 +114,14 @@ def _unparsed(exc: ValueError) -> str:
     text = str(exc)
     if "NFKC" in text:
         return (
-            "its host holds a character that NFKC normalization turns into '/', '?', '#', "
+            "a host holding a character that NFKC normalization turns into '/', '?', '#', "
             "'@' or ':' (a full-width or compatibility form, such as U+FF0F or U+2100)"
         )
     if "ort" in text:
         return "a port that is not a number from 1 to 65535"
     if "IPv" in text:
         return "a bracketed host that is not an IPv6 (or IPvFuture) address, or unbalanced brackets"
-    return "it cannot be parsed as a URL"
+    return "a form Python's URL parser refuses"
 
 
 def _shown(url: str) -> str:
@@ -294,7 +295,7 @@ class URL:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:  # UnicodeEncodeError included
-            raise_detached(_invalid(f"malformed URL {_shown(url)}: {_unparsed(exc)}"))
+            raise_detached(_invalid(f"malformed URL {_shown(url)}: {unparsed(exc)}"))
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             raise _invalid(_scheme_problem(scheme, url))
