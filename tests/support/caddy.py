@@ -183,7 +183,9 @@ def caddy_version(binary: str) -> str:
     return match.group(1) if match else "unknown"
 
 
-def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
+def _config(
+    workdir: Path, port: int, backend_port: int, tls_policy: dict[str, Any]
+) -> dict[str, Any]:
     proxy = {
         "handler": "reverse_proxy",
         "upstreams": [{"dial": f"{HOST}:{backend_port}"}],
@@ -239,7 +241,7 @@ def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
                         "protocols": ["h1", "h2", "h3"],
                         "automatic_https": {"disable": True},
                         "tls_connection_policies": [
-                            {"certificate_selection": {"any_tag": ["trio"]}}
+                            {"certificate_selection": {"any_tag": ["trio"]}, **tls_policy}
                         ],
                         "routes": routes,
                         "logs": {"default_logger_name": "trio"},
@@ -250,9 +252,10 @@ def _config(workdir: Path, port: int, backend_port: int) -> dict[str, Any]:
     }
 
 
-def start_caddy() -> RunningCaddy:
+def start_caddy(*, tls_policy: dict[str, Any] | None = None) -> RunningCaddy:
     """Start caddy (and its backend); raises :class:`CaddyUnavailable` (not installed, or it
-    failed to start three times: the message carries its log)."""
+    failed to start three times: the message carries its log). ``tls_policy`` adds to the
+    one TLS connection policy (``match``, ``client_authentication``, ``default_sni``...)."""
     binary = find_caddy()
     if binary is None:
         raise CaddyUnavailable(SKIP_REASON)
@@ -273,7 +276,8 @@ def start_caddy() -> RunningCaddy:
     for _ in range(3):  # a free port may be taken between probing and binding
         port = free_tcp_udp_port()
         conf = workdir / "caddy.json"
-        conf.write_text(json.dumps(_config(workdir, port, backend.port), indent=1))
+        config = _config(workdir, port, backend.port, tls_policy or {})
+        conf.write_text(json.dumps(config, indent=1))
         (workdir / "caddy.log").unlink(missing_ok=True)
         # stderr to a file, not a pipe: a Go program writing to a closed pipe dies (SIGPIPE).
         with open(workdir / "stderr.log", "wb") as stderr:

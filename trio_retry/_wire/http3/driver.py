@@ -38,6 +38,7 @@ from aioquic.quic.events import (
 from ..._core.evidence import FailureCategory
 from ..exchange import WireResponse, head_too_large
 from ..progress import AttemptProgress
+from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
 from .control import H3_REQUEST_REJECTED, ControlReader
 from .shims import HandshakeRefused
 from .stream import HTTP_VERSION, H3Stream
@@ -63,9 +64,6 @@ BUFFER_LIMIT = 16 * 1024 * 1024
 _BATCH = 64
 #: Streams lent at once when the server's limit is not known yet (before the handshake).
 DEFAULT_STREAMS = 100
-#: TLS alerts that mean the certificate was refused (RFC 8446 §6.2): QUIC carries an alert as
-#: CRYPTO_ERROR 0x0100 + alert (RFC 9001 §4.8).
-_CERTIFICATE_ALERTS = frozenset({42, 43, 44, 45, 46, 48})
 
 
 class H3State(enum.Enum):
@@ -240,7 +238,7 @@ class QuicDriver:
             if isinstance(event, HandshakeCompleted):
                 self._handshake_completed(bool(event.early_data_accepted))
             elif isinstance(event, ConnectionTerminated):
-                self._terminated(event.error_code, event.reason_phrase)
+                self._terminated(event.error_code, event.frame_type, event.reason_phrase)
                 continue
             elif isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
                 goaway = self._control.feed(event.stream_id, event.data)
@@ -325,7 +323,7 @@ class QuicDriver:
         else:
             stream.fail(
                 FailureCategory.CONNECTION_BROKEN,
-                f"the server reset the stream (HTTP/3 error 0x{code:x})",
+                f"the server reset the stream ({application_error(code)})",
             )
 
     def _goaway(self, first_unprocessed: int) -> None:
@@ -346,14 +344,14 @@ class QuicDriver:
         if not self.streams:
             self.close()
 
-    def _terminated(self, code: int, reason: str) -> None:
+    def _terminated(self, code: int, frame_type: int | None, reason: str) -> None:
         """QUIC's CONNECTION_CLOSE (the peer's, or an idle timeout, or ours)."""
-        detail = f"the QUIC connection closed (error 0x{code:x}{': ' + reason if reason else ''})"
+        detail = f"the QUIC connection closed ({closed_words(code, frame_type, reason)})"
         if self.state is H3State.HANDSHAKING:
-            alert = code - 0x100
+            alert = tls_alert(code, frame_type)
             category = (
                 FailureCategory.TLS_CERTIFICATE
-                if 0 <= alert < 0x100 and alert in _CERTIFICATE_ALERTS
+                if alert in CERTIFICATE_ALERTS
                 else FailureCategory.TLS_HANDSHAKE
             )
             self._handshake_failed(category, detail)
