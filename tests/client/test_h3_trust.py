@@ -334,3 +334,28 @@ def test_a_client_key_quic_cannot_use_is_refused_at_construction_without_its_pas
         assert "wrong-password" not in str(error)  # ... never what it was
         assert error.__context__ is None
         assert error.__cause__ is None
+
+
+async def test_aioquic_failing_on_a_handshake_datagram_falls_back_to_tcp(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever aioquic raises on a datagram during the handshake is the handshake's failure:
+    the origin is marked and the request goes over TCP (it was "internal error", unmarked,
+    and the same QUIC try again)."""
+    from trio_retry._wire.http3.shims import CheckedQuicConnection
+
+    def broken_datagram(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("aioquic could not read this")
+
+    # (the client's connection only: the server's is aioquic's own class)
+    monkeypatch.setattr(CheckedQuicConnection, "receive_datagram", broken_datagram)
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    with trio.fail_after(20):
+        async with h3_client(server, server.client_ssl_context()) as client:
+            response = await client.get(f"{server.url}/any")
+            assert broken(client, server)
+    quic, tcp = response.attempts
+    assert quic.category is FailureCategory.TLS_HANDSHAKE
+    assert "aioquic could not read this" in str(quic.error)
+    assert (tcp.http_version, response.status) == ("HTTP/2", 200)

@@ -39,7 +39,7 @@ from ..._core.evidence import FailureCategory
 from ..exchange import WireResponse, head_too_large
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
-from .control import H3_REQUEST_REJECTED, ControlReader
+from .control import H3_INTERNAL_ERROR, H3_REQUEST_REJECTED, ControlReader
 from .shims import HandshakeRefused
 from .stream import HTTP_VERSION, H3Stream
 
@@ -225,8 +225,12 @@ class QuicDriver:
             category = FailureCategory.TLS_HANDSHAKE
             message = f"QUIC failed on a datagram from the server: {exc!r}"
         if self.state is H3State.HANDSHAKING:
-            self._handshake_failed(category, message)
+            self._handshake_failed(category, message)  # (which closes, as below)
         self._die(FailureCategory.CONNECTION_BROKEN, message)
+        try:
+            self._quic.close(error_code=H3_INTERNAL_ERROR)  # sent by the next round
+        except Exception:
+            pass
 
     def _process(self) -> None:
         """Hand every event QUIC produced to HTTP/3 and to the streams (none once closed: a
