@@ -151,6 +151,50 @@ def test_transport_rules(
     assert str(decision)
 
 
+# A response that is not valid HTTP (REMOTE_PROTOCOL): on a fresh connection the same server
+# would answer the same way (not retried); on a reused one the connection may be at fault (one
+# more try, on the connection the pool gives). (evidence, idempotency, fresh, expected)
+PROTOCOL_TABLE = [
+    (E.SENT_NO_RESPONSE, SAFE, True, DENY),
+    (E.SENT_NO_RESPONSE, IDEM, True, DENY),
+    (E.PARTIAL_RESPONSE, SAFE, True, DENY),
+    (E.NOT_SENT, NON, True, DENY),  # (an HTTP/2 handshake the server broke)
+    (E.SENT_NO_RESPONSE, SAFE, False, ALLOW),
+    (E.SENT_NO_RESPONSE, IDEM, False, ALLOW),
+    (E.PARTIAL_RESPONSE, SAFE, False, ALLOW),
+    (E.NOT_SENT, NON, False, ALLOW),
+    # Ambiguity (rule 8) comes first, fresh or not: a POST that may have run is reported so.
+    (E.SENT_NO_RESPONSE, NON, True, AmbiguousFailure(E.SENT_NO_RESPONSE)),
+    (E.SENT_NO_RESPONSE, NON, False, AmbiguousFailure(E.SENT_NO_RESPONSE)),
+    (E.PARTIAL_RESPONSE, NON, False, DENY),
+]
+
+
+@pytest.mark.parametrize(("evidence", "idem", "fresh", "expected"), PROTOCOL_TABLE)
+def test_a_response_that_is_not_valid_http_is_retried_only_from_a_reused_connection(
+    evidence: Evidence, idem: Idempotency, fresh: bool, expected: object
+) -> None:
+    context = transport(evidence, C.REMOTE_PROTOCOL, idempotency=idem, fresh_connection=fresh)
+    decision = ENGINE.decide(context)
+    assert decision == expected
+    # The limits (rules 1-7) still come first.
+    assert ENGINE.decide(replace(context, attempt=3)) == RetryDenied.max_attempts()
+
+
+@pytest.mark.parametrize("category", [c for c in C if c is not C.REMOTE_PROTOCOL])
+def test_only_a_protocol_failure_looks_at_the_connection(category: FailureCategory) -> None:
+    for evidence in (E.NOT_SENT, E.SENT_NO_RESPONSE, E.PARTIAL_RESPONSE):
+        fresh = transport(evidence, category, fresh_connection=True)
+        assert ENGINE.decide(fresh) == ENGINE.decide(replace(fresh, fresh_connection=False))
+
+
+def test_a_context_without_the_connection_s_freshness_keeps_the_old_rule() -> None:
+    """``fresh_connection`` defaults to False (unknown): a context built without it (a
+    caller's own engine tests) is judged as before."""
+    assert RetryContext(attempt=1, max_attempts=3).fresh_connection is False
+    assert ENGINE.decide(transport(E.SENT_NO_RESPONSE, C.REMOTE_PROTOCOL)) == ALLOW
+
+
 def test_transport_rules_ignore_status_rules_and_vice_versa() -> None:
     # A status *and* a failure: neither table applies -> not retryable.
     both = ctx(status=503, failure=C.CONNECTION_BROKEN, evidence=E.PARTIAL_RESPONSE)

@@ -344,6 +344,7 @@ class _Retries:
             # Only while the credentials apply to this request: never for another origin's
             # 401 after a redirect (SPEC §10).
             auth_refreshable=isinstance(request.auth, RefreshableAuth) and request.apply_auth,
+            fresh_connection=not run.progress.connection_reused,
         )
 
     async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None:

@@ -18,6 +18,18 @@ first decision wins, so a later rule can never re-enable what an earlier one for
 9. the status table and the transport-failure rules (see :func:`_rule_status` and
    :func:`_rule_transport`); anything they do not retry -> RetryDenied.not_retryable()
 
+Within rule 9, a response that is not valid HTTP (``REMOTE_PROTOCOL``: garbage, a head over
+``max_header_bytes``, ``Content-Length: abc``, a body its framing contradicts, a body that does
+not decode) is retried only when it came on a *reused* connection: the next attempt goes on the
+connection the pool gives it (a fresh one, unless another idle one is there), and a failure
+there is judged again by this rule. On a fresh connection (``RetryContext.fresh_connection``:
+opened for this attempt, no earlier exchange on it) it is denied, whatever the evidence: the
+same server will answer the same way, and sending it again only runs it again. On a reused
+connection the fault may be the connection's (bytes left by an earlier exchange, a peer that
+half-closed it), so one more try on another connection is worth it. The rejected alternative,
+retrying every such response as any other transport failure, made the server see three
+requests for one broken answer (issue #38).
+
 Why ambiguity (8) outranks the status/transport table (9) but not the limits (1-7): a denial for
 budget or deadline is still reported as ambiguous by the client when the evidence says the
 request may have run (SPEC §7) — the engine's job is only to say whether to try again, and rules
@@ -194,7 +206,8 @@ class RetryContext:
     ``attempt`` is the number of the attempt just finished (1-based). ``proposed_delay`` is the
     delay the client would wait (its backoff, raised to ``retry_after`` when present).
     ``auth_refreshable`` says whether a 401 can be answered by a refresh (False when the client
-    has no ``auth``).
+    has no ``auth``). ``fresh_connection`` says whether the attempt ran on a connection opened
+    for it (no earlier exchange on it); ``False`` when unknown or reused.
     """
 
     attempt: int
@@ -216,6 +229,7 @@ class RetryContext:
     auth_refreshed: bool = False
     retried_425: bool = False
     auth_refreshable: bool = True
+    fresh_connection: bool = False
 
     @property
     def delay(self) -> float:
@@ -329,12 +343,16 @@ def _rule_status(ctx: RetryContext) -> Decision | None:
 def _rule_transport(ctx: RetryContext) -> Decision | None:
     """Rule 9 for transport failures (``status is None``).
 
-    NOT_SENT is retried whatever the idempotency: the server never saw it. A safely idempotent
-    operation is retried after SENT_NO_RESPONSE or PARTIAL_RESPONSE; a non-idempotent one after
-    PARTIAL_RESPONSE is denied (the side effect happened and its outcome is known to be lost).
+    A response that is not valid HTTP on a fresh connection is denied (the module docstring:
+    the same server will answer the same way). Otherwise NOT_SENT is retried whatever the
+    idempotency: the server never saw it. A safely idempotent operation is retried after
+    SENT_NO_RESPONSE or PARTIAL_RESPONSE; a non-idempotent one after PARTIAL_RESPONSE is denied
+    (the side effect happened and its outcome is known to be lost).
     """
     if ctx.status is not None or ctx.failure is None:
         return None
+    if ctx.failure is FailureCategory.REMOTE_PROTOCOL and ctx.fresh_connection:
+        return _deny(ctx)
     if ctx.evidence is Evidence.NOT_SENT:
         return _allow(ctx)
     if ctx.evidence in (Evidence.SENT_NO_RESPONSE, Evidence.PARTIAL_RESPONSE):
