@@ -197,6 +197,7 @@ class _Micro:
             auth_refreshed=False,
             retried_425=False,
             auth_refreshable=False,
+            fresh_connection=False,
         )
 
     def failure_bookkeeping(self, status: int, decision: Any, withdraw: bool) -> None:
