@@ -24,6 +24,7 @@ import trio
 
 from ._call.body import BLOCK_CLOSED
 from ._call.config import (
+    DEFAULT_POOL_TIMEOUT,
     DEFAULT_STAGE_TIMEOUTS,
     HTTP2_DEFAULT,
     TELEMETRY_DEFAULT,
@@ -107,7 +108,7 @@ class Client:
         default_upstream: Upstream | None = None,
         max_connections: int = 100,
         max_connections_per_origin: int | None = None,
-        pool_timeout: float | None = None,
+        pool_timeout: float | None = DEFAULT_POOL_TIMEOUT,  # 5 s; None: no limit
         keepalive_expiry: float | None = 5.0,
         http2: bool = HTTP2_DEFAULT,  # True; told apart from http2=True given explicitly
         http2_prior_knowledge: bool = False,

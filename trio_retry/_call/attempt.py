@@ -45,7 +45,7 @@ from .._core.attempt import Attempt, build_attempt
 from .._core.backoff import parse_retry_after
 from .._core.decision import Decision
 from .._core.errors import RejectReason
-from .._core.evidence import Evidence, FailureCategory
+from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.idempotency import Idempotency
 from .._errors import InvalidRequest
 from .._models import Headers, check_header
@@ -87,6 +87,7 @@ class AttemptRun:
         "body",
         "conn",
         "error",
+        "held",
         "number",
         "permit",
         "progress",
@@ -125,6 +126,8 @@ class AttemptRun:
         self.raw_length: int | None = None
         self.error: BaseException | None = None
         self.conn: PooledConnection | None = None
+        #: The connection is counted as held by a streamed response (``ConnectionPool.hold``).
+        self.held = False
         self.permit: Permit | None = None
         #: The header block this attempt sent (``Response.request.headers``).
         self.sent_headers: list[tuple[bytes, bytes]] | None = None
@@ -256,11 +259,11 @@ class AttemptRun:
         else:
             self.response = None
             request = self.request
-            self.error = WireError.at(
-                progress,
-                FailureCategory.TIMEOUT,
-                deadline_message(request.deadline - request.started, progress.stage),
-            )
+            message = deadline_message(request.deadline - request.started, progress.stage)
+            if progress.stage is Stage.POOL:  # waiting for a connection: say what holds them
+                origin = request.url.origin
+                message += ": " + rt.pool.why_full(rt.connector.key_for(origin, self.proxy))
+            self.error = WireError.at(progress, FailureCategory.TIMEOUT, message)
 
     def _closed_in_flight(self) -> None:
         """The attempt was ended by ``aclose()``: it ends the call."""
@@ -363,6 +366,10 @@ class AttemptRun:
                     Headers.from_wire(response.headers),
                 )
             if streaming and response.status < 400:
+                # The caller reads the body: the connection stays lent until the block ends
+                # (a PoolTimeout meanwhile says so, ConnectionPool.hold).
+                rt.pool.hold(conn)
+                self.held = True
                 finished = True
                 return
             limit = config.max_body_bytes
@@ -397,6 +404,9 @@ class AttemptRun:
         """Return the connection (reusable only after a complete exchange) and the permit."""
         conn, self.conn = self.conn, None
         if conn is not None:
+            if self.held:
+                self.held = False
+                self._rt.pool.unhold(conn)
             if self.error is None and self.body is not None:
                 self._rt.pool.release(conn)
             else:

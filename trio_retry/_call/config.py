@@ -36,7 +36,7 @@ from .._observe.hooks import Hooks
 from .._observe.otel import Instrumentation
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
 from .._url import as_base, shown_url
-from .._wire.clock import DEFAULT_LIMITS
+from .._wire.clock import DEFAULT_LIMITS, Default
 from .alpn import offered_alpn
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .._wire.dialer import Dialer
 
 __all__ = [
+    "DEFAULT_POOL_TIMEOUT",
     "DEFAULT_STAGE_TIMEOUTS",
     "HTTP2_DEFAULT",
     "TELEMETRY_DEFAULT",
@@ -182,6 +183,10 @@ class ClientConfig:
 #: the deadline instead of ``first_byte``. The values, and why, are the clock's table
 #: (``_wire/clock.py``, ``DEFAULT_LIMITS``: each a ``Default``, told apart from the same number
 #: given explicitly). ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
+#: ``Client(pool_timeout=...)``'s default: the wait for a pooled connection is bounded too
+#: (5 s; why: the clock's table, ``DEFAULT_LIMITS``). ``pool_timeout=None`` removes it.
+DEFAULT_POOL_TIMEOUT: Final[float] = DEFAULT_LIMITS["pool"]
+
 DEFAULT_STAGE_TIMEOUTS = StageTimeouts(
     connect=DEFAULT_LIMITS["connect"],
     tls=DEFAULT_LIMITS["tls"],
@@ -290,7 +295,12 @@ def configure(
     try:
         checked_retry = check_retry(retry)
         checked_deadline = check_deadline(deadline)
-        pool_wait = None if pool_timeout == 0 else check_deadline(pool_timeout, "pool_timeout")
+        # (The default kept as it is: a timeout's message says it is the default.)
+        pool_wait = (
+            pool_timeout
+            if isinstance(pool_timeout, Default)
+            else check_deadline(pool_timeout, "pool_timeout")
+        )
         explicit_http2 = http2 is not HTTP2_DEFAULT
         checked_http2 = bool(check_bool(http2, "http2")) if explicit_http2 else True
         h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))

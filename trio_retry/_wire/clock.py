@@ -49,12 +49,13 @@ AWAITING_RESPONSE`` (:func:`timeout_message`, :func:`deadline_message`); a defau
 is one, and how to change it.
 
 Two waits are kept outside a bound of this module. The pool's wait for a connection
-(``pool_timeout``, ``pool.py``) is a cancel scope of the pool's own, which its bookkeeping also
-cancels to hand a waiter its connection. And, at this clock's limit, the HTTP/2 connection's
-writer task (``http2/writer.py``) gives its connection up when one ``send_all`` makes no
-progress for the ``write`` limit. It is the connection's own task, not an attempt's wait, and
-keeps the limit with one cancel scope re-armed per write and per progress (a lane entry would
-need an attempt to interrupt and a progress to report on). Likewise the HTTP/3 connection's
+(``pool_timeout``, ``pool.py``; its default is in this module's table) is a cancel scope of
+the pool's own, which its bookkeeping also cancels to hand a waiter its connection. And, at
+this clock's limit, the HTTP/2 connection's writer task (``http2/writer.py``) gives its
+connection up when one ``send_all`` makes no progress for the ``write`` limit. It is the
+connection's own task, not an attempt's wait, and keeps the limit with one cancel scope
+re-armed per write and per progress (a lane entry would need an attempt to interrupt and a
+progress to report on). Likewise the HTTP/3 connection's
 driver task (``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose
 deadline is that timer: QUIC's loss detection, its handshake retransmissions and its idle
 timeout are the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as
@@ -109,17 +110,28 @@ class Default(float):
     __slots__ = ()
 
 
-#: ``Client()``'s limits, by the name the caller sets each with (``StageTimeouts`` fields).
-#: Why these values: httpx's 5 s per phase fails an API that thinks for 10 s; aiohttp's 300 s
-#: total and Go's and curl's no read limit at all let a stalled body hang for minutes; nginx
-#: gives its upstreams 60 s (``proxy_read_timeout``). 30 s of silence is long for a healthy
-#: server and short for a caller; 10 s to connect is long for any reachable host.
+#: ``Client()``'s limits, by the name the caller sets each with (``StageTimeouts`` fields, and
+#: ``pool`` for ``Client(pool_timeout=...)``). Why these values: httpx's 5 s per phase fails an
+#: API that thinks for 10 s; aiohttp's 300 s total and Go's and curl's no read limit at all
+#: let a stalled body hang for minutes; nginx gives its upstreams 60 s
+#: (``proxy_read_timeout``). 30 s of silence is long for a healthy server and short for a
+#: caller; 10 s to connect is long for any reachable host.
+#:
+#: ``pool``, the wait for a connection of the client's own pool (``pool.py``), is 5 s, httpx's:
+#: a wait that long means every connection is held, by calls the client's other bounds end
+#: within 30 s of silence, or by the caller itself (a body left unread in a ``stream()``
+#: block, which nothing else would ever end). A ``PoolTimeout`` is ``NOT_SENT`` and retried
+#: like one (SPEC §6), so a call queues about 15 s in all before it fails, a burst's fair
+#: share; a call that waits for its own open stream learns it in 15 s, not never. Longer (30 s,
+#: as the other waits) would make that mistake cost 90 s for no gain: a healthy queue that
+#: long is an overload the caller should see. Within the call deadline, like every wait.
 DEFAULT_LIMITS: dict[str, Default] = {
     "connect": Default(10.0),
     "tls": Default(10.0),
     "write": Default(30.0),
     "first_byte": Default(30.0),
     "read": Default(30.0),
+    "pool": Default(5.0),
 }
 
 #: What each bounded wait is called in a timeout's message, ``{}`` where the bound (named as
@@ -136,16 +148,18 @@ _WORDS = {
     "first_byte": "no response head within first_byte={}",
     "read": "no body data within read={}",
     "ping": "the idle HTTP/2 connection did not answer a PING within {}",
+    "pool": "no connection became free within pool_timeout={}",
 }
 
 #: The field whose default each wait's limit is, where that is not its own name.
 _FIELD = {"handshake": "tls", "handshake_h2c": "connect"}
-#: How a default's message says what changes it. The ``first_byte`` default fires only on a
-#: call without a deadline (a deadline would have lifted it).
-_FIRST_BYTE_HINT = (
-    " (Client()'s default: a call with a deadline= waits for the head as long as its deadline "
-    "allows; stage_timeouts=StageTimeouts(first_byte=...) sets it)"
-)
+#: How a default's message says what changes it, where ``StageTimeouts`` does not. The
+#: ``first_byte`` default fires only on a call without a deadline (a deadline lifts it).
+_HINTS = {
+    "first_byte": " (Client()'s default: a call with a deadline= waits for the head as long as "
+    "its deadline allows; stage_timeouts=StageTimeouts(first_byte=...) sets it)",
+    "pool": " (Client()'s default; Client(pool_timeout=...) sets it)",
+}
 
 
 def seconds(value: float) -> str:
@@ -171,10 +185,8 @@ def timeout_message(which: str, limit: float | None, about: str = "") -> str:
     text = _WORDS[which].format(seconds(limit) if limit is not None else "no limit")
     if isinstance(limit, Default):
         field = _FIELD.get(which, which)
-        text += (
-            _FIRST_BYTE_HINT
-            if field == "first_byte"
-            else f" (Client()'s default; stage_timeouts=StageTimeouts({field}=...) sets it)"
+        text += _HINTS.get(
+            field, f" (Client()'s default; stage_timeouts=StageTimeouts({field}=...) sets it)"
         )
     return text + (f": {about}" if about else "")
 

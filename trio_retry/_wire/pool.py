@@ -47,6 +47,7 @@ import trio
 
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .clock import timeout_message
 from .pool_book import PoolBook
 from .pool_ledger import (
     ATTACHED,
@@ -57,6 +58,7 @@ from .pool_ledger import (
     MultiplexedConnection,
     Opener,
     Opening,
+    Origin,
     PooledConnection,
     Waiter,
     closed_error,
@@ -213,6 +215,24 @@ class ConnectionPool:
         progress.connection_reused = True
         return conn
 
+    def hold(self, conn: PooledConnection) -> None:
+        """``conn`` (or a stream on it) stays lent to a response whose body the caller reads in
+        a ``stream()`` block, until :meth:`unhold`. Counted only: a ``PoolTimeout`` says how
+        many such responses hold connections (the caller's own, which only it can give back)."""
+        self._ledger.hold(conn.origin_key, 1)
+
+    def unhold(self, conn: PooledConnection) -> None:
+        """The response :meth:`hold` counted gave ``conn`` back (call it before
+        :meth:`release` or :meth:`discard`)."""
+        self._ledger.hold(conn.origin_key, -1)
+
+    def why_full(self, origin: object) -> str:
+        """Why a call to ``origin`` waits for a connection now (the words of a
+        ``PoolTimeout``), for a call deadline that ran out while it waited."""
+        ledger = self._ledger
+        state = ledger.origins.get(origin)
+        return ledger.why_full(state if state is not None else Origin(origin), queued=False)
+
     def discard(self, conn: PooledConnection) -> None:
         """``conn`` broke or was interrupted: close it and free its slot. Never blocks.
 
@@ -252,13 +272,10 @@ class ConnectionPool:
             book.abandon(waiter)
             raise
         if waiter.state == WAITING:
+            why = self._ledger.why_full(waiter.origin)  # (before it forgets the waiter)
             book.abandon(waiter)
-            ledger = self._ledger
             raise WireError(
-                f"no connection to {waiter.origin.key} became available within pool_timeout "
-                f"({limit}s); limits: max_connections={ledger.max_connections}, "
-                f"max_connections_per_origin={ledger.max_per_origin}, "
-                f"{ledger.active_count} active",
+                timeout_message("pool", limit, why),
                 stage=Stage.POOL,
                 evidence=Evidence.NOT_SENT,
                 category=FailureCategory.POOL_TIMEOUT,

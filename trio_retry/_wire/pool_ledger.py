@@ -188,6 +188,7 @@ class Ledger:
 
     __slots__ = (
         "_seq",
+        "held",
         "idle",
         "max_connections",
         "max_per_origin",
@@ -216,6 +217,10 @@ class Ledger:
         self.ready: list[tuple[int, int, Origin]] = []
         self._seq = itertools.count()
         self.waiting = 0  # waiters asleep: queued or attached to an opening
+        #: Per pool key, the lent connections (or HTTP/2 and HTTP/3 streams) held by a response
+        #: whose body the caller reads in a ``stream()`` block: counted only, for the message
+        #: of a wait that ran out (:meth:`why_full`).
+        self.held: dict[object, int] = {}
 
     # --- counts -------------------------------------------------------------------------------
 
@@ -261,6 +266,39 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"<Ledger {self.summary()}>"
+
+    def why_full(self, state: Origin, *, queued: bool = True) -> str:
+        """Why a waiter of ``state`` found nothing it could use: the limit that binds (named as
+        the caller sets it) and what holds the connections; when responses the caller still
+        reads in ``stream()`` blocks hold some (nothing else would ever give those back), how
+        many, and the way out. ``queued=False``: the waiter may instead have been waiting for
+        the HTTP/2 connection its origin is opening."""
+        if not queued and state.opening is not None:  # (its waiters share what it makes)
+            return f"the connection to {state.key} being opened is not ready (connect, TLS)"
+        if self.max_per_origin < self.max_connections and state.count >= self.max_per_origin:
+            option, limit = "max_connections_per_origin", self.max_per_origin
+            text = f"all {state.count} connections to {state.key} are in use ({option}={limit})"
+            held = self.held.get(state.key, 0)
+        else:
+            option, limit = "max_connections", self.max_connections
+            text = f"all {option}={limit} connections are in use ({state.count} to {state.key})"
+            held = sum(self.held.values())
+        if held:
+            text += (
+                f"; {held} held by {'a response' if held == 1 else 'responses'} still open in "
+                "`async with client.stream(...)`: read the body to its end or leave the block "
+                f"before another call needs a connection, or raise {option}"
+            )
+        return text
+
+    def hold(self, key: object, count: int) -> None:
+        """``count`` more (or fewer) of ``key``'s lent connections or streams are held by a
+        response the caller reads in a ``stream()`` block."""
+        held = self.held.get(key, 0) + count
+        if held:
+            self.held[key] = held
+        else:
+            self.held.pop(key, None)
 
     def origin(self, key: object) -> Origin:
         """The record of origin ``key``, made if it has none."""
