@@ -66,7 +66,9 @@ class StageTimeouts:
     body chunks (an idle bound too). A long healthy transfer is never cut. A stage timeout is a
     failure of category ``TIMEOUT`` with the evidence of its stage. ``Client()`` uses
     ``StageTimeouts(connect=10, tls=10, write=30, first_byte=30, read=30)`` unless told
-    otherwise; this class's own defaults are ``None`` (no limit).
+    otherwise, and that ``first_byte`` yields to a call's deadline (the call then waits for its
+    head as long as its deadline allows; one given explicitly stays: ``_wire/clock.py``); this
+    class's own defaults are ``None`` (no limit).
     """
 
     connect: float | None = None
