@@ -22,10 +22,21 @@ from trio_retry._wire.progress import AttemptProgress, WireError
 class FakeConnection:
     """Enough of HTTP11Connection / HTTP2Connection for the pool."""
 
-    def __init__(self, origin: object, *, multiplexed: bool, stream_limit: int = 2) -> None:
+    def __init__(
+        self,
+        origin: object,
+        *,
+        multiplexed: bool,
+        stream_limit: int = 2,
+        per_origin: int | None = None,
+    ) -> None:
         self.origin_key = origin
         self.multiplexed = multiplexed
         self.stream_limit = stream_limit
+        #: As HTTP3Connection's: at most this many such connections per origin (None: no rule).
+        self.per_origin = per_origin
+        #: Told when GOAWAY makes it drain (set by the pool where the origin is capped).
+        self.on_draining: object = None
         self.closed = False
         self.goaway = False
         self.streams = 0  # streams the "client" has open on it (HTTP/2)
@@ -94,10 +105,13 @@ class Driver:
         *,
         answers_h2: frozenset[object] = frozenset(),
         stream_limit: int = 2,
+        one_per_origin: frozenset[object] = frozenset(),
     ) -> None:
         self.pool = pool
         self.nursery = nursery
-        self.answers_h2 = answers_h2
+        self.answers_h2 = answers_h2 | one_per_origin
+        #: Origins whose connections say ``per_origin = 1`` (as HTTP/3's).
+        self.one_per_origin = one_per_origin
         self.stream_limit = stream_limit
         self.calls: list[Call] = []
         self.openings: list[Opening] = []
@@ -122,7 +136,10 @@ class Driver:
                 category=FailureCategory.CONNECT,
             )
         conn = FakeConnection(
-            origin, multiplexed=origin in self.answers_h2, stream_limit=self.stream_limit
+            origin,
+            multiplexed=origin in self.answers_h2,
+            stream_limit=self.stream_limit,
+            per_origin=1 if origin in self.one_per_origin else None,
         )
         self.connections.append(conn)
         return conn
@@ -205,6 +222,8 @@ class Driver:
         conn.goaway = True
         if conn.streams == 0:
             conn.close()
+        elif callable(conn.on_draining):
+            conn.on_draining()
 
     async def settle(self) -> None:
         await trio.testing.wait_all_tasks_blocked()
@@ -214,7 +233,8 @@ class Driver:
     def check_invariants(self) -> None:
         pool = self.pool
         text = pool.describe()
-        live = [c for c in self.connections if not c.closed]
+        # (a connection a capped origin set aside while it drains is open, and not counted)
+        live = [c for c in self.connections if not c.closed and c not in pool.book.draining]
         # Every connection the pool counts is a socket the fakes know is open, or an opening.
         assert pool.total == len(live) + len(self.openings), text
         assert pool.total <= pool.max_connections, text
@@ -223,6 +243,8 @@ class Driver:
             count += sum(o.origin == origin for o in self.openings)
             assert pool.origin_count(origin) == count, (origin, text)
             assert count <= pool.max_per_origin, (origin, text)
+            if origin in self.one_per_origin:
+                assert count <= 1, ("a second connection to a one-per-origin origin", text)
         # The repr is the oracle: its numbers are these.
         inline = {o.task for o in self.openings}
         asleep = [c for c in self.acquiring() if c.task not in inline]
@@ -241,7 +263,7 @@ class Driver:
                     "waiter asleep beside a free stream",
                     text,
                 )
-            if state.count < pool.max_per_origin:
+            if state.count < state.cap:
                 assert pool.total >= pool.max_connections, ("waiter asleep, slot free", text)
                 assert pool.idle_count == 0, ("waiter asleep, idle connection to close", text)
             if any(w.multiplexed for w in state.waiting):

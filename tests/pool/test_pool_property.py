@@ -11,9 +11,10 @@ from trio_retry._wire.pool import ConnectionPool
 
 from .fakes import Driver
 
-ORIGINS = ("h2-a", "h2-b", "h1-c", "h1-d", "alpn-h1-e")
+ORIGINS = ("h2-a", "h2-b", "h1-c", "h1-d", "alpn-h1-e", "h3-f")
 H2 = frozenset({"h2-a", "h2-b"})
-EXPECTS_H2 = frozenset({"h2-a", "h2-b", "alpn-h1-e"})  # e expects h2 and gets HTTP/1.1
+H3 = frozenset({"h3-f"})  # multiplexed, one connection per origin (RFC 9114 §3.3)
+EXPECTS_H2 = frozenset({"h2-a", "h2-b", "alpn-h1-e", "h3-f"})  # e expects h2, gets HTTP/1.1
 
 step = st.one_of(
     st.tuples(st.just("call"), st.sampled_from(ORIGINS)),
@@ -34,7 +35,7 @@ async def run_steps(
     )
     async with trio.open_nursery() as nursery:
         pool.bind(nursery)
-        driver = Driver(pool, nursery, answers_h2=H2, stream_limit=limit)
+        driver = Driver(pool, nursery, answers_h2=H2, stream_limit=limit, one_per_origin=H3)
         for kind, arg in steps:
             if kind == "call":
                 driver.start(arg, multiplexed=arg in EXPECTS_H2)

@@ -19,6 +19,12 @@ The rules, in the order they are applied:
    not in the attempt that started it, so cancelling that attempt does not lose the
    connection: it is finished and handed to the others (or kept idle). A GOAWAY ends a
    connection's new streams; the next attempts coalesce on one new opening in the same way.
+   A protocol whose connections say ``per_origin = 1`` (HTTP/3: RFC 9114 §3.3, clients SHOULD
+   NOT open more than one connection to an address and port) caps its origin at that one
+   connection: a call past the server's stream limit queues for a stream of it (rule 4, within
+   ``pool_timeout``) instead of opening another; HTTP/2 opens another (up to
+   ``max_connections_per_origin``). Such a connection tells the pool at its GOAWAY
+   (``on_draining``): it then drains outside the counts and its successor opens at once.
 3. Otherwise, with room under both limits, the attempt opens a connection. At the global limit,
    the least recently used idle connection of any origin is closed to make room.
 4. Otherwise the attempt waits. Waiters are served in arrival order across origins: a released
@@ -231,7 +237,9 @@ class ConnectionPool:
         ``PoolTimeout``), for a call deadline that ran out while it waited."""
         ledger = self._ledger
         state = ledger.origins.get(origin)
-        return ledger.why_full(state if state is not None else Origin(origin), queued=False)
+        return ledger.why_full(
+            state if state is not None else Origin(origin, ledger.max_per_origin), queued=False
+        )
 
     def discard(self, conn: PooledConnection) -> None:
         """``conn`` broke or was interrupted: close it and free its slot. Never blocks.

@@ -75,6 +75,9 @@ class PoolBook:
         # HTTP/1.1 connections lent to an attempt (or being handed to a waiter): close() must
         # reach them too, or a response body still being read would outlive the client.
         self._lent: set[PooledConnection] = set()
+        # Connections set aside from their capped origin's count while they drain (GOAWAY):
+        # close() must reach them too; each leaves when it retires.
+        self._draining: set[PooledConnection] = set()
         # Runs an HTTP/2 opening in the background; None until bound: then attempts open inline.
         self._start_opening: Callable[[Opening, Opener], None] | None = None
         #: The clock. Once bound, the run's clock read directly (``trio.current_time()`` is
@@ -226,7 +229,7 @@ class PoolBook:
             for waiter in left:
                 lent = state.shared[conn]
                 if not self._has_stream(conn, lent):
-                    ledger.requeue(waiter)
+                    self._requeue(waiter)
                     break
                 # The first waiter's attempt opened the connection (its connect and TLS
                 # timings are that opening's); every later one shares it with that attempt:
@@ -244,7 +247,7 @@ class PoolBook:
                 self._lent.add(conn)
                 ledger.resolve(first, CONN, conn=conn, opened=progress)
         for waiter in left:
-            ledger.requeue(waiter)
+            self._requeue(waiter)
         if state.waiting:
             for other in list(state.shared):  # a stream freed elsewhere meanwhile
                 if other is not conn and state.waiting:
@@ -305,6 +308,12 @@ class PoolBook:
         Openings in progress carry on and their connections are kept."""
         return self.ledger.fail_all(make_error)
 
+    @property
+    def draining(self) -> frozenset[PooledConnection]:
+        """Connections set aside from their capped origin's count while they drain (to read:
+        tests, debugging)."""
+        return frozenset(self._draining)
+
     def close(self) -> None:
         """Close every connection, idle, shared or lent; waiters and openings end with an error.
 
@@ -325,10 +334,23 @@ class PoolBook:
             for conn in list(state.shared):
                 conn.close()  # its on_retired hook frees the slot
                 self._forget_shared(conn, grant=False)
+        for conn in list(self._draining):
+            conn.close()  # (its on_retired hook forgets it)
         for conn in list(self._lent):
             conn.close()
 
     # --- internals --------------------------------------------------------------------------
+
+    def _requeue(self, waiter: Waiter) -> None:
+        """An attached waiter the new connection could not carry queues again, its
+        ``pool_timeout`` counted from now (it had none while the connection was opened: that
+        wait is bounded by the opening itself). At an origin capped at one connection
+        (HTTP/3) it waits there for a stream; with no ``pool_timeout``, a caller holding every
+        stream in ``stream()`` blocks would make it wait forever."""
+        self.ledger.requeue(waiter)
+        limit = self.pool_timeout
+        if waiter.scope is not None and limit is not None:
+            waiter.scope.deadline = self.now() + limit
 
     def _has_stream(self, conn: PooledConnection, lent: int) -> bool:
         return conn.is_available() and lent < cast(MultiplexedConnection, conn).stream_limit
@@ -378,6 +400,15 @@ class PoolBook:
 
     def _add_shared(self, state: Origin, conn: PooledConnection, *, lent: int) -> None:
         state.shared[conn] = lent
+        # A protocol that allows one connection per origin (HTTP/3: ``per_origin = 1``) caps
+        # the origin's count, so that a burst past the server's stream limit queues for its
+        # streams instead of opening another connection. getattr: HTTP/2's has no such rule.
+        per_origin: int | None = getattr(conn, "per_origin", None)
+        if per_origin is not None:
+            state.cap = min(state.cap, per_origin)
+            # Told at its GOAWAY, so that calls queued behind it need not wait for its last
+            # stream to end before its successor opens (:meth:`_drained`).
+            conn.on_draining = lambda: self._drained(conn)  # type: ignore[attr-defined]
         multiplexed = cast(MultiplexedConnection, conn)
         multiplexed.on_retired = lambda: self._forget_shared(conn)
         if (limit := self._stream_limits.get(state.key)) is not None:
@@ -426,6 +457,24 @@ class PoolBook:
             return
         conn.expires_at = self.now() + (expiry if expiry is not None else math.inf)
         ledger.idle[conn] = None
+
+    def _drained(self, conn: PooledConnection) -> None:
+        """``conn``, of an origin capped at one connection (HTTP/3), received GOAWAY and
+        drains: it no longer counts, so the calls queued for its streams get a slot for its
+        successor at once instead of waiting for its last stream to end. It stays open,
+        outside the counts (``max_connections`` too, for its last moments), until it retires by
+        itself; its streams' releases then find it gone (:meth:`release`). Elsewhere (HTTP/2)
+        a draining connection keeps its slot until it closes, as the origin may open others."""
+        state = self.ledger.origins.get(conn.origin_key)
+        if state is None or conn not in state.shared:
+            return
+        del state.shared[conn]
+        self.ledger.idle.pop(conn, None)
+        self._draining.add(conn)
+        multiplexed = cast(MultiplexedConnection, conn)
+        multiplexed.on_retired = lambda: self._draining.discard(conn)
+        self.ledger.count_down(state)
+        self._grant_slots()
 
     def _forget_shared(self, conn: PooledConnection, *, grant: bool = True) -> None:
         """An HTTP/2 connection is finished with: close it and free its slot, once.

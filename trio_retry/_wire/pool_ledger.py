@@ -162,10 +162,13 @@ class Opening:
 class Origin:
     """What the pool keeps for one origin (one pool key)."""
 
-    __slots__ = ("count", "idle", "key", "opening", "shared", "waiting")
+    __slots__ = ("cap", "count", "idle", "key", "opening", "shared", "waiting")
 
-    def __init__(self, key: object) -> None:
+    def __init__(self, key: object, cap: int) -> None:
         self.key = key
+        #: Connections the origin may have: ``max_connections_per_origin``, or fewer where its
+        #: protocol says so (HTTP/3: one, set by its first connection; ``PoolBook._add_shared``).
+        self.cap = cap
         self.count = 0  # connections: idle, busy, multiplexed, and the one being opened
         self.idle: list[PooledConnection] = []  # HTTP/1.1, LIFO
         self.shared: dict[PooledConnection, int] = {}  # HTTP/2 -> streams lent on it
@@ -275,7 +278,15 @@ class Ledger:
         the HTTP/2 connection its origin is opening."""
         if not queued and state.opening is not None:  # (its waiters share what it makes)
             return f"the connection to {state.key} being opened is not ready (connect, TLS)"
-        if self.max_per_origin < self.max_connections and state.count >= self.max_per_origin:
+        if state.cap < self.max_per_origin and state.count >= state.cap:
+            option = "pool_timeout"
+            text = (
+                f"every stream the server allows on the one connection to {state.key} is in "
+                "use (HTTP/3 opens one connection per origin, RFC 9114 §3.3, and queues the "
+                "rest)"
+            )
+            held = self.held.get(state.key, 0)
+        elif self.max_per_origin < self.max_connections and state.count >= self.max_per_origin:
             option, limit = "max_connections_per_origin", self.max_per_origin
             text = f"all {state.count} connections to {state.key} are in use ({option}={limit})"
             held = self.held.get(state.key, 0)
@@ -304,13 +315,13 @@ class Ledger:
         """The record of origin ``key``, made if it has none."""
         state = self.origins.get(key)
         if state is None:
-            state = self.origins[key] = Origin(key)
+            state = self.origins[key] = Origin(key, self.max_per_origin)
         return state
 
     def reserve(self, state: Origin) -> bool:
         """Rule 3: count a new connection for ``state`` if both limits allow it, closing the
         least recently used idle connection (of any origin) at the global limit."""
-        if state.count >= self.max_per_origin:
+        if state.count >= state.cap:
             return False
         if self.total >= self.max_connections:
             if not self.idle:
@@ -334,7 +345,7 @@ class Ledger:
 
     def count_down(self, state: Origin) -> None:
         """One connection of ``state`` is gone: its slot is free (granted by the caller)."""
-        at_limit = state.count >= self.max_per_origin
+        at_limit = state.count >= state.cap
         state.count -= 1
         self.total -= 1
         if at_limit:
@@ -378,7 +389,7 @@ class Ledger:
     def mark_ready(self, state: Origin) -> None:
         """Push ``state``'s first waiter on the heap if its origin is under its own limit."""
         head = state.head()
-        if head is not None and state.count < self.max_per_origin:
+        if head is not None and state.count < state.cap:
             heapq.heappush(self.ready, (head.seq, id(state), state))
 
     def eligible(self) -> Waiter | None:
@@ -387,7 +398,7 @@ class Ledger:
         while ready:
             seq, _, state = ready[0]
             head = state.head()
-            if head is not None and head.seq == seq and state.count < self.max_per_origin:
+            if head is not None and head.seq == seq and state.count < state.cap:
                 return head
             heapq.heappop(ready)
         return None
