@@ -462,11 +462,9 @@ async def slowhandshake(play: Play) -> None:
                 break
     assert first.content == files["s.txt"]
     assert first.http_version in ("HTTP/2", "HTTP/1.1")
-    # The QUIC try stays in the trail, NOT_SENT. (Its http_version is None today, not
-    # "HTTP/3": #39 item 5, "every QUIC try in a trail says HTTP/3", another finding, checked
-    # where that fix is tested.)
+    # The QUIC try stays in the trail, NOT_SENT, and says it was HTTP/3.
     quic_try = first.attempts[0]
-    assert quic_try.evidence is Evidence.NOT_SENT
+    assert (quic_try.http_version, quic_try.evidence) == ("HTTP/3", Evidence.NOT_SENT)
     assert play.view().request("s0").http_version == first.http_version
     assert "HTTP/3" in versions, f"every later request went over TCP: {versions}"
 

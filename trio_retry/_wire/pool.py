@@ -302,6 +302,8 @@ class ConnectionPool:
         if waiter.state == FAILED:
             error = waiter.error
             assert error is not None
+            if waiter.opened is not None:  # an opening failed: its try was of its protocol
+                progress.http_version = waiter.opened.http_version
             if isinstance(error, WireError):
                 progress.advance(error.stage)
                 raise WireError(

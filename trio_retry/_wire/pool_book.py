@@ -219,7 +219,8 @@ class PoolBook:
         if conn is None:
             ledger.count_down(state)
             for waiter in waiters:
-                ledger.resolve(waiter, FAILED, error=error)
+                # (the opening's progress goes with the error: its protocol is the waiter's)
+                ledger.resolve(waiter, FAILED, error=error, opened=progress)
             self._grant_slots()
             return
         self._learn(state, conn, True)

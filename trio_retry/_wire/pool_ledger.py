@@ -144,7 +144,8 @@ class Waiter:
         self.scope: trio.CancelScope | None = None  # its sleep, once it sleeps
         self.conn: PooledConnection | None = None
         self.error: BaseException | None = None
-        # The progress of the opening that made ``conn``, when the pool opened it for us.
+        # The progress of the opening that made ``conn`` (or failed: ``error``), when the pool
+        # opened it for us.
         self.opened: AttemptProgress | None = None
 
 
