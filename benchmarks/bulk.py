@@ -33,28 +33,23 @@ import argparse
 import datetime as dt
 import json
 import os
-import resource
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bulk_clients import RESULT_TAG
 from benchmarks.checkout import describe_checkout
+from benchmarks.child import spawn
 from benchmarks.run import choose_cpus, machine_info
 from benchmarks.servers import (
     PACKAGE_ROOT,
     RunningServer,
     ServerUnavailable,
-    child_preexec,
     running_server,
 )
 
@@ -183,56 +178,6 @@ class Transfer:
         return dict(self.__dict__)
 
 
-def _preexec(cpu: int | None) -> Callable[[], None]:
-    die_with_parent = child_preexec()
-
-    def preexec() -> None:
-        if die_with_parent is not None:
-            die_with_parent()
-        if cpu is not None:
-            os.sched_setaffinity(0, {cpu})
-
-    return preexec
-
-
-def spawn(
-    argv: list[str], cpu: int | None, workdir: Path
-) -> tuple[int, str, str, resource.struct_rusage]:
-    """Run ``argv`` to its end (killed after ``RUN_TIMEOUT``): (status, stdout, stderr, rusage).
-
-    ``os.wait4`` instead of ``Popen.wait``: it returns the child's own rusage (CPU time and
-    peak RSS of that process alone), which ``resource.RUSAGE_CHILDREN`` would sum over every
-    child so far. Output goes to files, not pipes, so nothing can fill up and block."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
-    )
-    out_path, err_path = workdir / "out.txt", workdir / "err.txt"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            argv,
-            cwd=PACKAGE_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            preexec_fn=_preexec(cpu),
-        )
-    timer = threading.Timer(RUN_TIMEOUT, os.kill, (proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
-        _, status, rusage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
-    return (
-        proc.returncode,
-        out_path.read_text(errors="replace"),
-        err_path.read_text(errors="replace"),
-        rusage,
-    )
-
-
 @dataclass(frozen=True)
 class Case:
     protocol: str
@@ -294,7 +239,10 @@ def transfer(
         url = f"{case.base_url}/bulk/{size}.bin"
         if client == "trio_retry_file":
             target = workdir / name
-    status, out, err, ru = spawn(_argv(client, case, url, source, target, checkout), cpu, workdir)
+    done = spawn(
+        _argv(client, case, url, source, target, checkout), cpu, workdir, timeout=RUN_TIMEOUT
+    )
+    status, out, err, ru = done.status, done.out, done.err, done.rusage
     result = Transfer(ok=False, cpu_s=ru.ru_utime + ru.ru_stime, rss_mb=ru.ru_maxrss / 1024)
     try:
         problem = _check(client, case, size, status, out, err, result, server, name, target)

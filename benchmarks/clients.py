@@ -23,6 +23,7 @@ from benchmarks.loadgen import LOAD_GENERATORS
 
 __all__ = [
     "ADAPTERS",
+    "ALL_ADAPTERS",
     "BASELINE",
     "H1",
     "H2",
@@ -35,6 +36,7 @@ __all__ = [
     "H2TrioAdapter",
     "HttpxAsyncioAdapter",
     "HttpxTrioAdapter",
+    "NiquestsAdapter",
     "TRIO_RETRY_VARIANTS",
     "TrioRetryAdapter",
 ]
@@ -61,8 +63,11 @@ def client_accepts(option: str) -> bool:
 
 class TrioRetryAdapter(Adapter):
     """``trio_retry.Client`` with what users get by default (the default ``StageTimeouts``
-    included): only the pool size, the benchmark's CA and ``http2`` are set. Each variant
-    below changes one thing, through :meth:`client_options` or its own ``get``/``post``."""
+    included): only the pool size, the benchmark's CA and ``http2`` are set, and
+    ``pool_timeout`` to the 30 s every other client here is given for everything (a
+    benchmark's queue, 20,000 calls through 50 connections, may wait longer than the
+    default 5 s on a busy machine). Each variant below changes one thing, through
+    :meth:`client_options` or its own ``get``/``post``."""
 
     name = "trio_retry"
     label = "trio_retry"
@@ -105,6 +110,7 @@ class TrioRetryAdapter(Adapter):
             max_connections_per_origin=self.concurrency,
             ssl_context=ctx,
             http2=self.endpoint.http2,
+            **({"pool_timeout": 30.0} if client_accepts("pool_timeout") else {}),
             **options,
         ) as client:
             self._client: Any = client
@@ -330,6 +336,56 @@ class AiohttpAdapter(Adapter):
             return resp.status, len(data)
 
 
+# --------------------------------------------------------------------------------------------
+# niquests (asyncio; HTTP/2 and HTTP/3 too). Not a row of the throughput suite (not in
+# ADAPTERS' order below): benchmarks/scale.py measures it beside the others.
+# --------------------------------------------------------------------------------------------
+
+
+class NiquestsAdapter(Adapter):
+    name = "niquests"
+    label = "niquests"
+    runtime = "asyncio"
+    protocols = frozenset({H1, H2, H3})
+    requires = ("niquests",)
+    description = (
+        "niquests.AsyncSession as documented (not multiplexed: a connection per request in "
+        "flight; HTTP/3 known in advance through quic_cache_layer)"
+    )
+
+    async def setup(self) -> None:
+        import niquests
+
+        endpoint = self.endpoint
+        self._base = endpoint.base_url
+        address = (endpoint.host, endpoint.port)
+        self._session = niquests.AsyncSession(
+            retries=0,
+            pool_connections=1,
+            pool_maxsize=self.concurrency,
+            disable_http2=not endpoint.http2,
+            disable_http3=not endpoint.http3,
+            # Without it niquests speaks HTTP/3 only after an Alt-Svc seen over TCP.
+            quic_cache_layer={address: address} if endpoint.http3 else None,
+        )
+        self._verify: str | bool = endpoint.ca_file or True
+        if endpoint.http3:
+            r = await self._session.get(self._base + "/small", verify=self._verify, timeout=30)
+            if r.http_version != 30:
+                raise ClientUnavailable(f"niquests went over HTTP/{r.http_version}, not 3")
+
+    async def teardown(self) -> None:
+        await self._session.close()
+
+    async def get(self, path: str) -> tuple[int, int]:
+        r = await self._session.get(self._base + path, verify=self._verify, timeout=30)
+        return r.status_code or 0, len(r.content or b"")
+
+    async def post(self, path: str, body: bytes) -> tuple[int, int]:
+        r = await self._session.post(self._base + path, data=body, verify=self._verify, timeout=30)
+        return r.status_code or 0, len(r.content or b"")
+
+
 # In display order: the project's own client, its variants, the others, then the C limits;
 # BASELINE is the reference of the "x httpx/Trio" columns.
 _ORDER: tuple[type[Adapter], ...] = (
@@ -343,4 +399,7 @@ _ORDER: tuple[type[Adapter], ...] = (
     *LOAD_GENERATORS,  # the C limits (wrk, h2load): GET scenarios of the throughput suite
 )
 ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}
+#: Every adapter by name: the suite's, and those other benchmarks measure too
+#: (``benchmarks/scale.py``).
+ALL_ADAPTERS: dict[str, type[Adapter]] = {**ADAPTERS, NiquestsAdapter.name: NiquestsAdapter}
 BASELINE = HttpxTrioAdapter.name

@@ -31,6 +31,10 @@ class Runtime(Protocol):
         """Run ``n`` copies of ``fn`` concurrently and wait for all of them."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (the soak's pacing, ``benchmarks/scale_worker.py``)."""
+        ...
+
 
 class TrioRuntime:
     name = "trio"
@@ -47,6 +51,9 @@ class TrioRuntime:
         async with trio.open_nursery() as nursery:
             for _ in range(n):
                 nursery.start_soon(fn)
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
 
 
 class AsyncioRuntime:
@@ -68,6 +75,9 @@ class AsyncioRuntime:
             await fn()
             return
         await asyncio.gather(*(fn() for _ in range(n)))
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 def get_runtime(name: str) -> Runtime:

@@ -52,6 +52,7 @@ from benchmarks.invariants import (
     open_fds,
     sockets_connected_to,
 )
+from benchmarks.memory import memory_summary, rss_mb
 from trio_retry import (
     Backoff,
     FailureCategory,
@@ -248,14 +249,6 @@ class Report:
         self.violations += 1
         if len(self.examples) < 20:
             self.examples.append(text)
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as file:
-        for line in file:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return math.nan
 
 
 class Soak:
@@ -487,28 +480,6 @@ class Soak:
             "tasks_leaked": tasks_leaked,
             "memory": memory_summary(report.rss_mb, args.duration * args.warmup),
         }
-
-
-def memory_summary(samples: Sequence[tuple[float, float]], warmup: float) -> dict[str, Any]:
-    """RSS at the end of the warm-up against the end of the run (averaged over a tenth of the
-    samples after the warm-up, at each end)."""
-    after = [(t, mb) for t, mb in samples if t >= warmup]
-    if len(after) < 4:
-        return {"samples": len(samples), "note": "run too short to judge growth"}
-    window = max(2, len(after) // 10)
-    first = sum(mb for _, mb in after[:window]) / window
-    last = sum(mb for _, mb in after[-window:]) / window
-    minutes = (after[-1][0] - after[0][0]) / 60
-    return {
-        "samples": len(samples),
-        "start_mb": round(samples[0][1], 1),
-        "after_warmup_mb": round(first, 1),
-        "end_mb": round(last, 1),
-        "max_mb": round(max(mb for _, mb in samples), 1),
-        "growth_after_warmup_mb": round(last - first, 1),
-        "growth_mb_per_min": round((last - first) / minutes, 2) if minutes else 0.0,
-        "every_10s_mb": [round(mb) for t, mb in samples if t % 10 < 0.5],
-    }
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
