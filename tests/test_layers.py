@@ -13,6 +13,10 @@ functions: a circle that only a type checker sees is still a circle in the desig
 
 ``trio_retry.testing`` is a public tool of its own: it may use the core, the values and the
 wire, never the client's internals (``_call``, ``_client``).
+
+Inside the wire, no protocol imports another (:data:`PROTOCOLS`): HTTP/1.1, HTTP/2 and HTTP/3
+share what they share through ``_wire/exchange.py`` and ``_wire/contract.py`` (STYLE habit 19).
+A package whose map says its imports go one way down the list is held to its order.
 """
 
 from __future__ import annotations
@@ -32,6 +36,22 @@ VALUES = ("_models", "_url", "_errors", "_body", "_decoding", "_auth", "_cookies
           "_redirects", "_trail", "_tls", "_streams", "_rechunk", "_response_body",
           "_response_views")  # fmt: skip
 TOP = ("__init__", "__main__", "_cli", "_demo", "instrumentation")
+#: The wire's protocols, each the modules that are its own (a package, or module names).
+PROTOCOLS = {
+    "HTTP/1.1": ("_wire.http11", "_wire.http11_reader", "_wire.http11_rules", "_wire.fast11"),
+    "HTTP/2": ("_wire.http2",),
+    "HTTP/3": ("_wire.http3",),
+}
+
+
+def protocol(module: str) -> str | None:
+    """The protocol ``module`` belongs to (:data:`PROTOCOLS`), or ``None``."""
+    for name, prefixes in PROTOCOLS.items():
+        for prefix in prefixes:
+            full = f"trio_retry.{prefix}"
+            if module == full or module.startswith(full + "."):
+                return name
+    return None
 
 
 def layer(module: str) -> int:
@@ -57,6 +77,9 @@ def layer(module: str) -> int:
 
 def allowed(importer: str, imported: str) -> bool:
     """Whether ``importer`` may import ``imported`` (both modules of the package)."""
+    mine, theirs = protocol(importer), protocol(imported)
+    if mine is not None and theirs is not None and mine != theirs:
+        return False  # no protocol imports another
     if imported.split(".")[:2] == importer.split(".")[:2]:
         return True  # inside one subpackage: the circle check below still applies
     mine, theirs = layer(importer), layer(imported)
@@ -182,6 +205,11 @@ def test_no_import_circles() -> None:
         ("trio_retry._client", "trio_retry._cli"),
         ("trio_retry.testing._server", "trio_retry._call.attempt"),
         ("trio_retry.testing._server", "trio_retry._client"),
+        ("trio_retry._wire.http3.connection", "trio_retry._wire.http2.headers"),
+        ("trio_retry._wire.http3", "trio_retry._wire.http2"),
+        ("trio_retry._wire.http2.session", "trio_retry._wire.http3.driver"),
+        ("trio_retry._wire.http2.connection", "trio_retry._wire.http11"),
+        ("trio_retry._wire.fast11", "trio_retry._wire.http2.frames"),
     ],
 )
 def test_the_checker_catches_an_import_against_the_layers(importer: str, imported: str) -> None:
@@ -226,6 +254,23 @@ def test_the_checker_catches_an_import_from_tests() -> None:
     assert imports_from_tests(source) == ["tests.reliability.invariants"]
 
 
+def test_the_wire_protocols_exist() -> None:
+    """Each module :data:`PROTOCOLS` names is one of the package's (a rename would silently
+    take a protocol out of the rule)."""
+    edges = graph()
+    for prefixes in PROTOCOLS.values():
+        for prefix in prefixes:
+            assert f"trio_retry.{prefix}" in edges, prefix
+
+
+def map_of(package: str) -> list[str]:
+    """The modules the map in ``package``'s ``__init__`` docstring names, in its order."""
+    root = Path(trio_retry.__file__).parent / package
+    doc = ast.get_docstring(ast.parse((root / "__init__.py").read_text(encoding="utf-8"))) or ""
+    named = re.findall(r"``(\w+)(?:\.py|/)``|:mod:`\.(\w+)`", doc)
+    return list(dict.fromkeys(a or b for a, b in named))
+
+
 @pytest.mark.parametrize("package", ["_wire", "_call", "_wire/http2"])
 def test_each_package_map_names_every_module(package: str) -> None:
     """The module map in a package's ``__init__`` docstring names each of its modules (and
@@ -234,8 +279,37 @@ def test_each_package_map_names_every_module(package: str) -> None:
     modules = {p.stem for p in root.glob("*.py") if p.name != "__init__.py"} | {
         p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()
     }
-    doc = ast.get_docstring(ast.parse((root / "__init__.py").read_text(encoding="utf-8"))) or ""
-    named = set(re.findall(r"``(\w+)(?:\.py|/)``|:mod:`\.(\w+)`", doc))
-    names = {a or b for a, b in named}
+    names = set(map_of(package))
     assert modules - names == set(), f"{package}: modules missing from the map"
     assert names - modules == set(), f"{package}: the map names modules that do not exist"
+
+
+def against_the_map(order: list[str], package: str, edges: dict[str, set[str]]) -> list[str]:
+    """The imports inside ``package`` (dotted) that go up its map's ``order``."""
+    rank = {name: i for i, name in enumerate(order)}
+    found = []
+    for name in order:
+        importer = f"{package}.{name}"
+        for imported in sorted(edges.get(importer, ())):
+            other = imported.removeprefix(package + ".").split(".")[0]
+            if imported.startswith(package + ".") and rank.get(other, -1) >= rank[name]:
+                found.append(f"{importer} imports {imported}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["_wire/http2"])
+def test_imports_go_down_the_map(package: str) -> None:
+    """Where a map says "imports go one way, down this list", they do: a module imports only
+    modules named above it."""
+    dotted = "trio_retry." + package.replace("/", ".")
+    doc = ast.get_docstring(
+        ast.parse((Path(trio_retry.__file__).parent / package / "__init__.py").read_text())
+    )
+    assert doc is not None
+    assert "down this list" in " ".join(doc.split())
+    assert against_the_map(map_of(package), dotted, graph()) == []
+
+
+def test_the_map_order_check_catches_an_import_up_the_list() -> None:
+    edges = {"p.low": {"p.high"}, "p.high": {"p.low"}}
+    assert against_the_map(["low", "high"], "p", edges) == ["p.low imports p.high"]

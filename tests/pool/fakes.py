@@ -15,7 +15,8 @@ import trio
 import trio.testing
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.pool import ConnectionPool, PooledConnection
+from trio_retry._wire.contract import PooledConnection
+from trio_retry._wire.pool import ConnectionPool
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 

@@ -102,7 +102,7 @@ async def test_an_attempt_in_the_idle_health_check_stops_there_not_sent(
 
             nursery.start_soon(call)
             await trio.testing.wait_all_tasks_blocked()
-            assert conn.session.pings_sent == 1
+            assert conn.session.idle.sent == 1
             conn.attempt_expired(progress)
     assert not conn.closed  # a PING unanswered for 0 s is no proof of a dead peer
     blocker.set()

@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
+from trio_retry._wire.contract import Failure
 from trio_retry._wire.http2.frames import DroppedData, Frames, GoAway, InboundFrames
-from trio_retry._wire.http2.stream import Failure, Stream, StreamState
+from trio_retry._wire.http2.stream import Stream, StreamState
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .test_http2 import LIMIT, Connect, connect, frame, get, goaway, progress_at_pool

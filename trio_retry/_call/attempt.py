@@ -51,8 +51,8 @@ from .._errors import InvalidRequest
 from .._models import Headers, check_header
 from .._observe.hooks import HookRequest, HookResponse
 from .._wire.clock import DeadlineBound, deadline_message
+from .._wire.contract import PooledConnection
 from .._wire.exchange import WireRequest, WireResponse
-from .._wire.pool import PooledConnection
 from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
 from .failures import CLOSED_IN_FLIGHT

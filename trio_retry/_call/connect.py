@@ -20,7 +20,7 @@ from .._models import URL, Origin
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._url import tls_name
 from .._wire.clock import Clock
-from .._wire.pool import PooledConnection
+from .._wire.contract import PooledConnection
 from .._wire.progress import AttemptProgress
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig

@@ -8,6 +8,8 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes)
 - ``exchange.py``     the contract HTTP/1.1, HTTP/2 and HTTP/3 share: the wire request and response,
                       body framing, Trio's errors as ``WireError``
+- ``contract.py``     the connection contract: what the pool needs of every connection, and what
+                      HTTP/2 and HTTP/3 share (the stream proof, the idle PING, request fields)
 - ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
 - ``tlsread.py``      a TLS read that takes every record already received (trio's gives one)
@@ -22,8 +24,9 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``http3/``          HTTP/3 over aioquic's QUIC, one Trio task per connection (extra ``http3``)
 - ``pool.py``         the connection pool: acquire and release, openings (async)
 - ``pool_book.py``    the pool's rules, applied synchronously (``PoolBook``)
-- ``pool_ledger.py``  the pool's counts and orders, and the connection contracts
+- ``pool_ledger.py``  the pool's counts and orders
 
 Layering: ``_wire`` imports ``_core`` (stages, evidence, categories) and nothing of ``_call``;
-it never calls back into ``_call``.
+it never calls back into ``_call``. No protocol imports another (``http11*.py``, ``http2/``,
+``http3/``): what they share is in ``exchange.py`` and ``contract.py``.
 """

@@ -30,7 +30,9 @@ the wait for the response head (a request small enough to be written or queued w
 from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s defaults
 (:data:`DEFAULT_LIMITS`, this module's table; ``_call/config.py`` builds
 ``DEFAULT_STAGE_TIMEOUTS`` from it) are chosen so that nothing waits forever;
-``StageTimeouts()`` (all ``None``) is the explicit way out.
+``StageTimeouts()`` (all ``None``) is the explicit way out. The few limits no client configures
+(the idle check's PING, the QUIC handshake's fallback) are this module's table too
+(:data:`FIXED`), read from here and written nowhere else.
 
 **The call deadline and the head.** A call with a ``deadline=`` (its own or the client's)
 waits for its response head as long as that deadline allows, not ``first_byte``, when
@@ -76,6 +78,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
@@ -86,12 +89,14 @@ from .progress import AttemptProgress, WireError
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "FIXED",
     "NO_LIMITS",
     "Bound",
     "Clock",
     "DeadlineBound",
     "DeadlineLane",
     "Default",
+    "FixedLimits",
     "Lane",
     "StageTarget",
     "Timeouts",
@@ -134,6 +139,27 @@ DEFAULT_LIMITS: dict[str, Default] = {
     "pool": Default(5.0),
 }
 
+
+@dataclass(frozen=True, slots=True)
+class FixedLimits:
+    """The limits no client configures (a client's own are its :class:`Timeouts`): each the
+    same for every connection, written here once and read from :data:`FIXED`."""
+
+    #: A multiplexed connection (HTTP/2, HTTP/3) that received nothing for this long is PINGed
+    #: before it takes a new stream (``contract.IdlePing``) ...
+    ping_after_idle: float = 2.0
+    #: ... and closed if the answer takes longer than this: the request then goes on a fresh
+    #: connection, uncounted, instead of timing out ambiguously on a peer that is gone.
+    ping_timeout: float = 1.0
+    #: The most a QUIC handshake may take before the attempt goes over TCP instead, when the
+    #: ``tls`` limit is longer (or unset): UDP that is blocked drops silently, and a caller
+    #: should not wait the whole TLS limit to find out.
+    quic_handshake: float = 3.0
+
+
+#: The table of fixed limits.
+FIXED = FixedLimits()
+
 #: What each bounded wait is called in a timeout's message, ``{}`` where the bound (named as
 #: the caller sets it) and its value go.
 _WORDS = {
@@ -147,7 +173,7 @@ _WORDS = {
     "write": "the server read none of the request within write={}",
     "first_byte": "no response head within first_byte={}",
     "read": "no body data within read={}",
-    "ping": "the idle HTTP/2 connection did not answer a PING within {}",
+    "ping": "the idle connection did not answer a PING within {}",
     "pool": "no connection became free within pool_timeout={}",
 }
 

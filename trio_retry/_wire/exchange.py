@@ -1,11 +1,12 @@
-"""The exchange contract HTTP/1.1 (``http11.py``) and HTTP/2 (``h2/``) share.
+"""The exchange contract HTTP/1.1 (``http11.py``), HTTP/2 (``http2/``) and HTTP/3 (``http3/``)
+share.
 
 One place for what does not depend on the protocol: the request as the wire sees it
 (:class:`WireRequest`), the response head and where its body comes from (:class:`WireResponse`,
 :class:`BodySource`), how a request body is framed (:func:`content_length`), how a failed Trio
 stream operation becomes a :class:`~.progress.WireError` (:data:`TRANSPORT_ERRORS`,
-:func:`broken`), and the words of the failures both protocols share (:func:`head_too_large`,
-:func:`closed_while_connecting`, :func:`unanswered_ping`).
+:func:`broken`), and the words of a response's failures every protocol shares
+(:func:`head_too_large`). What the connections carrying exchanges share is ``contract.py``.
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ __all__ = [
     "WireRequest",
     "WireResponse",
     "broken",
-    "closed_while_connecting",
     "closing_body",
     "content_length",
     "head_too_large",
-    "unanswered_ping",
 ]
 
 #: Methods that carry a body by convention: an empty one is sent as ``Content-Length: 0``.
@@ -137,25 +136,6 @@ def broken(progress: AttemptProgress, when: str, exc: BaseException) -> WireErro
         progress,
         FailureCategory.CONNECTION_BROKEN,
         f"connection broke {when}: {exc.__cause__ or exc}",
-    )
-
-
-def closed_while_connecting(progress: AttemptProgress) -> WireError:
-    """The failure of an opening whose connection task could not start: the client's nursery
-    is closing (so is the client). Nothing of a request exists yet."""
-    return WireError.at(progress, FailureCategory.ADMISSION, "the client closed while connecting")
-
-
-def unanswered_ping(progress: AttemptProgress, protocol: str, limit: float) -> WireError:
-    """The failure of an idle connection's health check (HTTP/2 or HTTP/3 PING not answered
-    within ``limit`` seconds): the request was not sent, and goes on a fresh connection
-    (``reconnect``)."""
-    return WireError.at(
-        progress,
-        FailureCategory.CONNECTION_BROKEN,
-        f"the idle {protocol} connection did not answer a PING within {limit}s; "
-        "nothing of the request was sent",
-        reconnect=True,
     )
 
 

@@ -54,6 +54,7 @@ import trio
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .clock import timeout_message
+from .contract import Opener, PooledConnection
 from .pool_book import PoolBook
 from .pool_ledger import (
     ATTACHED,
@@ -61,17 +62,14 @@ from .pool_ledger import (
     FAILED,
     SLOT,
     WAITING,
-    MultiplexedConnection,
-    Opener,
     Opening,
     Origin,
-    PooledConnection,
     Waiter,
     closed_error,
 )
 from .progress import AttemptProgress, WireError
 
-__all__ = ["ConnectionPool", "MultiplexedConnection", "Opener", "PooledConnection"]
+__all__ = ["ConnectionPool"]
 
 
 _POOL = Stage.POOL  # (a global: an enum attribute is slow on Python 3.11)

@@ -31,6 +31,7 @@ from typing import cast
 import trio
 
 from .._core.evidence import Evidence, FailureCategory
+from .contract import MultiplexedConnection, Opener, PooledConnection
 from .pool_ledger import (
     ATTACHED,
     CONN,
@@ -38,11 +39,8 @@ from .pool_ledger import (
     SLOT,
     WAITING,
     Ledger,
-    MultiplexedConnection,
-    Opener,
     Opening,
     Origin,
-    PooledConnection,
     Waiter,
     closed_error,
 )

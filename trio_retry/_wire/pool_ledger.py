@@ -1,10 +1,9 @@
 """The pool's records and its ledger: counts, orders, who waits first. Synchronous.
 
-The records: what the pool needs of a connection (:class:`PooledConnection`,
-:class:`MultiplexedConnection`) and of an :data:`Opener`; what it keeps per origin
-(:class:`Origin`), per HTTP/2 connection being opened (:class:`Opening`) and per attempt that
-could not be served at once (:class:`Waiter`, whose ``state`` is one of :data:`WAITING` ...
-:data:`FAILED`).
+The records: what the pool keeps per origin (:class:`Origin`), per HTTP/2 connection being
+opened (:class:`Opening`) and per attempt that could not be served at once (:class:`Waiter`,
+whose ``state`` is one of :data:`WAITING` ... :data:`FAILED`). What it needs of a connection
+is the connection contract's (``contract.py``).
 
 The ledger (:class:`Ledger`) keeps the counts the two limits are checked against, and the
 orders the rules of :mod:`.pool` follow:
@@ -32,17 +31,15 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from collections.abc import Callable
+from typing import cast
 
 import trio
 
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
+from .contract import MultiplexedConnection, Opener, PooledConnection
 from .progress import AttemptProgress, WireError
-
-if TYPE_CHECKING:
-    from .exchange import WireRequest, WireResponse
 
 __all__ = [
     "ATTACHED",
@@ -50,64 +47,13 @@ __all__ = [
     "FAILED",
     "SLOT",
     "WAITING",
-    "MultiplexedConnection",
-    "Opener",
     "Opening",
     "Ledger",
     "Origin",
-    "PooledConnection",
     "Waiter",
     "closed_error",
 ]
 
-
-class PooledConnection(Protocol):
-    """What the pool needs of a connection (HTTP/1.1 or HTTP/2)."""
-
-    @property
-    def origin_key(self) -> object: ...
-    @property
-    def multiplexed(self) -> bool: ...
-    @property
-    def closed(self) -> bool: ...
-
-    expires_at: float
-
-    def is_available(self) -> bool: ...
-    def is_reusable(self) -> bool: ...
-    def peer_closed(self) -> bool: ...
-    def close(self) -> None: ...
-    def attempt_expired(self, progress: AttemptProgress) -> None:
-        """The call deadline of the attempt ``progress`` belongs to passed (the client's
-        deadline lane): end that attempt's waits at once, and only its. Must not raise or
-        block."""
-
-    async def send_request(self, request: WireRequest, progress: AttemptProgress) -> WireResponse:
-        """Write ``request`` and read up to its final response head, each wait within the
-        bounds of the client's clock (``clock.py``). Raises ``WireError``."""
-
-
-class MultiplexedConnection(PooledConnection, Protocol):
-    """What the pool needs in addition of a connection whose ``multiplexed`` is true.
-
-    ``is_available()`` is false once the connection is closed or received GOAWAY;
-    ``stream_limit`` is the server's ``SETTINGS_MAX_CONCURRENT_STREAMS``: the pool lends at
-    most that many streams at once.
-    """
-
-    on_retired: Callable[[], None] | None
-    #: Streams the connection may take in all, set by the pool from what the origin allowed
-    #: before a rotation (``None``: no limit known); ``is_available()`` honours it.
-    request_limit: int | None
-    #: Set by the connection when a rotation GOAWAY refused streams: how many it was allowed.
-    accepted_streams: int | None
-
-    @property
-    def stream_limit(self) -> int: ...
-
-
-#: Opens one connection to the origin; stages and timings go to the progress it is given.
-Opener = Callable[[AttemptProgress], Awaitable[PooledConnection]]
 
 # Waiter states, ints rather than an enum: they are compared on every wait, and WAITING and
 # ATTACHED (the two that sleep) are told from the outcomes by one comparison, ``<= ATTACHED``.

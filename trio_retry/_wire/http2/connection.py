@@ -29,36 +29,44 @@ The proof each stream gives (what the client may claim if the attempt breaks the
 
 Idle health: before a new stream goes on a connection that has received nothing for
 ``ping_after_idle`` seconds, a PING must be answered within ``ping_timeout``; a connection that
-does not answer is closed and the request goes on a fresh one (``reconnect``), instead of
-timing out ambiguously on a dead peer (as Go's ``ReadIdleTimeout`` / ``PingTimeout``).
+does not answer is closed and the request goes on a fresh one (``reconnect``): the idle check
+every multiplexed protocol shares (``contract.IdlePing``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import h2.config
 import h2.connection
 import h2.settings
 import trio
+from hpack import NeverIndexedHeaderTuple
 
 from ..._core.evidence import FailureCategory
-from ..clock import Bound, Clock
-from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closed_while_connecting
+from ..clock import FIXED, Bound, Clock
+from ..contract import (
+    Failure,
+    IdlePing,
+    MultiplexedConnection,
+    closed_while_connecting,
+    request_headers,
+)
+from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
 from ..tlsread import reads_of
 from ..transport import Transport
 from .fast import FastMachine
-from .headers import head_size, request_headers
+from .headers import head_size
 from .hpack_memo import MemoDecoder, MemoEncoder
 from .inbound import receive
-from .outbound import HTTP_VERSION, health_check, open_stream, queue_whole, read_head, write_body
+from .outbound import HTTP_VERSION, open_stream, queue_whole, read_head, write_body
 from .session import Session
-from .stream import Failure
 from .writer import STALL_TIMEOUT
 
-__all__ = ["PING_AFTER_IDLE", "PING_TIMEOUT", "HTTP2Connection", "client_machine"]
+__all__ = ["HTTP2Connection", "client_machine"]
 
 #: The most one read takes with the TLS records already received (``tlsread.py``).
 MORE_LIMIT = 256 * 1024
@@ -74,10 +82,6 @@ STREAM_WINDOW = 1024 * 1024
 #: (``tests/interop/test_nginx_h2_fast.py``: 12 large responses read one after the other).
 #: Go's transport opens 4 MiB streams in a 1 GiB connection window.
 CONNECTION_WINDOW = 64 * STREAM_WINDOW
-#: A connection that received nothing for this long is PINGed before it gets a new stream ...
-PING_AFTER_IDLE = 2.0
-#: ... and closed if the answer takes longer than this.
-PING_TIMEOUT = 1.0
 _DEFAULT_WINDOW = 65535
 
 
@@ -136,10 +140,9 @@ class HTTP2Connection:
         "_authority",
         "_clock",
         "_fast_path",
-        "_last_read",
+        "_idle",
         "_more",
         "_nursery",
-        "_ping_after_idle",
         "_scheme",
         "_stream",
         "expires_at",
@@ -159,8 +162,8 @@ class HTTP2Connection:
         max_header_bytes: int,
         nursery: trio.Nursery,
         stall_timeout: float = STALL_TIMEOUT,
-        ping_after_idle: float | None = PING_AFTER_IDLE,
-        ping_timeout: float = PING_TIMEOUT,
+        ping_after_idle: float | None = FIXED.ping_after_idle,
+        ping_timeout: float = FIXED.ping_timeout,
         fast_path: bool = True,
     ) -> None:
         self._stream = transport.stream
@@ -172,18 +175,19 @@ class HTTP2Connection:
         self._scheme = scheme.encode("ascii")
         self._authority = authority.encode("ascii")
         self._nursery = nursery
+        run_clock = trio.lowlevel.current_clock()
+        #: The idle check; the reader notes each read there.
+        self._idle = IdlePing(run_clock.current_time(), after=ping_after_idle, timeout=ping_timeout)
         #: The state the reader (``inbound.py``) and the request path (``outbound.py``)
         #: share; it tells :meth:`_dead` when the connection is over.
         self.session = Session(
             FastMachine(machine),  # h2 itself until the handshake is done (``fast.py``)
             transport,
             stall_timeout=stall_timeout,
-            ping_timeout=ping_timeout,
+            idle=self._idle,
             on_dead=self._dead,
         )
         self._clock = self.session.run_clock
-        self._last_read = self._clock.current_time()
-        self._ping_after_idle = ping_after_idle
         self.origin_key = origin_key
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
@@ -338,13 +342,14 @@ class HTTP2Connection:
         """
         progress.http_version = HTTP_VERSION
         session = self.session
-        if (
-            self._ping_after_idle is not None
-            and not session.streams
-            and self._clock.current_time() - self._last_read >= self._ping_after_idle
-        ):
-            await health_check(session, progress)
-        headers = request_headers(request, scheme=self._scheme, authority=self._authority)
+        if not session.streams and self._idle.due(self._clock.current_time()):
+            await self._idle.check(session, progress, HTTP_VERSION)
+        headers = request_headers(
+            request,
+            scheme=self._scheme,
+            authority=self._authority,
+            sensitive=NeverIndexedHeaderTuple,
+        )
         limit = session.header_limit
         if limit is not None and (size := head_size(headers)) > limit:
             raise WireError.at(
@@ -433,7 +438,7 @@ class HTTP2Connection:
                 Failure(FailureCategory.CONNECTION_BROKEN, "the server closed the connection")
             )
             return
-        self._last_read = self._clock.current_time()
+        self._idle.last_received = self._clock.current_time()
         receive(self.session, bytes(data))
 
     async def _read_loop(self) -> None:
@@ -485,3 +490,9 @@ class HTTP2Connection:
             f"<HTTP2Connection {self.origin_key} {state} "
             f"streams={len(session.streams)}/{session.max_streams} requests={session.requests}>"
         )
+
+
+if TYPE_CHECKING:
+
+    def _keeps_the_contract(conn: HTTP2Connection) -> MultiplexedConnection:
+        return conn  # (mypy checks that HTTP2Connection is what the pool needs)

@@ -1,4 +1,5 @@
-"""HTTP/2 header blocks: the request's, built and checked; the response's, validated.
+"""HTTP/2 header blocks: the request's size checked; the response's validated. (A request's
+block is built by ``contract.request_headers``, the same for HTTP/3.)
 
 Validation is ours, not h2's (h2 runs with ``validate_inbound_headers=False``): a malformed
 response is a stream error (RFC 9113 §8.1.1) that resets that stream only, while h2 would treat
@@ -12,10 +13,7 @@ from __future__ import annotations
 import http
 import re
 
-from hpack import NeverIndexedHeaderTuple
-
-from ..exchange import WireRequest
-from ..exchange import content_length as framed_length
+from ..contract import CONNECTION_SPECIFIC
 
 __all__ = [
     "HEADS_KEPT",
@@ -24,61 +22,16 @@ __all__ = [
     "check_head",
     "content_length",
     "explain",
+    "head_size",
     "malformed",
-    "request_headers",
 ]
 
-#: Connection-specific fields, forbidden in HTTP/2 (RFC 9113 §8.2.2).
-_CONNECTION_SPECIFIC = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
-)
-#: Request fields not forwarded as such: the connection-specific ones, and ``host``, which
-#: becomes ``:authority``.
-_NOT_FORWARDED = _CONNECTION_SPECIFIC | {b"host"}
-_NEVER_INDEXED = frozenset({b"authorization", b"proxy-authorization"})
 #: HTTP/2 has no reason phrase: the standard one for the status.
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 #: What a field name may not contain (RFC 9113 §8.2.1): controls, space, upper case, non-ASCII.
 _BAD_NAME_BYTE = re.compile(rb"[\x00-\x20\x41-\x5a\x7f-\xff]")
 _UPPER_CASE = re.compile(rb"[A-Z]")
 _BAD_VALUE_BYTE = re.compile(rb"[\x00\r\n]")
-
-
-def request_headers(
-    request: WireRequest, *, scheme: bytes, authority: bytes
-) -> list[tuple[bytes, bytes]]:
-    """The request's header block: pseudo-headers first, then the fields (lower case, the
-    connection-specific ones and ``host`` left out, ``TE`` only as ``trailers``), with a
-    ``content-length`` when the body's length is known; credentials never indexed."""
-    fields: list[tuple[bytes, bytes]] = []
-    has_length = False
-    given = authority
-    for name, value in request.headers:
-        lower = name.lower()
-        if lower in _NOT_FORWARDED:
-            if lower == b"host" and authority is given:  # the first Host wins
-                authority = value
-            continue
-        if lower == b"te" and value.strip().lower() != b"trailers":
-            continue  # RFC 9113 §8.2.2: TE may only say "trailers"
-        has_length = has_length or lower == b"content-length"
-        if lower in _NEVER_INDEXED or (lower == b"cookie" and len(value) < 20):
-            # Kept out of HPACK's tables (RFC 7541 §7.1.3), as h2's own normalisation does:
-            # a compression oracle could otherwise guess a credential byte by byte.
-            fields.append(NeverIndexedHeaderTuple(lower, value))
-        else:
-            fields.append((lower, value))
-    if not has_length:
-        length = framed_length(request)
-        if length is not None:
-            fields.append((b"content-length", length))
-    return [
-        (b":method", request.method.encode("ascii")),
-        (b":scheme", scheme),
-        (b":authority", authority),
-        (b":path", request.target.encode("ascii")),
-        *fields,
-    ]
 
 
 def head_size(headers: list[tuple[bytes, bytes]]) -> int:
@@ -114,7 +67,7 @@ def malformed(headers: list[tuple[bytes, bytes]], *, trailers: bool) -> str | No
             if (
                 _GOOD_NAMES.fullmatch(joined_names)
                 and joined_names.count(b"\x00") == separators
-                and _CONNECTION_SPECIFIC.isdisjoint(names)
+                and CONNECTION_SPECIFIC.isdisjoint(names)
                 and b"te" not in names
                 and joined.count(b"\x00") == separators
                 and b"\r" not in joined
@@ -158,7 +111,7 @@ def explain(headers: list[tuple[bytes, bytes]], *, trailers: bool) -> str | None
             _BAD_VALUE_BYTE.search(value) or value[0] in (0x20, 0x09) or value[-1] in (0x20, 0x09)
         ):
             return f"an invalid value for header {name!r}"
-        if name in _CONNECTION_SPECIFIC:
+        if name in CONNECTION_SPECIFIC:
             return f"the connection-specific header field {name!r}"
         if name == b"te" and value.lower() != b"trailers":
             return f"TE: {value!r} (only 'trailers' is allowed)"

@@ -24,11 +24,12 @@ import h2.exceptions
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
+from ..contract import Failure
 from ..exchange import head_too_large
 from .frames import DroppedData, FrameError, Frames, GoAway, code_name
 from .headers import check_head, malformed
 from .session import Session
-from .stream import Failure, Stream, StreamState
+from .stream import Stream, StreamState
 
 __all__ = ["receive"]
 

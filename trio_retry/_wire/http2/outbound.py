@@ -13,17 +13,17 @@ import h2.exceptions
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound
-from ..exchange import WireRequest, WireResponse, closing_body, unanswered_ping
+from ..contract import interrupted
+from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
 from .fast import no_length_check
 from .headers import REASONS
 from .session import Session
-from .stream import Failure, Stream, StreamState
+from .stream import Stream, StreamState
 from .writer import WriterBroken
 
 __all__ = [
     "HTTP_VERSION",
-    "health_check",
     "open_stream",
     "queue_whole",
     "read_head",
@@ -33,37 +33,6 @@ __all__ = [
 HTTP_VERSION = "HTTP/2"
 #: The most request body queued before the writer is waited for (see :func:`send_data`).
 SEND_BATCH = 256 * 1024
-
-
-def interrupted(progress: AttemptProgress) -> WireError:
-    """A bound of the attempt ran out while it waited here (``Session.interrupt``); the bound,
-    or the attempt for its deadline, reports it as that timeout."""
-    return WireError.at(progress, FailureCategory.TIMEOUT, "a timeout of the attempt ran out")
-
-
-async def health_check(session: Session, progress: AttemptProgress) -> None:
-    """PING an idle connection; close it if the answer does not come in time (then the
-    request was not sent: ``reconnect``). Concurrent callers share one PING."""
-    wanted = session.ping()
-    bound = Bound(None, "ping", session.ping_timeout, progress=progress)
-    try:
-        with bound:
-            while session.pings_answered < wanted and not session.closed:
-                if progress.interrupted:
-                    raise interrupted(progress)
-                await session.ping_lot.park()
-    except WireError:
-        if not bound.expired:
-            raise
-    if session.pings_answered >= wanted:
-        return
-    session.die(
-        Failure(
-            FailureCategory.CONNECTION_BROKEN,
-            f"the idle connection did not answer a PING within {session.ping_timeout}s",
-        )
-    )
-    raise unanswered_ping(progress, "HTTP/2", session.ping_timeout)
 
 
 async def open_stream(

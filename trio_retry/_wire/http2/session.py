@@ -28,12 +28,13 @@ from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock, limit_of, timeout_message
+from ..contract import Failure, IdlePing
 from ..progress import AttemptProgress
 from ..transport import Transport
 from .fast import FastMachine
 from .frames import InboundFrames, code_name
 from .headers import HeadVerdicts
-from .stream import Failure, Stream
+from .stream import Stream
 from .writer import Writer
 
 __all__ = ["Session"]
@@ -45,7 +46,8 @@ class Session:
     """The state of one HTTP/2 connection that its reader and its request side share.
 
     Implements ``stream.StreamOwner``: its streams hand credit back and report their end and
-    their errors here. Read its fields freely; change them through its methods.
+    their errors here; and ``contract.PingPeer``: the idle check (:attr:`idle`) PINGs through
+    it. Read its fields freely; change them through its methods.
     """
 
     __slots__ = (
@@ -62,11 +64,9 @@ class Session:
         "h2",
         "header_limit",
         "heads",
+        "idle",
         "max_streams",
         "ping_lot",
-        "ping_timeout",
-        "pings_answered",
-        "pings_sent",
         "requests",
         "run_clock",
         "settings_received",
@@ -80,7 +80,7 @@ class Session:
         transport: Transport,
         *,
         stall_timeout: float,
-        ping_timeout: float,
+        idle: IdlePing,
         on_dead: Callable[[], None],
     ) -> None:
         self.h2 = machine
@@ -116,10 +116,10 @@ class Session:
         self.requests = 0
         #: Set on a rotation GOAWAY that refused streams: how many this connection was allowed.
         self.accepted_streams: int | None = None
-        self.ping_timeout = ping_timeout
+        #: The idle check (``contract.IdlePing``): the reader notes each read there.
+        self.idle = idle
+        #: Where idle checks wait for their PING's answer.
         self.ping_lot = trio.lowlevel.ParkingLot()
-        self.pings_sent = 0
-        self.pings_answered = 0
         #: The run's clock, read directly (``trio.current_time()`` is three calls to it).
         self.run_clock = trio.lowlevel.current_clock()
         #: The client's clock (``clock.py``: the limits of this connection's waits), set by
@@ -208,20 +208,24 @@ class Session:
             stream.wake()
         self.capacity.unpark_all()
 
-    # --- the idle health check's PING ----------------------------------------------------------
+    # --- the idle check's PING (``contract.PingPeer``) -----------------------------------------
 
-    def ping(self) -> int:
-        """Send a PING unless one is unanswered (concurrent callers share it); returns the
-        count :attr:`pings_answered` reaches when it is answered."""
-        if self.pings_sent == self.pings_answered:
-            self.h2.ping(_PING)
-            self.pings_sent += 1
-            self.writer.collect()
-        return self.pings_sent
+    def send_ping(self, uid: int) -> None:
+        """Queue a PING for the writer (its payload is always the same: an ACK answers every
+        PING sent before it)."""
+        self.h2.ping(_PING)
+        self.writer.collect()
+
+    async def ping_wait(self) -> None:
+        """Until a PING is answered, the connection dies or an attempt is interrupted."""
+        await self.ping_lot.park()
+
+    def ping_unanswered(self, message: str) -> None:
+        self.die(Failure(FailureCategory.CONNECTION_BROKEN, message))
 
     def ping_answered(self) -> None:
         """A PING ACK arrived: every PING sent so far is answered."""
-        self.pings_answered = self.pings_sent
+        self.idle.answer()
         self.ping_lot.unpark_all()
 
     # --- the end: GOAWAY and death -------------------------------------------------------------

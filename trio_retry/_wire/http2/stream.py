@@ -8,9 +8,10 @@ parked on the stream's own :class:`trio.lowlevel.ParkingLot`. The stream has one
       │                │                      ├──> DONE (the client is finished with it)
       └──fail──> FAILED <─fail──┘ ────────────┘
 
-``FAILED`` keeps the *first* failure: a stream proven ``NOT_SENT`` (REFUSED_STREAM, or above a
-GOAWAY's last-stream-id) stays so whatever the connection does afterwards (an EOF, a reset, a
-write error): the stream's own proof wins over the connection's later death. A stream whose
+``FAILED`` keeps the *first* failure (the stream proof, ``contract.Failure``): a stream proven
+``NOT_SENT`` (REFUSED_STREAM, or above a GOAWAY's last-stream-id) stays so whatever the
+connection does afterwards (an EOF, a reset, a write error): the stream's own proof wins over
+the connection's later death. A stream whose
 response ENDED keeps its response (its whole body is buffered here).
 
 The body is checked against its declared ``Content-Length`` here (h2's own check is a
@@ -21,16 +22,16 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock, limit_of, timeout_message
+from ..contract import Failure
 from ..progress import AttemptProgress, WireError
 
-__all__ = ["TAKE_LIMIT", "Failure", "Stream", "StreamOwner", "StreamState"]
+__all__ = ["TAKE_LIMIT", "Stream", "StreamOwner", "StreamState"]
 
 #: The most body bytes one read of a stream joins from the DATA frames that arrived.
 TAKE_LIMIT = 256 * 1024
@@ -55,26 +56,6 @@ class StreamState(enum.Enum):
     ENDED = "ended"  # the whole response arrived
     FAILED = "failed"  # ``failure`` says why; first failure wins
     DONE = "done"  # the client is finished with it; the connection forgot it
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why a stream (or the whole connection) cannot go on; turned into a :class:`WireError`
-    by the stream's own task, with the stage *that* task's progress reached."""
-
-    category: FailureCategory
-    message: str
-    not_sent: bool = False
-    #: Proven NOT_SENT for a reason of the connection, not of the request (a routine GOAWAY
-    #: rotation): the client may send it again on a fresh connection without counting it.
-    reconnect: bool = False
-
-    def error(self, progress: AttemptProgress) -> WireError:
-        if self.not_sent:
-            progress.proven_not_sent = True
-        return WireError.at(
-            progress, self.category, self.message, reconnect=self.reconnect and self.not_sent
-        )
 
 
 class Stream:

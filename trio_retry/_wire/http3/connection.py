@@ -32,14 +32,8 @@ import trio
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock, limit_of
-from ..exchange import (
-    WireRequest,
-    WireResponse,
-    closed_while_connecting,
-    closing_body,
-    unanswered_ping,
-)
-from ..http2.headers import request_headers
+from ..contract import closed_while_connecting, request_headers, unanswered_ping
+from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
 from .control import H3_REQUEST_CANCELLED, ControlReader
 from .driver import DEFAULT_STREAMS, H3State, QuicDriver
