@@ -430,3 +430,73 @@ async def test_a_slow_reader_bounds_what_is_buffered(
     assert bytes(got) == body
     # One round of datagrams (at most 64 of them) may land after the limit is crossed.
     assert max(seen) <= limit + 64 * 1500
+
+
+@pytest.fixture
+def quick_idle_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idle check (``contract.IdlePing``) after 0.2 s of silence, answered within 0.3 s."""
+    from trio_retry._wire.contract import IdlePing
+    from trio_retry._wire.http3 import driver
+
+    def quick(now: float) -> IdlePing:
+        return IdlePing(now, after=0.2, timeout=0.3)
+
+    monkeypatch.setattr(driver, "IdlePing", quick)
+
+
+def count_pings(monkeypatch: pytest.MonkeyPatch, *, answered: bool) -> list[int]:
+    """The PINGs our QUIC connections send (dropped before they leave when not ``answered``:
+    a peer that answers nothing more)."""
+    from aioquic.quic.connection import QuicConnection
+
+    pings: list[int] = []
+    send_ping = QuicConnection.send_ping
+
+    def counted(self: QuicConnection, uid: int) -> None:
+        pings.append(uid)
+        if answered:
+            send_ping(self, uid)
+
+    monkeypatch.setattr(QuicConnection, "send_ping", counted)
+    return pings
+
+
+@pytest.mark.usefixtures("quick_idle_check")
+async def test_an_idle_connection_answers_a_ping_and_is_reused(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pings = count_pings(monkeypatch, answered=True)
+    with trio.fail_after(20):
+        async with h3_client(server, retry=RetryPolicy(max_attempts=1)) as client:
+            await client.get(f"{server.url}/first")
+            for _ in range(3):  # each within 0.2 s of the last answer: not idle, no PING
+                await trio.sleep(0.1)
+                await client.get(f"{server.url}/soon")
+            assert pings == []
+            await trio.sleep(0.3)
+            response = await client.get(f"{server.url}/after-idle")
+    assert pings == [1]
+    assert (response.status, len(response.attempts)) == (200, 1)
+    assert server.connections_accepted == 1
+
+
+@pytest.mark.usefixtures("quick_idle_check")
+async def test_an_idle_connection_that_does_not_answer_is_replaced_uncounted(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pings = count_pings(monkeypatch, answered=False)
+    with trio.fail_after(20):
+        async with h3_client(server, retry=RetryPolicy(max_attempts=1)) as client:
+            await client.get(f"{server.url}/first")
+            await trio.sleep(0.3)
+            started = trio.current_time()
+            response = await client.get(f"{server.url}/after-idle")
+            waited = trio.current_time() - started
+    assert pings == [1]
+    assert waited >= 0.3  # the check's timeout, then a fresh connection
+    unanswered, answered = response.attempts
+    assert unanswered.evidence is Evidence.NOT_SENT
+    assert "the idle HTTP/3 connection did not answer a PING within 0.3 s" in str(unanswered.error)
+    assert (answered.status, answered.http_version) == (200, "HTTP/3")
+    assert server.connections_accepted == 2
+    assert server.executed_count("GET", "/after-idle") == 1

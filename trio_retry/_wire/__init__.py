@@ -21,7 +21,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``http11_rules.py`` h11's bytes for a request, what the connection refuses, and its words
 - ``fast11.py``       the strict HTTP/1.1 fast path, differential-tested against h11
 - ``http2/``          HTTP/2 over h2 (its ``__init__`` is its own map)
-- ``http3/``          HTTP/3 over aioquic's QUIC, one Trio task per connection (extra ``http3``)
+- ``http3/``          HTTP/3 over aioquic's QUIC, the same shape (extra ``http3``; its own map)
 - ``pool.py``         the connection pool: acquire and release, openings (async)
 - ``pool_book.py``    the pool's rules, applied synchronously (``PoolBook``)
 - ``pool_ledger.py``  the pool's counts and orders

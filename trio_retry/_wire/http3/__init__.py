@@ -1,11 +1,18 @@
 """HTTP/3 (SPEC §16, extra ``http3``): QUIC and HTTP/3 from aioquic's sans-IO state machines,
-driven by one Trio task per connection. Each module has one job:
+on HTTP/2's shape: a session of streams, one task that owns the socket and the protocol state,
+and a connection the pool sees; what every multiplexed protocol shares is ``_wire/contract.py``
+(nothing here imports ``_wire/http2``). Imports go one way, down this list:
 
-- ``connection.py`` the connection as the pool and a request see it (opening, hooks, requests)
-- ``driver.py``     the connection's task (the UDP socket, QUIC's timer) and what events mean
-- ``stream.py``     a request stream as its caller sees it (the head, the body)
-- ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it)
 - ``quic.py``       the QUIC configuration (trust from the client's TLS settings), tickets
+- ``verify.py``     a server's certificate chain checked with the client's own ``SSLContext``
+- ``shims.py``      aioquic's classes as the client runs them, and the private names they read
+- ``codes.py``      QUIC, TLS and HTTP/3 error codes in words
+- ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it)
+- ``headers.py``    a response's field section checked, made the head a caller reads
+- ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
+- ``driver.py``     the connection's state and its one task: the UDP socket, QUIC and HTTP/3,
+                    the streams, QUIC's timer; what each aioquic event means (one dispatch)
+- ``connection.py`` the connection as the pool and a request see it (opening, hooks, requests)
 
 Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise. The
 package checks for aioquic before anything else in it runs, so that importing any part of it

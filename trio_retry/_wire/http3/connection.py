@@ -1,16 +1,17 @@
 """One HTTP/3 connection, as the pool and a request see it: opening, the pool's hooks, the
 request path (head, body, the response head), the idle check.
 
-It is a :class:`~.driver.QuicDriver`: the other half of the class, in ``driver.py``, is the
-connection's task (the UDP socket, QUIC's timer, what QUIC's events mean). A request writes
-into the QUIC state machine synchronously and kicks that task, which sends.
+An :class:`HTTP3Connection` holds one :class:`~.driver.QuicDriver` (the UDP socket, QUIC's and
+HTTP/3's state, the streams, the connection's one task and timer), as ``HTTP2Connection`` holds
+its session. A request writes into the driver's HTTP/3 state machine synchronously and kicks
+the driver's task, which sends; it then waits on its own stream (``stream.py``).
 
 Wire stages, as SPEC §16 maps them: ``DNS``; the UDP socket's connect is ``CONNECT``; the QUIC
 handshake is ``TLS``; handing the request's HEADERS to QUIC is ``REQUEST_HEAD`` (from then on a
 failure is at least ``SENT_NO_RESPONSE``), its body ``REQUEST_BODY``; the response head
 ``RESPONSE_HEAD``. Proofs of "not processed": a stream reset with ``H3_REQUEST_REJECTED``, and
 a stream at or above a GOAWAY's id (RFC 9114 §5.2, read by ``control.py``); a stream keeps its
-own proof whatever happens to the connection afterwards.
+own proof whatever happens to the connection afterwards (``contract.Failure``).
 
 Early data (0-RTT): with a ticket that allows it, :meth:`open` returns before the handshake
 ends, and a request the attempt marked early-safe (``AttemptProgress.early_ok``, decided by
@@ -31,13 +32,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import Bound, Clock, limit_of
-from ..contract import closed_while_connecting, request_headers, unanswered_ping
+from ..clock import FIXED, Bound, Clock, limit_of
+from ..contract import Failure, MultiplexedConnection, closed_while_connecting, request_headers
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
-from .control import H3_REQUEST_CANCELLED, ControlReader
-from .driver import DEFAULT_STREAMS, H3State, QuicDriver
-from .stream import HTTP_VERSION, H3Stream
+from .driver import H3State, QuicDriver
+from .headers import HTTP_VERSION
+from .stream import H3Stream
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
@@ -48,26 +49,28 @@ __all__ = ["HTTP3Connection"]
 #: Bytes a streamed upload may have handed to QUIC and not yet seen acknowledged before the
 #: caller waits (QUIC itself buffers without limit).
 SEND_HIGH_WATER = 1024 * 1024
-#: How long a QUIC handshake may take before the attempt goes over TCP instead, when the
-#: ``tls`` stage timeout is longer (or unset): UDP that is blocked drops silently, and a
-#: caller should not wait the whole TLS timeout to find out.
-HANDSHAKE_FALLBACK = 3.0
 
 
-#: An idle connection (nothing received for this long, no stream open) is checked with a QUIC
-#: PING before a request goes on it; an answer must come within PING_TIMEOUT, else the request
-#: goes on a new connection, uncounted (as over HTTP/2: a server that silently dropped the
-#: connection would otherwise cost the request a first-byte timeout and its evidence).
-PING_AFTER_IDLE = 2.0
-PING_TIMEOUT = 1.0
-
-
-class HTTP3Connection(QuicDriver):
+class HTTP3Connection:
     """One QUIC connection carrying many concurrent request streams; see the module
-    docstring. Create it with :meth:`open`."""
+    docstring. Create it with :meth:`open`. What its task and the request path share is
+    :attr:`driver`."""
 
     http_version = HTTP_VERSION
     multiplexed = True
+
+    __slots__ = (
+        "_authority",
+        "accepted_streams",
+        "clock",
+        "driver",
+        "early_possible",
+        "expires_at",
+        "on_retired",
+        "origin_key",
+        "request_limit",
+        "requests",
+    )
 
     def __init__(
         self,
@@ -79,39 +82,33 @@ class HTTP3Connection(QuicDriver):
         authority: str,
         max_header_bytes: int,
         clock: Clock | None,
+        on_handshake_failed: Callable[[str], None] | None = None,
+        on_handshake_done: Callable[[], None] | None = None,
     ) -> None:
-        self._sock = sock
-        self._address = sock.getpeername()
-        self._quic = quic
-        self._h3 = h3
         self._authority = authority.encode("ascii")
-        self._max_header_bytes = max_header_bytes
+        #: The client's clock (``clock.py``: the limits of this connection's waits).
         self.clock = clock
+        #: The connection's state and its task (``driver.py``); it tells :meth:`_dead` when
+        #: the connection is over. ``on_handshake_failed`` is told once if the handshake fails
+        #: (the connector stops trying HTTP/3 there), ``on_handshake_done`` once it completes.
+        self.driver = QuicDriver(
+            sock,
+            quic,
+            h3,
+            clock=clock,
+            max_header_bytes=max_header_bytes,
+            on_dead=self._dead,
+            on_handshake_failed=on_handshake_failed,
+            on_handshake_done=on_handshake_done,
+        )
         self.origin_key = origin_key
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
+        #: Set by the pool: take no more than this many streams (``MultiplexedConnection``).
         self.request_limit: int | None = None
         self.accepted_streams: int | None = None
-        self.state = H3State.HANDSHAKING
-        self.streams: dict[int, H3Stream] = {}
+        #: Streams opened on this connection, in all.
         self.requests = 0
-        self._control = ControlReader()
-        self._handshake = trio.Event()
-        self._handshake_failure: tuple[FailureCategory, str] | None = None
-        self._wait_scope: trio.CancelScope | None = None
-        self._progressed = trio.Event()  # set by the driver after each round; renewed
-        self._max_streams = DEFAULT_STREAMS
-        self._last_received = trio.current_time()
-        #: Body bytes received and not yet read by their callers (``BUFFER_LIMIT``).
-        self.buffered = 0
-        self._room = trio.Event()  # set when callers read the buffer down to half the limit
-        self._pings_sent = 0
-        self._pings_answered = 0
-        self._sent_early: dict[int, AttemptProgress] = {}
-        #: Called once if the handshake fails (the connector stops trying HTTP/3 there).
-        self.on_handshake_failed: Callable[[str], None] | None = None
-        #: Called once when the handshake completes.
-        self.on_handshake_done: Callable[[], None] | None = None
         #: Whether requests may go in early data before the handshake ends (a ticket allows it).
         self.early_possible = False
 
@@ -175,13 +172,13 @@ class HTTP3Connection(QuicDriver):
             authority=authority,
             max_header_bytes=max_header_bytes,
             clock=clock,
+            on_handshake_failed=on_handshake_failed,
+            on_handshake_done=on_handshake_done,
         )
-        conn.on_handshake_failed = on_handshake_failed
-        conn.on_handshake_done = on_handshake_done
         progress.advance(Stage.TLS)
         quic.connect(address, now=trio.current_time())
         try:
-            nursery.start_soon(conn._drive)
+            nursery.start_soon(conn.driver.run)
         except RuntimeError as exc:  # the nursery is closing: so is the client
             sock.close()
             raise closed_while_connecting(progress) from exc
@@ -198,23 +195,25 @@ class HTTP3Connection(QuicDriver):
         return conn
 
     async def wait_handshake(self, progress: AttemptProgress, limit: float | None) -> None:
-        """Wait for the QUIC handshake (within ``limit``, at most :data:`HANDSHAKE_FALLBACK`).
+        """Wait for the QUIC handshake (within ``limit``, at most ``FIXED.quic_handshake``).
         Raises ``WireError`` (``NOT_SENT`` unless the request went in early data) if it
         failed or took too long; the connection is then closed."""
-        if not self._handshake.is_set():
-            limit = HANDSHAKE_FALLBACK if limit is None else min(limit, HANDSHAKE_FALLBACK)
+        driver = self.driver
+        if not driver.handshake.is_set():
+            most = FIXED.quic_handshake
+            limit = most if limit is None else min(limit, most)
             try:
                 with Bound(self.clock, "tls", limit, progress=progress):
-                    await self._handshake.wait()
+                    await driver.handshake.wait()
             except WireError as exc:
-                self._handshake_failed(FailureCategory.TIMEOUT, f"no answer within {limit}s")
+                driver.handshake_failed(FailureCategory.TIMEOUT, f"no answer within {limit}s")
                 raise WireError.at(
                     progress,
                     FailureCategory.TIMEOUT,
                     f"the QUIC handshake did not complete: {exc}",
                     reconnect=True,
                 ) from None
-        failure = self._handshake_failure
+        failure = driver.handshake_failure
         if failure is not None:
             # NOT_SENT by its stage (the request waited for the handshake); sent again at once,
             # uncounted, over TCP: the connector stopped trying HTTP/3 at this origin.
@@ -229,39 +228,54 @@ class HTTP3Connection(QuicDriver):
 
     @property
     def closed(self) -> bool:
-        return self.state is H3State.CLOSED
+        return self.driver.state is H3State.CLOSED
 
     @property
     def stream_limit(self) -> int:
-        """Streams the pool may lend at once: the server's initial limit on request streams."""
-        limit = self._max_streams
+        """Streams the pool may lend at once: the server's initial limit on request streams,
+        and, under a learned ``request_limit``, no more than the streams open now plus those
+        the connection may still take."""
+        driver = self.driver
+        limit = driver.max_streams
         if self.request_limit is not None:
-            limit = min(limit, len(self.streams) + max(0, self.request_limit - self.requests))
+            limit = min(limit, len(driver.streams) + max(0, self.request_limit - self.requests))
         return limit
 
     @property
     def active_streams(self) -> int:
-        return len(self.streams)
+        return len(self.driver.streams)
 
     def is_available(self) -> bool:
         """Not closed, no GOAWAY, fewer streams than the server allows."""
+        driver = self.driver
         return (
-            self.state in (H3State.OPEN, H3State.HANDSHAKING)
+            driver.state in (H3State.OPEN, H3State.HANDSHAKING)
             and (self.request_limit is None or self.requests < self.request_limit)
-            and len(self.streams) < self._max_streams
+            and len(driver.streams) < driver.max_streams
         )
 
     def is_reusable(self) -> bool:
-        return self.state is not H3State.CLOSED
+        return self.driver.state is not H3State.CLOSED
 
     def peer_closed(self) -> bool:
-        return self.state is H3State.CLOSED
+        return self.driver.state is H3State.CLOSED
+
+    def close(self) -> None:
+        """Close at once (safe twice): open streams fail with the evidence of their stages,
+        QUIC's CONNECTION_CLOSE is sent by the driver's task, which then ends."""
+        self.driver.close()
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
         """The call deadline of ``progress``'s attempt passed: fail its stream (only)."""
-        for stream in self.streams.values():
+        for stream in self.driver.streams.values():
             if stream.progress is progress:
-                stream.fail(FailureCategory.TIMEOUT, "the call deadline passed")
+                stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
+
+    def _dead(self) -> None:
+        """The driver is over (``QuicDriver.die``): the pool forgets the connection."""
+        retired, self.on_retired = self.on_retired, None
+        if retired is not None:
+            retired()
 
     # --- the request ------------------------------------------------------------------------
 
@@ -274,37 +288,30 @@ class HTTP3Connection(QuicDriver):
         ``NOT_SENT``). On cancellation or failure the stream is reset (H3_REQUEST_CANCELLED);
         the connection and its other streams carry on."""
         progress.http_version = HTTP_VERSION
+        driver = self.driver
         if (
-            self.state is H3State.OPEN
-            and not self.streams
-            and trio.current_time() - self._last_received >= PING_AFTER_IDLE
+            driver.state is H3State.OPEN
+            and not driver.streams
+            and driver.idle.due(trio.current_time())
         ):
-            await self._health_check(progress)
-        if self.state is H3State.HANDSHAKING and not (self.early_possible and progress.early_ok):
-            clock = self.clock
-            await self.wait_handshake(progress, None if clock is None else clock.limits.tls)
-        if self.state is not H3State.OPEN and self.state is not H3State.HANDSHAKING:
+            await driver.idle.check(driver, progress, HTTP_VERSION)
+        if driver.state is H3State.HANDSHAKING and not (self.early_possible and progress.early_ok):
+            await self.wait_handshake(progress, limit_of(self.clock, "tls"))
+        if driver.state is not H3State.OPEN and driver.state is not H3State.HANDSHAKING:
             raise WireError.at(
                 progress,
                 FailureCategory.GOAWAY
-                if self.state is H3State.DRAINING
+                if driver.state is H3State.DRAINING
                 else FailureCategory.CONNECTION_BROKEN,
                 "the HTTP/3 connection no longer accepts new streams",
                 reconnect=True,
             )
         headers = request_headers(request, scheme=b"https", authority=self._authority)
-        quic = self._quic
-        stream_id = quic.get_next_available_stream_id()
-        stream = H3Stream(self, stream_id, progress)
-        self.streams[stream_id] = stream
+        stream = driver.open_stream(progress)
         self.requests += 1
         body = request.body
         try:
             progress.advance(Stage.REQUEST_HEAD)
-            early = self.state is H3State.HANDSHAKING
-            if early:
-                progress.early_data = "unconfirmed"
-                self._sent_early[stream_id] = progress
             self._send(stream, progress, headers, isinstance(body, bytes) and not body)
             if isinstance(body, bytes):
                 if body:
@@ -319,34 +326,13 @@ class HTTP3Connection(QuicDriver):
             stream.abandon()
             raise
 
-    async def _health_check(self, progress: AttemptProgress) -> None:
-        """PING the idle connection; close it if no answer comes within
-        :data:`PING_TIMEOUT` (the request was not sent: ``NOT_SENT``, ``reconnect``).
-        Concurrent callers share one PING."""
-        if self._pings_sent == self._pings_answered:
-            self._pings_sent += 1
-            self._quic.send_ping(self._pings_sent)
-            self._kick()
-        wanted = self._pings_sent
-        bound = Bound(None, "ping", PING_TIMEOUT, progress=progress)
-        try:
-            with bound:
-                while self._pings_answered < wanted and self.state is not H3State.CLOSED:
-                    await self._progressed.wait()
-        except WireError:
-            if not bound.expired:
-                raise
-        if self._pings_answered >= wanted:
-            return
-        self.close()
-        raise unanswered_ping(progress, "HTTP/3", PING_TIMEOUT)
-
     async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than
         :data:`SEND_HIGH_WATER` bytes of it are unacknowledged."""
         assert isinstance(body, AsyncIterable)
         clock = self.clock
-        limit = None if clock is None else clock.limits.write
+        limit = limit_of(clock, "write")
+        driver = self.driver
         stream_id = stream.stream_id
         async with closing_body(body):
             async for chunk in body:
@@ -366,7 +352,7 @@ class HTTP3Connection(QuicDriver):
                     # Every waiting upload shares the driver's current event; the driver sets
                     # it after each round and puts a fresh one in its place.
                     with Bound(clock, "write", limit, progress=progress):
-                        await self._progressed.wait()
+                        await driver.progressed.wait()
         self._send(stream, progress, b"", True)
 
     def _send(
@@ -377,17 +363,18 @@ class HTTP3Connection(QuicDriver):
         end: bool,
     ) -> None:
         """Hand ``what`` (the head's fields, or body bytes) to HTTP/3 and QUIC, and kick the
-        driver. Nothing is handed once the server stopped the stream's sending side (its
-        response, or its reset, tells the caller the rest). aioquic refusing it (the stream
-        or the connection is over) is this stream's ``WireError``, with the evidence of the
-        stage reached: no aioquic exception leaves the connection."""
+        driver's task. Nothing is handed once the server stopped the stream's sending side
+        (its response, or its reset, tells the caller the rest). aioquic refusing it (the
+        stream or the connection is over) is this stream's ``WireError``, with the evidence of
+        the stage reached: no aioquic exception leaves the connection."""
         if stream.send_stopped:
             return
+        h3 = self.driver.h3
         try:
             if isinstance(what, bytes):
-                self._h3.send_data(stream.stream_id, what, end_stream=end)
+                h3.send_data(stream.stream_id, what, end_stream=end)
             else:
-                self._h3.send_headers(stream.stream_id, what, end_stream=end)
+                h3.send_headers(stream.stream_id, what, end_stream=end)
         except Exception as exc:
             if stream.failed:
                 raise stream.error(progress) from None
@@ -397,7 +384,7 @@ class HTTP3Connection(QuicDriver):
                 f"the HTTP/3 stream no longer takes data: {exc!r}",
             ) from None
         progress.bytes_sent = self._handed(stream.stream_id)
-        self._kick()
+        self.driver.kick()
 
     def _offsets(self, stream_id: int) -> tuple[int, int]:
         """``(acknowledged, handed)``: the offsets in ``stream_id`` up to which the server
@@ -406,7 +393,7 @@ class HTTP3Connection(QuicDriver):
         Read from aioquic's stream sender (``_buffer_start``/``_buffer_stop``, the bounds of
         its unacknowledged buffer): aioquic has no public measure of either. A change there
         shows as ``(0, 0)``: no waiting and no byte count, never a hang."""
-        stream = getattr(self._quic, "_streams", {}).get(stream_id)
+        stream = getattr(self.driver.quic, "_streams", {}).get(stream_id)
         sender = getattr(stream, "sender", None)
         start = getattr(sender, "_buffer_start", None)
         stop = getattr(sender, "_buffer_stop", None)
@@ -423,23 +410,15 @@ class HTTP3Connection(QuicDriver):
         """Bytes of ``stream_id`` handed to QUIC so far (``Attempt.bytes_sent``)."""
         return self._offsets(stream_id)[1]
 
-    def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
-        """The caller is done with ``stream``: forget it, resetting it first if ``reset``."""
-        if self.streams.pop(stream.stream_id, None) is None:
-            return
-        self._sent_early.pop(stream.stream_id, None)
-        if reset and self.state is not H3State.CLOSED:
-            try:
-                self._quic.reset_stream(stream.stream_id, H3_REQUEST_CANCELLED)
-                self._quic.stop_stream(stream.stream_id, H3_REQUEST_CANCELLED)
-            except Exception:
-                pass
-            self._kick()
-        if self.state is H3State.DRAINING and not self.streams:
-            self.close()
-
     def __repr__(self) -> str:
+        driver = self.driver
         return (
-            f"<HTTP3Connection {self._authority.decode()} {self.state.value}, "
-            f"{len(self.streams)} streams>"
+            f"<HTTP3Connection {self._authority.decode()} {driver.state.value}, "
+            f"{len(driver.streams)} streams>"
         )
+
+
+if TYPE_CHECKING:
+
+    def _keeps_the_contract(conn: HTTP3Connection) -> MultiplexedConnection:
+        return conn  # (mypy checks that HTTP3Connection is what the pool needs)

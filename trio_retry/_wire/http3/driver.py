@@ -1,19 +1,28 @@
-"""The task that drives one HTTP/3 connection, and what QUIC's events mean for it.
+"""One QUIC connection's state, its moves, and the one task that drives it.
 
-:class:`QuicDriver` is the half of :class:`~.connection.HTTP3Connection` that its driver task
-runs (``connection.py`` is the other half: the pool's hooks and the request path). The task
-(:meth:`QuicDriver._drive`, in the client's nursery) owns the UDP socket: it sends what QUIC
+A :class:`QuicDriver` owns, from its constructor on, everything of one QUIC connection: the
+UDP socket, aioquic's QUIC and HTTP/3 state machines, the GOAWAY reader (``control.py``), the
+request streams (``stream.py``), the count of body bytes waiting for their callers, the
+handshake's outcome, the idle check's PINGs (``contract.IdlePing``) and the one timer. The
+connection the pool sees (``connection.py``) holds a driver, as ``HTTP2Connection`` holds its
+session: it reads the driver's fields (and writes a request into its HTTP/3 state machine, as
+HTTP/2's request side writes into h2's) and changes the connection's state only through the
+driver's moves, each with a name (a stream opened, a stream finished, the handshake completed
+or failed, a GOAWAY, the connection's end).
+
+The task (:meth:`QuicDriver.run`, in the client's nursery) owns the socket: it sends what QUIC
 has to send, waits for datagrams or QUIC's timer (whichever comes first; the timer is the bound
-of every wait of QUIC's own), feeds what arrived to QUIC and HTTP/3, and hands each stream what
-is its own (``stream.py``). A caller's task never touches the socket: it writes into the QUIC
-state machine synchronously and kicks the driver (:meth:`QuicDriver._kick`), which then sends.
-The obvious alternative, each caller sending its own datagrams, lets two tasks wait on one
-socket at once (trio refuses that) and sends QUIC's packets out of order.
+of every wait of QUIC's own, re-armed after each round), feeds what arrived to QUIC, and
+dispatches QUIC's events, then HTTP/3's, in one place (:meth:`QuicDriver._process`): each kind
+of event has one function in this module's tables (:data:`_QUIC_EVENTS`, :data:`_H3_EVENTS`),
+which works through the driver's fields and moves. A new meaning is a new entry. A caller's
+task never touches the socket: it writes into the state machine synchronously and kicks the
+task (:meth:`QuicDriver.kick`), which then sends. The obvious alternative, each caller sending
+its own datagrams, lets two tasks wait on one socket at once (trio refuses that) and sends
+QUIC's packets out of order.
 
-What the events prove: a stream reset with ``H3_REQUEST_REJECTED``, and a stream at or above
-a GOAWAY's id (RFC 9114 §5.2, read by ``control.py``), were not processed (``NOT_SENT``); the
-connection's end fails every other open stream with the evidence of its own stage; a
-handshake's end tells each request sent in early data whether the server accepted it.
+What the connection's end proves: every open stream fails with the evidence of its own stage,
+unless it holds a proof of its own already (``contract.Failure``: the first one wins).
 """
 
 from __future__ import annotations
@@ -22,30 +31,34 @@ import enum
 import math
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
-from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.events import (
     ConnectionTerminated,
     HandshakeCompleted,
     PingAcknowledged,
+    QuicEvent,
     StopSendingReceived,
     StreamDataReceived,
     StreamReset,
 )
 
 from ..._core.evidence import FailureCategory
-from ..exchange import WireResponse, head_too_large
+from ..contract import Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
-from .control import H3_INTERNAL_ERROR, H3_REQUEST_REJECTED, ControlReader
+from .control import H3_INTERNAL_ERROR, H3_REQUEST_CANCELLED, H3_REQUEST_REJECTED, ControlReader
+from .headers import response_head
 from .shims import HandshakeRefused
-from .stream import HTTP_VERSION, H3Stream
+from .stream import H3Stream
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
     from aioquic.quic.connection import QuicConnection
+
+    from ..clock import Clock
 
 __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 
@@ -77,54 +90,106 @@ class H3State(enum.Enum):
 
 
 class QuicDriver:
-    """The driver task's half of an HTTP/3 connection; see the module docstring. Its state is
-    set up by :class:`~.connection.HTTP3Connection`'s constructor."""
+    """One QUIC connection's state and its task; see the module docstring.
 
-    _sock: socket.socket
-    _address: object
-    _quic: QuicConnection
-    _h3: H3Connection
-    _control: ControlReader
-    _handshake: trio.Event
-    _handshake_failure: tuple[FailureCategory, str] | None
-    _wait_scope: trio.CancelScope | None
-    _progressed: trio.Event
-    _max_streams: int
-    _sent_early: dict[int, AttemptProgress]
-    _last_received: float
-    _pings_answered: int
-    _max_header_bytes: int
-    _room: trio.Event
-    state: H3State
-    streams: dict[int, H3Stream]
-    buffered: int
-    on_retired: Callable[[], None] | None
-    on_handshake_failed: Callable[[str], None] | None
-    on_handshake_done: Callable[[], None] | None
+    Implements ``stream.StreamOwner`` (its streams report bytes received and read, and their
+    end, here) and ``contract.PingPeer`` (the idle check PINGs through it). Read its fields
+    freely; change them through its methods.
+    """
 
-    def _handshake_failed(self, category: FailureCategory, message: str) -> None:
-        if self._handshake_failure is None:
-            self._handshake_failure = (category, message)
-            callback, self.on_handshake_failed = self.on_handshake_failed, None
-            if callback is not None:
-                callback(message)
-        self._handshake.set()
-        self.close()
+    __slots__ = (
+        "_on_dead",
+        "_on_handshake_done",
+        "_on_handshake_failed",
+        "_room",
+        "_wait_scope",
+        "address",
+        "buffered",
+        "clock",
+        "control",
+        "h3",
+        "handshake",
+        "handshake_failure",
+        "idle",
+        "max_header_bytes",
+        "max_streams",
+        "progressed",
+        "quic",
+        "sent_early",
+        "sock",
+        "state",
+        "streams",
+    )
 
-    def close(self) -> None:
-        """Close at once (safe twice): open streams fail with the evidence of their stages,
-        QUIC's CONNECTION_CLOSE is sent by the driver, which then ends."""
-        if self.state is H3State.CLOSED:
-            return
-        self._die(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
-        try:
-            self._quic.close(error_code=0x100)  # H3_NO_ERROR
-        except Exception:
-            pass
-        self._kick()
+    def __init__(
+        self,
+        sock: socket.socket,
+        quic: QuicConnection,
+        h3: H3Connection,
+        *,
+        clock: Clock | None,
+        max_header_bytes: int,
+        on_dead: Callable[[], None],
+        on_handshake_failed: Callable[[str], None] | None = None,
+        on_handshake_done: Callable[[], None] | None = None,
+    ) -> None:
+        #: The connected UDP socket (non-blocking): only :meth:`run` reads or writes it.
+        self.sock = sock
+        self.address = sock.getpeername()
+        self.quic = quic
+        self.h3 = h3
+        #: The server's GOAWAY, read from its control stream (``control.py``).
+        self.control = ControlReader()
+        #: The client's clock (``clock.py``): the limits of the waits on this connection's
+        #: streams; ``None``: unbounded.
+        self.clock = clock
+        self.max_header_bytes = max_header_bytes
+        self.state = H3State.HANDSHAKING
+        #: Our request streams by id, until the caller is done with each (:meth:`finish_stream`).
+        self.streams: dict[int, H3Stream] = {}
+        #: The server's initial limit on request streams, once the handshake says it.
+        self.max_streams = DEFAULT_STREAMS
+        #: Streams whose request went in early data, until the handshake says whether the
+        #: server accepted it.
+        self.sent_early: dict[int, AttemptProgress] = {}
+        #: Set once the handshake completed or failed (:attr:`handshake_failure` says which).
+        self.handshake = trio.Event()
+        self.handshake_failure: tuple[FailureCategory, str] | None = None
+        #: Body bytes received and not yet read by their callers (:data:`BUFFER_LIMIT`).
+        self.buffered = 0
+        self._room = trio.Event()  # set when callers read the buffer down to half the limit
+        #: Set by the task after each round, and replaced: what an upload or an idle check
+        #: waiting for QUIC's progress waits on.
+        self.progressed = trio.Event()
+        #: The idle check; the task notes each round that received something there.
+        self.idle = IdlePing(trio.current_time())
+        #: The task's one wait (datagrams, or QUIC's timer as its deadline), while it waits.
+        self._wait_scope: trio.CancelScope | None = None
+        self._on_dead = on_dead
+        self._on_handshake_failed = on_handshake_failed
+        self._on_handshake_done = on_handshake_done
+
+    # --- the pool's view ----------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.state is H3State.CLOSED
+
+    # --- streams ------------------------------------------------------------------------------
+
+    def open_stream(self, progress: AttemptProgress) -> H3Stream:
+        """A new request stream for ``progress``'s attempt (nothing of it handed to QUIC yet);
+        marked early when the handshake is still going on (its request goes in 0-RTT)."""
+        stream_id = self.quic.get_next_available_stream_id()
+        stream = H3Stream(self, stream_id, progress)
+        self.streams[stream_id] = stream
+        if self.state is H3State.HANDSHAKING:
+            progress.early_data = "unconfirmed"
+            self.sent_early[stream_id] = progress
+        return stream
 
     def received(self, size: int) -> None:
-        """Body bytes arrived for a caller (``BUFFER_LIMIT``)."""
+        """Body bytes arrived for a caller (:data:`BUFFER_LIMIT`)."""
         self.buffered += size
         if self.buffered > BUFFER_LIMIT and self._room.is_set():
             self._room = trio.Event()
@@ -135,13 +200,152 @@ class QuicDriver:
         if self.buffered <= BUFFER_LIMIT // 2:
             self._room.set()
 
-    def _kick(self) -> None:
-        """Wake the driver so it sends what the state machine has queued."""
+    def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
+        """The caller is done with ``stream``: forget it, resetting it first if ``reset``
+        (H3_REQUEST_CANCELLED); a draining connection closes with its last stream."""
+        if self.streams.pop(stream.stream_id, None) is None:
+            return
+        self.sent_early.pop(stream.stream_id, None)
+        if reset and self.state is not H3State.CLOSED:
+            try:
+                self.quic.reset_stream(stream.stream_id, H3_REQUEST_CANCELLED)
+                self.quic.stop_stream(stream.stream_id, H3_REQUEST_CANCELLED)
+            except Exception:
+                pass
+            self.kick()
+        if self.state is H3State.DRAINING and not self.streams:
+            self.close()
+
+    # --- the idle check's PING (``contract.PingPeer``) ------------------------------------------
+
+    def send_ping(self, uid: int) -> None:
+        self.quic.send_ping(uid)
+        self.kick()
+
+    async def ping_wait(self) -> None:
+        """Until the task's next round (an answer is reported then, as the connection's end)."""
+        await self.progressed.wait()
+
+    def ping_unanswered(self, message: str) -> None:
+        self.close()
+
+    # --- the handshake, GOAWAY and the end --------------------------------------------------------
+
+    def handshake_completed(self, early_accepted: bool) -> None:
+        """The handshake is done: the connection is open, the server's stream limit known,
+        and each request sent in early data learns whether the server accepted it."""
+        if self.state is H3State.HANDSHAKING:
+            self.state = H3State.OPEN
+        # The server's initial MAX_STREAMS for request streams: aioquic keeps it in a private
+        # attribute and has no getter; if it is gone, DEFAULT_STREAMS stays the limit (aioquic
+        # holds back a stream beyond the server's limit itself, so nothing breaks).
+        limit = getattr(self.quic, "_remote_max_streams_bidi", None)
+        if isinstance(limit, int) and limit > 0:
+            self.max_streams = min(limit, 1000)
+        word = "accepted" if early_accepted else "rejected"
+        for progress in self.sent_early.values():
+            progress.early_data = word
+        self.sent_early.clear()
+        self.handshake.set()
+        self._on_handshake_failed = None
+        done, self._on_handshake_done = self._on_handshake_done, None
+        if done is not None:
+            done()
+
+    def handshake_failed(self, category: FailureCategory, message: str) -> None:
+        """The handshake failed (the first cause is kept, and the connector told once): every
+        request waiting for it fails, and the connection closes."""
+        if self.handshake_failure is None:
+            self.handshake_failure = (category, message)
+            callback, self._on_handshake_failed = self._on_handshake_failed, None
+            if callback is not None:
+                callback(message)
+        self.handshake.set()
+        self.close()
+
+    def goaway(self, first_unprocessed: int) -> None:
+        """GOAWAY: the connection takes no new stream, and the streams at or above its id were
+        not processed (RFC 9114 §5.2): ``NOT_SENT``, sent again on a fresh connection."""
+        if self.state in (H3State.OPEN, H3State.HANDSHAKING):
+            self.state = H3State.DRAINING
+        for stream_id, stream in list(self.streams.items()):
+            if stream_id >= first_unprocessed:
+                stream.fail(
+                    Failure(
+                        FailureCategory.GOAWAY,
+                        f"the server sent GOAWAY({first_unprocessed}): stream {stream_id} was "
+                        "not processed",
+                        not_sent=True,
+                        reconnect=True,
+                    )
+                )
+        # The pool sees it unavailable from now on (DRAINING); it learns that it is gone when
+        # the last stream ends and the connection closes (``die``).
+        if not self.streams:
+            self.close()
+
+    def close(self) -> None:
+        """Close at once (safe twice): open streams fail with the evidence of their stages,
+        QUIC's CONNECTION_CLOSE is sent by the task, which then ends."""
+        if self.state is H3State.CLOSED:
+            return
+        self.die(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
+        try:
+            self.quic.close(error_code=0x100)  # H3_NO_ERROR
+        except Exception:
+            pass
+        self.kick()
+
+    def die(self, category: FailureCategory, message: str) -> None:
+        """The connection is over: fail every open stream, tell the owner once (``on_dead``).
+        A handshake still going on fails with it."""
+        if self.state is H3State.CLOSED:
+            return
+        self.state = H3State.CLOSED
+        if not self.handshake.is_set():
+            self.handshake_failure = self.handshake_failure or (
+                FailureCategory.TLS_HANDSHAKE,
+                message,
+            )
+            self.handshake.set()
+        failure = Failure(category, message)
+        for stream in list(self.streams.values()):
+            stream.fail(failure)
+        self.kick()
+        self._on_dead()
+
+    # --- the one dispatch of aioquic's events ----------------------------------------------------
+
+    def _process(self) -> None:
+        """Dispatch every event QUIC produced (:data:`_QUIC_EVENTS`), then hand each to HTTP/3
+        and dispatch what it made of it (:data:`_H3_EVENTS`): the one place where aioquic's
+        events are handled. An event of a kind with no entry changes nothing here; once the
+        connection is closed no event does (a handshake the client refused must not complete
+        afterwards)."""
+        if self.state is H3State.CLOSED:
+            return
+        quic = self.quic
+        h3 = self.h3
+        while (event := quic.next_event()) is not None:
+            handler = _QUIC_EVENTS.get(type(event))
+            if handler is not None:
+                handler(self, event)
+            if type(event) in _NOT_FOR_H3:
+                continue
+            for h3_event in h3.handle_event(event):
+                h3_handler = _H3_EVENTS.get(type(h3_event))
+                if h3_handler is not None:
+                    h3_handler(self, h3_event)
+
+    # --- the task -------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Wake the task so it sends what the state machine has queued."""
         scope = self._wait_scope
         if scope is not None:
             scope.cancel()
 
-    async def _drive(self) -> None:
+    async def run(self) -> None:
         """The connection's task: send, wait for datagrams or the timer, process; until the
         connection ends. Never raises but ``Cancelled``: whatever ends it fails the open
         streams with the evidence of their stages and closes the socket.
@@ -151,9 +355,9 @@ class QuicDriver:
         taken in one round (up to :data:`_BATCH`) and QUIC's events handled once for all of
         them. Through ``trio.socket``, each datagram cost a checkpoint and a round of the loop:
         a 10 MB download ran at a twentieth of HTTP/2's speed, mostly in that loop."""
-        sock = self._sock
-        quic = self._quic
-        address = self._address
+        sock = self.sock
+        quic = self.quic
+        address = self.address
         try:
             while True:
                 await self._send_pending()
@@ -181,23 +385,23 @@ class QuicDriver:
                     except Exception as exc:  # the client refused the server, or aioquic broke
                         self._unreadable(exc)
                         break
-                    self._last_received = now
+                    self.idle.last_received = now
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 self._process()
-                progressed, self._progressed = self._progressed, trio.Event()
+                progressed, self.progressed = self.progressed, trio.Event()
                 progressed.set()
         except Exception as exc:  # a bug: fail the streams, never the client's nursery
-            self._die(FailureCategory.CONNECTION_BROKEN, f"internal error in HTTP/3: {exc!r}")
+            self.die(FailureCategory.CONNECTION_BROKEN, f"internal error in HTTP/3: {exc!r}")
         finally:
             self._wait_scope = None
-            self._die(FailureCategory.CONNECTION_BROKEN, "the client closed")
+            self.die(FailureCategory.CONNECTION_BROKEN, "the client closed")
             sock.close()
 
     async def _send_pending(self) -> None:
         """Send every datagram QUIC has ready, waiting for the socket only when it is full."""
-        sock = self._sock
-        for data, _ in self._quic.datagrams_to_send(now=trio.current_time()):
+        sock = self.sock
+        for data, _ in self.quic.datagrams_to_send(now=trio.current_time()):
             while True:
                 try:
                     sock.send(data)
@@ -210,9 +414,9 @@ class QuicDriver:
 
     def _lost(self, exc: OSError) -> None:
         """The socket failed (an ICMP unreachable on a connected UDP socket, typically)."""
-        if self.state is H3State.HANDSHAKING and not self._sent_early:
-            self._handshake_failed(FailureCategory.CONNECT, f"UDP: {exc}")
-        self._die(FailureCategory.CONNECTION_BROKEN, f"the QUIC connection's socket failed: {exc}")
+        if self.state is H3State.HANDSHAKING and not self.sent_early:
+            self.handshake_failed(FailureCategory.CONNECT, f"UDP: {exc}")
+        self.die(FailureCategory.CONNECTION_BROKEN, f"the QUIC connection's socket failed: {exc}")
 
     def _unreadable(self, exc: Exception) -> None:
         """``receive_datagram`` raised: the client's check refused the server
@@ -225,156 +429,110 @@ class QuicDriver:
             category = FailureCategory.TLS_HANDSHAKE
             message = f"QUIC failed on a datagram from the server: {exc!r}"
         if self.state is H3State.HANDSHAKING:
-            self._handshake_failed(category, message)  # (which closes, as below)
-        self._die(FailureCategory.CONNECTION_BROKEN, message)
+            self.handshake_failed(category, message)  # (which closes, as below)
+        self.die(FailureCategory.CONNECTION_BROKEN, message)
         try:
-            self._quic.close(error_code=H3_INTERNAL_ERROR)  # sent by the next round
+            self.quic.close(error_code=H3_INTERNAL_ERROR)  # sent by the next round
         except Exception:
             pass
 
-    def _process(self) -> None:
-        """Hand every event QUIC produced to HTTP/3 and to the streams (none once closed: a
-        handshake the client refused must not complete afterwards)."""
-        if self.state is H3State.CLOSED:
-            return
-        quic = self._quic
-        while (event := quic.next_event()) is not None:
-            if isinstance(event, HandshakeCompleted):
-                self._handshake_completed(bool(event.early_data_accepted))
-            elif isinstance(event, ConnectionTerminated):
-                self._terminated(event.error_code, event.frame_type, event.reason_phrase)
-                continue
-            elif isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
-                goaway = self._control.feed(event.stream_id, event.data)
-                if goaway is not None:
-                    self._goaway(goaway)
-            elif isinstance(event, StreamReset):
-                self._reset(event.stream_id, event.error_code)
-            elif isinstance(event, PingAcknowledged):
-                self._pings_answered = max(self._pings_answered, event.uid)
-            elif isinstance(event, StopSendingReceived):
-                stopped = self.streams.get(event.stream_id)
-                if stopped is not None:
-                    stopped.send_stopped = True
-            for h3_event in self._h3.handle_event(event):
-                stream = self.streams.get(getattr(h3_event, "stream_id", -1))
-                if stream is None:
-                    continue
-                if isinstance(h3_event, HeadersReceived):
-                    self._headers(stream, h3_event.headers, h3_event.stream_ended)
-                elif isinstance(h3_event, DataReceived):
-                    stream.data(h3_event.data, h3_event.stream_ended)
 
-    def _handshake_completed(self, early_accepted: bool) -> None:
-        if self.state is H3State.HANDSHAKING:
-            self.state = H3State.OPEN
-        # The server's initial MAX_STREAMS for request streams: aioquic keeps it in a private
-        # attribute and has no getter; if it is gone, DEFAULT_STREAMS stays the limit (aioquic
-        # holds back a stream beyond the server's limit itself, so nothing breaks).
-        limit = getattr(self._quic, "_remote_max_streams_bidi", None)
-        if isinstance(limit, int) and limit > 0:
-            self._max_streams = min(limit, 1000)
-        word = "accepted" if early_accepted else "rejected"
-        for progress in self._sent_early.values():
-            progress.early_data = word
-        self._sent_early.clear()
-        self._handshake.set()
-        self.on_handshake_failed = None
-        done, self.on_handshake_done = self.on_handshake_done, None
-        if done is not None:
-            done()
+# --- what QUIC's and HTTP/3's events mean (``QuicDriver._process`` dispatches them) -----------
 
-    def _headers(self, stream: H3Stream, headers: list[tuple[bytes, bytes]], ended: bool) -> None:
-        """A HEADERS frame for ``stream``: a final head, an interim one (skipped), or trailers
-        (dropped: the head's fields are what a response carries)."""
-        if stream.response is not None:
-            if ended:
-                stream.data(b"", True)
-            return
-        status: int | None = None
-        fields: list[tuple[bytes, bytes]] = []
-        size = 0
-        for name, value in headers:
-            size += len(name) + len(value) + 32
-            if name == b":status":
-                status = int(value) if value.isdigit() and len(value) == 3 else -1
-            elif not name.startswith(b":"):
-                fields.append((name, value))
-        if size > self._max_header_bytes:
-            stream.fail(FailureCategory.REMOTE_PROTOCOL, head_too_large(f"{size} bytes"))
-            return
-        if status is None or status < 100:
-            stream.fail(
-                FailureCategory.REMOTE_PROTOCOL,
-                "the server sent a response head with no valid :status",
-            )
-            return
-        if status < 200:
-            return  # 1xx: the final head follows
-        stream.head(WireResponse(status, "", fields, HTTP_VERSION, stream), ended)
 
-    def _reset(self, stream_id: int, code: int) -> None:
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            return
-        if code == H3_REQUEST_REJECTED:
-            stream.fail(
-                FailureCategory.REFUSED_STREAM,
-                "the server refused the stream (H3_REQUEST_REJECTED): the request was not "
-                "processed",
-                not_sent=True,
-            )
-        else:
-            stream.fail(
-                FailureCategory.CONNECTION_BROKEN,
-                f"the server reset the stream ({application_error(code)})",
-            )
+def _handshake_completed(driver: QuicDriver, event: HandshakeCompleted) -> None:
+    driver.handshake_completed(bool(event.early_data_accepted))
 
-    def _goaway(self, first_unprocessed: int) -> None:
-        """GOAWAY: streams at or above its id were not processed (RFC 9114 §5.2)."""
-        if self.state in (H3State.OPEN, H3State.HANDSHAKING):
-            self.state = H3State.DRAINING
-        for stream_id, stream in list(self.streams.items()):
-            if stream_id >= first_unprocessed:
-                stream.fail(
-                    FailureCategory.GOAWAY,
-                    f"the server sent GOAWAY({first_unprocessed}): stream {stream_id} was not "
-                    "processed",
-                    not_sent=True,
-                    reconnect=True,
-                )
-        # The pool sees it unavailable from now on (DRAINING); it learns that it is gone when
-        # the last stream ends and the connection closes (``_die``).
-        if not self.streams:
-            self.close()
 
-    def _terminated(self, code: int, frame_type: int | None, reason: str) -> None:
-        """QUIC's CONNECTION_CLOSE (the peer's, or an idle timeout, or ours)."""
-        detail = f"the QUIC connection closed ({closed_words(code, frame_type, reason)})"
-        if self.state is H3State.HANDSHAKING:
-            alert = tls_alert(code, frame_type)
-            category = (
-                FailureCategory.TLS_CERTIFICATE
-                if alert in CERTIFICATE_ALERTS
-                else FailureCategory.TLS_HANDSHAKE
-            )
-            self._handshake_failed(category, detail)
-        self._die(FailureCategory.CONNECTION_BROKEN, detail)
+def _terminated(driver: QuicDriver, event: ConnectionTerminated) -> None:
+    """QUIC's CONNECTION_CLOSE (the peer's, or an idle timeout, or ours); during the
+    handshake, a TLS alert that refuses the certificate is ``TLS_CERTIFICATE``."""
+    code, frame_type = event.error_code, event.frame_type
+    detail = f"the QUIC connection closed ({closed_words(code, frame_type, event.reason_phrase)})"
+    if driver.state is H3State.HANDSHAKING:
+        category = (
+            FailureCategory.TLS_CERTIFICATE
+            if tls_alert(code, frame_type) in CERTIFICATE_ALERTS
+            else FailureCategory.TLS_HANDSHAKE
+        )
+        driver.handshake_failed(category, detail)
+    driver.die(FailureCategory.CONNECTION_BROKEN, detail)
 
-    def _die(self, category: FailureCategory, message: str) -> None:
-        """The connection is over: fail every open stream, tell the pool once."""
-        if self.state is H3State.CLOSED:
-            return
-        self.state = H3State.CLOSED
-        if not self._handshake.is_set():
-            self._handshake_failure = self._handshake_failure or (
-                FailureCategory.TLS_HANDSHAKE,
-                message,
-            )
-            self._handshake.set()
-        for stream in list(self.streams.values()):
-            stream.fail(category, message)
-        self._kick()
-        retired, self.on_retired = self.on_retired, None
-        if retired is not None:
-            retired()
+
+def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> None:
+    """The server's unidirectional streams are read for GOAWAY too (``control.py``)."""
+    if event.stream_id % 4 == 3:
+        goaway = driver.control.feed(event.stream_id, event.data)
+        if goaway is not None:
+            driver.goaway(goaway)
+
+
+def _reset(driver: QuicDriver, event: StreamReset) -> None:
+    """A stream reset by the server: ``H3_REQUEST_REJECTED`` proves it was not processed."""
+    stream = driver.streams.get(event.stream_id)
+    if stream is None:
+        return
+    code = event.error_code
+    if code == H3_REQUEST_REJECTED:
+        failure = Failure(
+            FailureCategory.REFUSED_STREAM,
+            "the server refused the stream (H3_REQUEST_REJECTED): the request was not processed",
+            not_sent=True,
+        )
+    else:
+        failure = Failure(
+            FailureCategory.CONNECTION_BROKEN,
+            f"the server reset the stream ({application_error(code)})",
+        )
+    stream.fail(failure)
+
+
+def _ping_acknowledged(driver: QuicDriver, event: PingAcknowledged) -> None:
+    driver.idle.answer(event.uid)
+
+
+def _stop_sending(driver: QuicDriver, event: StopSendingReceived) -> None:
+    stream = driver.streams.get(event.stream_id)
+    if stream is not None:
+        stream.send_stopped = True
+
+
+def _headers(driver: QuicDriver, event: HeadersReceived) -> None:
+    """A HEADERS frame: a final head, an interim one (skipped), or trailers (dropped: the
+    head's fields are what a response carries)."""
+    stream = driver.streams.get(event.stream_id)
+    if stream is None:
+        return
+    if stream.response is not None:
+        if event.stream_ended:
+            stream.data(b"", True)
+        return
+    head = response_head(event.headers, driver.max_header_bytes, stream)
+    if isinstance(head, Failure):
+        stream.fail(head)
+    elif head is not None:
+        stream.head(head, event.stream_ended)
+
+
+def _data(driver: QuicDriver, event: DataReceived) -> None:
+    stream = driver.streams.get(event.stream_id)
+    if stream is not None:
+        stream.data(event.data, event.stream_ended)
+
+
+#: What each QUIC event does (a function of the driver), by its type.
+_QUIC_EVENTS: dict[type[QuicEvent], Callable[[QuicDriver, Any], None]] = {
+    HandshakeCompleted: _handshake_completed,
+    ConnectionTerminated: _terminated,
+    StreamDataReceived: _stream_data,
+    StreamReset: _reset,
+    PingAcknowledged: _ping_acknowledged,
+    StopSendingReceived: _stop_sending,
+}
+#: QUIC events HTTP/3 is not given (the connection is over).
+_NOT_FOR_H3: frozenset[type[QuicEvent]] = frozenset({ConnectionTerminated})
+#: What each HTTP/3 event does, by its type.
+_H3_EVENTS: dict[type[H3Event], Callable[[QuicDriver, Any], None]] = {
+    HeadersReceived: _headers,
+    DataReceived: _data,
+}

@@ -3,9 +3,10 @@
 The connection's driver task (``driver.py``) puts what arrives here (:meth:`H3Stream.head`,
 :meth:`H3Stream.data`, :meth:`H3Stream.fail`); the caller's task waits on it, each wait through
 the one owner of time (``clock.py``: a :class:`~trio_retry._wire.clock.Bound` in a cancel
-scope). A failure is kept on the stream with its own proof (``not_sent``: the server said it
-did not process the request), so a later connection error cannot replace it (SPEC §16: "a
-stream's own proof wins over a later connection error").
+scope). A failure is kept on the stream with its own proof (``contract.Failure``: ``not_sent``
+when the server said it did not process the request), and the first one wins, so a later
+connection error cannot replace it (SPEC §16: "a stream's own proof wins over a later
+connection error").
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ..._core.evidence import FailureCategory, Stage
-from ..clock import Bound
+from ..._core.evidence import Stage
+from ..clock import Bound, limit_of
+from ..contract import Failure
 from ..exchange import WireResponse
 from ..progress import AttemptProgress, WireError
 
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
     from ..clock import Clock
 
 __all__ = ["H3Stream", "StreamOwner"]
-
-HTTP_VERSION = "HTTP/3"
 
 
 class StreamOwner(Protocol):
@@ -43,18 +43,6 @@ class StreamOwner(Protocol):
     def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
         """Forget ``stream``, first resetting it (H3_REQUEST_CANCELLED) when ``reset``;
         never raises or blocks."""
-
-
-class _Failure:
-    __slots__ = ("category", "message", "not_sent", "reconnect")
-
-    def __init__(
-        self, category: FailureCategory, message: str, not_sent: bool, reconnect: bool
-    ) -> None:
-        self.category = category
-        self.message = message
-        self.not_sent = not_sent
-        self.reconnect = reconnect
 
 
 class H3Stream:
@@ -81,7 +69,7 @@ class H3Stream:
         self._changed = trio.Event()
         self._chunks: deque[bytes] = deque()
         self._ended = False
-        self._failure: _Failure | None = None
+        self._failure: Failure | None = None
         self.response: WireResponse | None = None
         #: The caller is finished with the stream (body read, abandoned, or failed).
         self.done = False
@@ -113,18 +101,11 @@ class H3Stream:
             self._ended = True
         self._wake()
 
-    def fail(
-        self,
-        category: FailureCategory,
-        message: str,
-        *,
-        not_sent: bool = False,
-        reconnect: bool = False,
-    ) -> None:
+    def fail(self, failure: Failure) -> None:
         """The stream failed; the first failure (and its proof) is the one kept. A stream
         whose body ended already is not failed by what happens to its connection later."""
         if self._failure is None and not (self._ended and self.response is not None):
-            self._failure = _Failure(category, message, not_sent, reconnect)
+            self._failure = failure
             self._wake()
 
     @property
@@ -137,14 +118,7 @@ class H3Stream:
         """The kept failure as the attempt's error, with the evidence of its proof."""
         failure = self._failure
         assert failure is not None
-        if failure.not_sent:
-            progress.proven_not_sent = True
-        return WireError.at(
-            progress,
-            failure.category,
-            failure.message,
-            reconnect=failure.reconnect and failure.not_sent,
-        )
+        return failure.error(progress)
 
     async def _wait(self, which: str, limit: float | None, progress: AttemptProgress) -> None:
         """Wait for the driver to change the stream, within ``limit`` (``which``'s bound)."""
@@ -174,8 +148,7 @@ class H3Stream:
             if self._failure is not None:
                 self._finish()
                 raise self.error(progress)
-            clock = self._owner.clock
-            await self._wait("read", None if clock is None else clock.limits.read, progress)
+            await self._wait("read", limit_of(self._owner.clock, "read"), progress)
         progress.advance(Stage.RESPONSE_BODY)
         chunks = self._chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(_drain(chunks))
