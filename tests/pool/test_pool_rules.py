@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
+import trio.testing
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.pool import ConnectionPool
@@ -239,3 +241,27 @@ async def test_per_origin_limit_and_global_limit_together(nursery: trio.Nursery)
     await driver.settle()
     assert [o.origin for o in driver.openings] == ["a"]
     driver.check_invariants()
+
+
+async def test_pool_timeout_counts_nothing_while_an_opening_is_shared(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An HTTP/2 waiter sharing its origin's opening counts no ``pool_timeout`` meanwhile (the
+    opening has its own connect and TLS limits): one the new connection could not carry times
+    out ``pool_timeout`` after the opening ended, not after it arrived."""
+    pool = ConnectionPool(max_connections=1, keepalive_expiry=None, pool_timeout=5.0)
+    pool.bind(nursery)
+    driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=1)
+    started = trio.current_time()
+    first, second = await driver.start_in_order(["a", "a"], multiplexed=True)
+    await trio.sleep(8.0)  # the connection takes 8 s to open
+    assert second.state == "acquiring", "timed out while it shared the opening"
+    driver.finish_opening(driver.openings[0], "ok")
+    await driver.settle()
+    assert (first.state, second.state) == ("holding", "acquiring")
+    with trio.fail_after(60):
+        while second.state == "acquiring":
+            await trio.sleep(0.25)
+    assert isinstance(second.error, WireError)
+    assert second.error.category is FailureCategory.POOL_TIMEOUT
+    assert trio.current_time() - started == pytest.approx(13.0, abs=0.3)

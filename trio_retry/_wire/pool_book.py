@@ -8,8 +8,11 @@ book cannot do itself, start an opening in the background, it asks of the callba
 gives it (:meth:`PoolBook.bind`).
 
 Every request costs O(1) bookkeeping (O(log origins) on the ledger's heap): no scan of every
-connection or every waiter. The only loops are over one origin's HTTP/2 connections (at most
-``max_connections_per_origin``) and over the waiters actually served.
+connection or every waiter. A call finds a free HTTP/2 stream among the connections that may
+have one (:attr:`~.pool_ledger.Origin.free`: one found full leaves that list until one of its
+streams returns), not by looking at every connection of its origin. The only loops are over
+the waiters actually served, and, once per opening, over its origin's HTTP/2 connections (at
+most ``max_connections_per_origin``).
 
 The one check before reusing an idle HTTP/1.1 connection is a single non-blocking poll
 (:meth:`HTTP11Connection.peer_closed`): a connection the peer closed while it sat idle is dropped
@@ -25,6 +28,7 @@ cancelled HTTP/2 stream resets only itself, so :meth:`~PoolBook.discard` of one 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import cast
 
@@ -33,7 +37,6 @@ import trio
 from .._core.evidence import Evidence, FailureCategory
 from .contract import MultiplexedConnection, Opener, PooledConnection
 from .pool_ledger import (
-    ATTACHED,
     CONN,
     FAILED,
     SLOT,
@@ -103,15 +106,21 @@ class PoolBook:
         if state is None:
             return None
         dropped = False
-        if state.shared:
+        free = state.free
+        if free:
             now = self.now()
-            for conn, lent in list(state.shared.items()):
+            shared = state.shared
+            while free:
+                conn = next(iter(free))
+                lent = shared[conn]
                 if lent == 0 and conn.expires_at <= now:
                     self._forget_shared(conn, grant=False)  # idle longer than keepalive_expiry
                     dropped = True
                 elif self._has_stream(conn, lent):
                     self._lend_stream(state, conn, lent)
                     return conn
+                else:
+                    del free[conn]  # full or unavailable: back when one of its streams returns
         stack = state.idle
         conn_h1: PooledConnection | None = None
         if stack:
@@ -132,20 +141,19 @@ class PoolBook:
 
     def join(self, origin: object, opener: Opener, expect_multiplexed: bool) -> Waiter:
         """Rules 2 to 4 for an attempt :meth:`take` had nothing for. The waiter returned is
-        ``ATTACHED`` to its origin's HTTP/2 opening, or ``WAITING`` in its origin's queue (both
-        to sleep until resolved), or already resolved: ``SLOT`` (open a connection under it),
-        or ``FAILED`` (the client is closing)."""
+        ``WAITING`` in one of its origin's FIFOs (sharing its origin's HTTP/2 opening, when it
+        expects HTTP/2 and one is under way), to sleep until resolved, or already resolved:
+        ``SLOT`` (open a connection under it), or ``FAILED`` (the client is closing)."""
         ledger = self.ledger
         # (A fresh record if take() dropped the origin's last, expired or peer-closed,
         # connection and its record with it, as for an origin never seen.)
         state = ledger.origin(origin)
         multiplexed = expect_multiplexed and origin not in self._not_multiplexed
         waiter = ledger.arrive(state, opener, multiplexed)
-        opening = state.opening
-        if multiplexed and opening is not None:
-            ledger.attach(waiter, opening)
+        if multiplexed and state.opening is not None:
+            ledger.enqueue(waiter)  # it shares the opening
         elif ledger.reserve(state):
-            self._grant_slot(waiter)
+            self._grant_slot(waiter, queued=False)
         else:
             ledger.enqueue(waiter)
         return waiter
@@ -157,8 +165,6 @@ class PoolBook:
         if state == WAITING:
             self.ledger.dequeue(waiter)
             self.ledger.forget_if_empty(waiter.origin)
-        elif state == ATTACHED:
-            self.ledger.detach(waiter)
         elif state == SLOT:
             self.ledger.count_down(waiter.origin)
             self._grant_slots()
@@ -193,12 +199,12 @@ class PoolBook:
         error: BaseException | None,
     ) -> None:
         """The background ``opening`` ended with ``conn`` or ``error``: hand the connection's
-        streams (or the error) to the waiters attached to it; those it cannot carry queue
-        again in their place."""
+        streams (or the error) to the waiters that shared it, its origin's multiplexed FIFO,
+        first come first served; those it cannot carry stay where they are, in their place.
+        O(waiters served): the others are not touched."""
         state = opening.origin
         state.opening = None
-        waiters = list(opening.waiters)
-        opening.waiters.clear()
+        state.opening_ended = self.now()
         if conn is not None:
             self.opened += 1
             if self.closed:
@@ -216,42 +222,42 @@ class PoolBook:
         ledger = self.ledger
         if conn is None:
             ledger.count_down(state)
-            for waiter in waiters:
-                # (the opening's progress goes with the error: its protocol is the waiter's)
-                ledger.resolve(waiter, FAILED, error=error, opened=progress)
+            ledger.fail_mux(state, error, opened=progress)
+            ledger.forget_if_empty(state)
             self._grant_slots()
             return
         self._learn(state, conn, True)
-        left = iter(waiters)
         if conn.multiplexed:
             self._add_shared(state, conn, lent=0)
-            for waiter in left:
+            mux = state.mux
+            while mux:
                 lent = state.shared[conn]
                 if not self._has_stream(conn, lent):
-                    self._requeue(waiter)
                     break
+                waiter = next(iter(mux))
+                ledger.dequeue(waiter)
                 # The first waiter's attempt opened the connection (its connect and TLS
                 # timings are that opening's); every later one shares it with that attempt:
                 # ``connection_reused`` (it was False for every stream of a new connection).
-                state.shared[conn] = lent + 1
+                self._lend_stream(state, conn, lent)
                 ledger.resolve(waiter, CONN, conn=conn, opened=progress if lent == 0 else None)
             if state.shared.get(conn) == 0:
                 self._stream_returned(state, conn)
         else:
-            first = next(left, None)
+            self._lent.add(conn)
+            first = state.mux_head()
             if first is None:
-                self._lent.add(conn)
                 self.release(conn)
             else:
-                self._lent.add(conn)
+                ledger.dequeue(first)
                 ledger.resolve(first, CONN, conn=conn, opened=progress)
-        for waiter in left:
-            self._requeue(waiter)
-        if state.waiting:
-            for other in list(state.shared):  # a stream freed elsewhere meanwhile
-                if other is not conn and state.waiting:
+        if state.mux or state.plain:
+            # A stream freed elsewhere meanwhile. (Once per opening, over the origin's HTTP/2
+            # connections: at most max_connections_per_origin.)
+            for other in list(state.shared):
+                if other is not conn and state.mux:
                     self._serve_streams(state, other)
-            ledger.mark_ready(state)
+            ledger.mark_ready(state)  # its multiplexed FIFO shares no opening any more
             self._grant_slots()
 
     # --- giving back ----------------------------------------------------------------------
@@ -265,6 +271,7 @@ class PoolBook:
             if state is None or lent is None:
                 return  # retired (or evicted) meanwhile: its slot is free already
             state.shared[conn] = lent - 1
+            state.free[conn] = None  # (where it was, if it still was)
             self._stream_returned(state, conn)
             return
         self._lent.discard(conn)
@@ -275,7 +282,7 @@ class PoolBook:
             self._grant_slots()
             return
         # (no waiter anywhere, the common case: two calls fewer)
-        mine = state.head() if state.waiting else None
+        mine = state.head() if state.mux or state.plain else None
         other = ledger.eligible() if ledger.ready else None
         if mine is not None and (other is None or mine.seq <= other.seq):
             ledger.dequeue(mine)
@@ -325,8 +332,8 @@ class PoolBook:
         for state in list(ledger.origins.values()):
             if state.opening is not None:
                 state.opening.scope.cancel()
-            for conn in list(state.idle):
-                state.idle.remove(conn)
+            idle, state.idle = state.idle, deque()
+            for conn in idle:
                 del ledger.idle[conn]
                 conn.close()
                 ledger.count_down(state)
@@ -340,17 +347,6 @@ class PoolBook:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _requeue(self, waiter: Waiter) -> None:
-        """An attached waiter the new connection could not carry queues again, its
-        ``pool_timeout`` counted from now (it had none while the connection was opened: that
-        wait is bounded by the opening itself). At an origin capped at one connection
-        (HTTP/3) it waits there for a stream; with no ``pool_timeout``, a caller holding every
-        stream in ``stream()`` blocks would make it wait forever."""
-        self.ledger.requeue(waiter)
-        limit = self.pool_timeout
-        if waiter.scope is not None and limit is not None:
-            waiter.scope.deadline = self.now() + limit
-
     def _has_stream(self, conn: PooledConnection, lent: int) -> bool:
         return conn.is_available() and lent < cast(MultiplexedConnection, conn).stream_limit
 
@@ -358,6 +354,8 @@ class PoolBook:
         if lent == 0:
             self.ledger.idle.pop(conn, None)
         state.shared[conn] = lent + 1
+        if lent + 1 >= cast(MultiplexedConnection, conn).stream_limit:
+            state.free.pop(conn, None)
 
     def _grant_slots(self) -> None:
         """Rule 4: give free slots (or idle connections to close) to the earliest waiters."""
@@ -366,29 +364,28 @@ class PoolBook:
             waiter = ledger.eligible()
             if waiter is None or not ledger.reserve(waiter.origin):
                 return
-            ledger.dequeue(waiter)
-            self._grant_slot(waiter)
+            self._grant_slot(waiter, queued=True)
 
-    def _grant_slot(self, waiter: Waiter) -> None:
-        """``waiter`` holds a counted slot: it opens inline, or an HTTP/2 opening starts that
-        it and its origin's other HTTP/2 waiters share."""
+    def _grant_slot(self, waiter: Waiter, *, queued: bool) -> None:
+        """``waiter`` (in its origin's FIFO if ``queued``) holds a counted slot: it opens
+        inline, or an HTTP/2 opening starts that it and its origin's other HTTP/2 waiters
+        share; they stay in their FIFO, which the opening covers."""
         state = waiter.origin
         ledger = self.ledger
         multiplexed = waiter.multiplexed and state.key not in self._not_multiplexed
         if multiplexed and self._start_opening is not None:
+            if not queued:
+                ledger.enqueue(waiter)  # (first in its FIFO: a slot was free, nobody waited)
             opening = state.opening = Opening(state)
-            ledger.attach(waiter, opening)
-            for other in [w for w in state.waiting if w.multiplexed]:
-                ledger.dequeue(other)
-                ledger.attach(other, opening)
             try:
                 self._start_opening(opening, waiter.opener)
             except RuntimeError:  # the nursery is closing: so is the client
                 state.opening = None
                 ledger.count_down(state)
-                for other in list(opening.waiters):
-                    ledger.resolve(other, FAILED, error=closed_error())
+                ledger.fail_mux(state, closed_error())
             return
+        if queued:
+            ledger.dequeue(waiter)
         ledger.resolve(waiter, SLOT)
 
     def _learn(self, state: Origin, conn: PooledConnection, multiplexed: bool) -> None:
@@ -399,6 +396,7 @@ class PoolBook:
 
     def _add_shared(self, state: Origin, conn: PooledConnection, *, lent: int) -> None:
         state.shared[conn] = lent
+        state.free[conn] = None
         # A protocol that allows one connection per origin (HTTP/3: ``per_origin = 1``) caps
         # the origin's count, so that a burst past the server's stream limit queues for its
         # streams instead of opening another connection. getattr: HTTP/2's has no such rule.
@@ -414,28 +412,18 @@ class PoolBook:
             multiplexed.request_limit = limit  # what the origin allowed its last connection
 
     def _serve_streams(self, state: Origin, conn: PooledConnection) -> bool:
-        """Hand free streams of ``conn`` to its origin's waiters, first come first served;
-        true if any was handed."""
+        """Hand free streams of ``conn`` to its origin's multiplexed waiters, first come first
+        served (those sharing an opening too: a stream now beats a handshake); true if any was
+        handed. O(streams handed)."""
         ledger = self.ledger
         served = False
-        while (head := state.head()) is not None:
+        while (head := state.mux_head()) is not None:
             lent = state.shared[conn]
             if not self._has_stream(conn, lent):
                 return served
             ledger.dequeue(head)
             self._lend_stream(state, conn, lent)
             ledger.resolve(head, CONN, conn=conn)
-            served = True
-        # Then the waiters of the connection being opened: a stream now beats a handshake.
-        opening = state.opening
-        while opening is not None and opening.waiters:
-            lent = state.shared[conn]
-            if not self._has_stream(conn, lent):
-                break
-            waiter = next(iter(opening.waiters))
-            del opening.waiters[waiter]
-            self._lend_stream(state, conn, lent)
-            ledger.resolve(waiter, CONN, conn=conn)
             served = True
         return served
 
@@ -445,7 +433,7 @@ class PoolBook:
         if not conn.is_reusable() or self.closed:  # (not reusable once closed)
             self._forget_shared(conn)
             return
-        if (state.waiting or state.opening is not None) and self._serve_streams(state, conn):
+        if state.mux and self._serve_streams(state, conn):
             return
         if state.shared[conn] > 0:
             return
@@ -468,6 +456,7 @@ class PoolBook:
         if state is None or conn not in state.shared:
             return
         del state.shared[conn]
+        state.free.pop(conn, None)
         self.ledger.idle.pop(conn, None)
         self._draining.add(conn)
         multiplexed = cast(MultiplexedConnection, conn)
@@ -489,6 +478,7 @@ class PoolBook:
         if accepted:
             self._stream_limits[state.key] = accepted
         del state.shared[conn]
+        state.free.pop(conn, None)
         ledger.idle.pop(conn, None)
         cast(MultiplexedConnection, conn).on_retired = None
         conn.close()

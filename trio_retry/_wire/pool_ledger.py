@@ -10,13 +10,24 @@ orders the rules of :mod:`.pool` follow:
 
 - per origin, in its record: a count of its connections (idle, busy, multiplexed and being
   opened), a LIFO stack of idle HTTP/1.1 connections (the warmest socket is the least likely
-  to have been closed by the peer), its HTTP/2 connections with the streams lent on each, a
-  FIFO of waiters, and at most one HTTP/2 connection being opened;
+  to have been closed by the peer), its HTTP/2 connections with the streams lent on each, two
+  FIFOs of waiters (those that expect HTTP/2 or HTTP/3, which a free stream serves, and the
+  others), and at most one HTTP/2 connection being opened, which every waiter of the first FIFO
+  shares while it opens;
 - globally: the total count, every idle connection in least-recently-used order (HTTP/1.1
   *and* HTTP/2 connections with no stream: either may be closed to make room, rule 3), and a
   heap of the origins whose first waiter could open a connection if a global slot were free,
   keyed by that waiter's arrival number (rule 4), so that the earliest such waiter across all
   origins is found in O(log origins) instead of a scan.
+
+Every step costs O(1) (O(log origins) on the heap) whatever the number of waiters: a waiter
+enters its FIFO once, on arrival, and leaves it once, served or gone; nothing is sorted, moved
+from one queue to another or scanned. (The obvious way, and the way it was: a waiter expecting
+HTTP/2 moved into the opening's own list, then back into its origin's queue in its place by
+arrival when the new connection could not carry it, the queue sorted again for each: with
+10,000 calls at once to a server allowing 1,000 streams, tens of millions of sort keys, and
+seconds of CPU. Now an opening keeps no list: it covers its origin's multiplexed FIFO, serves
+its head, and leaves the rest where they are.)
 
 Its one judgement is the limits' (:meth:`Ledger.reserve`: room for one more connection, an
 idle one closed to make it if need be); which rule applies, and when, is
@@ -30,7 +41,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import cast
 
@@ -42,7 +53,6 @@ from .contract import MultiplexedConnection, Opener, PooledConnection
 from .progress import AttemptProgress, WireError
 
 __all__ = [
-    "ATTACHED",
     "CONN",
     "FAILED",
     "SLOT",
@@ -55,10 +65,9 @@ __all__ = [
 ]
 
 
-# Waiter states, ints rather than an enum: they are compared on every wait, and WAITING and
-# ATTACHED (the two that sleep) are told from the outcomes by one comparison, ``<= ATTACHED``.
-WAITING = 0  # in its origin's queue
-ATTACHED = 1  # sharing the HTTP/2 connection its origin is opening
+# Waiter states, ints rather than an enum: they are compared on every wait. A WAITING waiter
+# that expects HTTP/2 shares the connection its origin is opening, if one is.
+WAITING = 0  # in one of its origin's FIFOs
 SLOT = 2  # may open a connection itself (the slot is counted already)
 CONN = 3  # given a connection (or a stream on one)
 FAILED = 4  # given an error, or gave back what it held: holds nothing
@@ -75,7 +84,6 @@ class Waiter:
         "opened",
         "opener",
         "origin",
-        "scope",
         "seq",
         "state",
     )
@@ -87,7 +95,6 @@ class Waiter:
         self.multiplexed = multiplexed
         self.state = WAITING
         self.event = trio.Event()
-        self.scope: trio.CancelScope | None = None  # its sleep, once it sleeps
         self.conn: PooledConnection | None = None
         self.error: BaseException | None = None
         # The progress of the opening that made ``conn`` (or failed: ``error``), when the pool
@@ -96,20 +103,36 @@ class Waiter:
 
 
 class Opening:
-    """An HTTP/2 connection being opened for an origin, and the waiters that will share it."""
+    """An HTTP/2 connection being opened for an origin. It keeps no list: the waiters that will
+    share it are its origin's multiplexed FIFO (:attr:`Origin.mux`)."""
 
-    __slots__ = ("origin", "scope", "waiters")
+    __slots__ = ("origin", "scope")
 
     def __init__(self, origin: Origin) -> None:
         self.origin = origin
-        self.waiters: OrderedDict[Waiter, None] = OrderedDict()
         self.scope = trio.CancelScope()  # the opening task runs in it; close() cancels it
 
 
 class Origin:
-    """What the pool keeps for one origin (one pool key)."""
+    """What the pool keeps for one origin (one pool key).
 
-    __slots__ = ("cap", "count", "idle", "key", "opening", "shared", "waiting")
+    Its waiters are in two FIFOs, each in arrival order: :attr:`mux`, those that expect a
+    multiplexed connection (a free stream serves them; while :attr:`opening` is not ``None``
+    they all share it), and :attr:`plain`, the others. :meth:`head` is the earliest waiter a
+    free slot or a whole connection would serve."""
+
+    __slots__ = (
+        "cap",
+        "count",
+        "free",
+        "idle",
+        "key",
+        "mux",
+        "opening",
+        "opening_ended",
+        "plain",
+        "shared",
+    )
 
     def __init__(self, key: object, cap: int) -> None:
         self.key = key
@@ -117,19 +140,44 @@ class Origin:
         #: protocol says so (HTTP/3: one, set by its first connection; ``PoolBook._add_shared``).
         self.cap = cap
         self.count = 0  # connections: idle, busy, multiplexed, and the one being opened
-        self.idle: list[PooledConnection] = []  # HTTP/1.1, LIFO
+        #: Idle HTTP/1.1 connections, LIFO: taken at the right; the oldest, at the left, is
+        #: the one closed to make room (``Ledger._evict_oldest``).
+        self.idle: deque[PooledConnection] = deque()
         self.shared: dict[PooledConnection, int] = {}  # HTTP/2 -> streams lent on it
-        self.waiting: OrderedDict[Waiter, None] = OrderedDict()
+        #: The HTTP/2 connections that may have a free stream, oldest first: each leaves when
+        #: found full or unavailable (``PoolBook.take``) and comes back when a stream of it
+        #: returns, so a call finds a stream without looking at every connection of its origin.
+        self.free: dict[PooledConnection, None] = {}
+        self.mux: OrderedDict[Waiter, None] = OrderedDict()
+        self.plain: OrderedDict[Waiter, None] = OrderedDict()
         self.opening: Opening | None = None
+        #: When its last opening ended: a multiplexed waiter's ``pool_timeout`` counts from
+        #: then, as it counted nothing while it shared the opening (``pool.py``).
+        self.opening_ended = -math.inf
+
+    @property
+    def waiting(self) -> int:
+        """Waiters of this origin, in either FIFO."""
+        return len(self.mux) + len(self.plain)
 
     def head(self) -> Waiter | None:
-        return next(iter(self.waiting)) if self.waiting else None
+        """The earliest waiter a free slot or an idle connection would serve: the first of
+        :attr:`plain` or, unless they share an opening, of :attr:`mux`."""
+        plain = next(iter(self.plain)) if self.plain else None
+        if self.opening is not None or not self.mux:
+            return plain
+        mux = next(iter(self.mux))
+        return mux if plain is None or mux.seq < plain.seq else plain
+
+    def mux_head(self) -> Waiter | None:
+        """The earliest waiter a free stream would serve."""
+        return next(iter(self.mux)) if self.mux else None
 
     def __repr__(self) -> str:
         return (
             f"{self.key}: {self.count} open, {len(self.idle)} idle HTTP/1.1, "
-            f"{len(self.shared)} HTTP/2, {len(self.waiting)} waiting"
-            + (f", opening for {len(self.opening.waiters)}" if self.opening else "")
+            f"{len(self.shared)} HTTP/2, {self.waiting} waiting"
+            + (f", opening for {len(self.mux)}" if self.opening else "")
         )
 
 
@@ -166,7 +214,7 @@ class Ledger:
         #: :meth:`eligible`). Empty when nobody waits, which callers test before calling it.
         self.ready: list[tuple[int, int, Origin]] = []
         self._seq = itertools.count()
-        self.waiting = 0  # waiters asleep: queued or attached to an opening
+        self.waiting = 0  # waiters asleep, in either FIFO of their origin
         #: Per pool key, the lent connections (or HTTP/2 and HTTP/3 streams) held by a response
         #: whose body the caller reads in a ``stream()`` block: counted only, for the message
         #: of a wait that ran out (:meth:`why_full`).
@@ -198,9 +246,7 @@ class Ledger:
             idle[conn.origin_key] = idle.get(conn.origin_key, 0) + 1
         counts: dict[object, tuple[int, int, int]] = {}
         for key, state in self.origins.items():
-            waiting = len(state.waiting) + (
-                len(state.opening.waiters) if state.opening is not None else 0
-            )
+            waiting = state.waiting
             if state.count or waiting:
                 resting = idle.get(key, 0)
                 counts[key] = (state.count - resting, resting, waiting)
@@ -284,9 +330,13 @@ class Ledger:
         state = self.origins[conn.origin_key]
         if conn.multiplexed:
             del state.shared[conn]
+            state.free.pop(conn, None)
             cast(MultiplexedConnection, conn).on_retired = None
         else:
-            state.idle.remove(conn)  # the oldest is at the bottom of a short stack
+            # The oldest idle connection of all is the oldest of its origin, the bottom of its
+            # stack: both are in the order the connections became idle.
+            assert state.idle[0] is conn
+            state.idle.popleft()
         conn.close()
         self.count_down(state)
 
@@ -303,7 +353,8 @@ class Ledger:
         """Drop ``state``'s record once it holds nothing (no connection, waiter, opening)."""
         if (
             state.count == 0
-            and not state.waiting
+            and not state.mux
+            and not state.plain
             and state.opening is None
             and self.origins.get(state.key) is state
         ):
@@ -316,25 +367,28 @@ class Ledger:
         return Waiter(origin, next(self._seq), opener, multiplexed)
 
     def enqueue(self, waiter: Waiter) -> None:
-        """``waiter`` joins its origin's queue (rule 4)."""
+        """``waiter`` joins the end of its origin's FIFO (:attr:`Origin.mux` if it expects a
+        multiplexed connection, else :attr:`Origin.plain`): it arrived last."""
         state = waiter.origin
-        first = not state.waiting
-        state.waiting[waiter] = None
+        first = not state.mux and not state.plain
+        (state.mux if waiter.multiplexed else state.plain)[waiter] = None
         self.waiting += 1
         if first:
             self.mark_ready(state)
 
     def dequeue(self, waiter: Waiter) -> None:
-        """``waiter`` leaves its origin's queue (served, failed or gone)."""
+        """``waiter`` leaves its origin's FIFO (served, failed or gone)."""
         state = waiter.origin
         first = state.head() is waiter
-        del state.waiting[waiter]
+        del (state.mux if waiter.multiplexed else state.plain)[waiter]
         self.waiting -= 1
         if first:
             self.mark_ready(state)
 
     def mark_ready(self, state: Origin) -> None:
-        """Push ``state``'s first waiter on the heap if its origin is under its own limit."""
+        """Push ``state``'s :meth:`~Origin.head` on the heap if its origin is under its own
+        limit (whenever the head may have changed: a waiter came first or left first, the
+        origin went under its limit, its opening ended)."""
         head = state.head()
         if head is not None and state.count < state.cap:
             heapq.heappush(self.ready, (head.seq, id(state), state))
@@ -350,33 +404,6 @@ class Ledger:
             heapq.heappop(ready)
         return None
 
-    def attach(self, waiter: Waiter, opening: Opening) -> None:
-        """``waiter`` (not queued) will share the connection ``opening`` makes."""
-        opening.waiters[waiter] = None
-        self.waiting += 1
-        waiter.state = ATTACHED
-        if waiter.scope is not None:
-            waiter.scope.deadline = math.inf  # no pool_timeout while the connection opens
-
-    def detach(self, waiter: Waiter) -> None:
-        """An attached ``waiter`` leaves its origin's opening (cancelled)."""
-        opening = waiter.origin.opening
-        assert opening is not None
-        del opening.waiters[waiter]
-        self.waiting -= 1
-
-    def requeue(self, waiter: Waiter) -> None:
-        """An attached waiter the new connection could not carry goes back to its origin's
-        queue, in its place by arrival (it arrived before anyone queued since)."""
-        state = waiter.origin
-        self.waiting -= 1
-        waiter.state = WAITING
-        self.enqueue(waiter)
-        if len(state.waiting) > 1:
-            ordered = sorted(state.waiting, key=lambda w: w.seq)
-            state.waiting = OrderedDict.fromkeys(ordered)
-            self.mark_ready(state)
-
     def resolve(
         self,
         waiter: Waiter,
@@ -387,30 +414,34 @@ class Ledger:
         opened: AttemptProgress | None = None,
     ) -> None:
         """Hand ``waiter`` its outcome and wake it (it must already be out of any queue)."""
-        if waiter.state == ATTACHED:
-            self.waiting -= 1
         waiter.state = outcome
         waiter.conn = conn
         waiter.error = error
         waiter.opened = opened
         waiter.event.set()
 
+    def fail_mux(
+        self, state: Origin, error: BaseException | None, opened: AttemptProgress | None = None
+    ) -> None:
+        """End every waiter of ``state``'s multiplexed FIFO with ``error``: those that shared
+        an opening that failed (``opened``, its progress, goes with the error: its protocol is
+        theirs)."""
+        mux, state.mux = state.mux, OrderedDict()
+        self.waiting -= len(mux)
+        for waiter in mux:
+            self.resolve(waiter, FAILED, error=error, opened=opened)
+
     def fail_all(self, make_error: Callable[[], BaseException]) -> int:
-        """End every waiter, queued or attached, with ``make_error()`` (one each); return how
-        many. The openings themselves carry on."""
+        """End every waiter with ``make_error()`` (one each); return how many. The openings
+        themselves carry on."""
         failed = 0
         for state in list(self.origins.values()):
-            while state.waiting:
-                waiter = next(iter(state.waiting))
-                self.dequeue(waiter)
-                self.resolve(waiter, FAILED, error=make_error())
-                failed += 1
-            opening = state.opening
-            if opening is not None:
-                for waiter in list(opening.waiters):
-                    del opening.waiters[waiter]
+            for queue in (state.mux, state.plain):
+                for waiter in queue:
                     self.resolve(waiter, FAILED, error=make_error())
-                    failed += 1
+                failed += len(queue)
+                self.waiting -= len(queue)
+                queue.clear()
         return failed
 
 
