@@ -1,8 +1,9 @@
 """FaultServer's HTTP/3 connections, watched from inside: what the server's QUIC did, for the
 tests that must count it the way a real server's log would (handshakes, resumed sessions,
-request streams whose data came in 0-RTT packets, the client's CONNECTION_CLOSE, the client
-addresses seen), and two behaviours FaultServer does not script: a key update the server
-starts mid-connection, and a cipher suite restricted to one.
+request streams whose data came in 0-RTT packets, the client's CONNECTION_CLOSE and its code,
+the client's stream resets and STOP_SENDING with theirs, the client addresses seen), and two
+behaviours FaultServer does not script: a key update the server starts mid-connection, and a
+cipher suite restricted to one.
 
 Use it before the server starts::
 
@@ -52,6 +53,11 @@ class WatchedConnection:
     early_streams: set[int] = field(default_factory=set)
     #: CONNECTION_CLOSE frames received from the client.
     closes_received: int = 0
+    #: The error code of each of them, in order.
+    close_codes: list[int] = field(default_factory=list)
+    #: The client's RESET_STREAM and STOP_SENDING: stream id -> the error code it carried.
+    resets: dict[int, int] = field(default_factory=dict)
+    stops: dict[int, int] = field(default_factory=dict)
     #: Client addresses datagrams came from (``host:port``).
     client_addresses: set[str] = field(default_factory=set)
     key_updates: int = 0
@@ -134,6 +140,10 @@ def watch_fault_quic(
                 schedule = self.tls.key_schedule
                 self.watched.cipher = None if schedule is None else schedule.cipher_suite.name
                 self._watched_done = True
+            elif isinstance(event, events.StreamReset):
+                self.watched.resets.setdefault(event.stream_id, event.error_code)
+            elif isinstance(event, events.StopSendingReceived):
+                self.watched.stops.setdefault(event.stream_id, event.error_code)
             return event
 
         def datagrams_to_send(self, now: float) -> list[tuple[bytes, NetworkAddress]]:
@@ -154,6 +164,9 @@ def watch_fault_quic(
 
         def _handle_connection_close_frame(self, context: Any, frame_type: int, buf: Any) -> None:
             self.watched.closes_received += 1
+            start = buf.tell()
+            self.watched.close_codes.append(buf.pull_uint_var())
+            buf.seek(start)
             super()._handle_connection_close_frame(context, frame_type, buf)
 
         def _handle_stream_frame(self, context: Any, frame_type: int, buf: Any) -> None:

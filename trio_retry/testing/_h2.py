@@ -377,7 +377,7 @@ class H2Handler(StreamServer):
         elif isinstance(action, StreamFrames):
             # Hand-made frames for this stream, outside h2, after what h2 queued so far.
             self._pending += self._h2.data_to_send()
-            self._pending += action.build(stream_id)
+            self._pending += action.control + action.build(stream_id)
             self._kick()
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:

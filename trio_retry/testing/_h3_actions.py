@@ -16,15 +16,17 @@ itself is `_h3_conn.py`). The meaning stays the same, and so does the record (`e
   get no response at all. `error_code` has no place on HTTP/3 and is ignored. Once the
   remaining requests are answered the connection closes with H3_NO_ERROR.
 * `Respond(close_after=True)`: GOAWAY above the highest request seen, then that drain.
+* `StreamFrames`: its ``control`` bytes on the server's control stream, then the frames it
+  builds on the request stream, which ends (hand-made HTTP/3 frames, `_h3_frames.py`).
 * `Raw` has no meaning (QUIC packets are encrypted and authenticated: there is no byte stream
-  to write garbage into), nor do the HTTP/2 frame-level faults: `ScriptError`.
+  to write garbage into), nor do HTTP/2's flow-control faults: `ScriptError`.
 """
 
 from __future__ import annotations
 
 from aioquic.h3.connection import ErrorCode
 
-from ._script import GoAway, Raw, ScriptError, ShutWindow, Stall, StopReading, StreamFrames
+from ._script import GoAway, Raw, ScriptError, ShutWindow, Stall, StopReading
 
 __all__ = ["check_h3", "close_code", "goaway_id_for", "h2_only"]
 
@@ -43,14 +45,14 @@ def goaway_id_for(last_stream_id: int) -> int:
 
 def check_h3(action: object, method: str, path: str) -> None:
     """`ScriptError` for the actions HTTP/3 cannot carry out: `Raw` (QUIC packets are
-    encrypted and authenticated: there is no byte stream to write garbage into) and the
-    HTTP/2 frame-level faults."""
+    encrypted and authenticated: there is no byte stream to write garbage into) and HTTP/2's
+    flow-control faults."""
     if isinstance(action, Raw):
         raise ScriptError(
             f"Raw has no meaning on HTTP/3 (QUIC carries no raw byte stream), but {method} "
             f"{path} arrived over HTTP/3"
         )
-    if isinstance(action, (StopReading, ShutWindow, StreamFrames)):
+    if isinstance(action, (StopReading, ShutWindow)):
         raise h2_only(action, method, path)
     if isinstance(action, (Stall, GoAway)):
         check_h3(action.then, method, path)

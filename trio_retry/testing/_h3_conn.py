@@ -51,6 +51,7 @@ from ._script import (
     Respond,
     ShutWindow,
     StopReading,
+    StreamFrames,
     paced_chunks,
 )
 from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
@@ -386,6 +387,13 @@ class H3ServerConnection(StreamServer):
                 self._close(ErrorCode.H3_INTERNAL_ERROR, "reset by script")
             else:
                 self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
+        elif isinstance(action, StreamFrames):
+            # Hand-made frames the server's H3Connection never learns of: the connection's
+            # first (on its control stream), then the request stream's.
+            if action.control:
+                self._quic.send_stream_data(self._control_stream_id(), action.control)
+            self._quic.send_stream_data(stream_id, action.build(stream_id), action.fin)
+            self._kick()
         else:
             check_h3(action, method, stream.slot.path)
 

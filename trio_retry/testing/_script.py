@@ -413,7 +413,7 @@ class Handler:
         return getattr(self.handler, "__qualname__", None) or repr(self.handler)
 
 
-# --- HTTP/2 frame-level faults ; served by _h2.py, HTTP/2 only ---------------------
+# --- frame-level faults ; served by _h2.py (StreamFrames by _h3_conn.py too) ----------
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,11 +436,19 @@ class ShutWindow:
 
 @dataclass(frozen=True, slots=True)
 class StreamFrames:
-    """HTTP/2 only: read the request (executed), then write ``build(stream_id)`` verbatim:
-    hand-made frames for this stream (see the builders in ``_h2.py``), which the server's own
-    h2 never sees. The connection's other streams go on as scripted."""
+    """HTTP/2 and HTTP/3: read the request (executed), then write hand-made frames, which the
+    server's own h2 or aioquic never sees: ``control`` first, then ``build(stream_id)``. The
+    connection's other streams go on as scripted.
+
+    HTTP/2 (builders in ``_h2_frames.py``): both go verbatim into the connection's byte stream
+    (``control``: frames of stream 0; a frame's END_STREAM flag ends its stream). HTTP/3
+    (builders in ``_h3_frames.py``): ``control`` on the server's control stream (a GOAWAY
+    with an id of the test's choosing), ``build``'s frames on the request stream, which then
+    ends (FIN) unless ``fin=False``: the stream stays open until the client ends it."""
 
     build: Callable[[int], bytes]
+    control: bytes = b""
+    fin: bool = True
 
 
 #: What a `Handler` may return: any action but another `Handler`.
@@ -486,7 +494,7 @@ _RESOLVED_TYPES = _ACTION_TYPES[:-1]
 #: Actions only an HTTP/2 stream can carry out (a `ScriptError` on an HTTP/1.1 request).
 H2_ONLY: tuple[type, ...] = (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)
 #: Those of `H2_ONLY` an HTTP/3 stream carries out too.
-H3_TOO: tuple[type, ...] = (RefuseStream, GoAway)
+H3_TOO: tuple[type, ...] = (RefuseStream, GoAway, StreamFrames)
 _AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamFrames)
 
 
