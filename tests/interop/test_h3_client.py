@@ -88,6 +88,29 @@ async def test_caddy_alt_svc_discovery(caddy: RunningCaddy) -> None:
     assert caddy.log(expect=3).protocols() == ["HTTP/2.0", "HTTP/3.0", "HTTP/3.0"]
 
 
+async def test_caddy_head_and_not_modified_of_a_static_file(caddy: RunningCaddy) -> None:
+    """caddy's file server answers a HEAD with the file's content-length and no body, and a
+    conditional GET with a 304 (issue #39: the HEAD closed the QUIC connection, "content-length
+    does not match data size", and failed after 3 attempts). One attempt each, one connection,
+    and caddy logs each once, over HTTP/3."""
+    with trio.fail_after(30):
+        async with caddy_client(caddy) as client:
+            head = await client.head(caddy.url("/big.bin"), headers={"x-request-id": "h"})
+            etag = head.headers["etag"]
+            same = await client.get(
+                caddy.url("/big.bin"), headers={"if-none-match": etag, "x-request-id": "c"}
+            )
+            after = await client.get(caddy.url("/get"), headers={"x-request-id": "g"})
+    assert (head.status, head.content, head.http_version) == (200, b"", "HTTP/3")
+    assert head.headers["content-length"] == str(MIB)
+    assert (same.status, same.content, same.http_version) == (304, b"", "HTTP/3")
+    assert [len(r.attempts) for r in (head, same, after)] == [1, 1, 1]
+    assert [r.attempts[0].connection_reused for r in (head, same, after)] == [False, True, True]
+    log = caddy.log(expect=3)
+    assert log.protocols() == ["HTTP/3.0"] * 3
+    assert [e.status for e in log.entries] == [200, 304, 200]
+
+
 async def test_caddy_zero_rtt_for_a_get_never_for_a_post(caddy: RunningCaddy) -> None:
     with trio.fail_after(30):
         async with caddy_client(caddy, early_data=True, keepalive_expiry=0) as client:

@@ -1,6 +1,7 @@
 """HTTP/2 tells the truth (#13), end to end against the FaultServer: a stream's own proof
-wins, routine GOAWAY rotation is invisible, deadlines are honest, a malformed stream leaves its
-siblings alone, evidence does not depend on read segmentation, idle connections are checked."""
+wins, routine GOAWAY rotation is invisible, deadlines are honest, evidence does not depend on
+read segmentation, idle connections are checked. (A malformed stream leaves its siblings
+alone: tests/client/test_stream_errors.py, one table with HTTP/3.)"""
 
 from __future__ import annotations
 
@@ -181,69 +182,6 @@ async def test_a_shut_stream_window_is_bounded_by_the_deadline_and_siblings_go_o
 
 def _head(sid: int, *extra: tuple[str, str]) -> bytes:
     return headers_frame(sid, [(":status", "200"), *extra])
-
-
-MALFORMED: dict[str, Callable[[int], bytes]] = {
-    "short body": lambda sid: (
-        _head(sid, ("content-length", "10")) + data_frame(sid, b"abc", end_stream=True)
-    ),
-    "long body": lambda sid: (
-        _head(sid, ("content-length", "2")) + data_frame(sid, b"abcdef", end_stream=True)
-    ),
-    "invalid length": lambda sid: (
-        _head(sid, ("content-length", "1x")) + data_frame(sid, b"a", end_stream=True)
-    ),
-    "conflicting lengths": lambda sid: (
-        _head(sid, ("content-length", "1"), ("content-length", "2"))
-        + data_frame(sid, b"a", end_stream=True)
-    ),
-    "DATA before HEADERS": lambda sid: (
-        data_frame(sid, b"early") + _head(sid) + data_frame(sid, b"", end_stream=True)
-    ),
-    "request pseudo-header": lambda sid: headers_frame(
-        sid, [(":status", "200"), (":path", "/")], end_stream=True
-    ),
-    "uppercase name": lambda sid: (
-        _head(sid, ("X-Bad", "1")) + data_frame(sid, b"", end_stream=True)
-    ),
-}
-
-
-@pytest.mark.parametrize("case", list(MALFORMED))
-async def test_one_malformed_stream_leaves_its_siblings_intact(
-    server: FaultServer, case: str
-) -> None:
-    """Three POSTs are being answered (slowly) when a fourth stream gets a malformed response:
-    that stream alone fails (REMOTE_PROTOCOL), the POSTs complete and are not ambiguous, and
-    the connection carries on."""
-    server.route("POST", "/sibling", *[Stall(0.3, then=Respond(200, body=b"fine"))] * 3)
-    server.route("GET", "/bad", StreamFrames(MALFORMED[case]))
-    results: list[trio_retry.Response] = []
-    errors: list[BaseException] = []
-    async with client_for(server) as client:
-
-        async def sibling() -> None:
-            results.append(await client.post(server.url + "/sibling", content=b"s"))
-
-        async def bad() -> None:
-            try:
-                await client.get(server.url + "/bad", retry=ONCE)
-            except trio_retry.TrioRetryError as exc:
-                errors.append(exc)
-
-        with trio.fail_after(LIMIT):
-            async with trio.open_nursery() as nursery:
-                for _ in range(3):
-                    nursery.start_soon(sibling)
-                await trio.sleep(0.1)
-                nursery.start_soon(bad)
-            after = await client.get(server.url + "/after")
-    assert [r.content for r in results] == [b"fine"] * 3
-    (error,) = errors
-    assert isinstance(error, trio_retry.ProtocolFailed), error
-    assert error.attempts[-1].category is FailureCategory.REMOTE_PROTOCOL
-    assert after.status == 200
-    assert server.connections_accepted == 1
 
 
 @pytest.mark.parametrize(

@@ -41,13 +41,33 @@ def test_goaway_found_after_settings() -> None:
     assert reader.goaway == 8
 
 
-def test_the_smallest_goaway_is_kept() -> None:
-    """A server may only lower the id (RFC 9114 §5.2); the reader keeps the smallest seen."""
+def test_a_server_may_lower_the_id() -> None:
     reader = ControlReader()
-    reader.feed(CONTROL, varint(0x00) + goaway(400) + goaway(16))
+    assert reader.feed(CONTROL, varint(0x00) + goaway(400) + goaway(16) + goaway(16)) == 16
+    assert (reader.goaway, reader.error) == (16, None)
+
+
+@pytest.mark.parametrize("bad", [1, 2, 3, 5, 4 * 1000 + 2])
+def test_an_id_that_is_not_a_client_request_streams_is_an_error(bad: int) -> None:
+    """RFC 9114 §5.2: H3_ID_ERROR. The GOAWAYs before it stand; nothing after it is read."""
+    reader = ControlReader()
+    assert reader.feed(CONTROL, varint(0x00) + goaway(400) + goaway(bad) + goaway(8)) == 400
+    assert reader.goaway == 400
+    assert reader.error is not None
+    assert f"GOAWAY({bad})" in reader.error
+    assert "H3_ID_ERROR" in reader.error
+    assert reader.feed(CONTROL, goaway(4)) is None
+    assert reader.goaway == 400
+
+
+def test_an_id_larger_than_before_is_an_error() -> None:
+    """RFC 9114 §5.2: a GOAWAY's id may not grow (H3_ID_ERROR), in one event or across two."""
+    reader = ControlReader()
+    assert reader.feed(CONTROL, varint(0x00) + goaway(16)) == 16
+    assert reader.feed(CONTROL, goaway(400)) is None
     assert reader.goaway == 16
-    reader.feed(CONTROL, goaway(400))
-    assert reader.goaway == 16
+    assert reader.error is not None
+    assert "GOAWAY(400) after GOAWAY(16)" in reader.error
 
 
 def test_other_streams_are_not_read() -> None:
@@ -81,10 +101,16 @@ def test_a_long_unknown_frame_is_skipped_without_being_kept() -> None:
 def test_any_split_of_the_stream_gives_the_same_goaway(
     ids: list[int], padding: int, cuts: list[int]
 ) -> None:
-    """However the stream's bytes are cut into events, the GOAWAY found is the smallest id."""
+    """However the stream's bytes are cut into events, the GOAWAY kept is the last one before
+    an id grows (an error, after which nothing is read)."""
     data = varint(0x00) + SETTINGS + frame(0x21, b"p" * padding)
     for stream_id in ids:
         data += goaway(stream_id)
+    valid: list[int] = []
+    for stream_id in ids:
+        if valid and stream_id > valid[-1]:
+            break
+        valid.append(stream_id)
     reader = ControlReader()
     at = 0
     # the stream type byte arrives whole with the first event (see ControlReader.feed)
@@ -92,10 +118,11 @@ def test_any_split_of_the_stream_gives_the_same_goaway(
         reader.feed(CONTROL, data[at:cut])
         at = cut
     reader.feed(CONTROL, data[at:])
-    assert reader.goaway == (min(ids) if ids else None)
+    assert reader.goaway == (valid[-1] if valid else None)
+    assert (reader.error is None) == (valid == ids)
 
 
-@pytest.mark.parametrize("value", [0, 63, 64, 16383, 16384, 2**30 - 1, 2**30, 2**62 - 1])
+@pytest.mark.parametrize("value", [0, 60, 64, 16380, 16384, 2**30 - 4, 2**30, 2**62 - 4])
 def test_every_varint_length_is_read(value: int) -> None:
     reader = ControlReader()
     reader.feed(CONTROL, varint(0x00) + goaway(value))

@@ -35,6 +35,8 @@ __all__ = ["TAKE_LIMIT", "Stream", "StreamOwner", "StreamState"]
 
 #: The most body bytes one read of a stream joins from the DATA frames that arrived.
 TAKE_LIMIT = 256 * 1024
+#: The statuses whose responses have no content (RFC 9110 §15.3.5, §15.4.5).
+_NO_CONTENT = (b"204", b"304")
 
 
 class StreamOwner(Protocol):
@@ -146,7 +148,10 @@ class Stream:
             return
         self.on_first_byte()
         self.head = headers
-        self.expected_length = None if self.head_request else expected_length
+        # A response to HEAD, and a 204 or a 304, has no content whatever length it declares
+        # (RFC 9110 §6.4.1, RFC 9113 §8.1.1); ``headers`` start with ``:status``.
+        no_content = self.head_request or headers[0][1] in _NO_CONTENT
+        self.expected_length = None if no_content else expected_length
         self.state = StreamState.RECEIVING
         self.progress.advance(Stage.RESPONSE_BODY)
 

@@ -138,7 +138,7 @@ class HTTP3Connection:
         allows 0-RTT: requests then decide whether to wait for it). Raises ``WireError``
         (``NOT_SENT``: no request byte exists yet); on cancellation or failure nothing is
         left open or running."""
-        from .shims import PushlessH3Connection
+        from .shims import client_h3
 
         progress.http_version = HTTP_VERSION
         started = trio.current_time()
@@ -167,7 +167,7 @@ class HTTP3Connection:
         conn = cls(
             sock,
             quic,
-            PushlessH3Connection(quic),
+            client_h3(quic),
             origin_key,
             authority=authority,
             max_header_bytes=max_header_bytes,

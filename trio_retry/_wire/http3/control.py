@@ -8,6 +8,12 @@ server's unidirectional streams are also fed here, and this reader finds the con
 integer). Everything else is skipped by length; aioquic stays the judge of the stream's
 validity (a malformed control stream closes the connection there, not here).
 
+A GOAWAY's id is a proof only when it is one (RFC 9114 §5.2): the id of a client-initiated
+bidirectional stream (a multiple of 4), and no larger than an earlier GOAWAY's. Any other is a
+connection error H3_ID_ERROR (:attr:`ControlReader.error`) and proves nothing: taken as proof,
+a GOAWAY(1) would tell the client that its stream 4 was not processed, though the server ran
+it, and the client would send it again.
+
 The alternative, subclassing ``H3Connection`` to override its private frame handler, would
 tie us to a private method's name and signature; reading the same public event data twice
 costs a few hundred bytes of parsing per connection.
@@ -15,10 +21,19 @@ costs a few hundred bytes of parsing per connection.
 
 from __future__ import annotations
 
-__all__ = ["ControlReader", "H3_NO_ERROR", "H3_REQUEST_CANCELLED", "H3_REQUEST_REJECTED"]
+__all__ = [
+    "H3_ID_ERROR",
+    "H3_MESSAGE_ERROR",
+    "H3_NO_ERROR",
+    "H3_REQUEST_CANCELLED",
+    "H3_REQUEST_REJECTED",
+    "ControlReader",
+]
 
 H3_NO_ERROR = 0x100
 H3_INTERNAL_ERROR = 0x102
+H3_ID_ERROR = 0x108
+H3_MESSAGE_ERROR = 0x10E
 H3_REQUEST_REJECTED = 0x10B
 H3_REQUEST_CANCELLED = 0x10C
 
@@ -45,9 +60,10 @@ def _varint(data: bytes | bytearray, at: int) -> tuple[int, int] | None:
 
 class ControlReader:
     """Feeds of the server's unidirectional streams in; :attr:`goaway` out (the smallest id
-    of every GOAWAY received, or ``None``)."""
+    of every GOAWAY received, or ``None``), and :attr:`error` once a GOAWAY's id is not one
+    (then nothing more is read)."""
 
-    __slots__ = ("_buffer", "_control", "_others", "_skip", "goaway")
+    __slots__ = ("_buffer", "_control", "_others", "_skip", "error", "goaway")
 
     def __init__(self) -> None:
         self._control: int | None = None  # the control stream's id, once known
@@ -55,10 +71,15 @@ class ControlReader:
         self._buffer = bytearray()
         self._skip = 0  # bytes of a long frame still to drop
         self.goaway: int | None = None
+        #: Why a GOAWAY was a connection error H3_ID_ERROR (RFC 9114 §5.2), once one was.
+        self.error: str | None = None
 
     def feed(self, stream_id: int, data: bytes) -> int | None:
-        """Take ``data`` of server stream ``stream_id``; return a GOAWAY id found in it (also
-        kept in :attr:`goaway`), else ``None``."""
+        """Take ``data`` of server stream ``stream_id``; return the id of the last valid
+        GOAWAY found in it (also kept in :attr:`goaway`), else ``None``. A GOAWAY whose id is
+        not valid sets :attr:`error` and ends the reading (what came before it stands)."""
+        if self.error is not None:
+            return None
         if stream_id % 4 != 3 or stream_id in self._others:
             return None  # not a server-initiated unidirectional stream, or not the control one
         if self._control is None or stream_id != self._control:
@@ -95,8 +116,26 @@ class ControlReader:
             if head[0] == _GOAWAY:
                 value = _varint(self._buffer[start : start + size], 0)
                 if value is not None:
-                    found = value[0]
-                    if self.goaway is None or found < self.goaway:
-                        self.goaway = found
+                    self.error = _invalid(value[0], self.goaway)
+                    if self.error is not None:
+                        self._buffer.clear()
+                        break
+                    found = self.goaway = value[0]
             del self._buffer[: start + size]
         return found
+
+
+def _invalid(goaway: int, earlier: int | None) -> str | None:
+    """Why ``goaway``, received after a GOAWAY with id ``earlier`` (if any), is not a valid
+    GOAWAY id from a server (RFC 9114 §5.2), or ``None``."""
+    if goaway % 4:
+        return (
+            f"the server sent GOAWAY({goaway}), whose id is not a client-initiated "
+            "bidirectional stream's (H3_ID_ERROR): it proves nothing about any request"
+        )
+    if earlier is not None and goaway > earlier:
+        return (
+            f"the server sent GOAWAY({goaway}) after GOAWAY({earlier}): a GOAWAY's id may "
+            "never grow (H3_ID_ERROR)"
+        )
+    return None

@@ -8,7 +8,7 @@ connection the pool sees (``connection.py``) holds a driver, as ``HTTP2Connectio
 session: it reads the driver's fields (and writes a request into its HTTP/3 state machine, as
 HTTP/2's request side writes into h2's) and changes the connection's state only through the
 driver's moves, each with a name (a stream opened, a stream finished, the handshake completed
-or failed, a GOAWAY, the connection's end).
+or failed, a GOAWAY, a stream error, a connection error, the connection's end).
 
 The task (:meth:`QuicDriver.run`, in the client's nursery) owns the socket: it sends what QUIC
 has to send, waits for datagrams or QUIC's timer (whichever comes first; the timer is the bound
@@ -22,7 +22,8 @@ its own datagrams, lets two tasks wait on one socket at once (trio refuses that)
 QUIC's packets out of order.
 
 What the connection's end proves: every open stream fails with the evidence of its own stage,
-unless it holds a proof of its own already (``contract.Failure``: the first one wins).
+unless it holds a proof of its own already (``contract.Failure``: the first one wins). A
+stream error (a malformed response, RFC 9114 §4.1.2) ends its stream alone.
 """
 
 from __future__ import annotations
@@ -49,9 +50,16 @@ from ..._core.evidence import FailureCategory
 from ..contract import Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
-from .control import H3_INTERNAL_ERROR, H3_REQUEST_CANCELLED, H3_REQUEST_REJECTED, ControlReader
+from .control import (
+    H3_ID_ERROR,
+    H3_INTERNAL_ERROR,
+    H3_MESSAGE_ERROR,
+    H3_REQUEST_CANCELLED,
+    H3_REQUEST_REJECTED,
+    ControlReader,
+)
 from .headers import response_head
-from .shims import HandshakeRefused
+from .shims import HandshakeRefused, MalformedResponse
 from .stream import H3Stream
 
 if TYPE_CHECKING:
@@ -284,6 +292,35 @@ class QuicDriver:
         if not self.streams:
             self.close()
 
+    def stream_error(self, stream: H3Stream, code: int, message: str) -> None:
+        """A stream error (RFC 9114 §8): the stream is reset and its reading stopped with
+        ``code``, its caller fails (``REMOTE_PROTOCOL``, with the evidence of its stage), and
+        the connection forgets it (the caller's end of it resets nothing more); the other
+        streams carry on."""
+        stream.fail(Failure(FailureCategory.REMOTE_PROTOCOL, message))
+        stream_id = stream.stream_id
+        if self.streams.pop(stream_id, None) is None:
+            return
+        self.sent_early.pop(stream_id, None)
+        for end in (self.quic.reset_stream, self.quic.stop_stream):
+            try:
+                end(stream_id, code)
+            except ValueError:
+                pass  # (aioquic forgot a stream that ended both ways: nothing is left to end)
+        self.kick()
+        if self.state is H3State.DRAINING and not self.streams:
+            self.close()
+
+    def connection_error(self, code: int, message: str) -> None:
+        """The server broke HTTP/3 on the connection itself: every open stream fails
+        (``REMOTE_PROTOCOL``, with the evidence of its stage; a stream's own proof stays) and
+        QUIC's CONNECTION_CLOSE carries ``code``."""
+        self.die(FailureCategory.REMOTE_PROTOCOL, message)
+        try:
+            self.quic.close(error_code=code, reason_phrase=message)
+        except Exception:
+            pass
+
     def close(self) -> None:
         """Close at once (safe twice): open streams fail with the evidence of their stages,
         QUIC's CONNECTION_CLOSE is sent by the task, which then ends."""
@@ -460,11 +497,15 @@ def _terminated(driver: QuicDriver, event: ConnectionTerminated) -> None:
 
 
 def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> None:
-    """The server's unidirectional streams are read for GOAWAY too (``control.py``)."""
+    """The server's unidirectional streams are read for GOAWAY too (``control.py``); a
+    GOAWAY whose id is not one is a connection error, and proves nothing."""
     if event.stream_id % 4 == 3:
-        goaway = driver.control.feed(event.stream_id, event.data)
+        control = driver.control
+        goaway = control.feed(event.stream_id, event.data)
         if goaway is not None:
             driver.goaway(goaway)
+        if control.error is not None:
+            driver.connection_error(H3_ID_ERROR, control.error)
 
 
 def _reset(driver: QuicDriver, event: StreamReset) -> None:
@@ -520,6 +561,19 @@ def _data(driver: QuicDriver, event: DataReceived) -> None:
         stream.data(event.data, event.stream_ended)
 
 
+def _malformed(driver: QuicDriver, event: MalformedResponse) -> None:
+    """A malformed response (``shims.py``): a stream error H3_MESSAGE_ERROR (RFC 9114
+    §4.1.2), its stream's alone."""
+    stream = driver.streams.get(event.stream_id)
+    if stream is not None:
+        driver.stream_error(
+            stream,
+            H3_MESSAGE_ERROR,
+            f"the server broke HTTP/3 on stream {stream.stream_id}: a malformed response "
+            f"({event.reason})",
+        )
+
+
 #: What each QUIC event does (a function of the driver), by its type.
 _QUIC_EVENTS: dict[type[QuicEvent], Callable[[QuicDriver, Any], None]] = {
     HandshakeCompleted: _handshake_completed,
@@ -535,4 +589,5 @@ _NOT_FOR_H3: frozenset[type[QuicEvent]] = frozenset({ConnectionTerminated})
 _H3_EVENTS: dict[type[H3Event], Callable[[QuicDriver, Any], None]] = {
     HeadersReceived: _headers,
     DataReceived: _data,
+    MalformedResponse: _malformed,
 }

@@ -1,4 +1,4 @@
-"""aioquic's two classes as this client runs them, and the private names they read.
+"""aioquic's classes as this client runs them, and the private names they read.
 
 One job: the places where the client needs of aioquic what it offers no public way to do,
 each behind a probe that fails closed (the dependency is pinned below 2 in ``pyproject.toml``):
@@ -14,6 +14,28 @@ each behind a probe that fails closed (the dependency is pinned below 2 in ``pyp
   this client never takes a push): a server may then push nothing (RFC 9114 §4.6), and a
   PUSH_PROMISE is a connection error H3_ID_ERROR (aioquic's own check, §7.2.5). It sets
   aioquic's ``_max_push_id`` before the control stream is written (``_init_connection``).
+- :class:`StreamErrorsH3Connection` (what :func:`client_h3` makes) keeps a malformed
+  response on its stream. aioquic checks each response (field names and values,
+  pseudo-header fields, connection-specific fields, content-length against the DATA
+  received) and makes a failed check a connection error, which fails every request beside
+  it; RFC 9114 §4.1.2 makes it a stream error (H3_MESSAGE_ERROR). So aioquic's handlers of a
+  request stream's frames and end (``_handle_request_or_push_frame``,
+  ``_handle_request_or_push_end``) are wrapped: the ``MessageError`` they raise becomes a
+  :class:`MalformedResponse` event for that stream alone, after the events of the frames
+  before it; the QPACK encoder is told that the stream's field sections will not be read
+  (RFC 9204 §4.4.2); what else arrives on the stream is dropped
+  (``_receive_request_or_push_data``); the driver resets and stops the stream with
+  H3_MESSAGE_ERROR. The content-length check (``_check_content_length``) is kept until its
+  frame was handled, so a valid head, or data, that came in the frame which ended the body
+  still reach the caller (its evidence says they arrived), ending nothing; and it is skipped
+  for a response that has no content (RFC 9110 §6.4.1, RFC 9114 §4.1.2): one to a HEAD
+  (seen as the request is sent, ``send_headers``), a 204 or a 304 (seen as QPACK decodes the
+  head, ``_decode_headers``), which may carry the length of a body it never sends. Two
+  content-length values that disagree (which aioquic lets pass) are malformed too. Every
+  other error aioquic raises stays a connection error, as RFC 9114 makes them. When one of
+  those names is missing or takes other parameters, :func:`client_h3` makes a
+  :class:`PushlessH3Connection` instead: a malformed response (and a HEAD) then closes the
+  connection as aioquic does, which fails the requests beside it but proves nothing false.
 
 A refusal is raised out of :meth:`CheckedQuicConnection.receive_datagram` as
 :class:`HandshakeRefused` once the connection is closed with the matching TLS alert
@@ -23,9 +45,16 @@ it refused never completes as far as the driver sees.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from aioquic.h3.connection import H3Connection
+from aioquic.h3.connection import H3Connection, MessageError
+from aioquic.h3.connection import H3Stream as AioquicStream
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.connection import NetworkAddress, QuicConnection
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType
 from aioquic.tls import State
@@ -42,7 +71,14 @@ if TYPE_CHECKING:
 
     from .quic import QuicTrust
 
-__all__ = ["CheckedQuicConnection", "HandshakeRefused", "PushlessH3Connection"]
+__all__ = [
+    "CheckedQuicConnection",
+    "HandshakeRefused",
+    "MalformedResponse",
+    "PushlessH3Connection",
+    "StreamErrorsH3Connection",
+    "client_h3",
+]
 
 _MISSING = object()
 #: TLS alerts sent when the client refuses (RFC 8446 §6.2).
@@ -147,3 +183,172 @@ class PushlessH3Connection(H3Connection):
         # aioquic writes MAX_PUSH_ID on the control stream here when this is not None.
         self._max_push_id = None
         super()._init_connection()
+
+
+@dataclass
+class MalformedResponse(H3Event):
+    """The server's response on ``stream_id`` is malformed (RFC 9114 §4.1.2): a stream error
+    H3_MESSAGE_ERROR; ``reason`` says what was wrong (aioquic's words)."""
+
+    stream_id: int
+    reason: str
+
+
+#: The statuses whose responses have no content (RFC 9110 §15.3.5, §15.4.5); a HEAD's
+#: response has none whatever its status (§9.3.2).
+_NO_CONTENT = frozenset({b"204", b"304"})
+#: aioquic's private methods :class:`StreamErrorsH3Connection` wraps, with their parameters.
+_WRAPPED = {
+    "_handle_request_or_push_frame": ["self", "frame_type", "frame_data", "stream", "stream_ended"],
+    "_handle_request_or_push_end": ["self", "stream"],
+    "_receive_request_or_push_data": ["self", "stream", "data", "stream_ended"],
+    "_check_content_length": ["self", "stream"],
+    "_decode_headers": ["self", "stream_id", "frame_data"],
+}
+
+#: The state of aioquic's ``H3Connection`` the wrappers read.
+_STATE = ("_stream", "_decoder", "_decoder_bytes_sent", "_local_decoder_stream_id", "_quic")
+
+
+def _wrappable() -> bool:
+    """Whether this aioquic has each of :data:`_WRAPPED`, taking what it is given there, and
+    the state the wrappers read."""
+    for name, parameters in _WRAPPED.items():
+        method = getattr(H3Connection, name, None)
+        if not callable(method) or list(inspect.signature(method).parameters) != parameters:
+            return False
+    stream = AioquicStream(0)
+    assigned = H3Connection.__init__.__code__.co_names  # (the attributes it sets, among others)
+    return (
+        all(hasattr(stream, name) for name in ("stream_id", "buffer", "receiving_ended"))
+        and all(name in assigned for name in _STATE)
+        and callable(getattr(H3Connection, "send_headers", None))
+    )
+
+
+class StreamErrorsH3Connection(PushlessH3Connection):
+    """A client ``H3Connection`` whose malformed responses are stream errors, and whose
+    responses without content may declare a length; see the module docstring."""
+
+    def __init__(self, quic: QuicConnection) -> None:
+        # aioquic's stream objects, held weakly: each lives as long as aioquic keeps it.
+        self._malformed: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
+        self._no_content: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
+        # What aioquic's content-length check found wrong in the frame being handled: kept
+        # for after it, so that the frame's events are not lost with an exception.
+        self._length_error: str | None = None
+        super().__init__(quic)
+
+    def send_headers(
+        self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool = False
+    ) -> None:
+        """aioquic's; a HEAD request's response will have no content."""
+        super().send_headers(stream_id, headers, end_stream)
+        if (b":method", b"HEAD") in headers:
+            stream = self._stream.get(stream_id)
+            if stream is not None:
+                self._no_content.add(stream)
+
+    # --- aioquic's private methods, wrapped -------------------------------------------------
+
+    def _decode_headers(
+        self, stream_id: int, frame_data: bytes | None
+    ) -> list[tuple[bytes, bytes]]:
+        """aioquic's, and what its checks miss: content-length values that disagree
+        (malformed, RFC 9110 §8.6: aioquic keeps the last), and a 204 or 304 (no content)."""
+        headers = super()._decode_headers(stream_id, frame_data)
+        lengths = {value for name, value in headers if name == b"content-length"}
+        if len(lengths) > 1:
+            raise MessageError(f"conflicting content-length values {sorted(lengths)}")
+        if headers and headers[0][0] == b":status" and headers[0][1] in _NO_CONTENT:
+            stream = self._stream.get(stream_id)
+            if stream is not None:
+                self._no_content.add(stream)
+        return headers
+
+    def _check_content_length(self, stream: AioquicStream) -> None:
+        if stream in self._no_content:
+            return
+        try:
+            super()._check_content_length(stream)
+        except MessageError as exc:
+            self._length_error = exc.reason_phrase
+
+    def _handle_request_or_push_frame(
+        self,
+        frame_type: int,
+        frame_data: bytes | None,
+        stream: AioquicStream,
+        stream_ended: bool,
+    ) -> list[H3Event]:
+        if stream in self._malformed:
+            return []
+        try:
+            events = super()._handle_request_or_push_frame(
+                frame_type, frame_data, stream, stream_ended
+            )
+        except MessageError as exc:
+            self._length_error = None
+            return self._refuse(stream, exc.reason_phrase, [])
+        return self._length_checked(stream, events)
+
+    def _handle_request_or_push_end(self, stream: AioquicStream) -> list[H3Event]:
+        if stream in self._malformed:
+            return []
+        try:
+            events = super()._handle_request_or_push_end(stream)
+        except MessageError as exc:
+            self._length_error = None
+            return self._refuse(stream, exc.reason_phrase, [])
+        return self._length_checked(stream, events)
+
+    def _receive_request_or_push_data(
+        self, stream: AioquicStream, data: bytes, stream_ended: bool
+    ) -> list[H3Event]:
+        if stream in self._malformed:  # dropped: the stream is being reset
+            stream.buffer = b""
+            if stream_ended:
+                stream.receiving_ended = True
+            return []
+        return super()._receive_request_or_push_data(stream, data, stream_ended)
+
+    # --- the stream error -------------------------------------------------------------------
+
+    def _length_checked(self, stream: AioquicStream, events: list[H3Event]) -> list[H3Event]:
+        """``events``, unless the content-length check failed on the stream's end: then the
+        events of its last frame stand (the head and data it carried) but end nothing, and
+        the stream's end is its error."""
+        reason, self._length_error = self._length_error, None
+        if reason is None:
+            return events
+        kept = [
+            dataclasses.replace(event, stream_ended=False)
+            for event in events
+            if isinstance(event, HeadersReceived)
+            or (isinstance(event, DataReceived) and event.data)
+        ]
+        return self._refuse(stream, reason, kept)
+
+    def _refuse(
+        self, stream: AioquicStream, reason: str, events: Sequence[H3Event]
+    ) -> list[H3Event]:
+        """``stream``'s response is malformed: ``events`` (what came before it), then its
+        :class:`MalformedResponse`; the QPACK encoder is told that the stream's field sections
+        will not be read (RFC 9204 §4.4.2), and what else arrives on it is dropped."""
+        self._malformed.add(stream)
+        stream_id = stream.stream_id
+        decoder = self._decoder.cancel_stream(stream_id)
+        self._decoder_bytes_sent += len(decoder)
+        decoder_stream = self._local_decoder_stream_id
+        if decoder_stream is not None:
+            self._quic.send_stream_data(decoder_stream, decoder)
+        return [*events, MalformedResponse(stream_id=stream_id, reason=reason)]
+
+
+_STREAM_ERRORS = _wrappable()
+
+
+def client_h3(quic: QuicConnection) -> H3Connection:
+    """The client's HTTP/3 state machine over ``quic``: a :class:`StreamErrorsH3Connection`
+    when this aioquic has what it wraps, else a :class:`PushlessH3Connection`."""
+    return StreamErrorsH3Connection(quic) if _STREAM_ERRORS else PushlessH3Connection(quic)

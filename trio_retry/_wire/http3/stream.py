@@ -133,9 +133,11 @@ class H3Stream:
             if self._failure is not None:
                 raise self.error(progress)
             await self._wait("first_byte", limit, progress)
-        progress.advance(Stage.RESPONSE_HEAD)
-        if self._ended and not self._chunks:
-            progress.advance(Stage.COMPLETE)
+        # The head is parsed: a break from now on is PARTIAL_RESPONSE, as over HTTP/1.1 and
+        # HTTP/2 (it was SENT_NO_RESPONSE until a body byte was read).
+        progress.advance(
+            Stage.COMPLETE if self._ended and not self._chunks else Stage.RESPONSE_BODY
+        )
         return self.response
 
     async def receive_body(self, progress: AttemptProgress) -> bytes:
