@@ -54,22 +54,6 @@ EARLY_EVIDENCE = (
     "#39 item 5: early-data evidence is not always true: a request handed to QUIC during "
     "the handshake is marked 'accepted' though its bytes went in 1-RTT packets"
 )
-NO_CLOSE = (
-    "#39 item 6: no CONNECTION_CLOSE when `async with Client` ends: the driver tasks stop "
-    "before the close frame goes out; the server waits for its idle timeout"
-)
-NO_MIGRATION = (
-    "#39 item 6: migration to the server's preferred address is ignored: every packet goes to "
-    "the original address (the connected UDP socket), never to the path aioquic chose"
-)
-MANY_CONNECTIONS = (
-    "#39 item 6: more than one connection per origin: a new one opens whenever the server's "
-    "stream limit is reached (RFC 9114 §3.3)"
-)
-BROKEN_AFTER_SLOW_HANDSHAKE = (
-    "#39 item 6: a QUIC handshake slower than the fallback limit is abandoned and the origin "
-    "marked QUIC-broken for minutes though QUIC works"
-)
 
 
 @dataclass(frozen=True)
@@ -98,7 +82,7 @@ SMALL_WINDOWS = Ngtcp2Options(max_data="64K", max_stream_data="16K")
 TABLE: tuple[Case, ...] = (
     Case("handshake", (F, N, C)),
     Case("transfer", (F, N, C), ngtcp2=SMALL_WINDOWS),
-    Case("multiplexing", (F, N), xfail={F: MANY_CONNECTIONS, N: MANY_CONNECTIONS}, timeout=60),
+    Case("multiplexing", (F, N), timeout=60),
     Case(
         "chacha20",
         (F, N),
@@ -123,15 +107,9 @@ TABLE: tuple[Case, ...] = (
         (N,),
         relay=False,
         ngtcp2=Ngtcp2Options(preferred_address=True),
-        xfail={N: NO_MIGRATION},
     ),
-    Case("connectionclose", (F, N), xfail={F: NO_CLOSE, N: NO_CLOSE}),
-    Case(
-        "slowhandshake",
-        (F, C),
-        relay=True,
-        xfail={F: BROKEN_AFTER_SLOW_HANDSHAKE, C: BROKEN_AFTER_SLOW_HANDSHAKE},
-    ),
+    Case("connectionclose", (F, N)),
+    Case("slowhandshake", (F, C), relay=True),
 )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import trio
 
+from .._core.evidence import Stage
 from .._models import URL, Origin
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._url import tls_name
@@ -74,6 +75,7 @@ class Connector:
         "_config",
         "_proxy_ssl_context",
         "_quic_trust",
+        "_standby",
         "_tickets",
         "clock",
         "nursery",
@@ -87,6 +89,9 @@ class Connector:
         self.quic_routes: QuicRoutes | None = None
         self._tickets: TicketStore | None = None
         self._quic_trust: QuicTrust | None = None
+        #: Per HTTP/3 origin, the connection whose handshake outlasted the fallback limit and
+        #: went on in the background: the next opening there takes it once it completed.
+        self._standby: dict[Origin, HTTP3Connection] = {}
         if config.http3 or config.http3_configured or config.http3_everywhere:
             from .._wire.http3.quic import TicketStore, quic_trust
             from .h3route import QuicRoutes
@@ -211,10 +216,13 @@ class Connector:
     async def _open_quic(
         self, progress: AttemptProgress, url: URL, key: PoolKey
     ) -> PooledConnection:
-        """A new HTTP/3 connection to ``url``'s origin (``_wire/http3``). A failed or slow
-        QUIC handshake marks the origin broken (``h3route.py``) and raises a ``NOT_SENT``
+        """A new HTTP/3 connection to ``url``'s origin (``_wire/http3``). A failed QUIC
+        handshake marks the origin broken (``h3route.py``) and raises a ``NOT_SENT``
         ``WireError`` with ``reconnect``: the loop sends the same attempt again at once,
-        uncounted, and :meth:`key_for` then routes it over TCP."""
+        uncounted, and :meth:`key_for` then routes it over TCP. A handshake slower than the
+        fallback limit raises the same, but goes on in the background with the origin
+        *pending* (TCP meanwhile): once it completes, the next opening here is that
+        connection, at once; if it fails, the origin is broken then."""
         from .._wire.http3 import HTTP3Connection
         from .._wire.http3.quic import allows_early_data, quic_configuration
         from .._wire.http3.shims import CheckedQuicConnection
@@ -225,6 +233,13 @@ class Connector:
         assert tickets is not None
         assert self.nursery is not None
         origin = url.origin
+        standby = self._standby.pop(origin, None)
+        if standby is not None:
+            if standby.ready:
+                progress.http_version = standby.http_version
+                progress.advance(Stage.TLS)  # (its handshake is done: nothing to wait for)
+                return standby
+            standby.close()  # (not reached while it is pending: key_for routes to TCP then)
         port = routes.port_for(origin) or origin.port
         where = (origin.host, port)
         ticket = tickets.take(where)
@@ -249,10 +264,29 @@ class Connector:
             connect_timeout=timeouts.connect,
             handshake_timeout=timeouts.tls,
             early=config.early_data and allows_early_data(ticket),
-            on_handshake_failed=lambda _: routes.mark_broken_now(origin),
+            on_handshake_failed=lambda _: self._quic_failed(origin),
             on_handshake_done=lambda: routes.mark_working(origin),
+            on_slow=lambda slow: self._quic_slow(origin, slow),
         )
         return conn
+
+    def _quic_slow(self, origin: Origin, conn: HTTP3Connection) -> None:
+        """``conn``'s handshake outlasted the fallback limit and goes on: kept aside, the
+        origin reached over TCP until it ends."""
+        assert self.quic_routes is not None
+        previous = self._standby.pop(origin, None)
+        if previous is not None:
+            previous.close()
+        self._standby[origin] = conn
+        self.quic_routes.mark_pending(origin)
+
+    def _quic_failed(self, origin: Origin) -> None:
+        """A QUIC handshake with ``origin`` failed (in an opening, or in the background)."""
+        assert self.quic_routes is not None
+        standby = self._standby.get(origin)
+        if standby is not None and standby.closed:
+            del self._standby[origin]
+        self.quic_routes.mark_broken_now(origin)
 
     async def _dial(
         self, dialer: Dialer, origin: Origin, h2c: bool, progress: AttemptProgress

@@ -10,9 +10,14 @@ One job: the routing decision of SPEC §16, kept per origin, synchronous and clo
   ``Alt-Svc: clear`` forgets it).
   Only alternatives on the origin's own host are taken: another host would have to prove its
   authority for the origin with a certificate checked against a name the caller never gave.
-- A QUIC handshake that fails or times out marks the origin *broken*: it is reached over TCP
-  until a back-off passes (5 minutes, doubling with each further failure, at most 6 hours), so
-  a network that blocks UDP costs one failed handshake now and then, not one per request.
+- A QUIC handshake that fails marks the origin *broken*: it is reached over TCP until a
+  back-off passes (5 minutes, doubling with each further failure, at most 6 hours), so a
+  network that blocks UDP costs one failed handshake now and then, not one per request.
+- A handshake slower than the fallback limit is not a failure: it goes on in the background
+  while TCP serves the request, and the origin is *pending* meanwhile (reached over TCP, not
+  broken). Its outcome decides: completed, the origin is reached over HTTP/3 again (on that
+  connection, ``connect.py``); failed (QUIC gave up: its idle timeout, an ICMP error, a
+  refused certificate), the origin is broken.
 
 The pool keeps HTTP/3 connections apart from TCP ones (:func:`quic_key`): routing an origin to
 HTTP/3 sends its next requests to a pool entry of their own, while TCP connections already
@@ -170,7 +175,7 @@ class _Broken:
 class QuicRoutes:
     """The HTTP/3 routes of one client; see the module docstring."""
 
-    __slots__ = ("_broken", "_everywhere", "_excluded", "_routes", "discover")
+    __slots__ = ("_broken", "_everywhere", "_excluded", "_pending", "_routes", "discover")
 
     def __init__(
         self,
@@ -186,6 +191,8 @@ class QuicRoutes:
             origin: _Route(origin.port, float("inf")) for origin in configured if origin.tls
         }
         self._broken: dict[Origin, _Broken] = {}
+        #: Origins whose QUIC handshake goes on in the background (reached over TCP meanwhile).
+        self._pending: set[Origin] = set()
         #: ``default_upstream=Upstream(http3=True)``: every ``https://`` origin but these.
         self._everywhere = everywhere
         self._excluded = frozenset(excluded)
@@ -203,6 +210,8 @@ class QuicRoutes:
             return None
         broken = self._broken.get(origin)
         if broken is not None and broken.until > now:
+            return None
+        if origin in self._pending:
             return None
         return route.port
 
@@ -227,6 +236,7 @@ class QuicRoutes:
     def mark_broken(self, origin: Origin) -> float:
         """A QUIC handshake with ``origin`` failed: reach it over TCP for a while. Returns
         the back-off chosen, in seconds."""
+        self._pending.discard(origin)
         previous = self._broken.get(origin)
         failures = 1 if previous is None else previous.failures + 1
         backoff: float = min(BROKEN_FIRST * 2.0 ** (failures - 1), BROKEN_MAX)
@@ -239,7 +249,17 @@ class QuicRoutes:
 
     def mark_working(self, origin: Origin) -> None:
         """A QUIC handshake with ``origin`` completed: its failures are forgotten."""
+        self._pending.discard(origin)
         self._broken.pop(origin, None)
+
+    def mark_pending(self, origin: Origin) -> None:
+        """A QUIC handshake with ``origin`` outlasted the fallback limit and goes on in the
+        background: TCP until it ends (:meth:`mark_working` or :meth:`mark_broken`)."""
+        self._pending.add(origin)
+
+    def pending(self, origin: Origin) -> bool:
+        """Whether a QUIC handshake with ``origin`` goes on in the background."""
+        return origin in self._pending
 
     def broken_until(self, origin: Origin) -> float | None:
         """When HTTP/3 will be tried at ``origin`` again, if it is marked broken."""

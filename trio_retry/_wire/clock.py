@@ -61,7 +61,9 @@ progress to report on). Likewise the HTTP/3 connection's
 driver task (``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose
 deadline is that timer: QUIC's loss detection, its handshake retransmissions and its idle
 timeout are the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as
-any other.
+any other. A connection's last words as it closes (QUIC's CONNECTION_CLOSE) are bounded by
+:func:`closing`: shielded, since the client's exit may be cancelling the task that says them, and
+short (``FIXED.closing``), since they must not hold that exit up.
 
 Why lanes and not a scope per wait (the obvious way): entering and leaving a
 ``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
@@ -100,6 +102,7 @@ __all__ = [
     "Lane",
     "StageTarget",
     "Timeouts",
+    "closing",
     "deadline_message",
     "limit_of",
     "seconds",
@@ -153,8 +156,13 @@ class FixedLimits:
     ping_timeout: float = 1.0
     #: The most a QUIC handshake may take before the attempt goes over TCP instead, when the
     #: ``tls`` limit is longer (or unset): UDP that is blocked drops silently, and a caller
-    #: should not wait the whole TLS limit to find out.
+    #: should not wait the whole TLS limit to find out. (The handshake itself goes on in the
+    #: background, and its connection is used once it completes: ``_call/connect.py``.)
     quic_handshake: float = 3.0
+    #: How long a connection's last words as it closes (QUIC's CONNECTION_CLOSE) may hold up
+    #: its task's end, at most, when the socket cannot take them at once (:func:`closing`):
+    #: a client's exit is never held up for long by a full socket.
+    closing: float = 0.25
 
 
 #: The table of fixed limits.
@@ -186,6 +194,13 @@ _HINTS = {
     "its deadline allows; stage_timeouts=StageTimeouts(first_byte=...) sets it)",
     "pool": " (Client()'s default; Client(pool_timeout=...) sets it)",
 }
+
+
+def closing() -> trio.CancelScope:
+    """The scope of a connection's last words as it closes: shielded from the cancellation
+    that may be ending its task (the client's exit), and ended after ``FIXED.closing`` s.
+    What it does not send by then is not sent."""
+    return trio.CancelScope(shield=True, deadline=trio.current_time() + FIXED.closing)
 
 
 def seconds(value: float) -> str:

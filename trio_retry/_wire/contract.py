@@ -86,6 +86,12 @@ class MultiplexedConnection(PooledConnection, Protocol):
     ``stream_limit`` is the server's limit on concurrent request streams (HTTP/2's
     ``SETTINGS_MAX_CONCURRENT_STREAMS``, QUIC's ``MAX_STREAMS``): the pool lends at most that
     many streams at once.
+
+    Optional (read with ``getattr``, so HTTP/2's connection needs neither): ``per_origin``, at
+    most that many such connections per origin (HTTP/3: 1, RFC 9114 §3.3; the pool then
+    queues a burst past ``stream_limit`` for this connection's streams), and with it
+    ``on_draining``, set by the pool and called once by the connection at its GOAWAY (it then
+    drains outside the pool's counts, and its successor may open).
     """
 
     on_retired: Callable[[], None] | None

@@ -10,6 +10,7 @@ and a connection the pool sees; what every multiplexed protocol shares is ``_wir
 - ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it)
 - ``headers.py``    a response's field section checked, made the head a caller reads
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
+- ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path
 - ``driver.py``     the connection's state and its one task: the UDP socket, QUIC and HTTP/3,
                     the streams, QUIC's timer; what each aioquic event means (one dispatch)
 - ``connection.py`` the connection as the pool and a request see it (opening, hooks, requests)

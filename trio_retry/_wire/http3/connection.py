@@ -25,7 +25,6 @@ processes the request at most once either way.
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import AsyncIterable, Callable
 from typing import TYPE_CHECKING
 
@@ -39,6 +38,7 @@ from ..progress import AttemptProgress, WireError
 from .driver import H3State, QuicDriver
 from .headers import HTTP_VERSION
 from .stream import H3Stream
+from .udp import UdpPaths
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
@@ -58,6 +58,10 @@ class HTTP3Connection:
 
     http_version = HTTP_VERSION
     multiplexed = True
+    #: One HTTP/3 connection per origin (RFC 9114 §3.3: clients SHOULD NOT open more than one
+    #: to an address and port): the pool queues a burst past the server's stream limit for its
+    #: streams instead of opening another, and is told at its GOAWAY (:attr:`on_draining`).
+    per_origin = 1
 
     __slots__ = (
         "_authority",
@@ -66,6 +70,7 @@ class HTTP3Connection:
         "driver",
         "early_possible",
         "expires_at",
+        "on_draining",
         "on_retired",
         "origin_key",
         "request_limit",
@@ -74,7 +79,7 @@ class HTTP3Connection:
 
     def __init__(
         self,
-        sock: socket.socket,
+        paths: UdpPaths,
         quic: QuicConnection,
         h3: H3Connection,
         origin_key: object,
@@ -92,7 +97,7 @@ class HTTP3Connection:
         #: the connection is over. ``on_handshake_failed`` is told once if the handshake fails
         #: (the connector stops trying HTTP/3 there), ``on_handshake_done`` once it completes.
         self.driver = QuicDriver(
-            sock,
+            paths,
             quic,
             h3,
             clock=clock,
@@ -100,10 +105,13 @@ class HTTP3Connection:
             on_dead=self._dead,
             on_handshake_failed=on_handshake_failed,
             on_handshake_done=on_handshake_done,
+            on_draining=self._draining,
         )
         self.origin_key = origin_key
         self.expires_at = math.inf
         self.on_retired: Callable[[], None] | None = None
+        #: Set by the pool: told once when a GOAWAY makes the connection drain.
+        self.on_draining: Callable[[], None] | None = None
         #: Set by the pool: take no more than this many streams (``MultiplexedConnection``).
         self.request_limit: int | None = None
         self.accepted_streams: int | None = None
@@ -132,12 +140,19 @@ class HTTP3Connection:
         early: bool,
         on_handshake_failed: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[], None] | None = None,
+        on_slow: Callable[[HTTP3Connection], None] | None = None,
     ) -> HTTP3Connection:
-        """Resolve ``host``, connect a UDP socket, start the QUIC handshake and the driver
-        task. Returns once the handshake completed, or at once when ``early`` (a ticket
+        """Resolve ``host``, open a UDP socket (``udp.py``), start the QUIC handshake and the
+        driver task. Returns once the handshake completed, or at once when ``early`` (a ticket
         allows 0-RTT: requests then decide whether to wait for it). Raises ``WireError``
         (``NOT_SENT``: no request byte exists yet); on cancellation or failure nothing is
-        left open or running."""
+        left open or running, with one exception: a handshake still going on when the
+        fallback limit (:meth:`wait_handshake`) ends the wait is handed to ``on_slow``, if
+        given, and keeps going in the background (its outcome reaches
+        ``on_handshake_done``/``on_handshake_failed`` as any handshake's), as a browser's
+        QUIC attempt races TCP. The rejected alternative, closing it, as before, made a
+        handshake that needed 3.5 s under loss mark the origin broken for 5 minutes though
+        QUIC works there."""
         from .shims import client_h3
 
         progress.http_version = HTTP_VERSION
@@ -145,7 +160,7 @@ class HTTP3Connection:
         progress.advance(Stage.DNS)
         with Bound(clock, "connect", connect_timeout, progress=progress):
             try:
-                infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+                infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_DGRAM)
             except OSError as exc:
                 raise WireError.at(
                     progress, FailureCategory.DNS, f"could not resolve {host!r}: {exc}"
@@ -154,18 +169,15 @@ class HTTP3Connection:
                 raise WireError.at(progress, FailureCategory.DNS, f"no address for {host!r}")
             family, _, _, _, address = infos[0]
             progress.advance(Stage.CONNECT)
-            sock = socket.socket(family, socket.SOCK_DGRAM)
-            sock.setblocking(False)
             try:
-                sock.connect(address)  # (UDP: sets the peer, sends nothing, never blocks)
+                paths = UdpPaths(family, address)
             except OSError as exc:
-                sock.close()
                 raise WireError.at(
-                    progress, FailureCategory.CONNECT, f"UDP connect to {host}:{port}: {exc}"
+                    progress, FailureCategory.CONNECT, f"UDP socket for {host}:{port}: {exc}"
                 ) from None
         progress.timings["connect"] = trio.current_time() - started
         conn = cls(
-            sock,
+            paths,
             quic,
             client_h3(quic),
             origin_key,
@@ -180,24 +192,34 @@ class HTTP3Connection:
         try:
             nursery.start_soon(conn.driver.run)
         except RuntimeError as exc:  # the nursery is closing: so is the client
-            sock.close()
+            paths.close()
             raise closed_while_connecting(progress) from exc
         conn.early_possible = early
         if early:
             return conn
         started = trio.current_time()
         try:
-            await conn.wait_handshake(progress, handshake_timeout)
+            await conn.wait_handshake(progress, handshake_timeout, keep_going=on_slow is not None)
+        except WireError:
+            if on_slow is not None and conn.driver.state is H3State.HANDSHAKING:
+                on_slow(conn)  # (slow, not failed: it goes on)
+            else:
+                conn.close()
+            raise
         except BaseException:
             conn.close()
             raise
         progress.timings["tls"] = trio.current_time() - started
         return conn
 
-    async def wait_handshake(self, progress: AttemptProgress, limit: float | None) -> None:
+    async def wait_handshake(
+        self, progress: AttemptProgress, limit: float | None, *, keep_going: bool = False
+    ) -> None:
         """Wait for the QUIC handshake (within ``limit``, at most ``FIXED.quic_handshake``).
         Raises ``WireError`` (``NOT_SENT`` unless the request went in early data) if it
-        failed or took too long; the connection is then closed."""
+        failed or took too long; a handshake that took too long is given up and the
+        connection closed, unless ``keep_going`` (only the wait ends: the caller keeps the
+        connection)."""
         driver = self.driver
         if not driver.handshake.is_set():
             most = FIXED.quic_handshake
@@ -206,6 +228,14 @@ class HTTP3Connection:
                 with Bound(self.clock, "tls", limit, progress=progress):
                     await driver.handshake.wait()
             except WireError as exc:
+                if keep_going and driver.handshake_failure is None:
+                    raise WireError.at(
+                        progress,
+                        FailureCategory.TIMEOUT,
+                        f"the QUIC handshake did not complete: {exc} (it goes on meanwhile; "
+                        "the request goes over TCP)",
+                        reconnect=True,
+                    ) from None
                 driver.handshake_failed(FailureCategory.TIMEOUT, f"no answer within {limit}s")
                 raise WireError.at(
                     progress,
@@ -229,6 +259,11 @@ class HTTP3Connection:
     @property
     def closed(self) -> bool:
         return self.driver.state is H3State.CLOSED
+
+    @property
+    def ready(self) -> bool:
+        """The handshake completed and the connection takes new streams."""
+        return self.driver.state is H3State.OPEN
 
     @property
     def stream_limit(self) -> int:
@@ -270,6 +305,12 @@ class HTTP3Connection:
         for stream in self.driver.streams.values():
             if stream.progress is progress:
                 stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
+
+    def _draining(self) -> None:
+        """A GOAWAY made the connection drain (``QuicDriver.goaway``): the pool is told."""
+        draining, self.on_draining = self.on_draining, None
+        if draining is not None:
+            draining()
 
     def _dead(self) -> None:
         """The driver is over (``QuicDriver.die``): the pool forgets the connection."""

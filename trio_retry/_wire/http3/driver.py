@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import enum
 import math
-import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +46,7 @@ from aioquic.quic.events import (
 )
 
 from ..._core.evidence import FailureCategory
+from ..clock import closing
 from ..contract import Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
@@ -54,6 +54,7 @@ from .control import (
     H3_ID_ERROR,
     H3_INTERNAL_ERROR,
     H3_MESSAGE_ERROR,
+    H3_NO_ERROR,
     H3_REQUEST_CANCELLED,
     H3_REQUEST_REJECTED,
     ControlReader,
@@ -61,6 +62,7 @@ from .control import (
 from .headers import response_head
 from .shims import HandshakeRefused, MalformedResponse
 from .stream import H3Stream
+from .udp import UdpPaths
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
@@ -70,9 +72,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 
-#: The largest datagram read (QUIC's are at most 1500 bytes on an Ethernet path; 64 KiB covers
-#: loopback and GSO-coalesced ones).
-_DATAGRAM = 65536
 #: Response body bytes received and not yet read by their callers, across the connection, above
 #: which the driver stops reading datagrams until the callers have read half of them. aioquic
 #: grants flow-control credit as soon as data is received, not as it is read, so without this a
@@ -107,11 +106,11 @@ class QuicDriver:
 
     __slots__ = (
         "_on_dead",
+        "_on_draining",
         "_on_handshake_done",
         "_on_handshake_failed",
         "_room",
         "_wait_scope",
-        "address",
         "buffered",
         "clock",
         "control",
@@ -121,17 +120,17 @@ class QuicDriver:
         "idle",
         "max_header_bytes",
         "max_streams",
+        "paths",
         "progressed",
         "quic",
         "sent_early",
-        "sock",
         "state",
         "streams",
     )
 
     def __init__(
         self,
-        sock: socket.socket,
+        paths: UdpPaths,
         quic: QuicConnection,
         h3: H3Connection,
         *,
@@ -140,10 +139,11 @@ class QuicDriver:
         on_dead: Callable[[], None],
         on_handshake_failed: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[], None] | None = None,
+        on_draining: Callable[[], None] | None = None,
     ) -> None:
-        #: The connected UDP socket (non-blocking): only :meth:`run` reads or writes it.
-        self.sock = sock
-        self.address = sock.getpeername()
+        #: The UDP socket (``udp.py``: each datagram on the path QUIC chose): only :meth:`run`
+        #: reads or writes it.
+        self.paths = paths
         self.quic = quic
         self.h3 = h3
         #: The server's GOAWAY, read from its control stream (``control.py``).
@@ -176,6 +176,7 @@ class QuicDriver:
         self._on_dead = on_dead
         self._on_handshake_failed = on_handshake_failed
         self._on_handshake_done = on_handshake_done
+        self._on_draining = on_draining
 
     # --- the pool's view ----------------------------------------------------------------------
 
@@ -276,6 +277,9 @@ class QuicDriver:
         not processed (RFC 9114 §5.2): ``NOT_SENT``, sent again on a fresh connection."""
         if self.state in (H3State.OPEN, H3State.HANDSHAKING):
             self.state = H3State.DRAINING
+            draining, self._on_draining = self._on_draining, None
+            if draining is not None:
+                draining()  # (the pool: its successor may open now)
         for stream_id, stream in list(self.streams.items()):
             if stream_id >= first_unprocessed:
                 stream.fail(
@@ -328,7 +332,7 @@ class QuicDriver:
             return
         self.die(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
         try:
-            self.quic.close(error_code=0x100)  # H3_NO_ERROR
+            self.quic.close(error_code=H3_NO_ERROR)
         except Exception:
             pass
         self.kick()
@@ -340,11 +344,17 @@ class QuicDriver:
             return
         self.state = H3State.CLOSED
         if not self.handshake.is_set():
+            # A connection that ends before its handshake completed is a failed handshake,
+            # whatever ended it: the connector is told (a handshake going on in the background
+            # must not leave its origin waiting for an outcome).
             self.handshake_failure = self.handshake_failure or (
                 FailureCategory.TLS_HANDSHAKE,
                 message,
             )
             self.handshake.set()
+            failed, self._on_handshake_failed = self._on_handshake_failed, None
+            if failed is not None:
+                failed(message)
         failure = Failure(category, message)
         for stream in list(self.streams.values()):
             stream.fail(failure)
@@ -391,10 +401,15 @@ class QuicDriver:
         it is ready (``wait_readable``/``wait_writable``): every datagram already received is
         taken in one round (up to :data:`_BATCH`) and QUIC's events handled once for all of
         them. Through ``trio.socket``, each datagram cost a checkpoint and a round of the loop:
-        a 10 MB download ran at a twentieth of HTTP/2's speed, mostly in that loop."""
-        sock = self.sock
+        a 10 MB download ran at a twentieth of HTTP/2's speed, mostly in that loop. Each
+        datagram goes on the path QUIC chose (``udp.py``).
+
+        However it ends (the connection closed, or the client's nursery cancelled as the client
+        exits), its last act is to send QUIC's CONNECTION_CLOSE (:meth:`_last_words`): without
+        it the server keeps the connection, and probes it, until its idle timeout."""
+        paths = self.paths
+        sock = paths.sock
         quic = self.quic
-        address = self.address
         try:
             while True:
                 await self._send_pending()
@@ -409,13 +424,15 @@ class QuicDriver:
                         await trio.lowlevel.wait_readable(sock)
                 self._wait_scope = None
                 now = trio.current_time()
-                for _ in range(_BATCH):
+                for taken in range(_BATCH):
                     try:
-                        data = sock.recv(_DATAGRAM)
+                        data, address = paths.receive()
                     except BlockingIOError:
+                        if taken == 0 and not scope.cancelled_caught:
+                            self._bounced(None)  # readable with nothing to read: errors queued
                         break
                     except OSError as exc:
-                        self._lost(exc)
+                        self._bounced(exc)
                         break
                     try:
                         quic.receive_datagram(data, address, now=now)
@@ -433,21 +450,63 @@ class QuicDriver:
         finally:
             self._wait_scope = None
             self.die(FailureCategory.CONNECTION_BROKEN, "the client closed")
-            sock.close()
+            await self._last_words()
+            paths.close()
 
     async def _send_pending(self) -> None:
-        """Send every datagram QUIC has ready, waiting for the socket only when it is full."""
-        sock = self.sock
-        for data, _ in self.quic.datagrams_to_send(now=trio.current_time()):
+        """Send every datagram QUIC has ready, each on its path, waiting for the socket only
+        when it is full."""
+        paths = self.paths
+        for data, address in self.quic.datagrams_to_send(now=trio.current_time()):
             while True:
                 try:
-                    sock.send(data)
+                    paths.send(data, address)
                     break
                 except BlockingIOError:
-                    await trio.lowlevel.wait_writable(sock)
+                    await trio.lowlevel.wait_writable(paths.sock)
                 except OSError as exc:
-                    self._lost(exc)
-                    return
+                    self._bounced(exc)
+                    if self.state is H3State.CLOSED:
+                        return
+                    break  # (a path QUIC only probes: QUIC gives it up by itself)
+
+    async def _last_words(self) -> None:
+        """QUIC's CONNECTION_CLOSE, sent as the task ends however it ends (H3_NO_ERROR unless
+        a close with a reason is already under way): at once, for a socket that takes it, or
+        within ``clock.closing()``'s bound under a shield (the task may be ending because the
+        client's nursery was cancelled). A close that cannot be sent is the server's idle
+        timeout, as before."""
+        quic = self.quic
+        paths = self.paths
+        try:
+            quic.close(error_code=H3_NO_ERROR)  # (nothing if one is under way, or it is over)
+            datagrams = quic.datagrams_to_send(now=trio.current_time())
+        except Exception:
+            return
+        with closing():
+            for data, address in datagrams:
+                while True:
+                    try:
+                        paths.send(data, address)
+                        break
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_writable(paths.sock)
+                    except OSError:
+                        return
+
+    def _bounced(self, exc: OSError | None) -> None:
+        """The socket reported an error (``exc``), or has errors queued (``None``): an ICMP
+        error for a datagram sent. One for the connection's path (or, where the system does
+        not say which, any) loses the connection (:meth:`_lost`); one for a path QUIC was only
+        probing (a server's preferred address) is QUIC's to give up (``udp.py``)."""
+        bounced = self.paths.refused()
+        if bounced is None:
+            if exc is not None:
+                self._lost(exc)
+            return
+        current = self.quic.get_peer_address()
+        if any(address == current for address in bounced) or (exc is not None and not bounced):
+            self._lost(exc or ConnectionRefusedError("ICMP: the server's UDP port is closed"))
 
     def _lost(self, exc: OSError) -> None:
         """The socket failed (an ICMP unreachable on a connected UDP socket, typically)."""
