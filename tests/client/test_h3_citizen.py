@@ -152,7 +152,7 @@ async def test_after_goaway_the_next_call_does_not_wait_for_the_draining_connect
 ) -> None:
     """A GOAWAY that lets a 3 s response finish: the next call opens the successor at once
     instead of queueing behind that response (one connection per origin counts only the
-    connection that takes new streams)."""
+    connection that takes new streams); the drained one sends CONNECTION_CLOSE as it ends."""
     server.route("GET", "/slow", Stall(3.0, then=Respond(200, body=b"slow")))
     server.route("GET", "/go", GoAway(then=Respond(200, body=b"go")))
     took: dict[str, float] = {}
@@ -170,6 +170,9 @@ async def test_after_goaway_the_next_call_does_not_wait_for_the_draining_connect
                 assert (await client.get(f"{server.url}/go")).status == 200
                 after = await client.get(f"{server.url}/after")
                 took["after"] = trio.current_time() - started
+            # The drained connection closed with its last stream, saying so.
+            await closes_within(watch, 1, 2)
+            assert client.pool.total == 1
     assert after.status == 200
     assert took["after"] < 2.0 < took["slow"]
     assert len(watch.connections) == 2
