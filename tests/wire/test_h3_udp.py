@@ -68,3 +68,44 @@ async def test_an_icmp_error_names_the_path_it_concerns_and_is_read_once() -> No
     finally:
         paths.close()
         listening.close()
+
+
+async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -> None:
+    """The driver's judgement (``QuicDriver._bounced``): port unreachable from an address QUIC
+    was only probing (a server's preferred address) leaves the connection to QUIC; from the
+    address it is on, it fails the handshake at once (the origin then goes over TCP)."""
+    from aioquic.h3.connection import H3_ALPN, H3Connection
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.connection import QuicConnection
+
+    from trio_retry._core.evidence import FailureCategory
+    from trio_retry._wire.http3.driver import H3State, QuicDriver
+
+    server, probe = _closed_port(), _closed_port()
+    quic = QuicConnection(configuration=QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN))
+    quic.connect(server, now=trio.current_time())
+    failed: list[str] = []
+    driver = QuicDriver(
+        UdpPaths(socket.AF_INET, server),
+        quic,
+        H3Connection(quic),
+        clock=None,
+        max_header_bytes=65536,
+        on_dead=lambda: None,
+        on_handshake_failed=failed.append,
+    )
+    paths = driver.paths
+    try:
+        for target, fails in ((probe, False), (server, True)):
+            paths.send(b"x" * 1200, target)
+            with trio.fail_after(5):
+                await trio.lowlevel.wait_readable(paths.sock)
+            with pytest.raises(ConnectionRefusedError) as refused:
+                paths.receive()
+            driver._bounced(refused.value)
+            assert (driver.state is H3State.CLOSED) is fails
+            assert bool(failed) is fails
+        assert driver.handshake_failure is not None
+        assert driver.handshake_failure[0] is FailureCategory.CONNECT
+    finally:
+        paths.close()
