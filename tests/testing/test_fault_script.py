@@ -103,6 +103,12 @@ def test_headers_that_cannot_be_sent_fail_where_written(
     for name in ("X(A)", "Ä", "X\x01", "X/Y", ""):  # not tokens: h11 answered 500 instead
         with pytest.raises(ValueError, match=r"invalid header name .*: expected a token"):
             make({name: "v"})
+    # Leading or trailing whitespace: HTTP/1.1 sent a response without the script's headers
+    # (h11 refused the value), HTTP/2 sent it as given (a malformed response, RFC 9113 §8.2.1).
+    for value in (" padded", "padded ", "a\t", "\t"):
+        with pytest.raises(ValueError, match=r"header 'X-A': its value .* starts or ends with"):
+            make({"X-A": value})
+    assert make({"X-A": "inner \t space", "X-B": ""}) is not None  # inside, or empty: sent
 
 
 def test_then_must_act_after_the_body() -> None:

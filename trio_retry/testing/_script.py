@@ -93,9 +93,11 @@ def normalize_headers(headers: HeadersInput) -> HeaderPairs:
     """Return `headers` (a mapping or (name, value) pairs) as a tuple of str pairs.
 
     Names keep their case (HTTP/1.1 sends them as given; HTTP/2 lowercases them). Raises
-    `ValueError` for names that are not tokens, values containing CR, LF or NUL, and values
-    that are not Latin-1 (every protocol sends a value's characters as one byte each), so a
-    bad script fails where it is written rather than in `FaultServer.serve` when it is sent.
+    `ValueError` for names that are not tokens, values containing CR, LF or NUL, values
+    that are not Latin-1 (every protocol sends a value's characters as one byte each), and
+    values with leading or trailing whitespace (HTTP/1.1 sent another response, HTTP/2 a
+    malformed one), so a bad script fails where it is written rather than in
+    `FaultServer.serve` when it is sent.
     """
     items = headers.items() if isinstance(headers, Mapping) else headers
     out: list[tuple[str, str]] = []
@@ -111,6 +113,15 @@ def normalize_headers(headers: HeadersInput) -> HeaderPairs:
                 f"header {name!r}: its value must be Latin-1 text (U+0000 to U+00FF, one byte "
                 f"each), but character {wide} is {value[wide]!r} (U+{ord(value[wide]):04X}); "
                 "for UTF-8 bytes give value.encode('utf-8').decode('latin-1')"
+            )
+        if value != value.strip(" \t"):
+            # No protocol sends it as given: a field value has no leading or trailing
+            # whitespace (RFC 9110 §5.5), h11 refuses it, and in HTTP/2 and HTTP/3 it makes
+            # the response malformed. Refused, not stripped: a script says what is sent.
+            raise ValueError(
+                f"header {name!r}: its value {value!r} starts or ends with a space or tab, "
+                "which no protocol sends (RFC 9110 §5.5): give it without them, or use "
+                "Raw(...) to send such bytes on purpose"
             )
         out.append((name, value))
     return tuple(out)
