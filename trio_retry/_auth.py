@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ._core.secrecy import unencodable_at
+from ._core.secrecy import unencodable_at, withheld
 from ._models import URL, Headers
 
 if TYPE_CHECKING:
@@ -70,8 +70,34 @@ class BasicAuth:
         return "BasicAuth([redacted])"
 
 
+def _check_token(token: object, where: str) -> str:
+    """A bearer token as RFC 6750 §2.1 sends it: visible ASCII without spaces, the scheme
+    left out. Refused with the token never shown: bytes (sent as ``Bearer b'...'``), an empty
+    string (sent as a bare ``Bearer``), and ``"Bearer ..."`` (sent as ``Bearer Bearer ...``)."""
+    accepted = "the token alone, as str: visible ASCII without spaces (RFC 6750)"
+    if not isinstance(token, str):
+        raise TypeError(f"{where} must be {accepted}, got {withheld(token)}")
+    if not token:
+        raise ValueError(f"{where} must be {accepted}, got an empty string")
+    if token[:7].lower() == "bearer ":
+        raise ValueError(
+            f"{where} must be {accepted}, got a string starting with 'Bearer ' (BearerAuth "
+            "adds the scheme itself; the token is not shown)"
+        )
+    bad = next((i for i, ch in enumerate(token) if not "!" <= ch <= "~"), None)
+    if bad is not None:
+        raise ValueError(
+            f"{where} must be {accepted}, got a string of {len(token)} characters with a space, "
+            f"control or non-ASCII character at position {bad} (the token is not shown)"
+        )
+    return token
+
+
 class BearerAuth:
-    """A bearer token, fixed or from ``provider`` (awaited again on ``refresh()``)."""
+    """A bearer token, fixed or from ``provider`` (awaited again on ``refresh()``).
+
+    The token is checked where it is given (``ValueError``/``TypeError``, never showing it):
+    visible ASCII without spaces, without the ``Bearer`` scheme, which this adds."""
 
     __slots__ = ("_provider", "_token")
 
@@ -80,7 +106,12 @@ class BearerAuth:
     ) -> None:
         if token is None and provider is None:
             raise ValueError("BearerAuth needs a token or a provider")
-        self._token = token
+        if provider is not None and not callable(provider):
+            raise TypeError(
+                f"BearerAuth's provider must be an async function returning the token, got "
+                f"{withheld(provider)}"
+            )
+        self._token = _check_token(token, "BearerAuth's token") if token is not None else None
         self._provider = provider
 
     async def headers(self) -> Mapping[str, str]:
@@ -90,7 +121,9 @@ class BearerAuth:
 
     async def refresh(self) -> None:
         if self._provider is not None:
-            self._token = await self._provider()
+            self._token = _check_token(
+                await self._provider(), "the token BearerAuth's provider gave"
+            )
 
     def __repr__(self) -> str:
         return "BearerAuth([redacted])"

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import json as _json
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import trio
 
+from ._core.checks import described
 from ._core.replay import Multipart, Reopenable, Replayability, StreamFactory, classify_body
 
 if TYPE_CHECKING:
     import uuid
 
-__all__ = ["PreparedBody", "new_uuid4", "prepare_body"]
+__all__ = ["PreparedBody", "form_body", "new_uuid4", "prepare_body"]
 
 CHUNK = 65536
 #: A file body (a ``Path``, or a file object: sync, or async such as ``trio.open_file``'s) is
@@ -86,7 +88,13 @@ def prepare_body(
         try:
             encoded = dumps(json)
         except (TypeError, ValueError) as exc:  # NaN or infinity, or a value JSON cannot hold
-            raise ValueError(f"json= cannot be encoded as JSON: {exc}") from None
+            accepted = (
+                ""
+                if json_dumps
+                else "; json= takes what JSON holds: dict, list, str, int, "
+                "float (no NaN or infinities), bool and None"
+            )
+            raise ValueError(f"json= cannot be encoded as JSON: {exc}{accepted}") from None
         data = encoded.encode("utf-8") if isinstance(encoded, str) else encoded
         return PreparedBody(data, Replayability.REPLAYABLE, "application/json")
     if content is None:  # most calls: no body, nothing to classify
@@ -104,6 +112,61 @@ def prepare_body(
             f"multipart/form-data; boundary={boundary}",
         )
     return PreparedBody(content, replayability, None)
+
+
+def form_body(
+    content: object, data: Mapping[str, Any] | None, files: Mapping[str, Any] | None, json: Any
+) -> object:
+    """``data=`` (form fields) and ``files=`` as a body (a form, or a ``Multipart``); at most
+    one kind of body. Raises ``TypeError`` naming the option: a file that is not a body kind,
+    or a tuple not shaped ``(filename, body[, content_type])``, is refused here, before
+    anything is sent (``("a.txt",)`` used to fail in Python's words)."""
+    if data is None and files is None:
+        return content
+    if content is not None or json is not None:
+        raise TypeError("pass only one of content=, json= and data=/files=")
+    if files is None:
+        assert data is not None
+        pairs = [
+            (str(k), str(item))
+            for k, v in data.items()
+            for item in (v if isinstance(v, (list, tuple)) else [v])
+        ]
+        return urlencode(pairs)
+    parts: list[tuple[str, Any]] = [(str(k), str(v)) for k, v in (data or {}).items()]
+    for name, value in files.items():
+        where = f"files[{name!r}]"
+        if isinstance(value, tuple):
+            if not (
+                len(value) in (2, 3)
+                and isinstance(value[0], str)
+                and (len(value) == 2 or isinstance(value[2], str))
+            ):
+                raise TypeError(
+                    f"{where} must be a file, a path, bytes, or a tuple (filename, body) or "
+                    f"(filename, body, content_type) with a str filename and content type, got "
+                    f"{described(value)}"
+                )
+            filename, body, *rest = value
+            _check_part(body, where)
+            parts.append((name, (filename, body, rest[0] if rest else "application/octet-stream")))
+        else:
+            _check_part(value, where)
+            filename = getattr(value, "name", name)
+            parts.append((name, (str(filename).rsplit("/", 1)[-1], value,
+                                 "application/octet-stream")))  # fmt: skip
+    return Multipart(parts)
+
+
+def _check_part(body: object, where: str) -> None:
+    """A file part's body is one of the body kinds; its error names the field."""
+    try:
+        classify_body(body)
+    except TypeError as exc:
+        message = str(exc)
+    else:
+        return
+    raise TypeError(f"{where}: {message}")
 
 
 def new_uuid4() -> uuid.UUID:

@@ -447,6 +447,17 @@ _HINTS = {
     "timeout": "'deadline' (seconds for the whole call, retries and backoffs included; each "
     "stage's own bound is Client(stage_timeouts=StageTimeouts(...)))",
     "allow_redirects": "'follow_redirects'",
+    # TLS, proxies and transports are the client's: one call cannot change them.
+    "verify": "Client(verify=...) (TLS settings are the client's, not a call's)",
+    "ssl": "Client(verify=...) or Client(ssl_context=...) (TLS settings are the client's, "
+    "not a call's)",
+    "cert": "Client(cert=...) (TLS settings are the client's, not a call's)",
+    "proxy": "Client(proxy=...) (a proxy is the client's, not a call's)",
+    "proxies": "Client(proxy=...) (a proxy is the client's, not a call's)",
+    "stream": "`async with client.stream(method, url) as response:` (a streamed response is "
+    "a call of its own)",
+    "raise_for_status": "response.raise_for_status() (a status of 400 or above is returned, "
+    "not raised)",
 }
 _CLIENT_HINTS = {
     "timeout": "'deadline' (seconds for each whole call, retries and backoffs included) or "
@@ -455,6 +466,17 @@ _CLIENT_HINTS = {
     "limits": "'max_connections', 'max_connections_per_origin' and 'keepalive_expiry' (the "
     "pool's limits are options of their own)",
     "proxies": "'proxy' (one proxy URL; trust_env=True reads the environment's)",
+    "mounts": "'upstreams' (settings per origin, {\"https://host\": Upstream(...)}) or "
+    "'transport' (one transport for every origin)",
+    "app": "'transport' (trio_retry.testing.MockTransport answers calls in-process)",
+    "http1": "'http2' (HTTP/1.1 is always offered; http2=False offers nothing else)",
+    "connector": "'max_connections', 'max_connections_per_origin' and 'keepalive_expiry' "
+    "(the pool's limits are options of their own)",
+    "verify_ssl": "'verify'",
+    "cookie_jar": "'cookies' (True, or an http.cookiejar.CookieJar)",
+    "json_serialize": "'json_dumps'",
+    "raise_for_status": "response.raise_for_status() on each response (a status of 400 or "
+    "above is returned, not raised)",
 }
 _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
 
@@ -505,8 +527,10 @@ def _unknown_option(
     if hint is None:
         import difflib  # only on this error path: not worth its import time at start-up
 
-        # Another client's name misspelt ('timout') is that name, not the nearest option.
-        close = difflib.get_close_matches(name, [*options, *hints], n=1)
+        # Another client's name misspelt ('timout') is that name, not the nearest option; a
+        # name only as near as 'mounts' is to 'timeout' is neither (a closer bar for hints).
+        near_hint = difflib.get_close_matches(name, hints, n=1, cutoff=0.8)
+        close = near_hint or difflib.get_close_matches(name, options, n=1)
         hint = (hints.get(close[0]) or repr(close[0])) if close else None
     if hint is not None:
         return TypeError(f"{message}; did you mean {hint}?")

@@ -9,6 +9,7 @@ input can never put a byte on the wire.
 from __future__ import annotations
 
 import codecs
+import inspect
 import json as _json
 import math
 import re
@@ -56,7 +57,7 @@ _FORBIDDEN_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _NOT_LATIN1 = re.compile(r"[^\x00-\xff]")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StageTimeouts:
     """Per-stage limits (seconds, each optional), on top of the call deadline.
 
@@ -76,6 +77,27 @@ class StageTimeouts:
     write: float | None = None
     first_byte: float | None = None
     read: float | None = None
+
+    def __new__(cls, *args: object, **kwargs: object) -> StageTimeouts:
+        # Each stage by name: httpx's Timeout(5) sets every stage, and StageTimeouts(5) set
+        # connect= alone, silently. (Here, not in __init__: a keyword-only __init__'s own
+        # error names no fix; replace() and copies pass keywords or nothing.)
+        if args:
+            raise TypeError(
+                f"StageTimeouts() takes each stage's limit by name (connect=, tls=, write=, "
+                f"first_byte=, read=), got {len(args)} positional argument(s); httpx's "
+                "Timeout(5) is deadline=5 here (the whole call), or give the stages: "
+                "StageTimeouts(connect=5, read=5)"
+            )
+        unknown = sorted(kwargs.keys() - set(_STAGE_FIELDS))
+        if unknown:  # httpx's Timeout(pool=, total=...): said where those bounds live here
+            name = unknown[0]
+            elsewhere = _NOT_STAGES.get(name, "")
+            raise TypeError(
+                f"StageTimeouts() got an unexpected keyword argument {name!r}; its stages are "
+                f"connect, tls, write, first_byte and read{elsewhere}"
+            )
+        return object.__new__(cls)
 
     def __post_init__(self) -> None:
         """Each field is a positive finite number of seconds or ``None``; anything else is a
@@ -100,6 +122,20 @@ class StageTimeouts:
 
 
 _STAGE_FIELDS = ("connect", "tls", "write", "first_byte", "read")
+#: Other clients' names for a bound that is not a stage here, and where it is.
+_NOT_STAGES = {
+    "pool": " (the wait for a pooled connection is Client(pool_timeout=...))",
+    "total": " (the whole call's bound is deadline=, on the client or the call)",
+    "timeout": " (the whole call's bound is deadline=, on the client or the call)",
+}
+# help(), IDEs and inspect.signature show __init__'s keywords, not __new__'s (*args, **kwargs).
+setattr(  # noqa: B010 (a class attribute mypy does not know)
+    StageTimeouts,
+    "__signature__",
+    inspect.signature(StageTimeouts.__init__).replace(
+        parameters=list(inspect.signature(StageTimeouts.__init__).parameters.values())[1:]
+    ),
+)
 
 
 HeaderTypes: TypeAlias = Union[

@@ -234,8 +234,34 @@ class Origin:
 
     @classmethod
     def parse(cls, text: str) -> Origin:
-        """``"https://api.example"`` or ``"https://api.example:443"`` (the upstreams keys)."""
+        """The origin of the URL ``text`` (``"https://api.example/x"`` ->
+        ``https://api.example:443``)."""
         return URL(text).origin
+
+    @classmethod
+    def parse_key(cls, text: str) -> Origin:
+        """An ``upstreams`` key: ``"https://api.example"`` or ``"https://api.example:443"``.
+
+        Only a scheme, a host and a port: a key with userinfo, a path, a query or a fragment
+        is refused (``InvalidRequest`` saying which), never silently cut to its origin, where
+        ``https://api.example/v1`` and ``https://api.example/v2`` became one upstream."""
+        url = URL(text)
+        netloc, path = url._parts.netloc, url._parts.path
+        extra = [
+            what
+            for what, present in (
+                ("userinfo (user:password@, never shown)", "@" in netloc),
+                ("a path", path not in ("", "/")),
+                ("a query", "?" in text),
+                ("a fragment", "#" in text),
+            )
+            if present
+        ]
+        if extra:
+            raise _invalid(
+                f"it has {' and '.join(extra)}: an origin is a scheme, a host and a port only"
+            )
+        return url.origin
 
 
 class URL:
@@ -288,7 +314,9 @@ class URL:
             raise _invalid(f"URL must be a str, got {type(url).__name__}")
         if _FORBIDDEN_URL_CHARS.search(url):
             raise _invalid(
-                f"URL contains whitespace or control characters (CR, LF, NUL...): {_shown(url)}"
+                f"URL contains whitespace or control characters (CR, LF, NUL...): {_shown(url)}; "
+                "percent-encode them in a path or query (a space is %20), and give the URL "
+                "without spaces around it"
             )
         try:
             url.encode("utf-8")  # a lone surrogate would fail the percent-encoding below
@@ -301,7 +329,10 @@ class URL:
             raise _invalid(_scheme_problem(scheme, url))
         host = parts.hostname
         if not host:
-            raise _invalid(f"URL has no host: {_shown(url)}")
+            raise _invalid(
+                f"URL has no host: {_shown(url)}; accepted: http://host[:port]/path or "
+                "https://host[:port]/path"
+            )
         international = not host.isascii()
         host = _a_label(host, url)
         if international:  # str(url) shows the A-label too

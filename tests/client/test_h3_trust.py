@@ -120,8 +120,9 @@ def h3_client(server: FaultServer, context: ssl.SSLContext, **options: object) -
 
 
 def localhost_client(url: str, context: ssl.SSLContext) -> Client:
-    """A client reaching ``url`` (``https://localhost:PORT``) over HTTP/3 first."""
-    return Client(upstreams={url: Upstream(http3=True)}, ssl_context=context, retry=ONE)
+    """A client reaching ``url`` (``https://localhost:PORT/...``) over HTTP/3 first."""
+    origin = "/".join(url.split("/", 3)[:3])  # an upstreams key is an origin, without a path
+    return Client(upstreams={origin: Upstream(http3=True)}, ssl_context=context, retry=ONE)
 
 
 def broken(client: Client, server: FaultServer) -> bool:

@@ -35,7 +35,8 @@ def caddy_with(tls_policy: dict[str, Any]) -> Iterator[RunningCaddy]:
 
 
 def h3_client(url: str, **options: Any) -> Client:
-    return Client(upstreams={url: Upstream(http3=True)}, retry=ONE, **options)
+    origin = "/".join(url.split("/", 3)[:3])  # an upstreams key is an origin, without a path
+    return Client(upstreams={origin: Upstream(http3=True)}, retry=ONE, **options)
 
 
 async def test_a_refused_handshake_is_named_in_words() -> None:

@@ -27,6 +27,7 @@ from typing import (
 
 from .._auth import BasicAuth, RequestAuth
 from .._core.attempt import Attempt
+from .._core.checks import described
 from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from .._core.errors import InvalidRequest
 from .._core.policy import RetryPolicy, Upstream
@@ -206,7 +207,9 @@ def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoR
 
 
 def _auth(value: object) -> AuthTypes | None:
-    if value is None or isinstance(value, (RefreshableAuth, RequestAuth)):
+    if value is None or (
+        isinstance(value, (RefreshableAuth, RequestAuth)) and not isinstance(value, type)
+    ):
         return value
     if (
         isinstance(value, tuple)
@@ -221,7 +224,7 @@ def _auth(value: object) -> AuthTypes | None:
         "auth must be a RefreshableAuth (BasicAuth(user, password), BearerAuth(token), "
         "DigestAuth(user, password), or an object with async headers() and refresh()), a "
         "RequestAuth (async sign(request)), or a (user, password) tuple of str, got "
-        f"{type(value).__name__}"
+        f"{described(value)}"
     )
 
 
@@ -240,6 +243,13 @@ def _count(value: object, option: str, *, minimum: int, optional: bool = False) 
 def _instance(value: object, kind: type, option: str, accepted: str) -> None:
     if value is not None and not isinstance(value, kind):
         raise TypeError(f"{option} must be {accepted} or None, got {shown(value)}")
+
+
+def _callable(value: object, option: str, accepted: str) -> None:
+    """A function the client calls later: refused here, not when it is first called (an
+    ``on_attempt=5`` used to fail after its request had been sent)."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{option} must be {accepted}, or None, got {shown(value)}")
 
 
 def configure(
@@ -324,6 +334,9 @@ def configure(
     _instance(stage_timeouts, StageTimeouts, "stage_timeouts", "a StageTimeouts")
     _instance(ssl_context, ssl.SSLContext, "ssl_context", "an ssl.SSLContext")
     _instance(rng, random.Random, "rng", "a random.Random")
+    _callable(on_attempt, "on_attempt", "a function (or async function) given each Attempt")
+    _callable(clock, "clock", "a function returning the wall-clock time in seconds (time.time)")
+    _callable(json_dumps, "json_dumps", "a function turning a value into JSON text (json.dumps)")
     if engine is not None and not isinstance(engine, RetryEligibilityEngine):
         raise TypeError(f"engine must have a decide(context) method, got {shown(engine)}")
     if upstreams is not None and not isinstance(upstreams, Mapping):
@@ -342,7 +355,7 @@ def configure(
                 f"upstreams[{shown_url(key, loose=True)!r}] must be an Upstream, got {shown(value)}"
             )
         try:
-            origins[Origin.parse(key)] = value
+            origins[Origin.parse_key(key)] = value
         except InvalidRequest as exc:
             problem = str(exc)
         else:

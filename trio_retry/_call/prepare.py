@@ -15,15 +15,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
-from urllib.parse import urlencode
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
-from .._body import PreparedBody, new_uuid4, prepare_body
+from .._body import PreparedBody, form_body, new_uuid4, prepare_body
+from .._core.checks import described
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
 from .._core.idempotency import IDEMPOTENCY_KEY_HEADER, Idempotency, classify_idempotency
 from .._core.policy import RetryPolicy
-from .._core.replay import Body, Multipart
+from .._core.replay import Body
 from .._core.secrecy import withheld
 from .._errors import InvalidRequest, ProtocolFailed, RequestFailed
 from .._models import URL, Headers, HeaderTypes, shown_url
@@ -266,7 +266,7 @@ def prepare(
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
     """
     if not isinstance(method, str) or not method.isascii() or not method.isalpha():
-        raise _invalid(f"invalid HTTP method {method!r}: expected letters such as 'GET' or 'POST'")
+        raise _invalid(_bad_method(method))
     method = method.upper()
     if hedging is not None and hedging is not False and not _is_hedging(hedging):
         raise TypeError(
@@ -328,7 +328,7 @@ def prepare(
     try:
         source: object = content
         if data is not None or files is not None:
-            source = _form_content(content, data, files, json)
+            source = form_body(content, data, files, json)
         body = prepare_body(source, json, json_dumps=config.json_dumps)
         if data is not None and files is None and body.content_type is None:
             body.content_type = "application/x-www-form-urlencoded"
@@ -366,6 +366,21 @@ def prepare(
     )
 
 
+def _bad_method(method: object) -> str:
+    """The message for a method that is not letters. A URL given first (``request(url,
+    "GET")``, the order of some clients' helpers) is said to be one, and not shown: it may hold
+    a password."""
+    if isinstance(method, str) and "://" in method:
+        return (
+            "invalid HTTP method: a URL was given as the method (not shown); the method comes "
+            "first: client.request('GET', url)"
+        )
+    shown_method = repr(method) if isinstance(method, str) and len(method) <= 20 else (
+        withheld(method)
+    )  # fmt: skip
+    return f"invalid HTTP method {shown_method}: expected letters such as 'GET' or 'POST'"
+
+
 def _call_auth(config: ClientConfig, auth: object, url: URL) -> AuthTypes | None:
     """The call's ``auth=``, else the client's, else the URL's userinfo (``BasicAuth``), else
     (``trust_env``) the netrc entry of the URL's host."""
@@ -394,11 +409,11 @@ def coerce_auth(auth: object, option: str) -> AuthTypes:
             return BasicAuth(auth[0], auth[1])
         except ValueError as exc:  # (its message shows neither the name nor the password)
             raise ValueError(f"{option}=: {exc}") from None
-    if isinstance(auth, (RefreshableAuth, RequestAuth)):
+    if isinstance(auth, (RefreshableAuth, RequestAuth)) and not isinstance(auth, type):
         return auth
     raise TypeError(
         f"{option}= must be a RefreshableAuth (BasicAuth, BearerAuth, DigestAuth...) or a "
-        f"(user, password) tuple, got {type(auth).__name__}"
+        f"(user, password) tuple of str, got {described(auth)}"
     )
 
 
@@ -427,7 +442,11 @@ def _call_cookies(cookies: Mapping[str, str] | None) -> tuple[tuple[str, str], .
     for name, value in cookies.items():
         if not isinstance(name, str) or not _COOKIE_NAME.fullmatch(name):
             raise _invalid(f"cookies=: invalid cookie name {name!r} (RFC 6265 token)")
-        if not isinstance(value, str) or not _COOKIE_VALUE.fullmatch(value):
+        if not isinstance(value, str):
+            raise _invalid(
+                f"cookies=: the value of cookie {name!r} must be str, got {type(value).__name__}"
+            )
+        if not _COOKIE_VALUE.fullmatch(value):
             raise _invalid(
                 f"cookies=: invalid value for cookie {name!r}: no spaces, quotes, commas, "
                 "semicolons, backslashes or control characters (RFC 6265)"
@@ -534,34 +553,6 @@ def _invalid(message: str) -> InvalidRequest:
     return InvalidRequest(
         message, evidence=Evidence.NOT_SENT, category=FailureCategory.INVALID_REQUEST
     )
-
-
-def _form_content(
-    content: object, data: Mapping[str, Any] | None, files: Mapping[str, Any] | None, json: Any
-) -> object:
-    """Turn ``data=`` (form fields) and ``files=`` into a body; at most one kind of body."""
-    if data is None and files is None:
-        return content
-    if content is not None or json is not None:
-        raise TypeError("pass only one of content=, json= and data=/files=")
-    if files is None:
-        assert data is not None
-        pairs = [
-            (str(k), str(item))
-            for k, v in data.items()
-            for item in (v if isinstance(v, (list, tuple)) else [v])
-        ]
-        return urlencode(pairs)
-    parts: list[tuple[str, Any]] = [(str(k), str(v)) for k, v in (data or {}).items()]
-    for name, value in files.items():
-        if isinstance(value, tuple):
-            filename, body, *rest = value
-            parts.append((name, (filename, body, rest[0] if rest else "application/octet-stream")))
-        else:
-            filename = getattr(value, "name", name)
-            parts.append((name, (str(filename).rsplit("/", 1)[-1], value,
-                                 "application/octet-stream")))  # fmt: skip
-    return Multipart(parts)
 
 
 _URL_CACHE: dict[str, URL] = {}

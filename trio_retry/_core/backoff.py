@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from .checks import check_number
+
 __all__ = ["Backoff", "Jitter", "RandomSource", "parse_retry_after"]
 
 Jitter = Literal["full", "decorrelated", "none"]
@@ -41,6 +43,8 @@ class Backoff:
     jitter: Jitter = "full"
 
     def __post_init__(self) -> None:
+        for name in ("initial", "max", "multiplier"):
+            check_number(getattr(self, name), f"Backoff.{name}", "a number")
         if self.jitter not in _JITTERS:
             raise ValueError(f"Backoff jitter must be one of {_JITTERS}, got {self.jitter!r}")
         if not (self.initial >= 0 and self.max >= 0 and self.multiplier >= 1):

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from .checks import check_number
+
 __all__ = ["RetryBudget"]
 
 
@@ -43,7 +45,9 @@ class RetryBudget:
     _latest: float = field(default=float("-inf"), init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.ratio < 0 or self.min_per_second < 0 or not self.window > 0:
+        for name in ("ratio", "min_per_second", "window"):
+            check_number(getattr(self, name), f"RetryBudget.{name}", "a number")
+        if not (self.ratio >= 0 and self.min_per_second >= 0 and self.window > 0):  # NaN too
             raise ValueError(
                 "RetryBudget needs ratio >= 0, min_per_second >= 0 and window > 0; got "
                 f"ratio={self.ratio!r}, min_per_second={self.min_per_second!r}, "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .backoff import Backoff
 from .budget import RetryBudget
+from .checks import check_flag, check_instance, check_number, check_whole
 
 if TYPE_CHECKING:
     from .breaker import CircuitBreaker
@@ -26,9 +27,16 @@ class RetryPolicy:
     min_attempt_budget: float = 0.05
 
     def __post_init__(self) -> None:
+        check_whole(self.max_attempts, "RetryPolicy.max_attempts", "a whole number >= 1")
+        check_instance(
+            self.backoff, Backoff, "RetryPolicy.backoff", "a Backoff (e.g. Backoff(initial=0.5))"
+        )
+        check_number(
+            self.min_attempt_budget, "RetryPolicy.min_attempt_budget", "a number of seconds >= 0"
+        )
         if self.max_attempts < 1:
             raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if self.min_attempt_budget < 0:
+        if not self.min_attempt_budget >= 0:  # (NaN too)
             raise ValueError(
                 f"RetryPolicy.min_attempt_budget must be >= 0, got {self.min_attempt_budget}"
             )
@@ -86,11 +94,18 @@ class Upstream:
                     raise TypeError(
                         f"Upstream.{name} must be a {kind.__name__} or None, got {value!r}"
                     )
-        for name in ("http3", "early_data"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(
-                    f"Upstream.{name} must be True or False, got {getattr(self, name)!r}"
-                )
+        for name in ("transient_500", "http3", "early_data"):
+            check_flag(getattr(self, name), f"Upstream.{name}")
+        check_instance(
+            self.budget,
+            RetryBudget,
+            "Upstream.budget",
+            "a RetryBudget (e.g. RetryBudget(ratio=0.1))",
+        )
+        for name in ("max_concurrency", "max_queue"):
+            check_whole(
+                getattr(self, name), f"Upstream.{name}", "a whole number or None", optional=True
+            )
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(
                 f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"

@@ -22,6 +22,9 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Se
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, Union
 
+from .checks import check_instance, check_whole
+from .secrecy import withheld
+
 __all__ = [
     "Body",
     "Multipart",
@@ -65,6 +68,9 @@ class Reopenable:
     factory: Callable[[], FactoryResult]
     length: int | None = None
 
+    def __post_init__(self) -> None:
+        _check_factory(self.factory, self.length, "Reopenable")
+
 
 @dataclass(frozen=True, slots=True)
 class StreamFactory:
@@ -77,6 +83,33 @@ class StreamFactory:
     factory: Callable[[], FactoryResult]
     replayability: Replayability = Replayability.REOPENABLE
     length: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_factory(self.factory, self.length, "StreamFactory")
+        check_instance(
+            self.replayability,
+            Replayability,
+            "StreamFactory.replayability",
+            "a Replayability (Replayability.ONE_SHOT, REOPENABLE or REPLAYABLE)",
+        )
+
+
+def _check_factory(factory: object, length: object, owner: str) -> None:
+    """A factory is called for each attempt: a body itself given in its place (bytes, an open
+    file) used to fail only when the first attempt called it."""
+    if not callable(factory):
+        hint = (
+            "; bytes or str need no wrapper: pass them as content= directly"
+            if isinstance(factory, (bytes, bytearray, memoryview, str))
+            else ""
+        )
+        raise TypeError(
+            f"{owner}'s factory must be a function returning a fresh body each time it is "
+            f"called (lambda: open(path, 'rb')), got {withheld(factory)}{hint}"
+        )
+    check_whole(length, f"{owner}.length", "a number of bytes >= 0, or None", optional=True)
+    if isinstance(length, int) and length < 0:
+        raise ValueError(f"{owner}.length must be a number of bytes >= 0, or None, got {length}")
 
 
 #: A multipart value: a body, or ``(filename, body, content_type)``.
@@ -156,8 +189,15 @@ def classify_body(body: object) -> Replayability:
         return Replayability.REOPENABLE
     if isinstance(body, (AsyncIterator, AsyncIterable, Iterator)) or _is_file_object(body):
         return Replayability.ONE_SHOT
+    # A generator function given uncalled is the commonest of these: say so.
+    hint = (
+        " (a function: pass what it returns, content=gen(), or Reopenable(gen) to call it "
+        "again for each attempt)"
+        if callable(body) and not isinstance(body, type)
+        else ""
+    )
     raise TypeError(
-        f"unsupported request body of type {type(body).__name__}; accepted kinds: "
+        f"unsupported request body of type {type(body).__name__}{hint}; accepted kinds: "
         f"{ACCEPTED_BODY_KINDS}"
     )
 
