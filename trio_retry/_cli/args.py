@@ -21,6 +21,8 @@ __all__ = ["PROG", "Options", "UsageError", "parse"]
 PROG = "python -m trio_retry"
 METHODS = ("get", "post", "put", "delete", "patch", "head", "options")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: ``http//``, ``http:/``, ``https//``: a scheme missing its ":" or a "/" (no "://" follows).
+_BROKEN_SCHEME = re.compile(r"https?(?::/|//)", re.IGNORECASE)
 
 
 class UsageError(Exception):
@@ -310,6 +312,7 @@ def build_parser(
     """
     parser = _Parser(
         prog=PROG,
+        allow_abbrev=False,  # curl takes no abbreviation: --max is not --max-time
         description="A Trio HTTP client that knows whether the server did it.",
         epilog="exit codes: 0 ok, 1 failed, 2 usage, 3 ambiguous, 4 HTTP status >= 400\n"
         f"'{PROG} COMMAND --help' shows each command's options and examples.",
@@ -323,6 +326,7 @@ def build_parser(
     for name in METHODS:
         cmd = sub.add_parser(
             name,
+            allow_abbrev=False,
             help=f"send {_article(name)} {name.upper()} request",
             description=f"Send {_article(name)} {name.upper()} request; the body goes to stdout"
             " (or -o FILE) as bytes, the trail and errors to stderr.",
@@ -359,6 +363,37 @@ def _takes_value(parser: argparse.ArgumentParser) -> frozenset[str]:
     )
 
 
+def _flags(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The option strings of ``parser`` that take no value (``-i``, ``--http2``...)."""
+    return frozenset(
+        name for action in parser._actions if action.nargs == 0 for name in action.option_strings
+    )
+
+
+def _unrecognized(extra: Sequence[str], options: frozenset[str]) -> str:
+    """argparse's "unrecognized arguments", saying what each long option may have meant, and
+    showing option names only: the other words may be a mistyped option's value (``--usr
+    ada:secret``), which argparse repeated, or a URL with its password.
+
+    An abbreviation (``--max``) is refused as curl refuses it (the parser takes none), with
+    the options it may have meant, in one line."""
+    for word in extra:
+        name = word.partition("=")[0]
+        if name.startswith("--") and len(name) > 2:
+            meant = sorted(option for option in options if option.startswith(name))
+            if meant:
+                return (
+                    f"argument {name}: options are written in full, as curl takes them "
+                    f"(no abbreviation); did you mean {' or '.join(meant)}?"
+                )
+    names = [word.partition("=")[0] for word in extra if word.startswith("-")]
+    others = len(extra) - len(names)
+    if others:
+        plural = "s" if others != 1 else ""
+        names.append(f"{others} other argument{plural} (not shown: it may hold a secret)")
+    return f"unrecognized arguments: {', '.join(names)}"
+
+
 def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     """An :class:`Options` for a request; the raw namespace for ``demo`` and ``--version``.
 
@@ -377,7 +412,7 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     args, extra = parser.parse_known_args(_explain_forms(argv))
     if extra:
         where = commands.get(args.command or "", parser)
-        where.error(f"unrecognized arguments: {' '.join(extra)}")
+        where.error(_unrecognized(extra, _takes_value(where) | _flags(where)))
     if args.version or args.command == "demo":
         return args
     if args.command is None:
@@ -386,6 +421,12 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     if not url:
         commands[args.command].error("argument url: expected a URL, got ''")
     if "://" not in url:  # curl's default scheme
+        broken = _BROKEN_SCHEME.match(url)
+        if broken:  # "http//host" would go to a host named "http" (curl's way): refused
+            commands[args.command].error(
+                f"argument url: a URL starting {broken.group()!r} (its scheme lacks ':' or "
+                "'/'); write http:// or https://"
+            )
         url = "http://" + url
     if args.http3 and url.partition("://")[0].lower() != "https":
         # HTTP/3 runs over QUIC, which is always TLS: an http:// URL would silently be sent
@@ -399,6 +440,16 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     if args.data and args.upload_file:
         commands[args.command].error("argument -T/--upload-file: not allowed with -d")
     method = args.method or args.command.upper()
+    if method == "HEAD" and (args.data or args.json_body is not None or args.upload_file):
+        # A HEAD request's content has no meaning (RFC 9110 §9.3.2), and curl refuses -I -d.
+        option = (
+            "-d/--data"
+            if args.data
+            else "-j/--json"
+            if args.json_body is not None
+            else "-T/--upload-file"
+        )
+        commands[args.command].error(f"argument {option}: a HEAD request has no body")
     return Options(
         command=args.command,
         method=method,

@@ -199,7 +199,7 @@ def _body(opts: Options, streams: Streams, prepared: _Prepared) -> None:
         if text.startswith("@"):
             text = _read(opts, "--json", text[1:]).decode("utf-8", errors="replace")
         try:
-            json.loads(text)
+            json.loads(text, parse_constant=_not_json)  # strict, as the API's json= is
         except ValueError as exc:
             raise _usage(opts, "--json", f"not valid JSON: {exc}") from None
         prepared.content = text.encode("utf-8")
@@ -233,6 +233,12 @@ def _body(opts: Options, streams: Streams, prepared: _Prepared) -> None:
         prepared.content = b"&".join(parts)
     if not _has(headers, "content-type"):
         headers.append(("Content-Type", "application/x-www-form-urlencoded"))
+
+
+def _not_json(constant: str) -> object:
+    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``, which Python reads
+    and RFC 8259 does not have: a server's parser would refuse the body after it was sent."""
+    raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or infinities)")
 
 
 def _prepare(opts: Options, streams: Streams) -> _Prepared:
