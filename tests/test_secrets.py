@@ -464,6 +464,7 @@ BAD_CLIENTS: list[dict[str, Any]] = [
     {"upstreams": {f"https://u:{PASSWORD}@h.example".encode(): None}},
     {"upstreams": {f"u:{PASSWORD}@h.example": None}},
     {"upstreams": {f"https://u:{PASSWORD}@h.example:99999": None}},
+    {"upstreams": {f"https://u:{PASSWORD}@h.example": None}},  # a valid host, with userinfo
     {"upstreams": {f"https://u:{PASSWORD}@h.example": "not an Upstream"}},
     {"cert": ("client.pem", "client.key", PASSWORD.encode())},
     {"cert": ["client.pem", "client.key", PASSWORD]},
@@ -504,8 +505,45 @@ async def test_a_refused_command_line_keeps_its_secrets(shown: Shown, flags: lis
         ["get", "http://127.0.0.1:1/", "-H", f"Cookie sid={COOKIE}"],
         ["get", "http://h.example/", "--proxy", f"http://u:{PROXY_PASSWORD}@h\uff0fx:1"],
         ["post", "http://127.0.0.1:1/", "--idempotency-key", f"{KEY} x"],
+        # A mistyped option (argparse repeated its value), an abbreviated one, a second URL.
+        ["get", "http://127.0.0.1:1/", "--usr", f"user:{PASSWORD}"],
+        ["get", "http://127.0.0.1:1/", "--prox", f"http://u:{PROXY_PASSWORD}@h:1"],
+        ["get", "http://127.0.0.1:1/", f"--prox=http://u:{PROXY_PASSWORD}@h:1"],
+        ["get", "http://127.0.0.1:1/", f"http://user:{PASSWORD}@h.example{QUERY}"],
     ]
     for args in runs:
         ran = await cli(*args, *flags)
         assert ran.code == 2, (args, ran.err_text)  # a usage error
         shown.texts.append(ran.err_text + ran.out.decode("utf-8", "replace"))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: trio_retry.BearerAuth(f"Bearer {TOKEN}"),
+        lambda: trio_retry.BearerAuth(f"{TOKEN} x"),
+        lambda: trio_retry.BearerAuth(f"{TOKEN}\n"),
+        lambda: trio_retry.BearerAuth(TOKEN.encode()),  # type: ignore[arg-type]
+        lambda: trio_retry.Reopenable(f"password={PASSWORD}".encode()),  # type: ignore[arg-type]
+    ],
+)
+def test_a_refused_credential_value_keeps_its_secret(
+    shown: Shown, make: Callable[[], object]
+) -> None:
+    # Issue #38's mistakes table: a token given with its scheme, bytes, or a body given where
+    # its factory was meant are refused at construction, and never quoted.
+    with pytest.raises((TypeError, ValueError)) as caught:
+        make()
+    shown.exception(caught.value)
+
+
+async def test_a_url_given_as_the_method_keeps_its_secret(
+    server: FaultServer, shown: Shown
+) -> None:
+    url = secret_url(server.url)
+    async with trio_retry.Client(retry=ONE) as client:
+        caught = await raised(
+            shown, trio_retry.InvalidRequest, lambda: client.request(url, server.url + "/p")
+        )
+    assert "a URL was given as the method" in str(caught)
+    assert server.requests == []
