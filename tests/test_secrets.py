@@ -510,6 +510,9 @@ async def test_a_refused_command_line_keeps_its_secrets(shown: Shown, flags: lis
         ["get", "http://127.0.0.1:1/", "--prox", f"http://u:{PROXY_PASSWORD}@h:1"],
         ["get", "http://127.0.0.1:1/", f"--prox=http://u:{PROXY_PASSWORD}@h:1"],
         ["get", "http://127.0.0.1:1/", f"http://user:{PASSWORD}@h.example{QUERY}"],
+        # curl's order, no command: the URL or a header's value where the command goes.
+        [f"http://user:{PASSWORD}@h.example{QUERY}"],
+        ["-H", f"Authorization: Bearer {TOKEN}", "http://127.0.0.1:1/"],
     ]
     for args in runs:
         ran = await cli(*args, *flags)

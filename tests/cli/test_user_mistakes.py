@@ -10,7 +10,8 @@ Rows that failed before the round-four acceptance: an abbreviated long option (`
 ``--hea``) was taken for the option it begins (curl takes none), and a mistyped option's value
 was repeated by "unrecognized arguments" (``--usr user:SECRET``); ``http//host`` went to a host
 named ``http``; ``--json '{"a": NaN}'`` was sent (Python reads NaN, JSON has none); a HEAD
-request took a body.
+request took a body; a URL or a header written where the command goes was quoted whole
+(argparse's "invalid choice"), password and token included.
 """
 
 from __future__ import annotations
@@ -99,8 +100,14 @@ CLI_MISTAKES = [
         accepted="turns into '/', '?', '#', '@' or ':'"),
     row("get", "URL", "--http3", wrong="argument --http3: HTTP/3 needs an https:// URL",
         accepted="got http://"),
-    row("GET", "URL", wrong="invalid choice: 'GET'", accepted="choose from 'demo', 'get'"),
-    row("fetch", "URL", wrong="invalid choice: 'fetch'", accepted="choose from"),
+    row("GET", "URL", wrong="invalid choice: 'GET'", accepted="commands are lower case: 'get'"),
+    row("fetch", "URL", wrong="invalid choice: 'fetch'", accepted="choose from 'demo', 'get'"),
+    # curl's order, without a command: the URL, or a header's value, took the command's place
+    # (argparse quoted it).
+    row(f"http://u:{SECRET}@127.0.0.1/", wrong="invalid choice: a URL (not shown",
+        accepted="the command comes first: python -m trio_retry get URL"),
+    row("-H", f"Authorization: Bearer {SECRET}", "URL", wrong="a word that is not a command",
+        accepted="the command comes first"),
     # Times and counts.
     row("get", "URL", "-m", "0", wrong="got '0'", accepted="a number of seconds above 0"),
     row("get", "URL", "-m", "soon", wrong="got 'soon'", accepted="a number of seconds above 0"),

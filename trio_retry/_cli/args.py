@@ -394,6 +394,18 @@ def _unrecognized(extra: Sequence[str], options: frozenset[str]) -> str:
     return f"unrecognized arguments: {', '.join(names)}"
 
 
+def _word(word: str) -> str:
+    """A word given where the command goes, as an error shows it: a short word as it is
+    (``'fetch'``, ``'GET'``), anything else described, never quoted (a URL, a header)."""
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,19}", word):
+        lower = f"; commands are lower case: '{word.lower()}'" if word.lower() in METHODS else ""
+        return f"{word!r}{lower}"
+    first = f"the command comes first: {PROG} get URL [options]"
+    if "://" in word:
+        return f"a URL (not shown: it may hold a password); {first}"
+    return f"a word that is not a command (not shown: it may hold a secret); {first}"
+
+
 def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     """An :class:`Options` for a request; the raw namespace for ``demo`` and ``--version``.
 
@@ -409,6 +421,11 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         # One line with what to use instead, not argparse's usage and "unrecognized" (or, for
         # curl's --head, a complaint about --header, of which argparse takes it for a prefix).
         where.error(curl_option)
+    if command and command not in (*METHODS, "demo"):
+        # argparse would quote the word, which is often the URL (with its password) or a
+        # header's value (-H 'Authorization: ...' written before any command, as for curl).
+        choices = ", ".join(repr(name) for name in ("demo", *METHODS))
+        parser.error(f"argument COMMAND: invalid choice: {_word(command)} (choose from {choices})")
     args, extra = parser.parse_known_args(_explain_forms(argv))
     if extra:
         where = commands.get(args.command or "", parser)
