@@ -40,12 +40,21 @@ class FakeConnection:
         self.on_draining: object = None
         self.closed = False
         self.goaway = False
+        #: As a connection its dark-connection watch made suspect (``contract.DarkWatch``).
+        self.suspect = False
         self.streams = 0  # streams the "client" has open on it (HTTP/2)
         self.expires_at = math.inf
         self.on_retired: object = None
 
     def is_available(self) -> bool:
-        return not self.closed and not self.goaway
+        return not self.closed and not self.goaway and not self.suspect
+
+    def lift(self) -> None:
+        """No longer suspect: tell the pool, as ``DarkWatch.received`` does."""
+        self.suspect = False
+        hook = getattr(self, "on_available", None)
+        if callable(hook):
+            hook()
 
     def is_reusable(self) -> bool:
         return not self.closed

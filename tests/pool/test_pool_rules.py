@@ -265,3 +265,30 @@ async def test_pool_timeout_counts_nothing_while_an_opening_is_shared(
     assert isinstance(second.error, WireError)
     assert second.error.category is FailureCategory.POOL_TIMEOUT
     assert trio.current_time() - started == pytest.approx(13.0, abs=0.3)
+
+
+async def test_a_connection_that_takes_streams_again_serves_its_waiters_at_once(
+    nursery: trio.Nursery,
+) -> None:
+    """A connection made suspect by a silence (``contract.DarkWatch``) takes no stream; calls
+    that find it so queue (the pool is full); when it hears from its peer again the pool is
+    told (``on_available``) and serves them on it at once, without waiting for a stream of it
+    to end."""
+    pool = pool_of(1)
+    pool.bind(nursery)
+    driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=4)
+    first = driver.start("a", multiplexed=True)
+    await driver.settle()
+    driver.finish_opening(driver.openings[0], "ok")
+    await driver.settle()
+    (conn,) = driver.connections
+    conn.suspect = True
+    waiting = await driver.start_in_order(["a", "a"], multiplexed=True)
+    assert [c.state for c in waiting] == ["acquiring", "acquiring"]
+    assert "1 active, 0 idle, 2 waiting" in repr(pool)
+    driver.check_invariants()
+    conn.lift()
+    await driver.settle()
+    assert [(c.state, c.conn) for c in waiting] == [("holding", conn), ("holding", conn)]
+    assert first.state == "holding"
+    driver.check_invariants()

@@ -81,8 +81,10 @@ async def test_a_lane_armed_after_a_long_idle_still_fires_on_time(
 
 
 def test_lanes_exist_only_for_the_limits_given() -> None:
-    assert [lane.which for lane in clock_of().lanes] == ["deadline"]
-    assert [lane.which for lane in clock_of(first_byte=1.0).lanes] == ["first_byte", "deadline"]
+    # (the call deadline's, and the dark-connection watch's two, from the clock's table: always)
+    always = ["deadline", "read_idle", "read_idle_ping"]
+    assert [lane.which for lane in clock_of().lanes] == always
+    assert [lane.which for lane in clock_of(first_byte=1.0).lanes] == ["first_byte", *always]
     lane = Lane("read", 1.0)
     assert lane.expire(5.0) == 6.0  # empty: looked at again no earlier than now + limit
 

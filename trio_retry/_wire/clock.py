@@ -31,8 +31,10 @@ from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s
 (:data:`DEFAULT_LIMITS`, this module's table; ``_call/config.py`` builds
 ``DEFAULT_STAGE_TIMEOUTS`` from it) are chosen so that nothing waits forever;
 ``StageTimeouts()`` (all ``None``) is the explicit way out. The few limits no client configures
-(the idle check's PING, the QUIC handshake's fallback) are this module's table too
-(:data:`FIXED`), read from here and written nowhere else.
+(the idle check's PING, the QUIC handshake's fallback, the dark-connection watch's silence and
+PING) are this module's table too (:data:`FIXED`), read from here and written nowhere else; the
+watch (``contract.DarkWatch``) rides two lanes of every clock (:attr:`Clock.dark`), armed by a
+connection's reader while it waits for bytes.
 
 **The call deadline and the head.** A call with a ``deadline=`` (its own or the client's)
 waits for its response head as long as that deadline allows, not ``first_byte``, when
@@ -163,6 +165,13 @@ class FixedLimits:
     #: its task's end, at most, when the socket cannot take them at once (:func:`closing`):
     #: a client's exit is never held up for long by a full socket.
     closing: float = 0.25
+    #: A multiplexed connection with a request waiting (none of our bytes waiting to be written:
+    #: the write bound's case) that received nothing for this long takes no new stream and is
+    #: PINGed (``contract.DarkWatch``, Go's ``ReadIdleTimeout``) ...
+    read_idle: float = 5.0
+    #: ... and is closed if still nothing arrives within this long after (``PingTimeout``):
+    #: long for a peer that is there, short beside the ``first_byte`` each request would wait.
+    read_idle_ping: float = 5.0
 
 
 #: The table of fixed limits.
@@ -358,6 +367,7 @@ class Clock:
 
     __slots__ = (
         "_sleep",
+        "dark",
         "deadline",
         "first_byte",
         "head_yields",
@@ -378,6 +388,11 @@ class Clock:
         )
         self.read = Lane("read", limits.read) if limits.read is not None else None
         self.deadline = DeadlineLane(self)
+        #: The dark-connection watch's lanes (``contract.DarkWatch``), from :data:`FIXED`.
+        self.dark = (
+            Lane("read_idle", FIXED.read_idle),
+            Lane("read_idle_ping", FIXED.read_idle_ping),
+        )
         #: True while :meth:`run` runs: only then are the lanes used.
         self.running = False
         self._sleep: trio.CancelScope | None = None  # the task's current sleep
@@ -385,7 +400,7 @@ class Clock:
     @property
     def lanes(self) -> tuple[Lane, ...]:
         stages = (self.write, self.first_byte, self.read)
-        return (*(lane for lane in stages if lane), self.deadline)
+        return (*(lane for lane in stages if lane), self.deadline, *self.dark)
 
     def bound(self, which: str, target: StageTarget | None = None) -> Bound:
         """A :class:`Bound` for the waits ``which`` (``"write"``, ``"first_byte"``,

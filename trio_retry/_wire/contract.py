@@ -12,6 +12,8 @@ other (``tests/test_layers.py`` keeps it so):
   on the stream so that its *first* proof wins over what happens to the connection afterwards;
 - the idle check (:class:`IdlePing`): the PING a connection that has been quiet must answer
   before it takes a new stream, and its limits (``clock.FIXED``);
+- the dark-connection watch (:class:`DarkWatch`): a connection with requests waiting that
+  receives nothing takes no new stream, is PINGed, and is closed when nothing answers;
 - a request's field section (:func:`request_headers`): pseudo-headers first, the
   connection-specific fields left out (RFC 9113 §8.2.2, RFC 9114 §4.2);
 - the words of the failures of a connection's opening and of its idle check
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from .._core.evidence import FailureCategory
-from .clock import FIXED, Bound, seconds
+from .clock import FIXED, Bound, Clock, Lane, seconds
 from .exchange import content_length
 from .progress import AttemptProgress, WireError
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECTION_SPECIFIC",
+    "DarkPeer",
+    "DarkWatch",
     "Failure",
     "IdlePing",
     "MultiplexedConnection",
@@ -95,6 +99,9 @@ class MultiplexedConnection(PooledConnection, Protocol):
     """
 
     on_retired: Callable[[], None] | None
+    #: Told when the connection takes streams again after a silence made it suspect
+    #: (:class:`DarkWatch`); set by the pool, which then serves its waiters on it.
+    on_available: Callable[[], None] | None
     #: Streams the connection may take in all, set by the pool from what the origin allowed
     #: before a rotation (``None``: no limit known); ``is_available()`` honours it.
     request_limit: int | None
@@ -240,6 +247,111 @@ class IdlePing:
             f"the idle connection did not answer a PING within {seconds(self.timeout)}"
         )
         raise unanswered_ping(progress, protocol, self.timeout)
+
+
+class DarkPeer(Protocol):
+    """What :class:`DarkWatch` asks of a multiplexed connection (its session, or its driver)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def clock(self) -> Clock | None:
+        """The client's clock, whose lanes keep the watch (``None``: no watch)."""
+
+    def busy(self) -> bool:
+        """Whether a request waits for what the peer sends, with none of our own bytes waiting
+        to be written (while they wait, the write bound says when to give up)."""
+
+    def send_ping(self, uid: int) -> None:
+        """Queue a PING and have it sent. Never blocks."""
+
+    def gone_dark(self, message: str) -> None:
+        """Close the connection, ``message`` saying why: its streams fail with the evidence
+        each has (one whose request never left is ``NOT_SENT``). Never blocks."""
+
+
+class DarkWatch:
+    """The dark-connection watch of one multiplexed connection (Go's ``ReadIdleTimeout`` and
+    ``PingTimeout``): a connection with a request waiting (:meth:`DarkPeer.busy`) that received
+    nothing for ``FIXED.read_idle`` seconds takes no new stream (:attr:`suspect`: its
+    ``is_available()`` is false, and a request handed it just before opens no stream on it:
+    ``NOT_SENT``) and is PINGed; anything received (the answer, or any frame or packet) lifts
+    that; nothing within ``FIXED.read_idle_ping`` more closes it (:meth:`DarkPeer.gone_dark`).
+    Without it a connection whose path went dark (a partition, a middlebox that forgot the
+    flow, a peer gone without a word) keeps taking requests until each times out, every one of
+    them ambiguous.
+
+    The connection's reader arms the watch when it starts waiting for bytes (:meth:`waiting`)
+    and disarms it when they come (:meth:`received`): a dict store and a dict pop on a lane of
+    the client's clock (``Clock.dark``), which expires it (:meth:`expire`), no cancel scope per
+    read. A connection made without a running clock has no watch.
+
+    Silence alone proves nothing while nobody waits (an idle pooled connection: the idle check,
+    :class:`IdlePing`, PINGs it before its next stream), nor while our own bytes wait to be
+    written: a PING queued behind them could not be answered before the peer reads them, and
+    a slow reader is the write bound's to judge, from its progress.
+    """
+
+    __slots__ = ("_armed", "_peer", "on_lifted", "suspect")
+
+    def __init__(self, peer: DarkPeer) -> None:
+        self._peer = peer
+        self._armed: Lane | None = None  # the lane this watch is on, if any
+        #: Silent with a request waiting, PINGed: takes no new stream until something arrives.
+        self.suspect = False
+        #: Told when a suspicion is lifted (the connection's ``on_available``, the pool's).
+        self.on_lifted: Callable[[], None] | None = None
+
+    def waiting(self) -> None:
+        """The reader starts waiting for bytes: from now, ``read_idle`` seconds of silence
+        make the connection suspect."""
+        if self._armed is not None:
+            return
+        clock = self._peer.clock
+        if clock is not None and clock.running:
+            self._arm(clock.dark[0])
+
+    def received(self) -> None:
+        """Bytes arrived: the peer is there (a suspicion is lifted, and ``on_lifted`` told)."""
+        self.stop()
+        if self.suspect:
+            self.suspect = False
+            lifted = self.on_lifted
+            if lifted is not None:
+                lifted()
+
+    def stop(self) -> None:
+        """Off its lane (the connection is over, or it heard from the peer)."""
+        lane = self._armed
+        if lane is not None:
+            self._armed = None
+            lane.pending.pop(self, None)
+
+    def expire(self) -> None:
+        """A lane ran out (the clock's task calls this: it never blocks)."""
+        lane, self._armed = self._armed, None
+        peer = self._peer
+        clock = peer.clock
+        if lane is None or clock is None or peer.closed:
+            return
+        silence, answer = clock.dark
+        if lane is silence:
+            if peer.busy():
+                self.suspect = True
+                peer.send_ping(0)
+                self._arm(answer)
+            else:
+                self._arm(silence)  # nothing to tell yet: watch on
+            return
+        peer.gone_dark(
+            f"the connection went dark: nothing received for {silence.limit + answer.limit:g} s, "
+            f"not even the answer to a PING sent after {silence.limit:g} s"
+        )
+
+    def _arm(self, lane: Lane) -> None:
+        self._armed = lane
+        lane.pending[self] = lane.now() + lane.limit
 
 
 def unanswered_ping(progress: AttemptProgress, protocol: str, limit: float) -> WireError:

@@ -408,6 +408,7 @@ class PoolBook:
             conn.on_draining = lambda: self._drained(conn)  # type: ignore[attr-defined]
         multiplexed = cast(MultiplexedConnection, conn)
         multiplexed.on_retired = lambda: self._forget_shared(conn)
+        multiplexed.on_available = lambda: self._available_again(conn)
         if (limit := self._stream_limits.get(state.key)) is not None:
             multiplexed.request_limit = limit  # what the origin allowed its last connection
 
@@ -445,6 +446,16 @@ class PoolBook:
         conn.expires_at = self.now() + (expiry if expiry is not None else math.inf)
         ledger.idle[conn] = None
 
+    def _available_again(self, conn: PooledConnection) -> None:
+        """``conn`` takes streams again: it heard from its peer after a silence that made it
+        suspect (``contract.DarkWatch``). Its origin's waiters may use it at once."""
+        state = self.ledger.origins.get(conn.origin_key)
+        if self.closed or state is None or conn not in state.shared:
+            return
+        state.free[conn] = None
+        if state.mux:
+            self._serve_streams(state, conn)
+
     def _drained(self, conn: PooledConnection) -> None:
         """``conn``, of an origin capped at one connection (HTTP/3), received GOAWAY and
         drains: it no longer counts, so the calls queued for its streams get a slot for its
@@ -461,6 +472,7 @@ class PoolBook:
         self._draining.add(conn)
         multiplexed = cast(MultiplexedConnection, conn)
         multiplexed.on_retired = lambda: self._draining.discard(conn)
+        multiplexed.on_available = None
         self.ledger.count_down(state)
         self._grant_slots()
 
@@ -481,6 +493,7 @@ class PoolBook:
         state.free.pop(conn, None)
         ledger.idle.pop(conn, None)
         cast(MultiplexedConnection, conn).on_retired = None
+        cast(MultiplexedConnection, conn).on_available = None
         conn.close()
         ledger.count_down(state)
         if grant:

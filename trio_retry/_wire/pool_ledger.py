@@ -332,6 +332,7 @@ class Ledger:
             del state.shared[conn]
             state.free.pop(conn, None)
             cast(MultiplexedConnection, conn).on_retired = None
+            cast(MultiplexedConnection, conn).on_available = None
         else:
             # The oldest idle connection of all is the oldest of its origin, the bottom of its
             # stack: both are in the order the connections became idle.

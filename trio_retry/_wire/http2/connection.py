@@ -246,6 +246,16 @@ class HTTP2Connection:
     # --- pool hooks ------------------------------------------------------------------------
 
     @property
+    def on_available(self) -> Callable[[], None] | None:
+        """Told when the connection takes streams again after a silence made it suspect
+        (``contract.DarkWatch``); the pool sets it."""
+        return self.session.dark.on_lifted
+
+    @on_available.setter
+    def on_available(self, hook: Callable[[], None] | None) -> None:
+        self.session.dark.on_lifted = hook
+
+    @property
     def closed(self) -> bool:
         """The connection is over (closed by the client, or died: ``Session.die``)."""
         return self.session.closed
@@ -298,6 +308,7 @@ class HTTP2Connection:
         return (
             not session.closed
             and session.goaway_last is None
+            and not session.dark.suspect
             and (self.request_limit is None or session.requests < self.request_limit)
             and len(session.streams) < session.max_streams
         )
@@ -422,7 +433,10 @@ class HTTP2Connection:
 
     async def _receive_once(self) -> None:
         """Read once and process what arrived; a broken or closed transport kills the
-        connection (``Session.die``) rather than raising."""
+        connection (``Session.die``) rather than raising. The dark-connection watch is armed
+        while it waits (``contract.DarkWatch``)."""
+        dark = self.session.dark
+        dark.waiting()
         try:
             data = self._more(await self._stream.receive_some())
         except TRANSPORT_ERRORS as exc:
@@ -439,6 +453,7 @@ class HTTP2Connection:
             )
             return
         self._idle.last_received = self._clock.current_time()
+        dark.received()
         receive(self.session, bytes(data))
 
     async def _read_loop(self) -> None:

@@ -185,7 +185,7 @@ class FastMachine:
         machine.outbound_flow_control_window = self._out_window
         if self._opened and machine.state_machine.state is ConnectionState.IDLE:
             machine.state_machine.process_input(ConnectionInputs.SEND_HEADERS)
-        for stream_id, kept in self._streams.items():
+        for stream_id, kept in self._streams.items():  # (once in a connection's life)
             stream = H2Stream(
                 stream_id,
                 config=machine.config,

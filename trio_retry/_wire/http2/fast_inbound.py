@@ -284,6 +284,8 @@ def _frame(
         window = reference.local_settings.initial_window_size
         delta = window - machine._local_window
         if delta:
+            # (O(streams), once per SETTINGS ACK that changed our window: once or twice a
+            # connection.)
             for stream in machine._streams.values():
                 manager = stream.window
                 maximum = manager.max_window_size + delta

@@ -143,8 +143,8 @@ def _on_window(session: Session, event: h2.events.WindowUpdated) -> None:
         stream = session.streams.get(event.stream_id)
         if stream is not None:
             stream.wake()
-    else:
-        for stream in session.streams.values():
+    else:  # the connection's window: the streams waiting for window look again
+        for stream in list(session.window_waiters):
             stream.wake()
 
 

@@ -51,6 +51,16 @@ async def open_stream(
     while True:
         if progress.interrupted:
             raise interrupted(progress)
+        if session.dark.suspect and not session.closed and session.goaway_last is None:
+            # Silent with requests waiting, PINGed (``contract.DarkWatch``): nothing of this
+            # request was written; it goes on another connection, uncounted.
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the HTTP/2 connection received nothing for a while and takes no new stream "
+                "until it answers a PING",
+                reconnect=True,
+            )
         if session.closed or session.goaway_last is not None:
             # Nothing of this request was written: the stage (POOL) says NOT_SENT.
             category = (
@@ -62,7 +72,9 @@ async def open_stream(
                 progress,
                 category,
                 "the HTTP/2 connection no longer accepts new streams",
-                reconnect=session.goaway_last is not None,
+                # The connection failed, not the request (as for a stream none of whose
+                # bytes left when it died: ``Session.die``): it goes on another, uncounted.
+                reconnect=True,
             )
         if len(session.streams) < session.max_streams:
             break
@@ -235,7 +247,12 @@ async def wait_send_window(session: Session, stream: Stream, progress: AttemptPr
         if size > 0:
             return size
         # Woken by WINDOW_UPDATE (stream or connection), a SETTINGS change, or a failure.
-        await stream.wait()
+        waiters = session.window_waiters
+        waiters.add(stream)
+        try:
+            await stream.wait()
+        finally:
+            waiters.discard(stream)
 
 
 async def send(

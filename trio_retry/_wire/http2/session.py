@@ -28,7 +28,7 @@ from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, Clock, limit_of, timeout_message
-from ..contract import Failure, IdlePing
+from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
 from ..transport import Transport
 from .fast import FastMachine
@@ -54,10 +54,12 @@ class Session:
         "_on_dead",
         "_socket",
         "accepted_streams",
+        "attempts",
         "awaiting_head",
         "capacity",
         "clock",
         "closed",
+        "dark",
         "death",
         "frames",
         "goaway_last",
@@ -71,6 +73,7 @@ class Session:
         "run_clock",
         "settings_received",
         "streams",
+        "window_waiters",
         "writer",
     )
 
@@ -92,6 +95,12 @@ class Session:
         )
         #: Our streams by id, until the client is done with each (:meth:`stream_done`).
         self.streams: dict[int, Stream] = {}
+        #: The same streams by the attempt each carries: :meth:`interrupt` finds its stream at
+        #: once (a scan of every stream per timeout was O(streams) per event).
+        self.attempts: dict[AttemptProgress, Stream] = {}
+        #: The streams waiting for the server's flow-control window: a connection-level
+        #: WINDOW_UPDATE wakes these, not every stream (``inbound.py``).
+        self.window_waiters: set[Stream] = set()
         #: Response heads checked on this connection, and their verdicts (``check_head``).
         self.heads: HeadVerdicts = {}
         #: The streams whose final head has not arrived (DATA for them is a stream error).
@@ -118,6 +127,9 @@ class Session:
         self.accepted_streams: int | None = None
         #: The idle check (``contract.IdlePing``): the reader notes each read there.
         self.idle = idle
+        #: The dark-connection watch (``contract.DarkWatch``): the reader arms it before each
+        #: read and disarms it on each.
+        self.dark = DarkWatch(self)
         #: Where idle checks wait for their PING's answer.
         self.ping_lot = trio.lowlevel.ParkingLot()
         #: The run's clock, read directly (``trio.current_time()`` is three calls to it).
@@ -138,6 +150,7 @@ class Session:
     def add(self, stream: Stream) -> None:
         """``stream``'s HEADERS are queued: it counts from now on, awaiting its head."""
         self.streams[stream.stream_id] = stream
+        self.attempts[stream.progress] = stream
         self.awaiting_head.add(stream.stream_id)
         self.frames.opened = stream.stream_id  # ids only go up
         self.requests += 1
@@ -157,6 +170,8 @@ class Session:
         bytes, free its slot."""
         if self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
+            if self.attempts.get(stream.progress) is stream:
+                del self.attempts[stream.progress]
         self.awaiting_head.discard(stream.stream_id)
         if not self.closed:
             h2_stream = self.h2.streams.get(stream.stream_id)
@@ -172,6 +187,9 @@ class Session:
                     pass  # closed meanwhile: nothing to reset
                 self.writer.collect()
         if self.capacity:
+            # (Every request waiting for a slot looks again: the pool lends no more streams
+            # than the server allows, so this lot is empty but for a race, or a SETTINGS that
+            # lowered the limit.)
             self.capacity.unpark_all()
         if self.goaway_last is not None and not self.streams:
             # The server asked us to go; the last stream it promised to finish has finished.
@@ -204,6 +222,7 @@ class Session:
         self.settings_received = True
         self.max_streams = self.h2.remote_settings.max_concurrent_streams
         self.header_limit = self.h2.remote_settings.max_header_list_size
+        # (O(streams), once per SETTINGS frame: a server sends one or two per connection.)
         for stream in self.streams.values():
             stream.wake()
         self.capacity.unpark_all()
@@ -221,6 +240,18 @@ class Session:
         await self.ping_lot.park()
 
     def ping_unanswered(self, message: str) -> None:
+        self.die(Failure(FailureCategory.CONNECTION_BROKEN, message))
+
+    # --- the dark-connection watch (``contract.DarkPeer``) --------------------------------------
+
+    def busy(self) -> bool:
+        """A request waits for the server, and none of our frames waits to be written."""
+        writer = self.writer
+        return bool(self.streams) and writer.written >= writer.queued
+
+    def gone_dark(self, message: str) -> None:
+        """Nothing arrived, not even the answer to a PING: close the connection (:meth:`die`:
+        a stream none of whose bytes left is ``NOT_SENT``, the others keep their evidence)."""
         self.die(Failure(FailureCategory.CONNECTION_BROKEN, message))
 
     def ping_answered(self) -> None:
@@ -248,7 +279,7 @@ class Session:
         self.goaway_last = last
         code = code_name(error_code)
         refused = 0
-        for stream_id, stream in list(self.streams.items()):
+        for stream_id, stream in list(self.streams.items()):  # (at most twice a connection)
             if stream_id > last:
                 not_sent = stream.progress.stage < Stage.RESPONSE_HEAD
                 refused += not_sent
@@ -298,6 +329,7 @@ class Session:
         death = self.death
         handed = self.writer.handed
         self.writer.stop()
+        self.dark.stop()
         self._socket.close()
         # Never handed to the transport: the connection failed, not the request, so the
         # client may send it again on a fresh connection without counting (``reconnect``).
@@ -307,7 +339,7 @@ class Session:
             not_sent=True,
             reconnect=True,
         )
-        for stream in list(self.streams.values()):
+        for stream in list(self.streams.values()):  # (once: the connection's end)
             never_left = (
                 handed <= stream.first_offset and stream.progress.stage < Stage.RESPONSE_HEAD
             )
@@ -342,10 +374,12 @@ class Session:
         attempt's: a stream that ended already is not failed (the attempt then succeeds, as
         over a scope that expired after the last byte)."""
         progress.interrupted = True
-        for stream in self.streams.values():
-            if stream.progress is progress:
-                stream.fail(Failure(FailureCategory.TIMEOUT, why))
-                break
+        stream = self.attempts.get(progress)
+        if stream is not None:
+            stream.fail(Failure(FailureCategory.TIMEOUT, why))
+        # The lots hold attempts with no stream yet (a slot: empty but for a race; the idle
+        # check: before any stream) and attempts writing a body the windows did not take whole:
+        # each looks at its own progress and parks again. O(those), not O(streams).
         self.capacity.unpark_all()
         self.ping_lot.unpark_all()
         self.writer.wake_waiters()

@@ -280,7 +280,10 @@ class Writer:
             finally:
                 self._stall = None
             written = self.written = self.written + len(chunk)
-            for bound in self._bounds:  # progress for every caller still waiting
+            # Progress for every caller still waiting, and each woken below: O(waiting callers)
+            # per write. They are the requests whose body the windows did not take whole (a
+            # small request is queued whole and told through ``notify``, O(1)): uploads.
+            for bound in self._bounds:
                 bound.renew()
             pending = self._pending
             while pending and pending[0][0] <= written:

@@ -257,6 +257,16 @@ class HTTP3Connection:
     # --- pool hooks -------------------------------------------------------------------------
 
     @property
+    def on_available(self) -> Callable[[], None] | None:
+        """Told when the connection takes streams again after a silence made it suspect
+        (``contract.DarkWatch``); the pool sets it."""
+        return self.driver.dark.on_lifted
+
+    @on_available.setter
+    def on_available(self, hook: Callable[[], None] | None) -> None:
+        self.driver.dark.on_lifted = hook
+
+    @property
     def closed(self) -> bool:
         return self.driver.state is H3State.CLOSED
 
@@ -285,6 +295,7 @@ class HTTP3Connection:
         driver = self.driver
         return (
             driver.state in (H3State.OPEN, H3State.HANDSHAKING)
+            and not driver.dark.suspect
             and (self.request_limit is None or self.requests < self.request_limit)
             and len(driver.streams) < driver.max_streams
         )
@@ -302,9 +313,9 @@ class HTTP3Connection:
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
         """The call deadline of ``progress``'s attempt passed: fail its stream (only)."""
-        for stream in self.driver.streams.values():
-            if stream.progress is progress:
-                stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
+        stream = self.driver.attempts.get(progress)
+        if stream is not None:
+            stream.fail(Failure(FailureCategory.TIMEOUT, "the call deadline passed"))
 
     def _draining(self) -> None:
         """A GOAWAY made the connection drain (``QuicDriver.goaway``): the pool is told."""
@@ -338,6 +349,16 @@ class HTTP3Connection:
             await driver.idle.check(driver, progress, HTTP_VERSION)
         if driver.state is H3State.HANDSHAKING and not (self.early_possible and progress.early_ok):
             await self.wait_handshake(progress, limit_of(self.clock, "tls"))
+        if driver.dark.suspect and driver.state is H3State.OPEN:
+            # Silent with requests waiting, PINGed (``contract.DarkWatch``): nothing of this
+            # request exists yet; it goes on another connection, uncounted.
+            raise WireError.at(
+                progress,
+                FailureCategory.CONNECTION_BROKEN,
+                "the HTTP/3 connection received nothing for a while and takes no new stream "
+                "until it answers a PING",
+                reconnect=True,
+            )
         if driver.state is not H3State.OPEN and driver.state is not H3State.HANDSHAKING:
             raise WireError.at(
                 progress,

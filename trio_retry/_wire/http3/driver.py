@@ -47,7 +47,7 @@ from aioquic.quic.events import (
 
 from ..._core.evidence import FailureCategory
 from ..clock import closing
-from ..contract import Failure, IdlePing
+from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
 from .control import (
@@ -111,9 +111,11 @@ class QuicDriver:
         "_on_handshake_failed",
         "_room",
         "_wait_scope",
+        "attempts",
         "buffered",
         "clock",
         "control",
+        "dark",
         "h3",
         "handshake",
         "handshake_failure",
@@ -155,6 +157,9 @@ class QuicDriver:
         self.state = H3State.HANDSHAKING
         #: Our request streams by id, until the caller is done with each (:meth:`finish_stream`).
         self.streams: dict[int, H3Stream] = {}
+        #: The same streams by the attempt each carries (``attempt_expired`` finds its stream
+        #: at once, not by a scan of every stream).
+        self.attempts: dict[AttemptProgress, H3Stream] = {}
         #: The server's initial limit on request streams, once the handshake says it.
         self.max_streams = DEFAULT_STREAMS
         #: Streams whose request went in early data, until the handshake says whether the
@@ -171,6 +176,9 @@ class QuicDriver:
         self.progressed = trio.Event()
         #: The idle check; the task notes each round that received something there.
         self.idle = IdlePing(trio.current_time())
+        #: The dark-connection watch (``contract.DarkWatch``): armed while the task waits,
+        #: disarmed by each datagram received.
+        self.dark = DarkWatch(self)
         #: The task's one wait (datagrams, or QUIC's timer as its deadline), while it waits.
         self._wait_scope: trio.CancelScope | None = None
         self._on_dead = on_dead
@@ -192,6 +200,7 @@ class QuicDriver:
         stream_id = self.quic.get_next_available_stream_id()
         stream = H3Stream(self, stream_id, progress)
         self.streams[stream_id] = stream
+        self.attempts[progress] = stream
         if self.state is H3State.HANDSHAKING:
             progress.early_data = "unconfirmed"
             self.sent_early[stream_id] = progress
@@ -214,6 +223,8 @@ class QuicDriver:
         (H3_REQUEST_CANCELLED); a draining connection closes with its last stream."""
         if self.streams.pop(stream.stream_id, None) is None:
             return
+        if self.attempts.get(stream.progress) is stream:
+            del self.attempts[stream.progress]
         self.sent_early.pop(stream.stream_id, None)
         if reset and self.state is not H3State.CLOSED:
             try:
@@ -237,6 +248,23 @@ class QuicDriver:
 
     def ping_unanswered(self, message: str) -> None:
         self.close()
+
+    # --- the dark-connection watch (``contract.DarkPeer``) --------------------------------------
+
+    def busy(self) -> bool:
+        """A request waits for the server. (QUIC acknowledges every packet it takes, so a
+        peer that reads our data slowly is not silent: any datagram counts.)"""
+        return bool(self.streams)
+
+    def gone_dark(self, message: str) -> None:
+        """Nothing arrived, not even the answer to a PING: close the connection; its streams
+        fail with the evidence of their stages."""
+        self.die(FailureCategory.CONNECTION_BROKEN, message)
+        try:
+            self.quic.close(error_code=H3_NO_ERROR)
+        except Exception:
+            pass
+        self.kick()
 
     # --- the handshake, GOAWAY and the end --------------------------------------------------------
 
@@ -343,6 +371,7 @@ class QuicDriver:
         if self.state is H3State.CLOSED:
             return
         self.state = H3State.CLOSED
+        self.dark.stop()
         if not self.handshake.is_set():
             # A connection that ends before its handshake completed is a failed handshake,
             # whatever ended it: the connector is told (a handshake going on in the background
@@ -418,6 +447,7 @@ class QuicDriver:
                 timer = quic.get_timer()
                 with trio.CancelScope(deadline=math.inf if timer is None else timer) as scope:
                     self._wait_scope = scope
+                    self.dark.waiting()
                     if self.buffered > BUFFER_LIMIT:
                         await self._room.wait()  # (sends, and QUIC's timer, still go on)
                     else:
@@ -440,9 +470,12 @@ class QuicDriver:
                         self._unreadable(exc)
                         break
                     self.idle.last_received = now
+                    self.dark.received()
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 self._process()
+                # (Wakes the uploads waiting for QUIC's progress, and idle checks: O(those) per
+                # round, never O(streams): a stream waiting for its response waits on its own.)
                 progressed, self.progressed = self.progressed, trio.Event()
                 progressed.set()
         except Exception as exc:  # a bug: fail the streams, never the client's nursery
