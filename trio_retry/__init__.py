@@ -76,6 +76,7 @@ if _typing.TYPE_CHECKING:
     from ._observe.hooks import HookRequest as HookRequest
     from ._observe.hooks import HookResponse as HookResponse
     from ._observe.otel import OpenTelemetry as OpenTelemetry
+    from ._sse import SSEEvent as SSEEvent
     from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
 __version__ = "0.1.0"
@@ -133,6 +134,7 @@ _LAZY = {
     "RetryEligibilityEngine": "._core.engine",
     "RetryPolicy": "._core.policy",
     "SentRequest": "._models",
+    "SSEEvent": "._sse",
     "Stage": "._core.evidence",
     "StageTimeouts": "._models",
     "StreamClosed": "._errors",
@@ -214,6 +216,7 @@ __all__ = [
     "RetryEligibilityEngine",
     "RetryPolicy",
     "SentRequest",
+    "SSEEvent",
     "Stage",
     "StageTimeouts",
     "StreamClosed",
