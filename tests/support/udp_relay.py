@@ -1,7 +1,8 @@
 """A UDP relay between a QUIC client and its server, in the test's own Trio loop: the network
 of the QUIC interop runner's cases, offline. It can delay, drop (a seeded fraction), corrupt
-and duplicate datagrams, blackhole everything for a while, and change the address the server
-sees the client at in the middle of a connection (port or address rebinding, as a NAT does).
+and duplicate datagrams, blackhole everything for a while, change the address the server
+sees the client at in the middle of a connection (port or address rebinding, as a NAT does),
+and stop taking UDP at all (the port then answers with ICMP unreachable).
 
 Use it from a test::
 
@@ -122,11 +123,16 @@ class UdpRelay:
         #: Every client address seen, in order (one per QUIC connection of a client that
         #: opens a socket per connection): the number of connections attempted.
         self.clients: list[tuple[object, ...]] = []
+        #: The first datagram of each client, in the same order: its connection's first
+        #: flight (what a client sent before hearing from the server).
+        self.first_datagrams: list[bytes] = []
         #: Rebindings done so far (each moved every flow to a new socket).
         self.rebindings = 0
         #: The server's datagrams received at the client's new address since the last
         #: rebinding: it answers there (after validating the path, RFC 9000 §9.3).
         self.answered_after_rebind = 0
+        #: :meth:`close_udp` was called: the port answers UDP with ICMP unreachable.
+        self.udp_closed = False
         self._tcp = tcp
         self._random = {
             "to_server": random.Random(f"{seed}/to_server"),
@@ -211,6 +217,14 @@ class UdpRelay:
             raise
         return trio.socket.from_stdlib_socket(raw)
 
+    def close_udp(self) -> None:
+        """Close the client-facing UDP socket (TCP, if piped, goes on): from now on a datagram
+        the client sends to the relay's port is answered by the kernel with ICMP port
+        unreachable, as by a host whose QUIC server stopped (or a firewall that rejects UDP)."""
+        assert self._sock is not None, "the relay is not running"
+        self._sock.close()
+        self.udp_closed = True
+
     # -- the datagram paths --------------------------------------------------------------------
 
     async def _from_clients(self, sock: trio.socket.SocketType) -> None:
@@ -219,11 +233,14 @@ class UdpRelay:
                 data, client = await sock.recvfrom(_DATAGRAM)
             except ConnectionError:
                 continue  # an ICMP error from an earlier send to a client that is gone
+            except (trio.ClosedResourceError, OSError):
+                return  # close_udp()
             flow = self._flows.get(client)
             if flow is None:
                 assert self._nursery is not None
                 flow = self._flows[client] = _Flow(client, self._upstream(None))
                 self.clients.append(client)
+                self.first_datagrams.append(data)
                 self._nursery.start_soon(self._from_server, flow, flow.upstream)
             self._pass("to_server", data, flow.upstream, self.target)
 
