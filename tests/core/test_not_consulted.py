@@ -36,6 +36,9 @@ def facts(**overrides: Any) -> AttemptFacts:
         (facts(status=400), None),
         (facts(status=503), None),
         (facts(reconnect=True), NotConsulted.RECONNECT),
+        # early data whose QUIC handshake never completed ("unconfirmed", SENT_NO_RESPONSE):
+        # over TCP uncounted, as any request of a failed handshake (the essay says why)
+        (facts(reconnect=True, early_data=True), NotConsulted.RECONNECT),
         (facts(reconnect=True, reconnects=MAX_RECONNECTS - 1), NotConsulted.RECONNECT),
         # past the allowance the refusal counts as an attempt like any other
         (facts(reconnect=True, reconnects=MAX_RECONNECTS), None),

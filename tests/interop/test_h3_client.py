@@ -20,7 +20,8 @@ from tests.support.caddy import BIG, RunningCaddy
 from tests.support.fixtures import StartNginx
 from tests.support.hypercorn_server import RunningHypercorn
 from tests.support.nginx import NginxConfig
-from trio_retry import Client, Upstream
+from tests.support.udp_relay import Faults, UdpRelay
+from trio_retry import Client, Evidence, StageTimeouts, Upstream
 
 MIB = 1 << 20
 ONE = trio_retry.RetryPolicy(max_attempts=1)
@@ -125,6 +126,46 @@ async def test_caddy_zero_rtt_for_a_get_never_for_a_post(caddy: RunningCaddy) ->
         1,
         1,
     )
+
+
+async def test_caddy_early_data_falls_back_within_the_handshake_limit(
+    caddy: RunningCaddy, nursery: trio.Nursery
+) -> None:
+    """A GET in 0-RTT to caddy through a relay that then drops every datagram: it goes to
+    caddy over TCP (piped by the relay) when the handshake limit runs out, not after its
+    first-byte limit; caddy ran it once, over HTTP/2; its QUIC try stays, unconfirmed."""
+    relay = UdpRelay(("127.0.0.1", caddy.port), tcp=True)
+    await nursery.start(relay.run)
+    url = f"https://127.0.0.1:{relay.port}"
+    limit = 1.0
+    with trio.fail_after(30):
+        async with Client(
+            upstreams={url: Upstream(http3=True)},
+            ssl_context=caddy.ssl_context(),
+            retry=ONE,
+            early_data=True,
+            keepalive_expiry=0,
+            stage_timeouts=StageTimeouts(tls=limit, first_byte=8),
+        ) as client:
+            # The session ticket (caddy sends it after the handshake: a response of 1 MiB
+            # cannot outrun it, as a small one may before the connection closes).
+            assert (await client.get(f"{url}/big.bin")).content == BIG
+            relay.faults = Faults(blackhole=True)
+            started = trio.current_time()
+            response = await client.get(f"{url}/echo/g", headers={"x-request-id": "early"})
+            took = trio.current_time() - started
+    quic, tcp = response.attempts
+    assert (quic.http_version, quic.early_data, quic.evidence, quic.decision) == (
+        "HTTP/3",
+        "unconfirmed",
+        Evidence.SENT_NO_RESPONSE,
+        None,
+    )
+    assert (tcp.http_version, tcp.status, response.content) == ("HTTP/2", 200, b"executed 1")
+    assert limit <= took < limit + 1.0
+    assert [e.client_proto for e in caddy.backend.executions] == ["HTTP/2.0"]
+    log = caddy.log(expect=2)
+    assert [e.protocol for e in log.entries if e.request_id == "early"] == ["HTTP/2.0"]
 
 
 async def test_hypercorn_get_post_and_concurrency(hypercorn: RunningHypercorn) -> None:

@@ -50,11 +50,6 @@ from .quic_plays import PLAYS, Play
 
 F, N, C = "faultserver", "ngtcp2", "caddy"
 
-EARLY_EVIDENCE = (
-    "#39 item 5: early-data evidence is not always true: a request handed to QUIC during "
-    "the handshake is marked 'accepted' though its bytes went in 1-RTT packets"
-)
-
 
 @dataclass(frozen=True)
 class Case:
@@ -92,7 +87,7 @@ TABLE: tuple[Case, ...] = (
     Case("retry", (N,), ngtcp2=Ngtcp2Options(retry=True)),
     Case("resumption", (F, N)),
     Case("zerortt", (F, N)),
-    Case("zerortt_evidence", (F, N), relay=True, xfail={F: EARLY_EVIDENCE, N: EARLY_EVIDENCE}),
+    Case("zerortt_evidence", (F, N), relay=True),
     Case("http3", (F, N, C)),
     Case("handshakeloss", (F, N), relay=True),
     Case("transferloss", (F, N), relay=True),

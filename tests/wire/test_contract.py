@@ -75,6 +75,22 @@ def test_without_a_proof_the_stage_decides_and_reconnect_needs_the_proof() -> No
     assert not progress.proven_not_sent
 
 
+def test_early_data_of_a_failed_handshake_reconnects_without_the_proof() -> None:
+    """The one exception (the engine's essay): a request that went in the early data of a
+    QUIC handshake that failed is SENT_NO_RESPONSE by its stage, and goes over TCP
+    uncounted."""
+    progress = AttemptProgress(0.0)
+    progress.advance(Stage.AWAITING_RESPONSE)
+    failure = Failure(FailureCategory.TIMEOUT, "no answer", unconfirmed_early=True)
+    error = failure.error(progress)
+    assert (error.evidence, error.category, error.reconnect) == (
+        Evidence.SENT_NO_RESPONSE,
+        FailureCategory.TIMEOUT,
+        True,
+    )
+    assert not progress.proven_not_sent
+
+
 # --- the idle check -----------------------------------------------------------------------------
 
 

@@ -263,7 +263,7 @@ class Connector:
             clock=self.clock,
             connect_timeout=timeouts.connect,
             handshake_timeout=timeouts.tls,
-            early=config.early_data and allows_early_data(ticket),
+            early=config.early_data and allows_early_data(ticket) and quic.zero_rtt_visible,
             on_handshake_failed=lambda _: self._quic_failed(origin),
             on_handshake_done=lambda: routes.mark_working(origin),
             on_slow=lambda slow: self._quic_slow(origin, slow),

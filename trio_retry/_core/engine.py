@@ -60,9 +60,11 @@ the first that applies wins, and the client acts on it without building a contex
 
 0. a response below 400 (:data:`FINAL_BELOW`)  -> FINAL_RESPONSE: the caller gets it;
 1. the connection, not the request, refused it (a routine HTTP/2 GOAWAY rotation, an idle
-   connection that failed its PING: ``NOT_SENT``), fewer than :data:`MAX_RECONNECTS` times in
-   this call, with a body that can be sent again, the client not draining -> RECONNECT: sent
-   again at once on a fresh connection, counted as neither an attempt nor a retry (SPEC §3);
+   connection that failed its PING: ``NOT_SENT``; a QUIC handshake that failed or ran past its
+   limit, SPEC §16), fewer than :data:`MAX_RECONNECTS` times in this call, with a body that
+   can be sent again, the client not draining -> RECONNECT: sent again at once on a fresh
+   connection (over TCP after a failed QUIC handshake), counted as neither an attempt nor a
+   retry (SPEC §3);
 2. a failure that ends the call (``WireError.ends_call``: a body over ``max_body_bytes``, the
    client closing, an admission refusal, a raising hook) -> ENDS_CALL: trying again would meet
    the same failure;
@@ -77,6 +79,19 @@ the first that applies wins, and the client acts on it without building a contex
 
 A stale pooled HTTP/1.1 connection found closed before a byte was written is not an attempt
 at all: the pool drops it and the same attempt goes on a fresh one (``_wire/pool.py``).
+
+**Early data whose handshake never completed** is the one RECONNECT that is not ``NOT_SENT``.
+A request QUIC wrote into 0-RTT packets of a handshake that then failed or ran out (UDP
+dropped, ICMP unreachable) is ``SENT_NO_RESPONSE`` with ``Attempt.early_data ==
+"unconfirmed"``: the server may have run it. It goes again over TCP uncounted all the same,
+like a request that waited for that handshake: only a request whose replay is harmless goes
+early (``SAFE``, or ``IDEMPOTENT`` with an ``Idempotency-Key`` where its upstream opted in:
+rule 8 would let it go again anyway); the handshake's failure (or its limit) sends the
+origin over TCP (marked broken, or pending while a slow handshake goes on), so it happens
+once per handshake, not once per request; and counting it would make early data cost a call
+its answer (with early data off, the same GET falls back uncounted). The trail keeps the
+early try with its evidence and ``decision`` ``None``. Rejected: counting it as a retry (a
+backoff, the budget, ``max_attempts``), which failed a ``max_attempts=1`` GET that TCP served.
 """
 
 from __future__ import annotations

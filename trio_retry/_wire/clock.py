@@ -63,7 +63,11 @@ progress to report on). Likewise the HTTP/3 connection's
 driver task (``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose
 deadline is that timer: QUIC's loss detection, its handshake retransmissions and its idle
 timeout are the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as
-any other. A connection's last words as it closes (QUIC's CONNECTION_CLOSE) are bounded by
+any other. While the handshake goes on, that deadline is also the handshake's limit
+(``min(tls, 3 s)`` from the driver's start, after which the requests waiting on it go over TCP
+while it goes on in the background): it is the connection's, not one attempt's, so every
+request waiting on the handshake, early data or not, and whenever it joined, is bounded by the
+same instant. A connection's last words as it closes (QUIC's CONNECTION_CLOSE) are bounded by
 :func:`closing`: shielded, since the client's exit may be cancelling the task that says them, and
 short (``FIXED.closing``), since they must not hold that exit up.
 
@@ -191,6 +195,8 @@ _WORDS = {
     "first_byte": "no response head within first_byte={}",
     "read": "no body data within read={}",
     "ping": "the idle connection did not answer a PING within {}",
+    # (the QUIC handshake's limit: min(tls, FIXED.quic_handshake); the attempt goes over TCP)
+    "quic": "no answer within {} (the handshake's limit: the least of tls= and 3 s)",
     "pool": "no connection became free within pool_timeout={}",
 }
 

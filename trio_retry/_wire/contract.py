@@ -138,6 +138,11 @@ class Failure:
     #: Proven NOT_SENT for a reason of the connection, not of the request (a routine GOAWAY
     #: rotation): the client may send it again on a fresh connection without counting it.
     reconnect: bool = False
+    #: The one reconnect without that proof: the QUIC handshake failed (or ran past its
+    #: limit) after the request went in its early data, which stays ``"unconfirmed"`` and
+    #: ``SENT_NO_RESPONSE``; it goes over TCP uncounted all the same (the engine's essay,
+    #: ``_core/engine.py``, says why).
+    unconfirmed_early: bool = False
 
     def error(self, progress: AttemptProgress) -> WireError:
         """This failure as the attempt's error, with the evidence of its proof (or, without
@@ -145,7 +150,10 @@ class Failure:
         if self.not_sent:
             progress.proven_not_sent = True
         return WireError.at(
-            progress, self.category, self.message, reconnect=self.reconnect and self.not_sent
+            progress,
+            self.category,
+            self.message,
+            reconnect=(self.reconnect and self.not_sent) or self.unconfirmed_early,
         )
 
 

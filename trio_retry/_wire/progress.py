@@ -96,6 +96,9 @@ class WireError(Exception):
     an HTTP/2 stream refused by a routine GOAWAY on a reused connection, or a connection that
     failed its idle health check. Like a pooled HTTP/1.1 connection found closed, the client
     sends the same attempt again on a fresh connection without counting it (a few times).
+    A QUIC handshake that failed or ran past its limit is one too, and the only one that may be
+    ``SENT_NO_RESPONSE``: a request that went in its early data (``"unconfirmed"``; the
+    engine's essay, ``_core/engine.py``, says why it goes again over TCP uncounted).
     """
 
     def __init__(

@@ -16,10 +16,24 @@ own proof whatever happens to the connection afterwards (``contract.Failure``).
 Early data (0-RTT): with a ticket that allows it, :meth:`open` returns before the handshake
 ends, and a request the attempt marked early-safe (``AttemptProgress.early_ok``, decided by
 the call layer from SPEC §16's rule) is handed to QUIC at once; any other request waits for
-the handshake. When the handshake ends, each early request learns whether the server accepted
-its early data (``AttemptProgress.early_data``). Rejected early data is lost data to QUIC,
-which sends it again after the handshake on the same stream (RFC 9001 §4.6.2), so the server
-processes the request at most once either way.
+the handshake. The driver's task starts once the first request is handed over (or waits for
+the handshake), so that the first flight carries it in 0-RTT: started at once, it could send
+the ClientHello alone, and on a fast path the handshake could be over before the request is
+handed (it would then go in 1-RTT; on loopback, in about half the connections). A request is
+early data only if QUIC wrote its bytes into 0-RTT packets (``handshake.py``); when the
+handshake ends, each such request learns whether the server accepted its early data
+(``AttemptProgress.early_data``). Rejected early data is lost data to QUIC, which sends it
+again after the handshake on the same stream (RFC 9001 §4.6.2), so the server processes the
+request at most once either way.
+
+The handshake's limit (``min(tls, 3 s)``, ``clock.FIXED.quic_handshake``) is the connection's,
+kept by the driver's task from its start (``handshake.py``): every request waiting on the
+handshake, early or not, whenever it joined, goes over TCP within the same attempt when it
+runs out, and the connection takes no new request until its handshake completes (it goes on
+in the background: ``on_slow``). A handshake that fails (ICMP unreachable, a refused
+certificate) marks the origin (``on_handshake_failed``), and its requests go over TCP as well.
+A request that waited is ``NOT_SENT``; one whose bytes went in 0-RTT is ``SENT_NO_RESPONSE``
+with ``"unconfirmed"`` early data.
 """
 
 from __future__ import annotations
@@ -42,7 +56,8 @@ from .udp import UdpPaths
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
-    from aioquic.quic.connection import QuicConnection
+
+    from .shims import CheckedQuicConnection
 
 __all__ = ["HTTP3Connection"]
 
@@ -65,6 +80,7 @@ class HTTP3Connection:
 
     __slots__ = (
         "_authority",
+        "_nursery",
         "accepted_streams",
         "clock",
         "driver",
@@ -80,32 +96,38 @@ class HTTP3Connection:
     def __init__(
         self,
         paths: UdpPaths,
-        quic: QuicConnection,
+        quic: CheckedQuicConnection,
         h3: H3Connection,
         origin_key: object,
         *,
         authority: str,
         max_header_bytes: int,
         clock: Clock | None,
+        handshake_limit: float = FIXED.quic_handshake,
         on_handshake_failed: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[], None] | None = None,
+        on_slow: Callable[[HTTP3Connection], None] | None = None,
     ) -> None:
         self._authority = authority.encode("ascii")
         #: The client's clock (``clock.py``: the limits of this connection's waits).
         self.clock = clock
         #: The connection's state and its task (``driver.py``); it tells :meth:`_dead` when
         #: the connection is over. ``on_handshake_failed`` is told once if the handshake fails
-        #: (the connector stops trying HTTP/3 there), ``on_handshake_done`` once it completes.
+        #: (the connector stops trying HTTP/3 there), ``on_handshake_done`` once it completes,
+        #: ``on_slow`` if its limit runs out first (the connector keeps it going; without it,
+        #: it is given up).
         self.driver = QuicDriver(
             paths,
             quic,
             h3,
             clock=clock,
             max_header_bytes=max_header_bytes,
+            handshake_limit=handshake_limit,
             on_dead=self._dead,
             on_handshake_failed=on_handshake_failed,
             on_handshake_done=on_handshake_done,
             on_draining=self._draining,
+            on_slow=None if on_slow is None else lambda: on_slow(self),
         )
         self.origin_key = origin_key
         self.expires_at = math.inf
@@ -119,13 +141,15 @@ class HTTP3Connection:
         self.requests = 0
         #: Whether requests may go in early data before the handshake ends (a ticket allows it).
         self.early_possible = False
+        #: Where the driver's task is to run, until it is started (:meth:`_start`).
+        self._nursery: trio.Nursery | None = None
 
     # --- opening ----------------------------------------------------------------------------
 
     @classmethod
     async def open(
         cls,
-        quic: QuicConnection,
+        quic: CheckedQuicConnection,
         host: str,
         port: int,
         origin_key: object,
@@ -184,26 +208,25 @@ class HTTP3Connection:
             authority=authority,
             max_header_bytes=max_header_bytes,
             clock=clock,
+            handshake_limit=FIXED.quic_handshake
+            if handshake_timeout is None
+            else min(handshake_timeout, FIXED.quic_handshake),
             on_handshake_failed=on_handshake_failed,
             on_handshake_done=on_handshake_done,
+            on_slow=on_slow,
         )
         progress.advance(Stage.TLS)
         quic.connect(address, now=trio.current_time())
-        try:
-            nursery.start_soon(conn.driver.run)
-        except RuntimeError as exc:  # the nursery is closing: so is the client
-            paths.close()
-            raise closed_while_connecting(progress) from exc
+        conn._nursery = nursery
         conn.early_possible = early
         if early:
-            return conn
+            return conn  # (the task starts with the first request: the module docstring)
         started = trio.current_time()
         try:
-            await conn.wait_handshake(progress, handshake_timeout, keep_going=on_slow is not None)
+            conn._start(progress)
+            await conn.wait_handshake(progress)
         except WireError:
-            if on_slow is not None and conn.driver.state is H3State.HANDSHAKING:
-                on_slow(conn)  # (slow, not failed: it goes on)
-            else:
+            if not conn.driver.pending.ran_out:  # (slow, not failed: it goes on, on_slow's)
                 conn.close()
             raise
         except BaseException:
@@ -212,37 +235,34 @@ class HTTP3Connection:
         progress.timings["tls"] = trio.current_time() - started
         return conn
 
-    async def wait_handshake(
-        self, progress: AttemptProgress, limit: float | None, *, keep_going: bool = False
-    ) -> None:
-        """Wait for the QUIC handshake (within ``limit``, at most ``FIXED.quic_handshake``).
-        Raises ``WireError`` (``NOT_SENT`` unless the request went in early data) if it
-        failed or took too long; a handshake that took too long is given up and the
-        connection closed, unless ``keep_going`` (only the wait ends: the caller keeps the
-        connection)."""
+    def _start(self, progress: AttemptProgress) -> None:
+        """Start the driver's task, once: the handshake's first flight goes out, and its limit
+        counts from now. Raises ``WireError`` (``NOT_SENT``) if the client is closing."""
+        nursery, self._nursery = self._nursery, None
+        if nursery is None:
+            return
+        try:
+            nursery.start_soon(self.driver.run)
+        except RuntimeError as exc:  # the nursery is closing: so is the client
+            self.driver.close()
+            raise closed_while_connecting(progress) from exc
+
+    async def wait_handshake(self, progress: AttemptProgress) -> None:
+        """Wait for the QUIC handshake to end: by its limit at the latest, which the driver's
+        task keeps (``min(tls, 3 s)`` from its start, whoever waits and since when). Raises
+        ``WireError`` (``NOT_SENT`` by its stage, ``reconnect``: the attempt goes over TCP,
+        uncounted) if it failed, or ran out (it then goes on in the background: ``on_slow``)."""
         driver = self.driver
-        if not driver.handshake.is_set():
-            most = FIXED.quic_handshake
-            limit = most if limit is None else min(limit, most)
-            try:
-                with Bound(self.clock, "tls", limit, progress=progress):
-                    await driver.handshake.wait()
-            except WireError as exc:
-                if keep_going and driver.handshake_failure is None:
-                    raise WireError.at(
-                        progress,
-                        FailureCategory.TIMEOUT,
-                        f"the QUIC handshake did not complete: {exc} (it goes on meanwhile; "
-                        "the request goes over TCP)",
-                        reconnect=True,
-                    ) from None
-                driver.handshake_failed(FailureCategory.TIMEOUT, f"no answer within {limit}s")
-                raise WireError.at(
-                    progress,
-                    FailureCategory.TIMEOUT,
-                    f"the QUIC handshake did not complete: {exc}",
-                    reconnect=True,
-                ) from None
+        pending = driver.pending
+        await pending.settled.wait()
+        if pending.ran_out and driver.handshake_failure is None:
+            raise WireError.at(
+                progress,
+                FailureCategory.TIMEOUT,
+                f"the QUIC handshake did not complete: {pending.overdue()} (it goes on "
+                "meanwhile; the request goes over TCP)",
+                reconnect=True,
+            )
         failure = driver.handshake_failure
         if failure is not None:
             # NOT_SENT by its stage (the request waited for the handshake); sent again at once,
@@ -291,10 +311,20 @@ class HTTP3Connection:
         return len(self.driver.streams)
 
     def is_available(self) -> bool:
-        """Not closed, no GOAWAY, fewer streams than the server allows."""
+        """Not closed, no GOAWAY, fewer streams than the server allows; a handshake still
+        going on within its limit (past it, the connection takes no new request)."""
         driver = self.driver
+        state = driver.state
+        pending = driver.pending
         return (
-            driver.state in (H3State.OPEN, H3State.HANDSHAKING)
+            (
+                state is H3State.OPEN
+                or (
+                    state is H3State.HANDSHAKING
+                    and not pending.ran_out
+                    and trio.current_time() < pending.due
+                )
+            )
             and not driver.dark.suspect
             and (self.request_limit is None or self.requests < self.request_limit)
             and len(driver.streams) < driver.max_streams
@@ -348,7 +378,15 @@ class HTTP3Connection:
         ):
             await driver.idle.check(driver, progress, HTTP_VERSION)
         if driver.state is H3State.HANDSHAKING and not (self.early_possible and progress.early_ok):
-            await self.wait_handshake(progress, limit_of(self.clock, "tls"))
+            self._start(progress)
+            await self.wait_handshake(progress)
+        if driver.pending.ran_out and driver.state is H3State.HANDSHAKING:
+            raise WireError.at(  # (taken just as its limit ran out: TCP, as its others)
+                progress,
+                FailureCategory.TIMEOUT,
+                f"the QUIC handshake did not complete: {driver.pending.overdue()}",
+                reconnect=True,
+            )
         if driver.dark.suspect and driver.state is H3State.OPEN:
             # Silent with requests waiting, PINGed (``contract.DarkWatch``): nothing of this
             # request exists yet; it goes on another connection, uncounted.
@@ -372,6 +410,7 @@ class HTTP3Connection:
         stream = driver.open_stream(progress)
         self.requests += 1
         body = request.body
+        early = driver.state is H3State.HANDSHAKING  # (it may go in 0-RTT)
         try:
             progress.advance(Stage.REQUEST_HEAD)
             self._send(stream, progress, headers, isinstance(body, bytes) and not body)
@@ -380,13 +419,32 @@ class HTTP3Connection:
                     progress.advance(Stage.REQUEST_BODY)
                     self._send(stream, progress, body, True)
             else:
+                if early:  # a streamed body waits for the handshake (its head may go early)
+                    await self._early_handshake(stream, progress)
                 await self._stream_body(stream, body, progress)
             progress.advance(Stage.AWAITING_RESPONSE)
+            if early:
+                await self._early_handshake(stream, progress)
             # A 425 to a request sent early is the engine file's (NotConsulted.TOO_EARLY).
             return await stream.receive_head(progress, limit_of(self.clock, "first_byte", progress))
         except BaseException:
             stream.abandon()
             raise
+
+    async def _early_handshake(self, stream: H3Stream, progress: AttemptProgress) -> None:
+        """A request handed over during the handshake (starting the driver's task, if it is
+        the first) waits for the handshake, within the same limit as any other, on its own
+        stream: the handshake's end wakes it (``handshake.py``), and so does the stream's
+        failure (the call deadline's, too). If the handshake fails or runs out, the stream's
+        own failure is raised: ``SENT_NO_RESPONSE`` if its bytes went in 0-RTT, else
+        ``NOT_SENT``."""
+        self._start(progress)
+        handshake = self.driver.handshake
+        while not handshake.is_set() and not stream.failed:
+            await stream.changed()
+        if stream.failed:
+            raise stream.error(progress)
+        await self.wait_handshake(progress)  # (over: raises the handshake's failure, if any)
 
     async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than

@@ -46,7 +46,7 @@ from aioquic.quic.events import (
 )
 
 from ..._core.evidence import FailureCategory
-from ..clock import closing
+from ..clock import FIXED, closing
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
@@ -59,6 +59,7 @@ from .control import (
     H3_REQUEST_REJECTED,
     ControlReader,
 )
+from .handshake import PendingHandshake
 from .headers import response_head
 from .shims import HandshakeRefused, MalformedResponse
 from .stream import H3Stream
@@ -66,9 +67,9 @@ from .udp import UdpPaths
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
-    from aioquic.quic.connection import QuicConnection
 
     from ..clock import Clock
+    from .shims import CheckedQuicConnection
 
 __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 
@@ -123,9 +124,9 @@ class QuicDriver:
         "max_header_bytes",
         "max_streams",
         "paths",
+        "pending",
         "progressed",
         "quic",
-        "sent_early",
         "state",
         "streams",
     )
@@ -133,15 +134,17 @@ class QuicDriver:
     def __init__(
         self,
         paths: UdpPaths,
-        quic: QuicConnection,
+        quic: CheckedQuicConnection,
         h3: H3Connection,
         *,
         clock: Clock | None,
         max_header_bytes: int,
         on_dead: Callable[[], None],
+        handshake_limit: float = FIXED.quic_handshake,
         on_handshake_failed: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[], None] | None = None,
         on_draining: Callable[[], None] | None = None,
+        on_slow: Callable[[], None] | None = None,
     ) -> None:
         #: The UDP socket (``udp.py``: each datagram on the path QUIC chose): only :meth:`run`
         #: reads or writes it.
@@ -162,9 +165,8 @@ class QuicDriver:
         self.attempts: dict[AttemptProgress, H3Stream] = {}
         #: The server's initial limit on request streams, once the handshake says it.
         self.max_streams = DEFAULT_STREAMS
-        #: Streams whose request went in early data, until the handshake says whether the
-        #: server accepted it.
-        self.sent_early: dict[int, AttemptProgress] = {}
+        #: While the handshake goes on: its limit, the requests handed over (``handshake.py``).
+        self.pending = PendingHandshake(handshake_limit, on_slow)
         #: Set once the handshake completed or failed (:attr:`handshake_failure` says which).
         self.handshake = trio.Event()
         self.handshake_failure: tuple[FailureCategory, str] | None = None
@@ -196,14 +198,13 @@ class QuicDriver:
 
     def open_stream(self, progress: AttemptProgress) -> H3Stream:
         """A new request stream for ``progress``'s attempt (nothing of it handed to QUIC yet);
-        marked early when the handshake is still going on (its request goes in 0-RTT)."""
+        during the handshake, its request may go in 0-RTT (``handshake.py``)."""
         stream_id = self.quic.get_next_available_stream_id()
         stream = H3Stream(self, stream_id, progress)
         self.streams[stream_id] = stream
         self.attempts[progress] = stream
         if self.state is H3State.HANDSHAKING:
-            progress.early_data = "unconfirmed"
-            self.sent_early[stream_id] = progress
+            self.pending.opened(stream)
         return stream
 
     def received(self, size: int) -> None:
@@ -225,7 +226,7 @@ class QuicDriver:
             return
         if self.attempts.get(stream.progress) is stream:
             del self.attempts[stream.progress]
-        self.sent_early.pop(stream.stream_id, None)
+        self.pending.forget(stream.stream_id)
         if reset and self.state is not H3State.CLOSED:
             try:
                 self.quic.reset_stream(stream.stream_id, H3_REQUEST_CANCELLED)
@@ -279,10 +280,7 @@ class QuicDriver:
         limit = getattr(self.quic, "_remote_max_streams_bidi", None)
         if isinstance(limit, int) and limit > 0:
             self.max_streams = min(limit, 1000)
-        word = "accepted" if early_accepted else "rejected"
-        for progress in self.sent_early.values():
-            progress.early_data = word
-        self.sent_early.clear()
+        self.pending.completed(early_accepted)
         self.handshake.set()
         self._on_handshake_failed = None
         done, self._on_handshake_done = self._on_handshake_done, None
@@ -291,12 +289,13 @@ class QuicDriver:
 
     def handshake_failed(self, category: FailureCategory, message: str) -> None:
         """The handshake failed (the first cause is kept, and the connector told once): every
-        request waiting for it fails, and the connection closes."""
+        request waiting for it fails (``handshake.py``), and the connection closes."""
         if self.handshake_failure is None:
             self.handshake_failure = (category, message)
             callback, self._on_handshake_failed = self._on_handshake_failed, None
             if callback is not None:
                 callback(message)
+        self.pending.failed(category, f"the QUIC handshake failed: {message}")
         self.handshake.set()
         self.close()
 
@@ -333,7 +332,7 @@ class QuicDriver:
         stream_id = stream.stream_id
         if self.streams.pop(stream_id, None) is None:
             return
-        self.sent_early.pop(stream_id, None)
+        self.pending.forget(stream_id)
         for end in (self.quic.reset_stream, self.quic.stop_stream):
             try:
                 end(stream_id, code)
@@ -359,6 +358,8 @@ class QuicDriver:
         if self.state is H3State.CLOSED:
             return
         self.die(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
+        if not self.pending.started:  # the task never started: nothing was sent
+            return self.paths.close()
         try:
             self.quic.close(error_code=H3_NO_ERROR)
         except Exception:
@@ -381,6 +382,7 @@ class QuicDriver:
                 message,
             )
             self.handshake.set()
+            self.pending.ended()
             failed, self._on_handshake_failed = self._on_handshake_failed, None
             if failed is not None:
                 failed(message)
@@ -439,13 +441,16 @@ class QuicDriver:
         paths = self.paths
         sock = paths.sock
         quic = self.quic
+        pending = self.pending
+        pending.start(trio.current_time())
         try:
             while True:
                 await self._send_pending()
                 if self.state is H3State.CLOSED:
                     return  # (its CONNECTION_CLOSE, if any, has just been sent)
                 timer = quic.get_timer()
-                with trio.CancelScope(deadline=math.inf if timer is None else timer) as scope:
+                wake = min(pending.due, math.inf if timer is None else timer)  # (its limit)
+                with trio.CancelScope(deadline=wake) as scope:
                     self._wait_scope = scope
                     self.dark.waiting()
                     if self.buffered > BUFFER_LIMIT:
@@ -474,6 +479,9 @@ class QuicDriver:
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 self._process()
+                if self.state is H3State.HANDSHAKING and now >= pending.due:
+                    if not pending.run_out():  # (kept going, or given up: ``handshake.py``)
+                        self.handshake_failed(FailureCategory.TIMEOUT, pending.overdue())
                 # (Wakes the uploads waiting for QUIC's progress, and idle checks: O(those) per
                 # round, never O(streams): a stream waiting for its response waits on its own.)
                 progressed, self.progressed = self.progressed, trio.Event()
@@ -487,10 +495,12 @@ class QuicDriver:
             paths.close()
 
     async def _send_pending(self) -> None:
-        """Send every datagram QUIC has ready, each on its path, waiting for the socket only
-        when it is full."""
+        """Send every datagram QUIC has ready, each on its path (noting what went in 0-RTT,
+        ``handshake.py``), waiting for the socket only when it is full."""
         paths = self.paths
-        for data, address in self.quic.datagrams_to_send(now=trio.current_time()):
+        datagrams = self.quic.datagrams_to_send(now=trio.current_time())
+        self.pending.written(self.quic)
+        for data, address in datagrams:
             while True:
                 try:
                     paths.send(data, address)
@@ -542,8 +552,9 @@ class QuicDriver:
             self._lost(exc or ConnectionRefusedError("ICMP: the server's UDP port is closed"))
 
     def _lost(self, exc: OSError) -> None:
-        """The socket failed (an ICMP unreachable on a connected UDP socket, typically)."""
-        if self.state is H3State.HANDSHAKING and not self.sent_early:
+        """The socket failed (ICMP unreachable, typically): during the handshake, its failure,
+        early data or not (the origin is then reached over TCP)."""
+        if self.state is H3State.HANDSHAKING:
             self.handshake_failed(FailureCategory.CONNECT, f"UDP: {exc}")
         self.die(FailureCategory.CONNECTION_BROKEN, f"the QUIC connection's socket failed: {exc}")
 

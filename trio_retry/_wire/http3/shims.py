@@ -10,6 +10,14 @@ each behind a probe that fails closed (the dependency is pinned below 2 in ``pyp
   aioquic's TLS state (``_peer_certificate``, ``_peer_certificate_chain``,
   ``_certificate_request``); if those names are gone, every handshake is refused in words
   (HTTP/3 then falls back to TCP), never accepted unchecked.
+- :class:`CheckedQuicConnection` also says which packets carried a stream's bytes
+  (:meth:`~CheckedQuicConnection.sends_zero_rtt`, :meth:`~CheckedQuicConnection.
+  stream_written`): application data goes in 0-RTT packets while the 0-RTT key is installed
+  and 1-RTT's is not yet (aioquic's ``_write_application`` picks the packet type so), and a
+  stream's bytes written into packets end at its sender's ``highest_offset``. It reads
+  aioquic's ``_cryptos`` (each key's ``send.is_valid()``) and ``_streams``; if those names are
+  gone (:attr:`~CheckedQuicConnection.zero_rtt_visible` is false), the connection sends nothing
+  early: no request's evidence then rests on a guess.
 - :class:`PushlessH3Connection` advertises no MAX_PUSH_ID (aioquic's client sends 8, though
   this client never takes a push): a server may then push nothing (RFC 9114 §4.6), and a
   PUSH_PROMISE is a connection error H3_ID_ERROR (aioquic's own check, §7.2.5). It sets
@@ -57,7 +65,7 @@ from aioquic.h3.connection import H3Stream as AioquicStream
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.connection import NetworkAddress, QuicConnection
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType
-from aioquic.tls import State
+from aioquic.tls import Epoch, State
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -86,6 +94,23 @@ _BAD_CERTIFICATE = 42
 _HANDSHAKE_FAILURE = 40
 
 
+def _zero_rtt_names() -> bool:
+    """Whether this aioquic's key and stream objects carry the names read to tell 0-RTT
+    bytes from 1-RTT ones (checked once, on objects of its own making)."""
+    try:
+        from aioquic.quic.crypto import CryptoPair
+        from aioquic.quic.stream import QuicStreamSender
+
+        valid = CryptoPair().send.is_valid()
+        offset = QuicStreamSender(stream_id=0, writable=True).highest_offset
+    except Exception:
+        return False
+    return valid is False and isinstance(offset, int)
+
+
+_ZERO_RTT_NAMES = _zero_rtt_names()
+
+
 class HandshakeRefused(Exception):
     """The client refused the server's side of the QUIC handshake: ``category`` and words."""
 
@@ -112,6 +137,13 @@ class CheckedQuicConnection(QuicConnection):
         self._trust_chain_checked = not trust.verify
         self._trust_settled = False  # the handshake is past every check
         self._trust_refused = False
+        #: Whether :meth:`sends_zero_rtt` and :meth:`stream_written` can be read here (else
+        #: nothing goes early on this connection).
+        self.zero_rtt_visible = (
+            _ZERO_RTT_NAMES
+            and isinstance(self.__dict__.get("_cryptos"), dict)
+            and isinstance(self.__dict__.get("_streams"), dict)
+        )
 
     def receive_datagram(self, data: bytes, addr: NetworkAddress, now: float) -> None:
         """aioquic's, then the checks of the handshake's progress. Raises
@@ -123,6 +155,28 @@ class CheckedQuicConnection(QuicConnection):
     def next_event(self) -> QuicEvent | None:
         """aioquic's next event; none once the client refused the server."""
         return None if self._trust_refused else super().next_event()
+
+    def sends_zero_rtt(self) -> bool:
+        """Whether the stream bytes QUIC writes into packets now go in 0-RTT ones: the 0-RTT
+        key is installed and the 1-RTT key is not yet. Once the 1-RTT key is installed, no
+        byte goes in 0-RTT any more (RFC 9001 §4.9.3)."""
+        if not self.zero_rtt_visible:
+            return False
+        cryptos = self._cryptos
+        zero, one = cryptos.get(Epoch.ZERO_RTT), cryptos.get(Epoch.ONE_RTT)
+        return (
+            zero is not None
+            and zero.send.is_valid()
+            and not (one is not None and one.send.is_valid())
+        )
+
+    def stream_written(self, stream_id: int) -> int:
+        """How many bytes of stream ``stream_id`` QUIC has written into packets so far (the
+        highest offset sent; a retransmission adds none). 0 for a stream it does not have."""
+        if not self.zero_rtt_visible:
+            return 0
+        stream = self._streams.get(stream_id)
+        return 0 if stream is None else stream.sender.highest_offset
 
     def _check_handshake(self) -> None:
         tls = self.tls

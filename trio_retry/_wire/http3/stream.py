@@ -81,6 +81,11 @@ class H3Stream:
     def _wake(self) -> None:
         self._changed.set()
 
+    def wake(self) -> None:
+        """What the caller waits for besides the stream itself happened (the connection's
+        handshake ended: :meth:`changed`)."""
+        self._changed.set()
+
     def head(self, response: WireResponse, ended: bool) -> None:
         """The final response head arrived (``ended``: with no body)."""
         if self.response is None and self._failure is None:
@@ -119,6 +124,13 @@ class H3Stream:
         failure = self._failure
         assert failure is not None
         return failure.error(progress)
+
+    async def changed(self) -> None:
+        """Until the driver changes the stream (a head, data, its failure) or wakes it; not
+        bounded here (a request waiting for its connection's handshake is bounded by the
+        handshake's limit, which ends the handshake and so wakes it)."""
+        self._changed = event = trio.Event()
+        await event.wait()
 
     async def _wait(self, which: str, limit: float | None, progress: AttemptProgress) -> None:
         """Wait for the driver to change the stream, within ``limit`` (``which``'s bound)."""
