@@ -1,18 +1,19 @@
 """What the HTTP/3 client says on the wire, seen by the server (FaultServer(http3=True) on
-loopback): no MAX_PUSH_ID on its control stream (it never takes a push, RFC 9114 §4.6); and how
-QUIC and HTTP/3 codes read in its messages (``_wire/http3/codes.py``)."""
+loopback): no MAX_PUSH_ID on its control stream (it never takes a push, RFC 9114 §4.6), its
+limits in its SETTINGS; and how QUIC and HTTP/3 codes read in its messages
+(``_wire/http3/codes.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import trio
 from aioquic.buffer import Buffer
-from aioquic.h3.connection import FrameType, H3Connection
+from aioquic.h3.connection import FrameType, H3Connection, Setting
 from aioquic.h3.events import H3Event
 from aioquic.quic.events import QuicEvent, StreamDataReceived
 
 import trio_retry
-from trio_retry import Client, RetryPolicy, Upstream
+from trio_retry import Client, Evidence, RetryPolicy, Upstream
 from trio_retry._wire.http3.codes import closed_words, tls_alert
 from trio_retry._wire.http3.shims import PushlessH3Connection
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond
@@ -31,11 +32,9 @@ def frame_types(stream: bytes) -> list[int]:
     return types
 
 
-async def test_the_client_advertises_no_push(
-    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """aioquic's client sends MAX_PUSH_ID 8; this one sends SETTINGS alone, so a server may
-    push nothing."""
+def client_control_stream(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bytes of the client's control stream, as FaultServer's HTTP/3 receives them (until
+    the test ends)."""
     received: list[bytes] = []
     handle = H3Connection.handle_event
 
@@ -47,6 +46,15 @@ async def test_the_client_advertises_no_push(
         return handle(self, event)
 
     monkeypatch.setattr(H3Connection, "handle_event", spy)
+    return received
+
+
+async def test_the_client_advertises_no_push(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aioquic's client sends MAX_PUSH_ID 8; this one sends SETTINGS alone, so a server may
+    push nothing."""
+    received = client_control_stream(monkeypatch)
     server = FaultServer(tls=True, http3=True)
     await nursery.start(server.serve)
     with trio.fail_after(20):
@@ -100,3 +108,63 @@ def test_only_a_transport_close_carries_an_alert() -> None:
     assert tls_alert(0x150, 0x06) == 80
     assert tls_alert(0x150, None) is None  # H3 code 0x150 in an application close
     assert tls_alert(0x0A, 0x00) is None
+
+
+def settings_sent(stream: bytes) -> dict[int, int]:
+    """The SETTINGS on a control stream's bytes (RFC 9114 §7.2.4.1)."""
+    buf = Buffer(data=stream)
+    assert buf.pull_uint_var() == 0x00  # a control stream
+    assert buf.pull_uint_var() == FrameType.SETTINGS
+    payload = Buffer(data=buf.pull_bytes(buf.pull_uint_var()))
+    settings = {}
+    while not payload.eof():
+        key = payload.pull_uint_var()
+        settings[key] = payload.pull_uint_var()
+    return settings
+
+
+async def test_the_client_advertises_its_limits_and_no_dynamic_table(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SETTINGS_MAX_FIELD_SECTION_SIZE is max_header_bytes (RFC 9114 §4.2.2), and the QPACK
+    dynamic table is off (capacity 0, no blocked streams: RFC 9204 §5): what bounds the
+    decoding of a field section (``shims.py``)."""
+    received = client_control_stream(monkeypatch)
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    with trio.fail_after(20):
+        async with Client(
+            upstreams={server.url: Upstream(http3=True)},
+            ssl_context=server.client_ssl_context(),
+            max_header_bytes=12_345,
+        ) as client:
+            response = await client.get(f"{server.url}/")
+    assert response.http_version == "HTTP/3"
+    settings = settings_sent(b"".join(received))
+    assert {key: settings.get(key) for key in (0x1, 0x6, 0x7)} == {0x1: 0, 0x6: 12_345, 0x7: 0}
+
+
+async def test_an_aioquic_that_would_not_keep_the_limits_is_not_used(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shim's probe (``shims.PushlessH3Connection``): an aioquic whose SETTINGS no longer
+    follow what the shim sets (here one that writes its own table capacity whatever it is
+    told) is refused before a byte is sent, and the call goes over TCP."""
+
+    def own_settings(self: H3Connection) -> dict[int, int]:
+        return {Setting.QPACK_MAX_TABLE_CAPACITY: 4096, Setting.QPACK_BLOCKED_STREAMS: 16}
+
+    monkeypatch.setattr(H3Connection, "_get_local_settings", own_settings)
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    with trio.fail_after(20):
+        async with Client(
+            upstreams={server.url: Upstream(http3=True)}, ssl_context=server.client_ssl_context()
+        ) as client:
+            response = await client.get(f"{server.url}/")
+    assert response.status_code == 200
+    assert response.http_version != "HTTP/3"
+    quic_try, _ = response.attempts
+    assert (quic_try.http_version, quic_try.evidence) == ("HTTP/3", Evidence.NOT_SENT)
+    assert "HTTP/3 is not used" in str(quic_try.error)
+    assert [r.http_version for r in server.requests] == [response.http_version]

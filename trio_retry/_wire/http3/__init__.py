@@ -7,7 +7,10 @@ and a connection the pool sees; what every multiplexed protocol shares is ``_wir
 - ``verify.py``     a server's certificate chain checked with the client's own ``SSLContext``
 - ``shims.py``      aioquic's classes as the client runs them, and the private names they read
 - ``codes.py``      QUIC, TLS and HTTP/3 error codes in words
-- ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it)
+- ``qpack.py``      how large a QPACK field section decodes to, known before it is decoded
+- ``frames.py``     a request stream's frames read before aioquic keeps them: the limits
+- ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it), and
+                    the limits on its frames
 - ``headers.py``    a response's field section checked, made the head a caller reads
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
 - ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path

@@ -17,6 +17,15 @@ from __future__ import annotations
 
 __all__ = [
     "CERTIFICATE_ALERTS",
+    "H3_EXCESSIVE_LOAD",
+    "H3_FRAME_ERROR",
+    "H3_ID_ERROR",
+    "H3_INTERNAL_ERROR",
+    "H3_MESSAGE_ERROR",
+    "H3_NO_ERROR",
+    "H3_REQUEST_CANCELLED",
+    "H3_REQUEST_REJECTED",
+    "H3_STREAM_CREATION_ERROR",
     "application_error",
     "closed_words",
     "tls_alert",
@@ -78,6 +87,17 @@ TLS_ALERTS = {
 
 #: The alerts that mean a certificate was refused (RFC 8446 §6.2).
 CERTIFICATE_ALERTS = frozenset({42, 43, 44, 45, 46, 48})
+
+#: The HTTP/3 codes the client sends, or tells apart (RFC 9114 §8.1).
+H3_NO_ERROR = 0x100
+H3_INTERNAL_ERROR = 0x102
+H3_STREAM_CREATION_ERROR = 0x103
+H3_FRAME_ERROR = 0x106
+H3_EXCESSIVE_LOAD = 0x107
+H3_ID_ERROR = 0x108
+H3_REQUEST_REJECTED = 0x10B
+H3_REQUEST_CANCELLED = 0x10C
+H3_MESSAGE_ERROR = 0x10E
 
 #: HTTP/3 (RFC 9114 §8.1) and QPACK (RFC 9204 §6) error codes.
 APPLICATION_ERRORS = {

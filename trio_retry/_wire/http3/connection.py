@@ -177,9 +177,20 @@ class HTTP3Connection:
         QUIC attempt races TCP. The rejected alternative, closing it, as before, made a
         handshake that needed 3.5 s under loss mark the origin broken for 5 minutes though
         QUIC works there."""
-        from .shims import client_h3
+        from .shims import LimitsUnsupported, client_h3
 
         progress.http_version = HTTP_VERSION
+        try:
+            h3 = client_h3(quic, max_header_bytes=max_header_bytes)
+        except LimitsUnsupported as exc:  # (before anything is opened or sent)
+            if on_handshake_failed is not None:
+                on_handshake_failed(str(exc))
+            raise WireError.at(
+                progress,
+                FailureCategory.TLS_HANDSHAKE,
+                f"HTTP/3 is not used: {exc}",
+                reconnect=True,
+            ) from None
         started = trio.current_time()
         progress.advance(Stage.DNS)
         with Bound(clock, "connect", connect_timeout, progress=progress):
@@ -203,7 +214,7 @@ class HTTP3Connection:
         conn = cls(
             paths,
             quic,
-            client_h3(quic),
+            h3,
             origin_key,
             authority=authority,
             max_header_bytes=max_header_bytes,
@@ -233,6 +244,9 @@ class HTTP3Connection:
             conn.close()
             raise
         progress.timings["tls"] = trio.current_time() - started
+        ended_by = conn.driver.ended_by
+        if ended_by is not None:  # (the server broke HTTP/3 at once, before any request)
+            raise WireError.at(progress, *ended_by)
         return conn
 
     def _start(self, progress: AttemptProgress) -> None:

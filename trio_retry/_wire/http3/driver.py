@@ -49,18 +49,22 @@ from ..._core.evidence import FailureCategory
 from ..clock import FIXED, closing
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
-from .codes import CERTIFICATE_ALERTS, application_error, closed_words, tls_alert
-from .control import (
-    H3_ID_ERROR,
+from .codes import (
+    CERTIFICATE_ALERTS,
     H3_INTERNAL_ERROR,
     H3_MESSAGE_ERROR,
     H3_NO_ERROR,
     H3_REQUEST_CANCELLED,
     H3_REQUEST_REJECTED,
-    ControlReader,
+    H3_STREAM_CREATION_ERROR,
+    application_error,
+    closed_words,
+    tls_alert,
 )
+from .control import ControlReader
+from .frames import FrameRefused
 from .handshake import PendingHandshake
-from .headers import response_head
+from .headers import check_trailers, response_head
 from .shims import HandshakeRefused, MalformedResponse
 from .stream import H3Stream
 from .udp import UdpPaths
@@ -97,6 +101,9 @@ class H3State(enum.Enum):
     CLOSED = "closed"
 
 
+_CLOSED: H3State = H3State.CLOSED  # (typed H3State: compared after moves that change it)
+
+
 class QuicDriver:
     """One QUIC connection's state and its task; see the module docstring.
 
@@ -117,6 +124,7 @@ class QuicDriver:
         "clock",
         "control",
         "dark",
+        "ended_by",
         "h3",
         "handshake",
         "handshake_failure",
@@ -158,6 +166,8 @@ class QuicDriver:
         self.clock = clock
         self.max_header_bytes = max_header_bytes
         self.state = H3State.HANDSHAKING
+        #: Why the connection ended (its first cause), once it has.
+        self.ended_by: tuple[FailureCategory, str] | None = None
         #: Our request streams by id, until the caller is done with each (:meth:`finish_stream`).
         self.streams: dict[int, H3Stream] = {}
         #: The same streams by the attempt each carries (``attempt_expired`` finds its stream
@@ -373,6 +383,7 @@ class QuicDriver:
             return
         self.state = H3State.CLOSED
         self.dark.stop()
+        self.ended_by = (category, message)
         if not self.handshake.is_set():
             # A connection that ends before its handshake completed is a failed handshake,
             # whatever ended it: the connector is told (a handshake going on in the background
@@ -397,23 +408,33 @@ class QuicDriver:
     def _process(self) -> None:
         """Dispatch every event QUIC produced (:data:`_QUIC_EVENTS`), then hand each to HTTP/3
         and dispatch what it made of it (:data:`_H3_EVENTS`): the one place where aioquic's
-        events are handled. An event of a kind with no entry changes nothing here; once the
-        connection is closed no event does (a handshake the client refused must not complete
-        afterwards)."""
+        events are handled. An event of a kind with no entry changes nothing here, nor one its
+        entry keeps (returning ``False``) HTTP/3; once the connection is closed no event does
+        (a handshake the client refused must not complete afterwards)."""
         if self.state is H3State.CLOSED:
             return
         quic = self.quic
-        h3 = self.h3
         while (event := quic.next_event()) is not None:
             handler = _QUIC_EVENTS.get(type(event))
-            if handler is not None:
-                handler(self, event)
-            if type(event) in _NOT_FOR_H3:
-                continue
-            for h3_event in h3.handle_event(event):
-                h3_handler = _H3_EVENTS.get(type(h3_event))
-                if h3_handler is not None:
-                    h3_handler(self, h3_event)
+            kept = handler is not None and handler(self, event) is False
+            if not kept and type(event) not in _NOT_FOR_H3:
+                self.to_h3(event)
+            if self.state is _CLOSED:
+                return  # (what else QUIC made of the datagrams is not read)
+        # aioquic's HTTP/3 found the server broke HTTP/3 or QPACK, and asked QUIC to close (an
+        # application close, sent next; it hands on no event after that): every stream fails
+        # now (``REMOTE_PROTOCOL``), not once QUIC's closing period is over.
+        asked = quic.close_asked
+        if asked is not None and asked[1] is None:
+            words = closed_words(asked[0], None, asked[2])
+            self.die(FailureCategory.REMOTE_PROTOCOL, f"the server broke HTTP/3 ({words})")
+
+    def to_h3(self, event: QuicEvent) -> None:
+        """Hand ``event`` to HTTP/3 and dispatch what it made of it (:data:`_H3_EVENTS`)."""
+        for h3_event in self.h3.handle_event(event):
+            h3_handler = _H3_EVENTS.get(type(h3_event))
+            if h3_handler is not None:
+                h3_handler(self, h3_event)
 
     # --- the task -------------------------------------------------------------------------------
 
@@ -599,16 +620,41 @@ def _terminated(driver: QuicDriver, event: ConnectionTerminated) -> None:
     driver.die(FailureCategory.CONNECTION_BROKEN, detail)
 
 
-def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> None:
-    """The server's unidirectional streams are read for GOAWAY too (``control.py``); a
-    GOAWAY whose id is not one is a connection error, and proves nothing."""
-    if event.stream_id % 4 == 3:
-        control = driver.control
-        goaway = control.feed(event.stream_id, event.data)
-        if goaway is not None:
-            driver.goaway(goaway)
-        if control.error is not None:
-            driver.connection_error(H3_ID_ERROR, control.error)
+def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
+    """A stream's bytes are read before HTTP/3 keeps any (``False``: none): a request stream's
+    frames (``frames.py``: one refused is a stream error, HTTP/3 given the frames before it,
+    or a connection error), the control stream's (``control.py``: GOAWAY, its id and the
+    limits). A stream the caller is done with gets nothing more; a bidirectional stream the
+    server opened is a connection error (RFC 9114 §6.1)."""
+    stream_id = event.stream_id
+    stream = driver.streams.get(stream_id)
+    control = driver.control
+    try:
+        if stream is not None:
+            stream.frames.feed(event.data, driver.max_header_bytes)
+        elif stream_id % 4 == 3:
+            goaway = control.feed(stream_id, event.data)
+            if goaway is not None:
+                driver.goaway(goaway)
+        elif stream_id % 4 == 1:
+            message = f"the server opened a bidirectional stream ({stream_id})"
+            raise FrameRefused(H3_STREAM_CREATION_ERROR, message, stream_error=False)
+        else:
+            return False
+    except FrameRefused as refused:
+        if stream is not None and refused.stream_error:
+            if refused.at:  # (the frames before it stand: a head, a body)
+                driver.to_h3(StreamDataReceived(event.data[: refused.at], False, stream_id))
+            # As if the server had reset it: aioquic's HTTP/3 drops what it kept of the stream.
+            driver.h3.handle_event(StreamReset(stream_id=stream_id, error_code=refused.code))
+            driver.stream_error(stream, refused.code, refused.message)
+            return False
+        if stream is None and control.goaway is not None:
+            driver.goaway(control.goaway)  # (the GOAWAYs before the refused frame stand)
+        words = f"the server broke HTTP/3: {refused.message} ({application_error(refused.code)})"
+        driver.connection_error(refused.code, words)
+        return False
+    return True
 
 
 def _reset(driver: QuicDriver, event: StreamReset) -> None:
@@ -643,18 +689,22 @@ def _stop_sending(driver: QuicDriver, event: StopSendingReceived) -> None:
 
 def _headers(driver: QuicDriver, event: HeadersReceived) -> None:
     """A HEADERS frame: a final head, an interim one (skipped), or trailers (dropped: the
-    head's fields are what a response carries)."""
+    head's fields are what a response carries); one refused (``headers.py``) is a stream
+    error."""
     stream = driver.streams.get(event.stream_id)
     if stream is None:
         return
-    if stream.response is not None:
-        if event.stream_ended:
-            stream.data(b"", True)
+    try:
+        if stream.response is not None:
+            check_trailers(event.headers, driver.max_header_bytes)
+            if event.stream_ended:
+                stream.data(b"", True)
+            return
+        head = response_head(event.headers, driver.max_header_bytes, stream)
+    except FrameRefused as refused:
+        driver.stream_error(stream, refused.code, refused.message)
         return
-    head = response_head(event.headers, driver.max_header_bytes, stream)
-    if isinstance(head, Failure):
-        stream.fail(head)
-    elif head is not None:
+    if head is not None:
         stream.head(head, event.stream_ended)
 
 
@@ -677,8 +727,9 @@ def _malformed(driver: QuicDriver, event: MalformedResponse) -> None:
         )
 
 
-#: What each QUIC event does (a function of the driver), by its type.
-_QUIC_EVENTS: dict[type[QuicEvent], Callable[[QuicDriver, Any], None]] = {
+#: What each QUIC event does (a function of the driver), by its type; one that returns
+#: ``False`` keeps the event from HTTP/3.
+_QUIC_EVENTS: dict[type[QuicEvent], Callable[[QuicDriver, Any], bool | None]] = {
     HandshakeCompleted: _handshake_completed,
     ConnectionTerminated: _terminated,
     StreamDataReceived: _stream_data,

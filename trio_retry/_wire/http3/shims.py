@@ -20,8 +20,20 @@ each behind a probe that fails closed (the dependency is pinned below 2 in ``pyp
   early: no request's evidence then rests on a guess.
 - :class:`PushlessH3Connection` advertises no MAX_PUSH_ID (aioquic's client sends 8, though
   this client never takes a push): a server may then push nothing (RFC 9114 §4.6), and a
-  PUSH_PROMISE is a connection error H3_ID_ERROR (aioquic's own check, §7.2.5). It sets
-  aioquic's ``_max_push_id`` before the control stream is written (``_init_connection``).
+  PUSH_PROMISE is a connection error H3_ID_ERROR (§7.2.5; ``frames.py`` refuses it at its
+  frame header). It also advertises a QPACK dynamic table of capacity 0 (aioquic's is 4096)
+  and its field-section limit (SETTINGS_MAX_FIELD_SECTION_SIZE: ``max_header_bytes``, RFC
+  9114 §4.2.2). Capacity 0 is what bounds a field section's decoding: with aioquic's 4096, a
+  16 KB section referring 16,000 times to one 4 KB entry decoded to 64 MB before any size
+  could be checked; with 0, a server that inserts anything breaks QPACK (a connection error,
+  QPACK_ENCODER_STREAM_ERROR, RFC 9204 §4.3.1), and what is left, the static table, is
+  bounded before decoding (``qpack.py``). What a server loses: compressing repeated fields
+  across responses (quiche's HTTP/3 advertises 0 by default too). aioquic's ``_max_push_id``,
+  ``_max_table_capacity``, ``_blocked_streams`` and ``_decoder`` are set before the control
+  stream is written (``_init_connection``), and ``_get_local_settings`` adds the limit; the
+  probe: aioquic's constructor must have made a ``pylsqpack.Decoder`` named ``_decoder``
+  first, and the SETTINGS it then sent (``sent_settings``, public) must say what was meant,
+  else :class:`LimitsUnsupported` is raised and the connection is not used.
 - :class:`StreamErrorsH3Connection` (what :func:`client_h3` makes) keeps a malformed
   response on its stream. aioquic checks each response (field names and values,
   pseudo-header fields, connection-specific fields, content-length against the DATA
@@ -60,7 +72,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from aioquic.h3.connection import H3Connection, MessageError
+import pylsqpack
+from aioquic.h3.connection import H3Connection, MessageError, Setting
 from aioquic.h3.connection import H3Stream as AioquicStream
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.connection import NetworkAddress, QuicConnection
@@ -82,6 +95,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CheckedQuicConnection",
     "HandshakeRefused",
+    "LimitsUnsupported",
     "MalformedResponse",
     "PushlessH3Connection",
     "StreamErrorsH3Connection",
@@ -131,6 +145,8 @@ class CheckedQuicConnection(QuicConnection):
         trust: QuicTrust,
         session_ticket_handler: SessionTicketHandler | None = None,
     ) -> None:
+        #: The first close asked for: ``(error_code, frame_type, reason_phrase)``.
+        self.close_asked: tuple[int, int | None, str] | None = None
         super().__init__(configuration=configuration, session_ticket_handler=session_ticket_handler)
         self._trust_source = trust
         self._trust_host = configuration.server_name
@@ -144,6 +160,18 @@ class CheckedQuicConnection(QuicConnection):
             and isinstance(self.__dict__.get("_cryptos"), dict)
             and isinstance(self.__dict__.get("_streams"), dict)
         )
+
+    def close(
+        self,
+        error_code: int = QuicErrorCode.NO_ERROR,
+        frame_type: int | None = None,
+        reason_phrase: str = "",
+    ) -> None:
+        """aioquic's; the first close asked for is kept in :attr:`close_asked` (the driver tells
+        one aioquic's HTTP/3 layer asked for, on what the server sent, from its own)."""
+        if self.close_asked is None:
+            self.close_asked = (error_code, frame_type, reason_phrase)
+        super().close(error_code=error_code, frame_type=frame_type, reason_phrase=reason_phrase)
 
     def receive_datagram(self, data: bytes, addr: NetworkAddress, now: float) -> None:
         """aioquic's, then the checks of the handshake's progress. Raises
@@ -230,13 +258,44 @@ class CheckedQuicConnection(QuicConnection):
         raise HandshakeRefused(category, message)
 
 
+class LimitsUnsupported(Exception):
+    """This aioquic cannot be made to keep the client's HTTP/3 limits (a name the shim sets is
+    gone): the connection is not used."""
+
+
 class PushlessH3Connection(H3Connection):
-    """A client ``H3Connection`` that advertises no MAX_PUSH_ID; see the module docstring."""
+    """A client ``H3Connection`` that advertises no MAX_PUSH_ID, no QPACK dynamic table and
+    ``max_header_bytes`` as its field-section limit; see the module docstring. Raises
+    :class:`LimitsUnsupported` when this aioquic does not let it."""
+
+    def __init__(self, quic: QuicConnection, *, max_header_bytes: int) -> None:
+        self._max_field_section = max_header_bytes
+        super().__init__(quic)
+        sent = self.sent_settings or {}
+        if (
+            sent.get(Setting.QPACK_MAX_TABLE_CAPACITY) != 0
+            or sent.get(Setting.QPACK_BLOCKED_STREAMS) != 0
+            or sent.get(Setting.MAX_FIELD_SECTION_SIZE) != max_header_bytes
+        ):
+            raise LimitsUnsupported(
+                f"this aioquic sent the SETTINGS {sent!r} instead of the client's limits"
+            )
 
     def _init_connection(self) -> None:
-        # aioquic writes MAX_PUSH_ID on the control stream here when this is not None.
+        if not isinstance(getattr(self, "_decoder", None), pylsqpack.Decoder):
+            raise LimitsUnsupported("this aioquic keeps no QPACK decoder named _decoder")
+        # aioquic writes MAX_PUSH_ID on the control stream here when this is not None, and
+        # the SETTINGS from the two QPACK values; the decoder it made with its own are replaced.
         self._max_push_id = None
+        self._max_table_capacity = 0
+        self._blocked_streams = 0
+        self._decoder = pylsqpack.Decoder(0, 0)
         super()._init_connection()
+
+    def _get_local_settings(self) -> dict[int, int]:
+        settings = super()._get_local_settings()
+        settings[Setting.MAX_FIELD_SECTION_SIZE] = self._max_field_section
+        return settings
 
 
 @dataclass
@@ -284,14 +343,14 @@ class StreamErrorsH3Connection(PushlessH3Connection):
     """A client ``H3Connection`` whose malformed responses are stream errors, and whose
     responses without content may declare a length; see the module docstring."""
 
-    def __init__(self, quic: QuicConnection) -> None:
+    def __init__(self, quic: QuicConnection, *, max_header_bytes: int) -> None:
         # aioquic's stream objects, held weakly: each lives as long as aioquic keeps it.
         self._malformed: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
         self._no_content: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
         # What aioquic's content-length check found wrong in the frame being handled: kept
         # for after it, so that the frame's events are not lost with an exception.
         self._length_error: str | None = None
-        super().__init__(quic)
+        super().__init__(quic, max_header_bytes=max_header_bytes)
 
     def send_headers(
         self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool = False
@@ -402,7 +461,9 @@ class StreamErrorsH3Connection(PushlessH3Connection):
 _STREAM_ERRORS = _wrappable()
 
 
-def client_h3(quic: QuicConnection) -> H3Connection:
+def client_h3(quic: QuicConnection, *, max_header_bytes: int) -> H3Connection:
     """The client's HTTP/3 state machine over ``quic``: a :class:`StreamErrorsH3Connection`
-    when this aioquic has what it wraps, else a :class:`PushlessH3Connection`."""
-    return StreamErrorsH3Connection(quic) if _STREAM_ERRORS else PushlessH3Connection(quic)
+    when this aioquic has what it wraps, else a :class:`PushlessH3Connection`. Raises
+    :class:`LimitsUnsupported` when this aioquic does not let the client's limits be set."""
+    kind = StreamErrorsH3Connection if _STREAM_ERRORS else PushlessH3Connection
+    return kind(quic, max_header_bytes=max_header_bytes)

@@ -21,6 +21,7 @@ from ..clock import Bound, limit_of
 from ..contract import Failure
 from ..exchange import WireResponse
 from ..progress import AttemptProgress, WireError
+from .frames import RequestFrames
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -56,6 +57,7 @@ class H3Stream:
         "_failure",
         "_owner",
         "done",
+        "frames",
         "progress",
         "response",
         "send_stopped",
@@ -75,6 +77,8 @@ class H3Stream:
         self.done = False
         #: The server asked us to stop sending (STOP_SENDING): the rest of the body is dropped.
         self.send_stopped = False
+        #: Where the response's bytes are in their frames (read before aioquic keeps them).
+        self.frames = RequestFrames()
 
     # --- the driver's side ------------------------------------------------------------------
 
