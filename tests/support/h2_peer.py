@@ -31,6 +31,7 @@ from trio_retry.testing._certs import ServerCertificates
 from .h2_frames import (
     ACK,
     END_HEADERS,
+    END_STREAM,
     PADDED,
     PRIORITY_FLAG,
     Frame,
@@ -78,6 +79,7 @@ class Peer:
         self.ended = trio.Event()
         #: ``play`` returned: later requests are answered ``200 ok``.
         self.played = False
+        #: The streams the server ended (END_STREAM or RST_STREAM): not answered again.
         self.answered: list[int] = []
 
     @property
@@ -102,7 +104,11 @@ class Peer:
         test asserts on what the client sent, not on what reached it."""
         data = b"".join(chunks)
         async with self._send_lock:
-            self.events.extend(("server", f) for f in self._sent.feed(data))
+            for sent in self._sent.feed(data):
+                self.events.append(("server", sent))
+                ended = sent.kind in (Kind.HEADERS, Kind.DATA) and sent.flags & END_STREAM
+                if ended or sent.kind == Kind.RST_STREAM:
+                    self.answered.append(sent.stream_id)  # the play answered it
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -67,9 +67,11 @@ any other. While the handshake goes on, that deadline is also the handshake's li
 (``min(tls, 3 s)`` from the driver's start, after which the requests waiting on it go over TCP
 while it goes on in the background): it is the connection's, not one attempt's, so every
 request waiting on the handshake, early data or not, and whenever it joined, is bounded by the
-same instant. A connection's last words as it closes (QUIC's CONNECTION_CLOSE) are bounded by
-:func:`closing`: shielded, since the client's exit may be cancelling the task that says them, and
-short (``FIXED.closing``), since they must not hold that exit up.
+same instant. A connection's last words as it closes (QUIC's CONNECTION_CLOSE, HTTP/2's
+GOAWAY after the acknowledgements it owes) are bounded by :func:`closing`: shielded, since the
+client's exit may be cancelling the task that says them, and short (``FIXED.closing``), since
+they must not hold that exit up (an HTTP/2 write under way when its connection closes is cut
+at the same bound: ``http2/writer.py``).
 
 Why lanes and not a scope per wait (the obvious way): entering and leaving a
 ``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
@@ -165,9 +167,9 @@ class FixedLimits:
     #: should not wait the whole TLS limit to find out. (The handshake itself goes on in the
     #: background, and its connection is used once it completes: ``_call/connect.py``.)
     quic_handshake: float = 3.0
-    #: How long a connection's last words as it closes (QUIC's CONNECTION_CLOSE) may hold up
-    #: its task's end, at most, when the socket cannot take them at once (:func:`closing`):
-    #: a client's exit is never held up for long by a full socket.
+    #: How long a connection's last words as it closes (QUIC's CONNECTION_CLOSE, HTTP/2's
+    #: GOAWAY) may hold up its task's end, at most, when the socket cannot take them at once
+    #: (:func:`closing`): a client's exit is never held up for long by a full socket.
     closing: float = 0.25
     #: A multiplexed connection with a request waiting (none of our bytes waiting to be written:
     #: the write bound's case) that received nothing for this long takes no new stream and is

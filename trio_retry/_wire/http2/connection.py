@@ -43,6 +43,7 @@ import h2.config
 import h2.connection
 import h2.settings
 import trio
+from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from ..._core.evidence import FailureCategory
@@ -239,7 +240,7 @@ class HTTP2Connection:
             nursery.start_soon(conn._read_loop)
             nursery.start_soon(conn._write_loop)
         except RuntimeError as exc:  # the nursery is closing: so is the client
-            conn.close()
+            conn.session.abort()
             raise closed_while_connecting(progress) from exc
         return conn
 
@@ -323,8 +324,11 @@ class HTTP2Connection:
         return self.session.closed
 
     def close(self) -> None:
-        """Close at once (safe to call twice): every open stream fails with the evidence of
-        its stage, the socket is closed, and the reader and writer tasks then end."""
+        """Close (safe to call twice): every open stream fails at once with the evidence of
+        its stage; the connection says GOAWAY(NO_ERROR) after the acknowledgements it still
+        owes (RFC 9113 §6.8), within ``FIXED.closing`` seconds, then the socket is closed
+        and the reader and writer tasks end. No frame of a request not yet handed to the
+        transport is sent (those requests are ``NOT_SENT``)."""
         self.session.close()
 
     def attempt_expired(self, progress: AttemptProgress) -> None:
@@ -403,9 +407,14 @@ class HTTP2Connection:
                 await self._handshake_write()
                 while not session.settings_received and not session.closed:
                     await self._receive_once()
-                await self._handshake_write()  # our SETTINGS ACK
+                if session.closed:
+                    # A connection error's GOAWAY (RFC 9113 §5.4.1), then the close: written
+                    # here, as no writer task runs yet (``Writer.farewell``).
+                    await session.writer.farewell()
+                else:
+                    await self._handshake_write()  # our SETTINGS ACK
         except BaseException:
-            self.close()
+            session.abort()
             raise
         if session.death is None and self._fast_path:
             session.h2.engage()
@@ -474,10 +483,14 @@ class HTTP2Connection:
                 Failure(
                     FailureCategory.CONNECTION_BROKEN,
                     f"internal error in the HTTP/2 reader: {exc!r}",
-                )
+                ),
+                ErrorCodes.INTERNAL_ERROR,
             )
         finally:
-            session.die(Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"))
+            session.die(
+                Failure(FailureCategory.CONNECTION_BROKEN, "the client closed"),
+                ErrorCodes.NO_ERROR,
+            )
 
     async def _write_loop(self) -> None:
         session = self.session

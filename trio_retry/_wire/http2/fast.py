@@ -406,6 +406,16 @@ class FastMachine:
             return
         self._out += _HEAD.pack(8 << 8 | _PING, 0, 0) + opaque_data
 
+    def close_connection(self, error_code: int) -> None:
+        """Queue a GOAWAY with ``error_code`` and a last-stream-id of 0 (a client takes no
+        stream: push is off), unless h2 ended the connection itself, its GOAWAY queued
+        already (on a connection error it detects; so does ``fast_inbound.receive``). The
+        connection's last frame: h2 writes it, after a hand-over (nothing follows it)."""
+        if self._h2.state_machine.state is ConnectionState.CLOSED:
+            return
+        self.handover()
+        self._h2.close_connection(error_code, last_stream_id=0)
+
     def acknowledge_received_data(self, acknowledged_size: int, stream_id: int) -> None:
         if not self._fast or stream_id <= 0 or stream_id > self._highest or acknowledged_size < 0:
             self.handover()

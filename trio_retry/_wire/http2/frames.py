@@ -40,8 +40,9 @@ The frame size is checked here, on the header: h2 checks it only once the whole 
 arrived, so a peer that is not speaking HTTP/2 at all (an HTTP/1.1 answer reads as a 4.7 MB
 frame header) would otherwise hold the connection until a deadline fired.
 
-:func:`code_name` names the error code a GOAWAY or a RST_STREAM carries, for the failures'
-messages.
+:class:`FrameError` carries the error code of the connection error (RFC 9113 §5.4.1), which the
+connection's GOAWAY says. :func:`code_name` names the error code a GOAWAY or a RST_STREAM
+carries, for the failures' messages.
 """
 
 from __future__ import annotations
@@ -125,8 +126,12 @@ class Frames(NamedTuple):
 
 class FrameError(Exception):
     """A server preface that is not a SETTINGS frame, a frame on a stream we never opened, a
-    malformed GOAWAY frame, or a frame larger than we allow (a connection error of the
-    peer)."""
+    malformed GOAWAY frame, or a frame larger than we allow: a connection error of the peer,
+    whose code (:attr:`error_code`) the client's GOAWAY carries."""
+
+    def __init__(self, message: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class InboundFrames:
@@ -239,7 +244,8 @@ class InboundFrames:
             if length > MAX_FRAME:
                 raise FrameError(
                     f"the server sent a frame of {length} bytes, more than our "
-                    f"SETTINGS_MAX_FRAME_SIZE ({MAX_FRAME})"
+                    f"SETTINGS_MAX_FRAME_SIZE ({MAX_FRAME})",
+                    ErrorCodes.FRAME_SIZE_ERROR,
                 )
             if idle:
                 name = _NAMES[kind]
@@ -249,7 +255,10 @@ class InboundFrames:
                 )
             if kind == _GOAWAY:
                 if length < 8:
-                    raise FrameError(f"the server sent a GOAWAY frame of invalid size {length}")
+                    raise FrameError(
+                        f"the server sent a GOAWAY frame of invalid size {length}",
+                        ErrorCodes.FRAME_SIZE_ERROR,
+                    )
                 if end - pos < _FRAME_HEADER + length:
                     break  # held until complete
                 if stream_id:

@@ -9,6 +9,8 @@ connection's :class:`~.session.Session` only. The rules it applies:
 - GOAWAY is the session's (``Session.goaway``): from the moment it is parsed the connection
   takes no new stream; streams above its last-stream-id that got no response byte are proven
   ``NOT_SENT``;
+- a connection error (a frame ``frames.py`` refuses, or one h2 refuses) ends the connection
+  with a GOAWAY carrying the error's code (RFC 9113 §5.4.1, ``Session.die``);
 - a malformed response (headers, Content-Length, DATA before the head) fails its own stream
   (``Session.stream_error``); ``RST_STREAM(REFUSED_STREAM)`` before any response byte is
   ``NOT_SENT``; any other reset carries the stage reached.
@@ -50,13 +52,13 @@ def receive(session: Session, data: bytes) -> None:
                     if handler is not None:
                         handler(session, event)
                 if error is not None:
-                    session.die(Failure(FailureCategory.REMOTE_PROTOCOL, _protocol_message(error)))
+                    _broken(session, error)
                     return
             elif isinstance(part, bytes):
                 try:
                     events = session.h2.receive_data(part)
                 except h2.exceptions.ProtocolError as exc:
-                    session.die(Failure(FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc)))
+                    _broken(session, exc)
                     return
                 for event in events:
                     handler = _HANDLERS.get(type(event))
@@ -67,7 +69,15 @@ def receive(session: Session, data: bytes) -> None:
             else:
                 _on_dropped(session, part)
     except FrameError as exc:
-        session.die(Failure(FailureCategory.REMOTE_PROTOCOL, str(exc)))
+        session.die(Failure(FailureCategory.REMOTE_PROTOCOL, str(exc)), exc.error_code)
+
+
+def _broken(session: Session, exc: h2.exceptions.ProtocolError) -> None:
+    """h2 (or the fast path, as h2) found a connection error: it queued its GOAWAY with the
+    error's code already; the session says it and closes (RFC 9113 §5.4.1)."""
+    session.die(
+        Failure(FailureCategory.REMOTE_PROTOCOL, _protocol_message(exc)), int(exc.error_code)
+    )
 
 
 def _on_dropped(session: Session, dropped: DroppedData) -> None:

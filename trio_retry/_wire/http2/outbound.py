@@ -140,7 +140,7 @@ def queue_whole(session: Session, stream: Stream, body: bytes, progress: Attempt
     else:
         stage = Stage.REQUEST_HEAD
     before = writer.queued
-    mark = writer.collect()
+    mark = writer.collect(request=True)  # dropped by a closing connection if none left
     progress.advance(stage)
     writer.notify(mark, mark - before, stream)
     return True
@@ -270,7 +270,7 @@ async def send(
         bound = session.write_bound(progress)
     writer = session.writer
     before = writer.queued
-    mark = writer.collect()
+    mark = writer.collect(request=True)  # dropped by a closing connection if none left
     progress.advance(stage)
     try:
         with bound:

@@ -193,7 +193,10 @@ class Session:
             self.capacity.unpark_all()
         if self.goaway_last is not None and not self.streams:
             # The server asked us to go; the last stream it promised to finish has finished.
-            self.die(Failure(FailureCategory.GOAWAY, "the server sent GOAWAY", not_sent=True))
+            self.die(
+                Failure(FailureCategory.GOAWAY, "the server sent GOAWAY", not_sent=True),
+                ErrorCodes.NO_ERROR,
+            )
 
     def stream_error(self, stream: Stream, problem: str) -> None:
         """A malformed response is a stream error (RFC 9113 §8.1.1): reset that stream with
@@ -240,7 +243,7 @@ class Session:
         await self.ping_lot.park()
 
     def ping_unanswered(self, message: str) -> None:
-        self.die(Failure(FailureCategory.CONNECTION_BROKEN, message))
+        self.die(Failure(FailureCategory.CONNECTION_BROKEN, message), ErrorCodes.NO_ERROR)
 
     # --- the dark-connection watch (``contract.DarkPeer``) --------------------------------------
 
@@ -298,7 +301,8 @@ class Session:
             self.accepted_streams = (last + 1) // 2  # client streams are the odd ids from 1
         self.capacity.unpark_all()
         if not self.streams:
-            self.die(Failure(FailureCategory.GOAWAY, f"the server sent GOAWAY ({code})", True))
+            failure = Failure(FailureCategory.GOAWAY, f"the server sent GOAWAY ({code})", True)
+            self.die(failure, ErrorCodes.NO_ERROR)
 
     def refuse_new_streams(self) -> None:
         """Our stream ids ran out (2**30 streams used): like a GOAWAY from ourselves, take no
@@ -308,18 +312,36 @@ class Session:
             self.close()
 
     def close(self) -> None:
-        """Close at once: see :meth:`die`."""
+        """The client closes the connection: GOAWAY(NO_ERROR) and close (see :meth:`die`)."""
+        self.die(
+            Failure(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client"),
+            ErrorCodes.NO_ERROR,
+        )
+
+    def abort(self) -> None:
+        """Close at once, without waiting for last words (an interrupted handshake, a client
+        whose nursery would not start the connection's tasks): see :meth:`die`."""
         self.die(
             Failure(FailureCategory.CONNECTION_BROKEN, "the connection was closed by the client")
         )
+        self.writer.stop()
 
-    def die(self, failure: Failure) -> None:
+    def die(self, failure: Failure, goaway: int | None = None) -> None:
         """The connection is over: fail every open stream, close the socket, tell the owner
         (``on_dead``).
 
         Idempotent; the first cause is kept (a later "closed by the client" does not hide the
         EOF that really ended it). A stream none of whose bytes the writer had handed to the
         transport is proven ``NOT_SENT``; one already proven so keeps its own failure.
+
+        ``goaway``: the connection can still write, and says why it ends (RFC 9113 §5.4.1: a
+        connection error the client detected, with its code; §6.8: NO_ERROR when the client
+        closes a healthy connection). The GOAWAY goes after the frames the server is still
+        owed (acknowledgements, resets) and before the close, written by the writer within
+        ``FIXED.closing`` seconds (``Writer.finish``); the streams' failures do not wait for
+        it. Without (the peer closed or reset the transport, a write failed or stalled), the
+        socket is closed at once. Either way no frame of a request proven ``NOT_SENT`` here
+        leaves afterwards.
         """
         if self.death is None:
             self.death = failure
@@ -328,9 +350,13 @@ class Session:
         self.closed = True
         death = self.death
         handed = self.writer.handed
-        self.writer.stop()
         self.dark.stop()
-        self._socket.close()
+        if goaway is not None and self.writer.can_finish:
+            self.h2.close_connection(goaway)
+            self.writer.finish(self._socket.close)
+        else:
+            self.writer.stop()
+            self._socket.close()
         # Never handed to the transport: the connection failed, not the request, so the
         # client may send it again on a fresh connection without counting (``reconnect``).
         unsent = Failure(

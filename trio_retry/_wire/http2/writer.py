@@ -27,6 +27,19 @@ waits in is not touched.
 A caller whose request is queued whole need not wait at all (:meth:`Writer.notify`): it goes
 on to wait for its response, and the writer itself reports to the stream (``on_written``) once
 the bytes are written, so a request costs its task one wake (the response), not two.
+
+**The last words** (:meth:`Writer.finish`). A connection the client ends says so with a GOAWAY
+(RFC 9113 §5.4.1, §6.8), written after the frames the server is still owed — a PING's ACK, a
+SETTINGS ACK, a RST_STREAM — and before the socket closes. Callers see the connection broken at
+once; the writer task (or, during the handshake, :meth:`Writer.farewell` in the caller) writes
+those last frames within ``FIXED.closing`` seconds (``clock.closing``), shielded from the
+nursery's cancellation at the client's exit, then closes the socket. What is *not* written: a
+request's frames that were queued but never handed to the transport (the session has just
+declared those streams ``NOT_SENT``: sending them now would make that a lie), which is why the
+queue knows which of its bytes are requests' (:meth:`Writer.collect` ``request=True``). What is
+written even so: the rest of a request's frames whose first bytes already left, since a frame cut
+short would turn the GOAWAY after it into garbage. After a write that was itself cut (cancelled
+or failed) nothing more is written.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory
-from ..clock import Bound
+from ..clock import FIXED, Bound, closing
 from ..exchange import TRANSPORT_ERRORS
 from ..progress import AttemptProgress
 from ..rawsock import raw_stream_of
@@ -82,12 +95,18 @@ class Writer:
     __slots__ = (
         "_bounds",
         "_chunk",
+        "_close",
         "_collects",
+        "_cut",
+        "_exited",
+        "_farewell_by",
         "_h2",
         "_on_broken",
         "_outbox",
         "_outbox_size",
+        "_own_socket",
         "_pending",
+        "_requests",
         "_stall",
         "_stream",
         "_wake_callers",
@@ -130,9 +149,23 @@ class Writer:
         self._bounds: set[Bound] = set()
         #: The stall bound's scope while a write is under way (:meth:`_renew`).
         self._stall: trio.CancelScope | None = None
+        #: (start, end) of each batch of a request's frames (``collect(request=True)``), in
+        #: :attr:`queued` offsets, until written: what :meth:`finish` must not send.
+        self._requests: deque[tuple[int, int]] = deque()
+        #: What :meth:`finish` will call once the last frames are written (the socket's close).
+        self._close: Callable[[], None] | None = None
+        #: A write was cut (cancelled or failed): nothing after it can be sent.
+        self._cut = False
+        #: When the last frames are given up on (set by :meth:`finish`).
+        self._farewell_by = math.inf
+        #: The writer task ran and ended: nobody is left to write last words.
+        self._exited = False
         raw = raw_stream_of(stream)
         if raw is not None:
             raw.on_progress = self._renew
+        #: The socket stream itself, when the writer writes to it directly (cleartext): last
+        #: words can then be handed to the kernel at once (:meth:`finish`).
+        self._own_socket = raw if raw is stream else None
         #: The most one write takes (:data:`WRITE_CHUNK`, or less where progress is unseen).
         self._chunk = WRITE_CHUNK if raw is not None else WRITE_CHUNK_UNREPORTED
 
@@ -141,19 +174,24 @@ class Writer:
         bound, and the write bound of every caller waiting, count again from now."""
         stall = self._stall
         if stall is not None:
-            stall.deadline = trio.current_time() + self.stall_timeout
+            stall.deadline = min(trio.current_time() + self.stall_timeout, self._farewell_by)
         for bound in self._bounds:
             bound.renew()
 
-    def collect(self) -> int:
+    def collect(self, request: bool = False) -> int:
         """Take what h2 queued (in order) and wake the writer; returns the mark at which all
-        of it will have been written."""
+        of it will have been written. ``request``: these are a request's frames (HEADERS,
+        DATA), which :meth:`finish` drops if none of their bytes left yet; every other
+        collection (acknowledgements, WINDOW_UPDATE, RST_STREAM, PING, GOAWAY) is the
+        connection's own and is written even by a closing connection."""
+        if self.broken:
+            self._h2.take_output(deque())  # the connection is over: nothing more is sent
+            return self.queued
         outbox = self._outbox
         size = self._h2.take_output(outbox)
         if size:
-            if self.broken:
-                outbox.clear()
-                return self.queued
+            if request:
+                self._requests.append((self.queued, self.queued + size))
             self._outbox_size += size
             self.queued += size
             self._collects += 1
@@ -199,40 +237,131 @@ class Writer:
         """Wake every :meth:`wait_written` to look again (a bound of an attempt ran out)."""
         self._wake_callers.unpark_all()
 
+    @property
+    def can_finish(self) -> bool:
+        """Last words (:meth:`finish`) can still be written: nothing broke the connection's
+        writes, and the writer task, if it ran, is still there."""
+        return not self.broken and not self._exited
+
     def stop(self) -> None:
-        """The connection is over: drop what is queued, release every waiter."""
+        """The connection is over: drop what is queued, release every waiter (and close at
+        once a connection :meth:`finish` was still to close)."""
         self.broken = True
         self._outbox.clear()
         self._outbox_size = 0
         self._pending.clear()
         self._wake_callers.unpark_all()
         self._wake_writer.unpark_all()
+        close, self._close = self._close, None
+        if close is not None:
+            close()
+
+    def finish(self, close: Callable[[], None]) -> None:
+        """The connection is over, with last words: what h2 queued last (the session's GOAWAY,
+        after the reader's acknowledgements) is written after the connection's own frames
+        still queued, within ``FIXED.closing`` seconds, and then ``close()`` is called (see the
+        module docstring: a request's frames none of whose bytes left are dropped). Callers
+        see the connection broken at once, as after :meth:`stop`. The writer task does the
+        writing; before it runs (a handshake), :meth:`farewell` does."""
+        self.collect()
+        handed = self.handed
+        data = b"".join(self._outbox)  # queued[handed:queued]
+        kept: list[bytes] = []
+        start = handed
+        for first, end in self._requests:
+            if end <= handed:
+                continue  # left whole already
+            if first >= handed:  # never began to leave: dropped
+                kept.append(data[start - handed : first - handed])
+                start = end
+        kept.append(data[start - handed :])
+        self._outbox.clear()
+        self._outbox_size = 0
+        last = b"".join(kept)
+        own = self._own_socket
+        if last and own is not None and self._stall is None and not self._cut:
+            # Nothing is being written (the writer sleeps): a cleartext socket takes its last
+            # words now, so the connection is closed now, as a closed connection's socket
+            # is (a pool's count of open sockets holds); a TLS stream needs the writer task.
+            sent = own.send_now(last)
+            self.handed += sent
+            self.written += sent
+            last = last[sent:]
+        if last:
+            self._outbox.append(last)
+            self._outbox_size = len(last)
+        self._requests.clear()
+        self.broken = True
+        if last:
+            self._close = close
+        else:
+            close()
+        self._farewell_by = trio.current_time() + FIXED.closing
+        stall = self._stall
+        if stall is not None:  # a write under way gets no longer than the last words
+            stall.deadline = min(stall.deadline, self._farewell_by)
+        self._pending.clear()
+        self._wake_callers.unpark_all()
+        self._wake_writer.unpark_all()
+
+    async def farewell(self) -> None:
+        """Write what :meth:`finish` left queued (in ``clock.closing``'s scope, shielded from
+        cancellation, until ``FIXED.closing`` seconds after :meth:`finish`), then close;
+        nothing if :meth:`finish` was not called, or was already seen to. Never raises but
+        ``trio.Cancelled`` from outside (after the close)."""
+        close, self._close = self._close, None
+        if close is None:
+            return
+        try:
+            if not self._cut:
+                with closing() as scope:
+                    # (one bound from finish(), for a write under way then and for these)
+                    scope.deadline = min(scope.deadline, self._farewell_by)
+                    while self._outbox:
+                        chunk = self._next_chunk()
+                        self.handed += len(chunk)
+                        await self._stream.send_all(chunk)
+                        self.written += len(chunk)
+        except TRANSPORT_ERRORS:
+            pass  # the peer is gone: nothing more to say
+        finally:
+            self._outbox.clear()
+            self._outbox_size = 0
+            close()
 
     async def run(self) -> None:
         """The writer task: until :meth:`stop` (or a failed write, reported to ``on_broken``).
-        Never raises but ``trio.Cancelled`` (when the client's nursery closes).
+        Never raises but ``trio.Cancelled`` (when the client's nursery closes). Once the
+        connection is over it writes the last words :meth:`finish` left (:meth:`farewell`).
 
         The stall bound is one cancel scope for many writes (a scope per ``send_all`` was a
         good part of a small request's cost): its deadline is armed before each write and
-        disarmed before the writer sleeps. Its Cancelled can only be raised inside a
-        ``send_all`` (a real stall: the connection is given up); a deadline that passes just
-        after a write completed spends the scope without raising, and a fresh one takes over.
+        disarmed before the writer sleeps, and it shields each write from the nursery's
+        cancellation (the writer is cancelled between writes, never inside one). Its
+        Cancelled can only be raised inside a ``send_all`` (a real stall: the connection is
+        given up); a deadline that passes just after a write completed spends the scope
+        without raising, and a fresh one takes over.
         """
-        while not self.broken:
-            with trio.CancelScope() as stall:
-                stop = await self._write(stall)
-            if stall.cancelled_caught:
-                if not self.broken:
-                    # CONNECTION_BROKEN, not TIMEOUT: the connection failed every stream on it
-                    # (the attempt whose own write waited reports its write bound's TIMEOUT).
-                    self._on_broken(
-                        FailureCategory.CONNECTION_BROKEN,
-                        f"the server read nothing for {self.stall_timeout}s while we wrote; "
-                        "the connection was given up",
-                    )
-                return
-            if stop:
-                return
+        try:
+            while not self.broken:
+                with trio.CancelScope() as stall:
+                    stop = await self._write(stall)
+                if stall.cancelled_caught:
+                    if not self.broken:
+                        # CONNECTION_BROKEN, not TIMEOUT: the connection failed every stream
+                        # on it (the attempt whose own write waited reports its write bound's
+                        # TIMEOUT).
+                        self._on_broken(
+                            FailureCategory.CONNECTION_BROKEN,
+                            f"the server read nothing for {self.stall_timeout}s while we "
+                            "wrote; the connection was given up",
+                        )
+                    return
+                if stop:
+                    return
+        finally:
+            await self.farewell()
+            self._exited = True
 
     async def _write(self, stall: trio.CancelScope) -> bool:
         """Write what is queued, in ``stall``, until the connection breaks (``True``) or
@@ -266,20 +395,32 @@ class Writer:
             self._collects = 0
             chunk = self._next_chunk()
             self.handed += len(chunk)
-            stall.deadline = clock.current_time() + self.stall_timeout
+            stall.deadline = min(clock.current_time() + self.stall_timeout, self._farewell_by)
             self._stall = stall
+            # Only the stall bound may cut a write: the client's closing nursery waits for it
+            # (bounded, as the connection it closes gets FIXED.closing), so the frames of a
+            # write under way, a PING's ACK say, still leave whole, and the GOAWAY after them.
+            stall.shield = True
             try:
                 await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
+                self._cut = True  # some, all or none of it left: nothing can follow it
                 if not self.broken:
                     self._on_broken(
                         FailureCategory.CONNECTION_BROKEN,
                         f"connection broke while sending: {exc.__cause__ or exc}",
                     )
                 return True
+            except BaseException:  # cancelled by the stall bound: as above
+                self._cut = True
+                raise
             finally:
+                stall.shield = False
                 self._stall = None
             written = self.written = self.written + len(chunk)
+            requests = self._requests
+            while requests and requests[0][1] <= written:
+                requests.popleft()
             # Progress for every caller still waiting, and each woken below: O(waiting callers)
             # per write. They are the requests whose body the windows did not take whole (a
             # small request is queued whole and told through ``notify``, O(1)): uploads.
