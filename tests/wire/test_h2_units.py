@@ -8,12 +8,13 @@ import itertools
 import h2.events
 import pytest
 import trio
+from h2.errors import ErrorCodes
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.contract import Failure
-from trio_retry._wire.http2.frames import DroppedData, Frames, GoAway, InboundFrames
+from trio_retry._wire.http2.frames import DroppedData, FrameError, Frames, GoAway, InboundFrames
 from trio_retry._wire.http2.stream import Stream, StreamState
 from trio_retry._wire.progress import AttemptProgress, WireError
 
@@ -66,6 +67,56 @@ def test_each_run_ends_at_most_one_frame_or_holds_whole_frames(cuts: list[int]) 
         offset += len(run)
     if not cuts:  # one read: the frames before the GOAWAY together, and the last after it
         assert runs == [(FRAMES[0] + FRAMES[1] + FRAMES[2], True), (FRAMES[5], True)]
+
+
+CONTINUED = [
+    frame(0x1, 1, b"\x88", flags=0x0),  # HEADERS, no END_HEADERS
+    frame(0x9, 1, b"\x0f\x0d\x012", flags=0x0),  # CONTINUATION
+    frame(0x9, 1, b"", flags=0x4),  # CONTINUATION, END_HEADERS
+    frame(0x0, 1, b"2", flags=0x1),
+]
+
+
+def _fed(data: bytes, cuts: list[int]) -> bytes:
+    bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
+    inbound = InboundFrames(set())
+    handed = b""
+    for start, end in itertools.pairwise(bounds):
+        for part in inbound.feed(data[start:end]):
+            handed += part.data[part.start : part.end] if isinstance(part, Frames) else part
+    return handed
+
+
+@given(st.lists(st.integers(min_value=0), max_size=8))
+def test_a_field_block_in_several_frames_is_handed_on_whatever_the_reads(cuts: list[int]) -> None:
+    one = b"".join(CONTINUED)
+    data = one + one.replace(b"\x00\x00\x00\x01", b"\x00\x00\x00\x03")  # and on stream 3
+    assert _fed(data, cuts) == data
+
+
+@pytest.mark.parametrize(
+    ("frames", "says"),
+    [
+        pytest.param([CONTINUED[0], CONTINUED[3]], "a DATA frame on stream 1 inside", id="data"),
+        pytest.param([CONTINUED[0], frame(0x6, 0, bytes(8))], "a PING frame", id="ping"),
+        pytest.param([CONTINUED[0], frame(0x9, 3, b"")], "stream 3 inside", id="other-stream"),
+        pytest.param(
+            [frame(0x1, 1, b"\x88", flags=0x4), frame(0x9, 1, b"", flags=0x4)],
+            "no field block left open",
+            id="after-end-headers",
+        ),
+        pytest.param([*CONTINUED[:3], CONTINUED[2]], "no field block left open", id="twice"),
+    ],
+)
+@given(cuts=st.lists(st.integers(min_value=0), max_size=6))
+def test_a_field_block_broken_is_a_connection_error(
+    frames: list[bytes], says: str, cuts: list[int]
+) -> None:
+    """RFC 9113 §6.10, on the frame headers, whatever the reads: only CONTINUATION frames of
+    its stream inside a field block, and none outside one."""
+    with pytest.raises(FrameError, match=says) as info:
+        _fed(b"".join(frames), cuts)
+    assert info.value.error_code == ErrorCodes.PROTOCOL_ERROR
 
 
 def test_data_after_its_final_head_stays_in_the_run() -> None:

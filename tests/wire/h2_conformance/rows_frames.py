@@ -188,7 +188,6 @@ ROWS: list[Row] = [
     # --- §6.5 SETTINGS ------------------------------------------------------------------------
     Row(
         id="h2spec 6.5/1 SETTINGS ACK with a payload",
-        xfail="h2 makes it PROTOCOL_ERROR; §6.5 says FRAME_SIZE_ERROR",
         clause="§6.5",
         says="a SETTINGS ACK with a payload is a connection error FRAME_SIZE_ERROR",
         play=play(frame(Kind.SETTINGS, 0x1, 0, b"\x00")),
@@ -476,10 +475,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 6.10/2 CONTINUATION then DATA",
-        xfail=(
-            "a DATA frame inside a field block is dropped as DATA before a head: "
-            "RST_STREAM(PROTOCOL_ERROR) on that stream, where §6.10 says connection error"
-        ),
         clause="§6.10",
         says="a block not ended, followed by DATA, is a connection error PROTOCOL_ERROR",
         play=play(
@@ -500,11 +495,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 6.10/4 CONTINUATION after END_HEADERS",
-        xfail=(
-            "the fast path says GOAWAY(STREAM_CLOSED) where §6.10 says PROTOCOL_ERROR (h2, "
-            "holding the stream still, says so)"
-        ),
-        xfail_only=frozenset({"h2c-fast", "tls-fast"}),
         clause="§6.10",
         says="a CONTINUATION after a HEADERS with END_HEADERS is a connection error",
         play=play(head(end_stream=True) + continuation_frame(SID, DUMMY, end_headers=True)),
@@ -519,10 +509,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 6.10/6 CONTINUATION after DATA",
-        xfail=(
-            "a DATA frame inside a field block is dropped as DATA before a head: "
-            "RST_STREAM(PROTOCOL_ERROR) on that stream, where §6.10 says connection error"
-        ),
         clause="§6.10",
         says="DATA inside a field block, then CONTINUATION: a connection error PROTOCOL_ERROR",
         play=play(

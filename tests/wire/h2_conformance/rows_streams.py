@@ -287,12 +287,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 5.1/7 closed: CONTINUATION after RST_STREAM",
-        xfail=(
-            "the fast path, which forgot the reset stream, answers RST_STREAM(STREAM_CLOSED);"
-            " h2, which still holds it, a connection error: §6.10 says PROTOCOL_ERROR either "
-            "way"
-        ),
-        xfail_only=frozenset({"h2c-fast", "tls-fast"}),
         clause="§5.1, §6.10",
         says="a CONTINUATION no open field block precedes: a connection error PROTOCOL_ERROR",
         play=play(
@@ -326,11 +320,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="h2spec 5.1/10 closed: CONTINUATION after END_STREAM",
-        xfail=(
-            "the fast path says GOAWAY(STREAM_CLOSED) where §6.10 says PROTOCOL_ERROR (h2, "
-            "holding the stream still, says so)"
-        ),
-        xfail_only=frozenset({"h2c-fast", "tls-fast"}),
         clause="§5.1, §6.10",
         says="a CONTINUATION after a complete field block: a connection error PROTOCOL_ERROR",
         play=play(head(end_stream=True) + continuation_frame(SID, block(), end_headers=True)),

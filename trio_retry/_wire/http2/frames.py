@@ -5,6 +5,15 @@ Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's)
 - **The server's preface is a SETTINGS frame** (RFC 9113 §3.4): a first frame of another kind,
   or bytes that are not a frame at all, fail the connection at once (:class:`FrameError`),
   rather than leaving the handshake to wait for a SETTINGS frame that will never come.
+- **A SETTINGS ACK is empty** (RFC 9113 §6.5): one with a payload is a connection error
+  FRAME_SIZE_ERROR (h2 would say PROTOCOL_ERROR).
+- **A field block is one run of frames** (RFC 9113 §4.3, §6.10): once a HEADERS (or
+  PUSH_PROMISE) frame without END_HEADERS arrived, only CONTINUATION frames on its stream may
+  follow until one carries END_HEADERS, and a CONTINUATION comes only then. Anything else is a
+  connection error PROTOCOL_ERROR, judged here on the frame headers, before the DATA rule
+  below could take a DATA frame inside a block for a stream error, and whatever h2 or the fast
+  path would have concluded from the stream's state (a CONTINUATION after a reset drew a
+  RST_STREAM from one and a GOAWAY from the other, depending on when h2 forgot the stream).
 - **A frame on a stream the client never opened is a connection error** (RFC 9113 §5.1.1,
   §5.1: a frame other than PRIORITY on an idle stream): an even id (the server may open none,
   push being off) or an odd id above the highest we opened. h2 would ignore a HEADERS frame on
@@ -21,7 +30,9 @@ Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's)
   raise before the head's event is delivered, and the stream's evidence would depend on how
   TCP split the bytes. Fed frame by frame, the head is seen first, whatever the reads. A run
   holds only frames the checks below let through as they stand: it ends before a GOAWAY, a
-  refused frame, a frame not fully received and a DATA frame for a stream in
+  refused frame, a frame not fully received, a frame of a field block in several frames (the
+  HEADERS without END_HEADERS, its CONTINUATIONs, and anything while the block is open) and a
+  DATA frame for a stream in
   ``awaiting_head``, which is judged once the run before it was processed — unless its
   stream's final head is in the run: a HEADERS frame with END_HEADERS alone whose block starts
   with an indexed ``:status`` of the static table (what nginx sends): once processed, that
@@ -71,6 +82,7 @@ _DATA = 0x0
 _HEADERS = 0x1
 _PRIORITY = 0x2
 _SETTINGS = 0x4
+_PUSH_PROMISE = 0x5
 _GOAWAY = 0x7
 _CONTINUATION = 0x9
 _ACK = 0x1
@@ -126,8 +138,9 @@ class Frames(NamedTuple):
 
 class FrameError(Exception):
     """A server preface that is not a SETTINGS frame, a frame on a stream we never opened, a
-    malformed GOAWAY frame, or a frame larger than we allow: a connection error of the peer,
-    whose code (:attr:`error_code`) the client's GOAWAY carries."""
+    field block interrupted or a CONTINUATION outside one, a malformed GOAWAY frame, or a frame
+    larger than we allow: a connection error of the peer, whose code (:attr:`error_code`) the
+    client's GOAWAY carries."""
 
     def __init__(self, message: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         super().__init__(message)
@@ -141,7 +154,15 @@ class InboundFrames:
     when its header is reached, after everything before it has been processed by the caller.
     """
 
-    __slots__ = ("_buffer", "_dropping", "_passthrough", "_preface", "awaiting_head", "opened")
+    __slots__ = (
+        "_block",
+        "_buffer",
+        "_dropping",
+        "_passthrough",
+        "_preface",
+        "awaiting_head",
+        "opened",
+    )
 
     def __init__(
         self, awaiting_head: Container[int], *, preface: bool = False, opened: int = _TOP
@@ -157,6 +178,9 @@ class InboundFrames:
         self._buffer = bytearray()  # an incomplete frame header (or GOAWAY) from the last read
         self._passthrough = 0  # bytes of the current frame still to hand on
         self._dropping = False  # ... or to skip (a dropped DATA frame)
+        #: The stream whose field block is open (a HEADERS without END_HEADERS came, its last
+        #: CONTINUATION not yet); 0: none.
+        self._block = 0
 
     def feed(self, data: bytes) -> Iterator[bytes | Frames | GoAway | DroppedData]:
         """Yields byte runs for h2 (each ends at most one frame), :class:`Frames` (whole frames
@@ -175,6 +199,7 @@ class InboundFrames:
         end = len(data)
         run = -1  # where the whole frames not yet handed on begin
         heads: set[int] | None = None  # streams whose final head is in that run
+        block = self._block
         while pos < end:
             if self._passthrough:
                 take = min(self._passthrough, end - pos)
@@ -211,6 +236,10 @@ class InboundFrames:
                 and length <= MAX_FRAME
                 and kind != _GOAWAY
                 and not idle
+                and not block
+                and kind != _CONTINUATION
+                and (kind != _SETTINGS or not (flags & _ACK and length))
+                and (kind != _HEADERS or flags & _END_HEADERS)
                 and not self._preface
                 and not (
                     kind == _DATA
@@ -253,6 +282,28 @@ class InboundFrames:
                     f"the server sent a {name} frame on stream {stream_id}, which the client "
                     "never opened (RFC 9113 §5.1.1)"
                 )
+            if kind == _SETTINGS and flags & _ACK and length:
+                raise FrameError(
+                    f"the server sent a SETTINGS ACK with {length} bytes of payload (RFC 9113 "
+                    "§6.5: an acknowledgement is empty)",
+                    ErrorCodes.FRAME_SIZE_ERROR,
+                )
+            if block:
+                if kind != _CONTINUATION or stream_id != block:
+                    raise FrameError(
+                        f"the server sent {_a_frame(kind)} on stream {stream_id} inside the "
+                        f"field block of stream {block}, where only CONTINUATION frames may "
+                        "come (RFC 9113 §6.10)"
+                    )
+                if flags & _END_HEADERS:
+                    block = self._block = 0
+            elif kind == _CONTINUATION:
+                raise FrameError(
+                    f"the server sent a CONTINUATION frame on stream {stream_id} that no field "
+                    "block left open (RFC 9113 §6.10)"
+                )
+            elif (kind == _HEADERS or kind == _PUSH_PROMISE) and not flags & _END_HEADERS:
+                block = self._block = stream_id
             if kind == _GOAWAY:
                 if length < 8:
                     raise FrameError(
@@ -282,6 +333,10 @@ class InboundFrames:
             yield Frames(data, run, pos)
         if pos < end:
             self._buffer += data[pos:]  # kept until the rest of the frame header arrives
+
+
+def _a_frame(kind: int) -> str:
+    return f"a {_NAMES[kind]} frame" if kind < len(_NAMES) else f"a frame of type {kind:#x}"
 
 
 def _not_preface(kind: int, flags: int) -> str:
