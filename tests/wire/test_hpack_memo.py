@@ -12,14 +12,21 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
+import h2.exceptions
 import hpack
 import pytest
+from h2.errors import ErrorCodes
 from hpack.table import HeaderTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_retry._wire.http2 import hpack_memo
-from trio_retry._wire.http2.hpack_memo import MemoDecoder, MemoEncoder
+from trio_retry._wire.http2.hpack_memo import (
+    CompressionError,
+    ConnectionDecoder,
+    MemoDecoder,
+    MemoEncoder,
+)
 
 _FIELDS = [
     (b":method", b"GET"),
@@ -219,3 +226,28 @@ def test_an_entry_larger_than_the_table_forgets_what_was_kept() -> None:
     small = [(b":method", b"GET"), (b"x-a", b"b")]
     for headers in (small, small, [(b"x-huge", b"w" * 5000)], small):
         assert memo.encode(list(headers)) == plain.encode(list(headers))
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b"\x40", id="literal-cut-short"),
+        pytest.param(b"\xff\x49", id="index-beyond-the-tables"),
+        pytest.param(b"\x3f\xe1\x3f\x88", id="table-size-above-the-limit"),
+    ],
+)
+def test_the_connection_decoder_refuses_as_compression_error(block: bytes) -> None:
+    """RFC 9113 §4.3: a block that does not decode is COMPRESSION_ERROR; raised as an h2
+    ``ProtocolError`` so that h2 ends the connection with that code."""
+    with pytest.raises(CompressionError) as info:
+        ConnectionDecoder().decode(block, raw=True)
+    assert isinstance(info.value, h2.exceptions.ProtocolError)
+    assert info.value.error_code == ErrorCodes.COMPRESSION_ERROR
+    assert isinstance(info.value.__cause__, hpack.HPACKError)
+
+
+def test_the_connection_decoder_leaves_a_head_too_large_to_h2() -> None:
+    decoder = ConnectionDecoder()
+    decoder.max_header_list_size = 64
+    with pytest.raises(hpack.OversizedHeaderListError):
+        decoder.decode(hpack.Encoder().encode([(b"x-a", b"b" * 100)]), raw=True)

@@ -199,10 +199,6 @@ ROWS: list[Row] = [
     # --- §4.3 field section compression -------------------------------------------------------
     Row(
         id="h2spec 4.3/1 invalid header block",
-        xfail=(
-            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
-            "COMPRESSION_ERROR"
-        ),
         clause="§4.3",
         says="a field block that does not decode is a connection error COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\x40", flags=END_HEADERS)),
@@ -210,10 +206,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="4.3 index beyond the tables",
-        xfail=(
-            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
-            "COMPRESSION_ERROR"
-        ),
         clause="§4.3 (RFC 7541 §2.3.3)",
         says="an indexed field beyond both tables is a decoding error: COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\xff\x49", flags=END_HEADERS)),
@@ -221,10 +213,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="4.3 table size update above SETTINGS_HEADER_TABLE_SIZE",
-        xfail=(
-            "h2 says PROTOCOL_ERROR for a field block that does not decode; §4.3 says "
-            "COMPRESSION_ERROR"
-        ),
         clause="§4.3 (RFC 7541 §6.3)",
         says="a dynamic table size update above our limit (4,096) is COMPRESSION_ERROR",
         play=play(raw_headers_frame(SID, b"\x3f\xe1\x3f\x88", flags=END_HEADERS | END_STREAM)),

@@ -61,7 +61,7 @@ from ..tlsread import reads_of
 from ..transport import Transport
 from .fast import FastMachine
 from .headers import head_size
-from .hpack_memo import MemoDecoder, MemoEncoder
+from .hpack_memo import ConnectionDecoder, MemoEncoder
 from .inbound import receive
 from .outbound import HTTP_VERSION, open_stream, queue_whole, read_head, write_body
 from .session import Session
@@ -106,7 +106,7 @@ def client_machine(max_header_bytes: int) -> h2.connection.H2Connection:
     # hpack's coders, keeping the blocks that repeat (``hpack_memo.py``); replaced before
     # the connection codes its first block.
     machine.encoder = MemoEncoder()
-    machine.decoder = MemoDecoder()
+    machine.decoder = ConnectionDecoder()
     codes = h2.settings.SettingCodes
     # Set before initiate_connection(), so they are our first SETTINGS and apply at once.
     machine.local_settings = h2.settings.Settings(

@@ -25,6 +25,11 @@ would have produced (differential property tests in ``tests/wire/test_hpack_memo
 
 Memory is bounded: at most :data:`MAX_KEPT` results per coder, each of a block of at most
 :data:`MAX_BLOCK` bytes; when full, the coder forgets them all and starts again.
+
+The connection decodes with :class:`ConnectionDecoder`, which refuses what :class:`MemoDecoder`
+refuses, as the connection error RFC 9113 §4.3 names: ``COMPRESSION_ERROR``. (h2 wraps hpack's
+refusal in a ``ProtocolError`` of code PROTOCOL_ERROR, and the connection's GOAWAY said so; an
+h2 ``ProtocolError`` raised by the decoder passes through h2 as it is, with its code.)
 """
 
 from __future__ import annotations
@@ -33,10 +38,20 @@ from collections.abc import Iterable
 from typing import Any
 
 import hpack
+from h2.errors import ErrorCodes
+from h2.exceptions import ProtocolError
 from hpack.hpack import DEFAULT_MAX_HEADER_LIST_SIZE
 from hpack.table import HeaderTable, table_entry_size
 
-__all__ = ["MAX_BLOCK", "MAX_KEPT", "CountedTable", "MemoDecoder", "MemoEncoder"]
+__all__ = [
+    "MAX_BLOCK",
+    "MAX_KEPT",
+    "CompressionError",
+    "ConnectionDecoder",
+    "CountedTable",
+    "MemoDecoder",
+    "MemoEncoder",
+]
 
 #: Results kept per coder before it forgets them all.
 MAX_KEPT = 32
@@ -162,3 +177,24 @@ class MemoDecoder(hpack.Decoder):
             kept[key] = decoded
             return list(decoded)
         return decoded
+
+
+class CompressionError(ProtocolError):
+    """A field block that does not decode: a connection error COMPRESSION_ERROR (RFC 9113
+    §4.3)."""
+
+    error_code = ErrorCodes.COMPRESSION_ERROR
+
+
+class ConnectionDecoder(MemoDecoder):
+    """The connection's decoder: :class:`MemoDecoder`, whose refusal of a block is a
+    :class:`CompressionError` (see the module docstring). A head over the header list limit
+    stays hpack's ``OversizedHeaderListError``, which h2 reports as a head too large."""
+
+    def decode(self, data: bytes, raw: bool = False) -> Iterable[hpack.HeaderTuple]:
+        try:
+            return super().decode(data, raw)
+        except hpack.OversizedHeaderListError:
+            raise
+        except (hpack.HPACKError, IndexError, TypeError, UnicodeDecodeError) as exc:
+            raise CompressionError(f"Error decoding header block: {exc}") from exc
