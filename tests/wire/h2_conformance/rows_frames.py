@@ -326,7 +326,6 @@ ROWS: list[Row] = [
     ),
     Row(
         id="6.8 GOAWAY above the stream: not processed",
-        xfail="the client resets (CANCEL) a stream the server said it ignores",
         clause="§6.8",
         says="a stream above the last-stream-id was not processed: NOT_SENT; the client says "
         "GOAWAY(NO_ERROR) as it closes",

@@ -175,7 +175,13 @@ class Session:
         self.awaiting_head.discard(stream.stream_id)
         if not self.closed:
             h2_stream = self.h2.streams.get(stream.stream_id)
-            reset = h2_stream is not None and not h2_stream.closed
+            # A stream above a GOAWAY's last-stream-id is one the server ignores (RFC 9113
+            # §6.8): nothing to reset.
+            reset = (
+                h2_stream is not None
+                and not h2_stream.closed
+                and (self.goaway_last is None or stream.stream_id <= self.goaway_last)
+            )
             if reset or unread:
                 try:
                     if reset:
