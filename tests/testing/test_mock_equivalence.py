@@ -38,6 +38,7 @@ from trio_retry.testing import (
     RefuseStream,
     Respond,
     Stall,
+    StreamedBody,
     refused_port,
 )
 
@@ -90,6 +91,14 @@ CASES = [
         options={"max_body_bytes": 50_000},
     ),
     Case("handler", [Handler(_second_fails)], [POST, ("PUT", "/r", b"v")]),
+    Case("streamed-finish", [StreamedBody([b"data: 1\n\n", 0.5, b"data: 2\n\n"])]),
+    Case("streamed-break", [StreamedBody([b"part"], end="break"), Respond(200)]),
+    Case("streamed-reset", [StreamedBody([b"part"], end="reset"), Respond(200)]),
+    Case(
+        "streamed-hang",
+        [StreamedBody([b"part"], end="hang"), Respond(200)],
+        options={"stage_timeouts": trio_retry.StageTimeouts(read=1.0)},
+    ),
     Case("refuse-stream", [RefuseStream(), Respond(200)], [POST], h2_only=True),
     Case("goaway-below", [GoAway(last_stream_id=0), Respond(200)], h2_only=True),
     Case("goaway-then-partial", [GoAway(then=PartialBody())], [GET, GET], h2_only=True),
@@ -228,7 +237,7 @@ def test_the_cases_cover_every_fault_the_server_has() -> None:
     # equivalence yet; they are tested on real sockets in tests/wire/test_h2_truth.py.
     frame_level = {script.StopReading, script.ShutWindow, script.StreamFrames}
     assert set(script._ACTION_TYPES) - frame_level <= exercised
-    assert len(PARAMS) == 86  # 20 cases x 4 modes + 3 HTTP/2-only cases x 2
+    assert len(PARAMS) == 102  # 24 cases x 4 modes + 3 HTTP/2-only cases x 2
 
 
 # -- the stages an in-memory connection cannot reach: scripted instead ------------------------

@@ -3,16 +3,19 @@ transport, and pytest fixtures.
 
 `FaultServer` answers each request with the next scripted action (`Respond`, `Stall`,
 `PartialBody`, `CloseBeforeRead`, `CloseAfterHead`, `CloseAfterBody`, `RefuseStream`,
-`GoAway`, for hostile-server tests `Raw` and `EndlessBody`, or a `Handler` that computes the
-action from the request) and records every request it received in `FaultServer.requests`,
-with whether it was executed, so a test can count side effects. `refused_port` gives a port
-nobody listens on. `MockTransport` runs a real `trio_retry.Client` against a `FaultServer`
-over in-memory streams (``Client(transport=MockTransport(server))``); `ConnectFailure` scripts
-the connect stages it cannot model. The pytest plugin (`trio_retry.testing.pytest_plugin`,
-registered by the package's entry point) provides ready fixtures.
+`GoAway`, `StreamedBody`, for hostile-server tests `Raw` and `EndlessBody`, or a `Handler` that
+computes the action from the request; `EventSource` and `StaticFile` are ready-made handlers:
+a server-sent events endpoint and a file served with validators and byte ranges) and records
+every request it received in `FaultServer.requests`, with whether it was executed, so a test
+can count side effects. `refused_port` gives a port nobody listens on. `MockTransport` runs a
+real `trio_retry.Client` against a `FaultServer` over in-memory streams
+(``Client(transport=MockTransport(server))``); `ConnectFailure` scripts the connect stages it
+cannot model. The pytest plugin (`trio_retry.testing.pytest_plugin`, registered by the
+package's entry point) provides ready fixtures.
 See docs/testing.md.
 """
 
+from ._event_source import EventSource as EventSource
 from ._mock import ConnectFailure as ConnectFailure
 from ._mock import MockTransport as MockTransport
 from ._script import Action as Action
@@ -31,9 +34,11 @@ from ._script import RequestHandler as RequestHandler
 from ._script import Respond as Respond
 from ._script import ScriptError as ScriptError
 from ._script import Stall as Stall
+from ._script import StreamedBody as StreamedBody
 from ._server import FaultServer as FaultServer
 from ._server import UnusedScriptError as UnusedScriptError
 from ._server import refused_port as refused_port
+from ._static_file import StaticFile as StaticFile
 
 __all__ = [
     "Action",
@@ -43,6 +48,7 @@ __all__ = [
     "CloseBeforeRead",
     "ConnectFailure",
     "EndlessBody",
+    "EventSource",
     "FaultServer",
     "GoAway",
     "Handler",
@@ -55,6 +61,8 @@ __all__ = [
     "Respond",
     "ScriptError",
     "Stall",
+    "StaticFile",
+    "StreamedBody",
     "UnusedScriptError",
     "refused_port",
 ]

@@ -24,6 +24,7 @@ from ._script import (
     ShutWindow,
     Stall,
     StopReading,
+    StreamedBody,
     StreamFrames,
     body_allowed,
     paced_chunks,
@@ -216,6 +217,8 @@ class H1Handler:
             return await self._raw(action)
         if isinstance(action, EndlessBody):
             return await self._endless(action, method)
+        if isinstance(action, StreamedBody):
+            return await self._streamed(action, method)
         if isinstance(action, StreamFrames):  # as the `then` of a Stall
             raise ScriptError("StreamFrames is HTTP/2-only, but arrived over HTTP/1.1")
         return await self._respond(action, method)
@@ -249,6 +252,29 @@ class H1Handler:
                 if pause:
                     await trio.sleep(pause)
         return Ending.RESET
+
+    async def _streamed(self, action: StreamedBody, method: str) -> Ending | None:
+        # No length in the headers: h11 picks chunked (close-delimited for HTTP/1.0 clients).
+        await self._send(
+            h11.Response(status_code=action.status, headers=h11_headers(action.headers))
+        )
+        if body_allowed(action.status, method):
+            with trio.move_on_after(action.seconds) as bound:
+                for part in action.parts:
+                    if isinstance(part, bytes):
+                        await self._send(h11.Data(data=part))
+                    else:
+                        await trio.sleep(part)
+                if action.end == "hang":
+                    # Until the client leaves (EOF or an error), discarding what it sends.
+                    while await self._ctx.stream.receive_some(_RECEIVE_SIZE):
+                        pass
+            if action.end == "reset":
+                return Ending.RESET
+            if action.end != "finish" or bound.cancelled_caught:
+                return Ending.CLOSE  # without the last chunk: the body is cut short
+        await self._send(h11.EndOfMessage())
+        return Ending.CLOSE if self._conn.our_state is h11.MUST_CLOSE else None
 
     async def _respond(self, action: Respond, method: str) -> Ending | None:
         if action.delay:

@@ -51,10 +51,19 @@ from ._script import (
     ScriptError,
     ShutWindow,
     StopReading,
+    StreamedBody,
     StreamFrames,
     paced_chunks,
 )
-from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
+from ._stream_server import (
+    RequestHead,
+    RequestStream,
+    StreamServer,
+    endless,
+    respond,
+    short_body,
+    streamed,
+)
 
 __all__ = [
     "PREFACE",
@@ -360,12 +369,14 @@ class H2Handler(StreamServer):
         elif isinstance(action, PartialBody):
             send_headers = partial(self._send_headers, stream_id)
             await short_body(action, method, send_headers, partial(self._send_body, stream_id))
-            if action.reset:
-                # Let the head and the short body reach the wire first, then RST the socket.
-                self._finish_after_flush(Ending.RESET)
-            else:
-                self._h2.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
-                self._kick()
+            self._break_off(stream_id, reset=action.reset)
+        elif isinstance(action, StreamedBody):
+            send_headers = partial(self._send_headers, stream_id)
+            end = await streamed(action, method, send_headers, partial(self._send_body, stream_id))
+            if end == "finish":
+                await self._send_body(stream_id, b"", None, end_stream=True)
+            elif end is not None:
+                self._break_off(stream_id, reset=end == "reset")
         elif isinstance(action, Raw):
             # Outside h2, in order: what h2 queued so far goes first, then the raw bytes.
             self._pending += self._h2.data_to_send()
@@ -378,6 +389,16 @@ class H2Handler(StreamServer):
             # Hand-made frames for this stream, outside h2, after what h2 queued so far.
             self._pending += self._h2.data_to_send()
             self._pending += action.control + action.build(stream_id)
+            self._kick()
+
+    def _break_off(self, stream_id: int, *, reset: bool) -> None:
+        """Break a response off mid-body: ``RST_STREAM(INTERNAL_ERROR)``, the connection kept;
+        `reset`: the whole connection reset instead (TCP RST), once what was queued before it
+        (the head and the body so far) reached the wire."""
+        if reset:
+            self._finish_after_flush(Ending.RESET)
+        else:
+            self._h2.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
             self._kick()
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:

@@ -7,6 +7,8 @@ itself is `_h3_conn.py`). The meaning stays the same, and so does the record (`e
   versus RST: the error code carries the difference, `close_code`).
 * `PartialBody`: after the head and the short body were acknowledged, RESET_STREAM
   (H3_INTERNAL_ERROR); ``reset=True`` closes the connection with H3_INTERNAL_ERROR instead.
+* `StreamedBody`: its parts as on HTTP/2; ``"break"`` and ``"reset"`` end it as `PartialBody`'s
+  ``reset=False`` and ``reset=True`` do.
 * `RefuseStream`: RESET_STREAM and STOP_SENDING with H3_REQUEST_REJECTED, the proof (RFC 9114
   §4.1.1) that the request was not processed; the connection stays usable.
 * `GoAway`: HTTP/3's GOAWAY carries the first request stream id that is NOT processed (HTTP/2's

@@ -51,10 +51,19 @@ from ._script import (
     Respond,
     ShutWindow,
     StopReading,
+    StreamedBody,
     StreamFrames,
     paced_chunks,
 )
-from ._stream_server import RequestHead, RequestStream, StreamServer, endless, respond, short_body
+from ._stream_server import (
+    RequestHead,
+    RequestStream,
+    StreamServer,
+    endless,
+    respond,
+    short_body,
+    streamed,
+)
 
 __all__ = ["H3ServerConnection"]
 
@@ -380,13 +389,15 @@ class H3ServerConnection(StreamServer):
         elif isinstance(action, PartialBody):
             send_headers = partial(self._send_headers, stream_id)
             await short_body(action, method, send_headers, partial(self._send_body, stream_id))
-            # A reset discards what is not acknowledged: the head and the short body must
-            # have reached the client first.
-            await self._until_unacked_at_most(stream_id, 0)
-            if action.reset:
-                self._close(ErrorCode.H3_INTERNAL_ERROR, "reset by script")
-            else:
-                self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
+            await self._break_off(stream_id, reset=action.reset)
+        elif isinstance(action, StreamedBody):
+            send_headers = partial(self._send_headers, stream_id)
+            end = await streamed(action, method, send_headers, partial(self._send_body, stream_id))
+            if end == "finish":
+                await self._send_body(stream_id, b"", None, end_stream=True)
+                await self._until_unacked_at_most(stream_id, 0)
+            elif end is not None:
+                await self._break_off(stream_id, reset=end == "reset")
         elif isinstance(action, StreamFrames):
             # Hand-made frames the server's H3Connection never learns of: the connection's
             # first (on its control stream), then the request stream's.
@@ -396,6 +407,16 @@ class H3ServerConnection(StreamServer):
             self._kick()
         else:
             check_h3(action, method, stream.slot.path)
+
+    async def _break_off(self, stream_id: int, *, reset: bool) -> None:
+        """Break a response off mid-body: RESET_STREAM (H3_INTERNAL_ERROR); `reset`: the whole
+        connection closed with H3_INTERNAL_ERROR instead. A reset discards what is not
+        acknowledged, so the head and the body so far must have reached the client first."""
+        await self._until_unacked_at_most(stream_id, 0)
+        if reset:
+            self._close(ErrorCode.H3_INTERNAL_ERROR, "reset by script")
+        else:
+            self._reset(stream_id, ErrorCode.H3_INTERNAL_ERROR)
 
     async def _endless(self, stream_id: int, action: EndlessBody, method: str) -> None:
         # Ends when the client resets or stops the stream (this task is cancelled), the

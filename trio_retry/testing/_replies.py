@@ -1,19 +1,25 @@
-"""How the fault server shapes a scripted response on the wire: whether it has a body, its
-HTTP/1.1 and HTTP/2 header blocks, and the pacing of a rate-limited body."""
+"""How the fault server shapes a scripted response on the wire: the headers a script may give
+(checked when the script is written), whether it has a body, its HTTP/1.1 and HTTP/2 header
+blocks, and the pacing of a rate-limited body."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from typing import TypeAlias
 
 __all__ = [
+    "HeadersInput",
     "body_allowed",
     "h2_response_headers",
     "h11_headers",
+    "normalize_headers",
     "paced_chunks",
     "response_headers",
 ]
 
 HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
+HeadersInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
 
 # Connection-specific header fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); the HTTP/2
 # side drops them from scripted responses instead of failing, so one script serves both
@@ -25,6 +31,57 @@ _H2_FORBIDDEN = frozenset(
 # How often a paced (body_rate) body is written: small enough that a client sees many chunks,
 # large enough that a 1 KiB/s body is not thousands of one-byte writes.
 _PACE_TICK = 0.05
+
+
+#: A header name is a token (RFC 9110 §5.6.2): h11 refuses any other, and the server would
+#: answer 500 instead of the scripted response.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _check_token(name: str) -> None:
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(
+            f"invalid header name {name!r}: expected a token (letters, digits and "
+            "!#$%&'*+-.^_`|~), such as X-Trace"
+        )
+
+
+def normalize_headers(headers: HeadersInput) -> HeaderPairs:
+    """Return `headers` (a mapping or (name, value) pairs) as a tuple of str pairs.
+
+    Names keep their case (HTTP/1.1 sends them as given; HTTP/2 lowercases them). Raises
+    `ValueError` for names that are not tokens, values containing CR, LF or NUL, values
+    that are not Latin-1 (every protocol sends a value's characters as one byte each), and
+    values with leading or trailing whitespace (HTTP/1.1 sent another response, HTTP/2 a
+    malformed one), so a bad script fails where it is written rather than in
+    `FaultServer.serve` when it is sent.
+    """
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[tuple[str, str]] = []
+    for name, value in items:
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
+        _check_token(name)
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"invalid header value for {name!r}: {value!r}")
+        wide = next((i for i, c in enumerate(value) if ord(c) > 0xFF), None)
+        if wide is not None:
+            raise ValueError(
+                f"header {name!r}: its value must be Latin-1 text (U+0000 to U+00FF, one byte "
+                f"each), but character {wide} is {value[wide]!r} (U+{ord(value[wide]):04X}); "
+                "for UTF-8 bytes give value.encode('utf-8').decode('latin-1')"
+            )
+        if value != value.strip(" \t"):
+            # No protocol sends it as given: a field value has no leading or trailing
+            # whitespace (RFC 9110 §5.5), h11 refuses it, and in HTTP/2 and HTTP/3 it makes
+            # the response malformed. Refused, not stripped: a script says what is sent.
+            raise ValueError(
+                f"header {name!r}: its value {value!r} starts or ends with a space or tab, "
+                "which no protocol sends (RFC 9110 §5.5): give it without them, or use "
+                "Raw(...) to send such bytes on purpose"
+            )
+        out.append((name, value))
+    return tuple(out)
 
 
 def body_allowed(status: int, method: str) -> bool:

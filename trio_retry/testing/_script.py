@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import types
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 from urllib.parse import parse_qsl
 
-from ._replies import body_allowed, h2_response_headers, paced_chunks, response_headers
+from ._frame_faults import ShutWindow, StopReading, StreamFrames
+from ._replies import (
+    HeadersInput,
+    body_allowed,
+    h2_response_headers,
+    normalize_headers,
+    paced_chunks,
+    response_headers,
+)
 
 __all__ = [
     "Action",
@@ -50,7 +57,9 @@ __all__ = [
     "ShutWindow",
     "Stall",
     "StopReading",
+    "StreamEnd",
     "StreamFrames",
+    "StreamedBody",
     "body_allowed",
     "check_action",
     "check_resolved",
@@ -64,7 +73,6 @@ __all__ = [
 
 HeaderPairs: TypeAlias = tuple[tuple[str, str], ...]
 _NO_PARAMS: Mapping[str, str] = types.MappingProxyType({})
-HeadersInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 class ScriptError(Exception):
@@ -76,55 +84,17 @@ class ScriptError(Exception):
     """
 
 
-#: A header name is a token (RFC 9110 §5.6.2): h11 refuses any other, and the server would
-#: answer 500 instead of the scripted response.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-def _check_token(name: str) -> None:
-    if not _TOKEN.fullmatch(name):
+def _unframed(kind: str, status: int, headers: HeadersInput) -> HeaderPairs:
+    """The headers of a body without a length (`EndlessBody`, `StreamedBody`), checked with
+    its status; the server sets the framing itself."""
+    if not 200 <= status <= 599:
+        raise ValueError(f"final status must be 200..599, got {status}")
+    pairs = normalize_headers(headers)
+    if any(name.lower() in ("content-length", "transfer-encoding") for name, _ in pairs):
         raise ValueError(
-            f"invalid header name {name!r}: expected a token (letters, digits and "
-            "!#$%&'*+-.^_`|~), such as X-Trace"
+            f"{kind} sets the framing itself: no Content-Length or Transfer-Encoding in its headers"
         )
-
-
-def normalize_headers(headers: HeadersInput) -> HeaderPairs:
-    """Return `headers` (a mapping or (name, value) pairs) as a tuple of str pairs.
-
-    Names keep their case (HTTP/1.1 sends them as given; HTTP/2 lowercases them). Raises
-    `ValueError` for names that are not tokens, values containing CR, LF or NUL, values
-    that are not Latin-1 (every protocol sends a value's characters as one byte each), and
-    values with leading or trailing whitespace (HTTP/1.1 sent another response, HTTP/2 a
-    malformed one), so a bad script fails where it is written rather than in
-    `FaultServer.serve` when it is sent.
-    """
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    out: list[tuple[str, str]] = []
-    for name, value in items:
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise TypeError(f"header names and values must be str, got {name!r}: {value!r}")
-        _check_token(name)
-        if any(c in value for c in "\r\n\0"):
-            raise ValueError(f"invalid header value for {name!r}: {value!r}")
-        wide = next((i for i, c in enumerate(value) if ord(c) > 0xFF), None)
-        if wide is not None:
-            raise ValueError(
-                f"header {name!r}: its value must be Latin-1 text (U+0000 to U+00FF, one byte "
-                f"each), but character {wide} is {value[wide]!r} (U+{ord(value[wide]):04X}); "
-                "for UTF-8 bytes give value.encode('utf-8').decode('latin-1')"
-            )
-        if value != value.strip(" \t"):
-            # No protocol sends it as given: a field value has no leading or trailing
-            # whitespace (RFC 9110 §5.5), h11 refuses it, and in HTTP/2 and HTTP/3 it makes
-            # the response malformed. Refused, not stripped: a script says what is sent.
-            raise ValueError(
-                f"header {name!r}: its value {value!r} starts or ends with a space or tab, "
-                "which no protocol sends (RFC 9110 §5.5): give it without them, or use "
-                "Raw(...) to send such bytes on purpose"
-            )
-        out.append((name, value))
-    return tuple(out)
+    return pairs
 
 
 def _check_delay(name: str, value: float) -> None:
@@ -311,14 +281,7 @@ class EndlessBody:
         rate: float | None = None,
         seconds: float = 60.0,
     ) -> None:
-        if not 200 <= status <= 599:
-            raise ValueError(f"final status must be 200..599, got {status}")
-        pairs = normalize_headers(headers)
-        if any(name.lower() in ("content-length", "transfer-encoding") for name, _ in pairs):
-            raise ValueError(
-                "EndlessBody sets the framing itself: no Content-Length or "
-                "Transfer-Encoding in its headers"
-            )
+        pairs = _unframed(type(self).__name__, status, headers)
         if not chunk:
             raise ValueError("EndlessBody needs a non-empty chunk")
         if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -334,6 +297,63 @@ class EndlessBody:
     def pause(self) -> float:
         """Seconds to wait after each chunk (0 without a rate)."""
         return len(self.chunk) / self.rate if self.rate is not None else 0.0
+
+
+def _part(part: object) -> bytes | float:
+    if isinstance(part, (bytes, bytearray, memoryview)):
+        return bytes(part)
+    if not isinstance(part, (int, float)) or isinstance(part, bool):
+        raise TypeError(f"StreamedBody parts are bytes or numbers (a pause), got {part!r}")
+    _check_delay("a StreamedBody pause", part)
+    return float(part)
+
+
+#: How a `StreamedBody` ends once its parts are sent.
+StreamEnd: TypeAlias = Literal["finish", "break", "reset", "hang"]
+_STREAM_ENDS = ("finish", "break", "reset", "hang")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class StreamedBody:
+    """Read the whole request (executed), send a head without a length, then `parts` in order
+    (``bytes``: written at once; a number: a pause of that many seconds), then end as `end`
+    says. A server-sent event stream, its heartbeats and its breaks are scripted with it.
+
+    `end`: ``"finish"`` ends the body properly (HTTP/1.1: the last chunk; HTTP/2: END_STREAM;
+    HTTP/3: FIN); ``"break"`` and ``"reset"`` break it off as `PartialBody` does with
+    ``reset=False`` (HTTP/1.1: FIN mid-body; HTTP/2 and HTTP/3: the stream reset) and
+    ``reset=True`` (the whole connection); ``"hang"`` sends nothing more and keeps the stream
+    open until the client leaves. `seconds` bounds the whole body: when it passes, the body
+    is broken off. A response that carries no body (``HEAD``, 204, 304) ends with its head; an
+    HTTP/1.0 client's break looks like an end (close-delimited).
+    """
+
+    parts: tuple[bytes | float, ...]
+    status: int
+    headers: HeaderPairs
+    end: StreamEnd
+    seconds: float
+
+    def __init__(
+        self,
+        parts: Iterable[bytes | float],
+        *,
+        status: int = 200,
+        headers: HeadersInput = (),
+        end: StreamEnd = "finish",
+        seconds: float = 60.0,
+    ) -> None:
+        pairs = _unframed(type(self).__name__, status, headers)
+        checked = tuple(_part(part) for part in parts)
+        if end not in _STREAM_ENDS:
+            raise ValueError(f"end must be one of {', '.join(_STREAM_ENDS)}, got {end!r}")
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        object.__setattr__(self, "parts", checked)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "headers", pairs)
+        object.__setattr__(self, "end", end)
+        object.__setattr__(self, "seconds", float(seconds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,44 +444,6 @@ class Handler:
         return getattr(self.handler, "__qualname__", None) or repr(self.handler)
 
 
-# --- frame-level faults ; served by _h2.py (StreamFrames by _h3_conn.py too) ----------
-
-
-@dataclass(frozen=True, slots=True)
-class StopReading:
-    """HTTP/2 only: when the stream's HEADERS arrive, open the flow-control windows as wide as
-    they go (so the client's upload is limited by TCP alone), then stop reading the socket for
-    `seconds`: the client's writes back up in the kernel buffers. Then the connection is reset.
-    Never executed (the body is never read)."""
-
-    seconds: float = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class ShutWindow:
-    """HTTP/2 only: never reopen this stream's flow-control window (no stream WINDOW_UPDATE
-    for its DATA; the connection's window is still reopened, so siblings go on). The upload
-    stalls once the initial window is used. Never executed; the stream is reset (CANCEL)
-    after the server's read timeout, or when the client resets it."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamFrames:
-    """HTTP/2 and HTTP/3: read the request (executed), then write hand-made frames, which the
-    server's own h2 or aioquic never sees: ``control`` first, then ``build(stream_id)``. The
-    connection's other streams go on as scripted.
-
-    HTTP/2 (builders in ``_h2_frames.py``): both go verbatim into the connection's byte stream
-    (``control``: frames of stream 0; a frame's END_STREAM flag ends its stream). HTTP/3
-    (builders in ``_h3_frames.py``): ``control`` on the server's control stream (a GOAWAY
-    with an id of the test's choosing), ``build``'s frames on the request stream, which then
-    ends (FIN) unless ``fin=False``: the stream stays open until the client ends it."""
-
-    build: Callable[[int], bytes]
-    control: bytes = b""
-    fin: bool = True
-
-
 #: What a `Handler` may return: any action but another `Handler`.
 Resolved: TypeAlias = (
     Respond
@@ -474,6 +456,7 @@ Resolved: TypeAlias = (
     | GoAway
     | Raw
     | EndlessBody
+    | StreamedBody
     | StopReading
     | ShutWindow
     | StreamFrames
@@ -482,7 +465,7 @@ Resolved: TypeAlias = (
 Action: TypeAlias = Resolved | Handler
 #: Actions that run once the whole request has been read (allowed as `Stall.then`).
 AfterBody: TypeAlias = (
-    Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody | StreamFrames
+    Respond | PartialBody | CloseAfterBody | Stall | Raw | EndlessBody | StreamedBody | StreamFrames
 )
 
 _ACTION_TYPES = (
@@ -496,6 +479,7 @@ _ACTION_TYPES = (
     GoAway,
     Raw,
     EndlessBody,
+    StreamedBody,
     StopReading,
     ShutWindow,
     StreamFrames,
@@ -506,7 +490,9 @@ _RESOLVED_TYPES = _ACTION_TYPES[:-1]
 H2_ONLY: tuple[type, ...] = (RefuseStream, GoAway, StopReading, ShutWindow, StreamFrames)
 #: Those of `H2_ONLY` an HTTP/3 stream carries out too.
 H3_TOO: tuple[type, ...] = (RefuseStream, GoAway, StreamFrames)
-_AFTER_BODY_TYPES = (Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamFrames)
+_AFTER_BODY_TYPES = (
+    Respond, PartialBody, CloseAfterBody, Stall, Raw, EndlessBody, StreamedBody, StreamFrames
+)  # fmt: skip
 
 
 def reads_body(action: Action) -> bool:

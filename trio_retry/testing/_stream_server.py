@@ -17,7 +17,17 @@ import trio
 
 from ._common import Recorder, Slot
 from ._replies import body_allowed, h2_response_headers
-from ._script import Action, AfterBody, EndlessBody, Handler, PartialBody, Respond, Stall
+from ._script import (
+    Action,
+    AfterBody,
+    EndlessBody,
+    Handler,
+    PartialBody,
+    Respond,
+    Stall,
+    StreamedBody,
+    StreamEnd,
+)
 
 __all__ = [
     "RequestHead",
@@ -28,6 +38,7 @@ __all__ = [
     "endless",
     "respond",
     "short_body",
+    "streamed",
 ]
 
 HeaderPairs = Sequence[tuple[str, str]]
@@ -161,6 +172,37 @@ async def endless(
             else:
                 await trio.lowlevel.checkpoint()
     return True
+
+
+async def streamed(
+    action: StreamedBody, method: str, send_headers: SendHeaders, send_body: SendBody
+) -> StreamEnd | None:
+    """`StreamedBody` on a stream: a head with no length, then its parts (the pauses slept);
+    with ``end="hang"``, nothing more until the stream's task is cancelled (the client reset
+    the stream, or the connection ended). Returns how the caller must end the stream:
+    ``"finish"`` (properly), ``"break"`` (the stream) or ``"reset"`` (the connection); a body
+    that ran past ``action.seconds`` breaks. None when the head ended the stream (a response
+    that may carry no body)."""
+    has_body = body_allowed(action.status, method)
+    headers = [
+        (name, value)
+        for name, value in h2_response_headers(action.status, action.headers, 0)
+        if name != "content-length"  # no length: the body ends when the stream does
+    ]
+    send_headers(headers, end_stream=not has_body)
+    if not has_body:
+        return None
+    with trio.move_on_after(action.seconds) as bound:
+        for part in action.parts:
+            if isinstance(part, bytes):
+                await send_body(part, None, end_stream=False)
+            else:
+                await trio.sleep(part)
+        if action.end == "hang":
+            await trio.sleep_forever()
+    if bound.cancelled_caught or action.end == "hang":
+        return "break"
+    return action.end
 
 
 class StreamServer(abc.ABC):
