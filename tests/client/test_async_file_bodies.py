@@ -83,6 +83,8 @@ def upload(tmp_path: pathlib.Path) -> pathlib.Path:
 async def test_async_file_is_read_in_large_chunks(
     server: FaultServer, upload: pathlib.Path, kind: str
 ) -> None:
+    if kind == "anyio":  # before the file is opened: a skip would leave it open (a warning)
+        pytest.importorskip("anyio")
     file = CountingReader(upload)
     body = WRAPPERS[kind](file)
     async with trio_retry.Client(retry=FAST) as client:
