@@ -116,9 +116,7 @@ TRANSPORT_TABLE = [
     (E.NOT_SENT, C.CONNECT, NON, ALLOW),
     (E.NOT_SENT, C.DNS, NON, ALLOW),
     (E.NOT_SENT, C.TLS_HANDSHAKE, NON, ALLOW),
-    # ... but a pool timeout: a second wait on the client's own pool rarely ends otherwise
-    (E.NOT_SENT, C.POOL_TIMEOUT, NON, DENY),
-    (E.NOT_SENT, C.POOL_TIMEOUT, SAFE, DENY),
+    (E.NOT_SENT, C.POOL_TIMEOUT, NON, ALLOW),
     (E.NOT_SENT, C.REFUSED_STREAM, NON, ALLOW),
     (E.NOT_SENT, C.GOAWAY, NON, ALLOW),
     (E.NOT_SENT, C.ADMISSION, SAFE, ALLOW),

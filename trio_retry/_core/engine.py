@@ -30,18 +30,6 @@ half-closed it), so one more try on another connection is worth it. The rejected
 retrying every such response as any other transport failure, made the server see three
 requests for one broken answer (issue #38).
 
-Also within rule 9, a pool timeout (``POOL_TIMEOUT``: no connection of the client's own pool
-became free within ``pool_timeout``; ``NOT_SENT``) is denied, though nothing was sent. The wait
-was on this client's own pool, whose connections its own calls hold: most often the caller's
-own open ``stream()`` block, which no second wait frees (the call waits inside that block), or
-a burst of its own calls, which a second wait of the same length rarely outlasts. Another try
-only multiplies the bound the caller chose: three waits of ``pool_timeout=5`` plus the
-backoffs ended such a call after about 15.3 s instead of 5 s (httpx raises ``PoolTimeout``
-after one wait), and each retry drew on the upstream's retry budget for a wait the upstream
-had no part in. Rejected alternative: retrying it as any ``NOT_SENT`` failure (the rule before
-issue #38's round four). A caller who would wait longer says so with ``pool_timeout``; an
-engine of the caller's own may still allow it (the rule is this engine's, not the client's).
-
 Why ambiguity (8) outranks the status/transport table (9) but not the limits (1-7): a denial for
 budget or deadline is still reported as ambiguous by the client when the evidence says the
 request may have run (SPEC §7) — the engine's job is only to say whether to try again, and rules
@@ -371,8 +359,7 @@ def _rule_transport(ctx: RetryContext) -> Decision | None:
     """Rule 9 for transport failures (``status is None``).
 
     A response that is not valid HTTP on a fresh connection is denied (the module docstring:
-    the same server will answer the same way), and so is a pool timeout (a second wait on the
-    client's own pool rarely ends otherwise). Otherwise NOT_SENT is retried whatever the
+    the same server will answer the same way). Otherwise NOT_SENT is retried whatever the
     idempotency: the server never saw it. A safely idempotent operation is retried after
     SENT_NO_RESPONSE or PARTIAL_RESPONSE; a non-idempotent one after PARTIAL_RESPONSE is denied
     (the side effect happened and its outcome is known to be lost).
@@ -380,8 +367,6 @@ def _rule_transport(ctx: RetryContext) -> Decision | None:
     if ctx.status is not None or ctx.failure is None:
         return None
     if ctx.failure is FailureCategory.REMOTE_PROTOCOL and ctx.fresh_connection:
-        return _deny(ctx)
-    if ctx.failure is FailureCategory.POOL_TIMEOUT:
         return _deny(ctx)
     if ctx.evidence is Evidence.NOT_SENT:
         return _allow(ctx)
