@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import trio_retry
-from tests.support.caddy import BIG, RunningCaddy
+from tests.support.caddy import BIG, HUGE_HEAD, LARGE_HEAD, RunningCaddy
 from tests.support.fixtures import StartNginx
 from tests.support.hypercorn_server import RunningHypercorn
 from tests.support.nginx import NginxConfig
@@ -34,6 +34,32 @@ def caddy_client(caddy: RunningCaddy, **options: object) -> Client:
         retry=ONE,
         **options,  # type: ignore[arg-type]
     )
+
+
+async def test_caddy_heads_within_and_past_max_header_bytes(caddy: RunningCaddy) -> None:
+    """A real QPACK encoder's heads (quic-go's, Huffman-coded): one of ~20 KB is read (the
+    client scans a section over 4 KiB before decoding it, ``_wire/http3/qpack.py``, and must
+    take it); one of ~100 KB is refused as it arrives (``ProtocolFailed``, its stream alone:
+    the connection carries the next request), and caddy did serve it."""
+    with trio.fail_after(30):
+        async with caddy_client(caddy) as client:
+            large = await client.get(caddy.url("/head/large"), headers={"x-request-id": "l"})
+            with pytest.raises(trio_retry.ProtocolFailed) as refused:
+                await client.get(caddy.url("/head/huge"), headers={"x-request-id": "h"})
+            after = await client.get(caddy.url("/get"))
+    assert (large.http_version, large.status_code) == ("HTTP/3", 200)
+    assert {name: large.headers[name] for name in LARGE_HEAD} == LARGE_HEAD
+    error = refused.value
+    assert (error.category, error.evidence) == (
+        trio_retry.FailureCategory.REMOTE_PROTOCOL,
+        Evidence.SENT_NO_RESPONSE,
+    )
+    assert "max_header_bytes" in str(error)
+    assert [a.http_version for a in error.attempts] == ["HTTP/3"]
+    assert (after.status_code, after.attempts[-1].connection_reused) == (200, True)
+    assert sum(len(name) + len(value) for name, value in HUGE_HEAD.items()) > 65536
+    log = caddy.log(expect=3)
+    assert (log.count(request_id="l"), log.count(request_id="h")) == (1, 1)
 
 
 async def test_caddy_get_post_and_a_mib_each_way(caddy: RunningCaddy) -> None:

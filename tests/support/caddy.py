@@ -25,6 +25,8 @@ Routes:
 - ``/big.bin`` a static file of 1 MiB (``BIG``), from caddy's file server;
 - ``/files/...`` what the test wrote under ``workdir / "html" / "files"``
   (:meth:`RunningCaddy.put_files`), from caddy's file server;
+- ``/head/large`` ``200`` with a head of about 20 KB (``LARGE_HEAD``), ``/head/huge`` with one
+  of about 100 KB (``HUGE_HEAD``), from caddy itself (its own QPACK encoding);
 - anything else ``404``.
 
 The access log (:meth:`RunningCaddy.log`) is caddy's JSON access log, one entry per request
@@ -75,6 +77,8 @@ from .procs import (
 
 __all__ = [
     "BIG",
+    "HUGE_HEAD",
+    "LARGE_HEAD",
     "CaddyLog",
     "CaddyLogEntry",
     "CaddyUnavailable",
@@ -90,6 +94,9 @@ SKIP_REASON = (
 )
 #: The static file's content (1 MiB), served at ``/big.bin``.
 BIG = bytes(range(256)) * 4096
+#: The extra fields of ``/head/large`` (40 of 500 bytes) and ``/head/huge`` (100 of 1,000).
+LARGE_HEAD = {f"X-Large-{i}": "l" * 500 for i in range(40)}
+HUGE_HEAD = {f"X-Huge-{i}": "h" * 1000 for i in range(100)}
 
 
 class CaddyUnavailable(Exception):
@@ -198,6 +205,20 @@ def _config(
             "handle": [{"handler": "static_response", "status_code": 200, "body": "ok"}],
         },
         {"match": [{"path": ["/echo", "/echo/*"]}], "handle": [proxy]},
+        *(
+            {
+                "match": [{"path": [path]}],
+                "handle": [
+                    {
+                        "handler": "static_response",
+                        "status_code": 200,
+                        "headers": {name: [value] for name, value in fields.items()},
+                        "body": "ok",
+                    }
+                ],
+            }
+            for path, fields in (("/head/large", LARGE_HEAD), ("/head/huge", HUGE_HEAD))
+        ),
         {
             "match": [{"path": ["/big.bin", "/files/*"]}],
             "handle": [{"handler": "file_server", "root": str(workdir / "html")}],
