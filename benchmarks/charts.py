@@ -11,7 +11,9 @@ the command beside each chart). The charts and their sources (:data:`CHARTS`):
 - ``bulk-50mb.svg``: 50 MB transfers, each client's MB/s over curl's (x curl), trio_retry,
   httpx, aiohttp and niquests per protocol and direction, from the bulk figures;
 - ``exactly-once-seed31.svg``, ``exactly-once-seed7.svg``: the exactly-once scoreboard, drawn
-  by the lab's own :func:`benchmarks.exactly_once.report.chart` from the slim documents.
+  by the lab's own :func:`benchmarks.exactly_once.report.chart` from the slim documents;
+- ``scale-10k-calls.svg``: client CPU per call from 100 to 10,000 calls at once, per protocol
+  and client, drawn by :func:`benchmarks.scale_report.figure` from ``benchmarks.scale``'s JSON.
 
 When a benchmark is run again and its JSON saved under docs/results/ (named by its date and
 what it measures), point :data:`CHARTS` at the new file and run this again. Redrawing from the
@@ -46,6 +48,7 @@ CHARTS: dict[str, tuple[str, ...]] = {
     "bulk-50mb.svg": ("2026-12-02-bulk-50mb-x-curl-3f14847.json",),
     "exactly-once-seed31.svg": ("2026-12-02-exactly-once-seed31.json",),
     "exactly-once-seed7.svg": ("2026-12-02-exactly-once-seed7.json",),
+    "scale-10k-calls.svg": ("2026-12-06-scale-10k-calls-dd26e37.json",),
 }
 
 #: (run date, trio_retry's revision) of each throughput source: the runner's JSON records
@@ -247,6 +250,21 @@ def bulk(plt: Any, sources: list[dict[str, Any]], names: tuple[str, ...]) -> Any
     return fig
 
 
+def scale(plt: Any, sources: list[dict[str, Any]], names: tuple[str, ...]) -> Any:
+    """``benchmarks.scale``'s own figure (one panel per protocol), titled with its run."""
+    from .scale_report import figure
+
+    (doc,) = sources
+    title = (
+        f"{doc.get('started_at', doc.get('finished_at', ''))[:10]}, trio_retry "
+        f"{doc['revision'].split()[-1]}: {doc['command']}"
+    )
+    fig = figure(plt, doc["rows"], doc["soaks"], title)
+    if fig is None:
+        raise ChartError(f"{names[0]} has no measured row")
+    return fig
+
+
 def _scoreboard(results: Path, out: Path, name: str, source: str) -> None:
     from .exactly_once.report import chart
 
@@ -258,6 +276,7 @@ def _scoreboard(results: Path, out: Path, name: str, source: str) -> None:
 DRAWERS: dict[str, Callable[[Any, list[dict[str, Any]], tuple[str, ...]], Any]] = {
     "small-requests.svg": small_requests,
     "bulk-50mb.svg": bulk,
+    "scale-10k-calls.svg": scale,
 }
 
 

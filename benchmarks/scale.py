@@ -360,9 +360,11 @@ def _too_much(
     args: argparse.Namespace, case: Case, seen: Case, wall: float, peak_mb: float
 ) -> str | None:
     """Why a client that took ``wall`` seconds a burst and ``peak_mb`` at case ``seen`` is
-    not run at ``case`` (its figures scaled by the calls), or None."""
+    not run at ``case`` (one burst of it, scaled by the calls, would take longer than
+    ``--give-up`` or more memory than ``--max-memory-mb``), or None."""
+    # One burst (the timed bursts of a case stop after --give-up seconds anyway).
     scale = case.calls / seen.calls
-    guess = wall * max(case.calls, args.min_calls) / seen.calls
+    guess = wall * scale
     if guess > args.give_up:
         return (
             f"not run: {wall:.1f} s at {seen.name} calls scales to {guess:.0f} s here "
