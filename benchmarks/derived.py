@@ -20,6 +20,20 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted list (q in [0, 100]); NaN when
+    empty. Shared by the Python rows (:mod:`benchmarks.scenarios.throughput`) and the C load
+    generators (:mod:`benchmarks.loadgen`), so both rows of a table are read the same way."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac
+
+
 FLOOR_H1 = "h11_trio"
 FLOOR_H2 = "h2_trio"
 

@@ -30,13 +30,29 @@ import resource
 import shutil
 import subprocess
 import tempfile
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from benchmarks.adapter import H1, H2, Adapter, ClientUnavailable
+from benchmarks.derived import percentile
 
 if TYPE_CHECKING:
     from benchmarks.scenarios import RunParams
-    from benchmarks.scenarios.throughput import LoadScenario
+
+
+class LoadScenario(Protocol):
+    """What a load generator reads of a scenario (the throughput suite's ``LoadScenario``
+    is one): a Protocol rather than an import, so the scenarios may know the generators and
+    not the other way round (``tests/test_layers.py`` keeps ``benchmarks/`` free of circles)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
 
 FULL_SECONDS = 5
 SMOKE_SECONDS = 1
@@ -193,8 +209,6 @@ class H2loadAdapter(LoadGenerator):
         errors = int(done.group(3)) + succeeded - ok
         with open(log) as f:
             durations = sorted(int(line.split("\t")[2]) / 1e3 for line in f if line.strip())
-        from benchmarks.scenarios.throughput import percentile
-
         return {
             "requests": ok,
             "errors": errors,

@@ -30,7 +30,9 @@ import pytest
 
 import trio_retry
 
-PACKAGE = Path(__file__).resolve().parents[1] / "trio_retry"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "trio_retry"
+BENCHMARKS = ROOT / "benchmarks"
 
 VALUES = ("_models", "_url", "_errors", "_body", "_decoding", "_auth", "_cookies", "_proxy",
           "_redirects", "_trail", "_tls", "_streams", "_rechunk", "_response_body",
@@ -93,7 +95,7 @@ def allowed(importer: str, imported: str) -> bool:
 
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -101,20 +103,22 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> Iterator[str]:
-    """Every package module ``path`` imports, wherever the import statement is."""
+    """Every module of ``path``'s own top package (``trio_retry`` or ``benchmarks``) that it
+    imports, wherever the import statement is."""
     name = module_name(path)
+    top = name.split(".")[0]
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "trio_retry":
+                if alias.name.split(".")[0] == top:
                     yield alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
                 base = base[: len(base) - (node.level - 1)]
                 target = ".".join([*base, node.module] if node.module else base)
-            elif node.module and node.module.split(".")[0] == "trio_retry":
+            elif node.module and node.module.split(".")[0] == top:
                 target = node.module
             else:
                 continue
@@ -126,13 +130,14 @@ def imports_of(path: Path) -> Iterator[str]:
 
 
 def _exists(module: str) -> bool:
-    path = PACKAGE.parent.joinpath(*module.split("."))
+    path = ROOT.joinpath(*module.split("."))
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
-def graph() -> dict[str, set[str]]:
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Who imports whom inside ``package`` (the product, or ``benchmarks``)."""
     edges: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         name = module_name(path)
         edges[name] = {m for m in imports_of(path) if m != name and _exists(m)}
     return edges
@@ -195,6 +200,14 @@ def test_no_import_circles() -> None:
     assert cycles(graph()) == []
 
 
+def test_no_import_circles_in_the_benchmarks() -> None:
+    """``benchmarks/`` too: the scenarios know the clients and the load generators, never the
+    other way round (a type-only import counts, as in the package)."""
+    edges = graph(BENCHMARKS)
+    assert "benchmarks.loadgen" in edges["benchmarks.clients"]  # the graph sees the package
+    assert cycles(edges) == []
+
+
 @pytest.mark.parametrize(
     ("importer", "imported"),
     [
@@ -241,7 +254,7 @@ def imports_from_tests(source: str, filename: str = "<source>") -> list[str]:
 def test_benchmarks_import_nothing_from_tests() -> None:
     # Tests may import benchmarks (the soak's oracle, the adapters), never the other way:
     # ``python -m benchmarks.soak`` must not depend on the test suite's layout.
-    benchmarks = PACKAGE.parent / "benchmarks"
+    benchmarks = BENCHMARKS
     found = {
         str(path.relative_to(benchmarks)): imports_from_tests(path.read_text(), str(path))
         for path in sorted(benchmarks.rglob("*.py"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from benchmarks.clients import Adapter, Endpoint
+    from benchmarks.adapter import Adapter, Endpoint
     from benchmarks.runtime import Runtime
 
 # Modules imported (in order) to populate the registry.

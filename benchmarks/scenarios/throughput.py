@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from benchmarks.derived import percentile
 from benchmarks.scenarios import RunParams, Scenario, register
 
 if TYPE_CHECKING:
-    from benchmarks.clients import Adapter
+    from benchmarks.adapter import Adapter
     from benchmarks.loadgen import LoadGenerator
     from benchmarks.runtime import Runtime
 
@@ -53,17 +54,6 @@ class _LoadState:
         # Stop early when a client is clearly broken: numbers would be meaningless anyway.
         if self.errors > max(10, self.total // 10):
             self.aborted = True
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an already sorted list (q in [0, 100])."""
-    if not sorted_values:
-        return float("nan")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    return sorted_values[lo] * (1 - frac) + sorted_values[hi] * frac
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
