@@ -3,7 +3,6 @@ exception, evidence and category its stage proves, never by waiting out the dead
 
 from __future__ import annotations
 
-import struct
 from functools import partial
 
 import h2.config
@@ -13,6 +12,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.support.h2_frames import frame
 from trio_retry import Evidence, FailureCategory, HttpAmbiguousExecutionError, ProtocolFailed
 
 from .conftest import FAST
@@ -20,15 +20,6 @@ from .conftest import FAST
 PROMPT = 2.0  # seconds: far below every deadline a hung call would wait out
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def frame(kind: int, stream_id: int, payload: bytes, flags: int = 0) -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes((kind, flags))
-        + struct.pack(">I", stream_id)
-        + payload
-    )
 
 
 def frame_kinds(data: bytes) -> list[int]:
@@ -51,8 +42,8 @@ async def listen(nursery: trio.Nursery, serve: object) -> int:
 @pytest.mark.parametrize(
     "first",
     [
-        pytest.param(frame(0x6, 0, b"12345678"), id="ping"),
-        pytest.param(frame(0x4, 0, b"", flags=0x1), id="settings-ack"),
+        pytest.param(frame(0x6, 0, 0, b"12345678"), id="ping"),
+        pytest.param(frame(0x4, 0x1, 0, b""), id="settings-ack"),
         pytest.param(b"hello, this is not HTTP/2 at all\r\n", id="garbage"),
         pytest.param(b"\x00\x00\x05\xfe\x00\x00\x00\x00\x00hello", id="garbage-small-length"),
         pytest.param(b"OK\r\n", id="garbage-short"),
@@ -88,8 +79,8 @@ async def test_a_preface_that_is_not_settings_fails_at_once_not_sent(
 # --- a frame on a stream the client never opened (RFC 9113 §5.1.1) ---------------------------
 
 STRAY = {
-    "headers": lambda stream_id: frame(0x1, stream_id, b"\x88", flags=0x4),  # :status 200
-    "data": lambda stream_id: frame(0x0, stream_id, b"hello"),
+    "headers": lambda stream_id: frame(0x1, 0x4, stream_id, b"\x88"),  # :status 200
+    "data": lambda stream_id: frame(0x0, 0, stream_id, b"hello"),
 }
 
 
@@ -177,7 +168,7 @@ async def test_late_frames_on_a_stream_the_client_reset_keep_the_connection(
             late = b""
             for event in conn.receive_data(data):
                 if isinstance(event, h2.events.StreamReset) and event.stream_id == 1:
-                    late = frame(0x1, 1, b"\x88", flags=0x4) + frame(0x0, 1, b"late", flags=0x1)
+                    late = frame(0x1, 0x4, 1, b"\x88") + frame(0x0, 0x1, 1, b"late")
                     reset.set()
                 elif isinstance(event, h2.events.RequestReceived) and event.stream_id > 1:
                     conn.send_headers(event.stream_id, [(b":status", b"204")], end_stream=True)

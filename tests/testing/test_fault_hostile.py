@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import struct
-
 import h2.exceptions
 import pytest
 import trio
 
+from tests.support.h2_frames import frame
 from trio_retry.testing import EndlessBody, GoAway, Raw, Respond, Stall
 
 from .conftest import StartServer
 from .raw import H1Client, H2Client, read_to_end
 
 GARBAGE = b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff not http at all"
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One HTTP/2 frame (RFC 9113 §4.1)."""
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes((kind, flags))
-        + struct.pack(">I", stream_id)
-        + payload
-    )
 
 
 def test_validation() -> None:

@@ -29,6 +29,7 @@ from h2.windows import WindowManager
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.support.h2_frames import frame
 from trio_retry._wire.http2.connection import client_machine
 from trio_retry._wire.http2.fast import FastMachine
 from trio_retry._wire.http2.fast_inbound import _processed
@@ -45,10 +46,6 @@ def split(data: bytes) -> list[bytes]:
         frames.append(data[pos:stop])
         pos = stop
     return frames
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return _HEAD.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
 
 def machine() -> h2.connection.H2Connection:
@@ -342,7 +339,7 @@ def step(draw: st.DrawFn, pair: Pair, encoder: hpack.Encoder) -> None:
     elif kind == "sping":
         data = frame(0x6, draw(st.sampled_from([0, 1])), 0, b"abcdefgh")
     elif kind == "settings_ack":
-        data = frame(0x4, 0x1, 0)
+        data = frame(0x4, 0x1, 0, b"")
     elif kind == "settings":
         data = frame(0x4, 0, 0, struct.pack(">HI", 4, draw(st.sampled_from([1000, 200000]))))
     elif kind == "odd":
@@ -464,7 +461,7 @@ def test_common_exchange_stays_on_the_fast_path() -> None:
     never defer: the property test above would pass with a fast path that always deferred."""
     pair = Pair(SERVER_SETTINGS)
     encoder = hpack.Encoder()
-    pair.same("receive_data", frame(0x4, 0x1, 0) + frame(0x8, 0, 0, struct.pack(">I", 10**6)))
+    pair.same("receive_data", frame(0x4, 0x1, 0, b"") + frame(0x8, 0, 0, struct.pack(">I", 10**6)))
     for n in range(50):
         stream_id = 2 * n + 1
         pair.same("send_headers", stream_id, request(stream_id, 1), end_stream=True)

@@ -12,23 +12,24 @@ from h2.errors import ErrorCodes
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.h2_frames import frame
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.contract import Failure
 from trio_retry._wire.http2.frames import DroppedData, FrameError, Frames, GoAway, InboundFrames
 from trio_retry._wire.http2.stream import Stream, StreamState
 from trio_retry._wire.progress import AttemptProgress, WireError
 
-from .test_http2 import LIMIT, Connect, connect, frame, get, goaway, progress_at_pool
+from .test_http2 import LIMIT, Connect, connect, get, goaway, progress_at_pool
 
 __all__ = ["connect"]  # the fixture, shared with test_http2.py
 
 FRAMES = [
-    frame(0x4, 0, b""),  # SETTINGS
-    frame(0x1, 1, b"\x88", flags=0x4),  # HEADERS :status 200
-    frame(0x0, 1, b"a" * 300),
+    frame(0x4, 0, 0, b""),  # SETTINGS
+    frame(0x1, 0x4, 1, b"\x88"),  # HEADERS :status 200
+    frame(0x0, 0, 1, b"a" * 300),
     goaway(1),
-    frame(0x0, 3, b"early"),  # DATA for a stream still awaiting its head: dropped
-    frame(0x0, 1, b"b", flags=0x1),
+    frame(0x0, 0, 3, b"early"),  # DATA for a stream still awaiting its head: dropped
+    frame(0x0, 0x1, 1, b"b"),
 ]
 
 
@@ -70,10 +71,10 @@ def test_each_run_ends_at_most_one_frame_or_holds_whole_frames(cuts: list[int]) 
 
 
 CONTINUED = [
-    frame(0x1, 1, b"\x88", flags=0x0),  # HEADERS, no END_HEADERS
-    frame(0x9, 1, b"\x0f\x0d\x012", flags=0x0),  # CONTINUATION
-    frame(0x9, 1, b"", flags=0x4),  # CONTINUATION, END_HEADERS
-    frame(0x0, 1, b"2", flags=0x1),
+    frame(0x1, 0x0, 1, b"\x88"),  # HEADERS, no END_HEADERS
+    frame(0x9, 0x0, 1, b"\x0f\x0d\x012"),  # CONTINUATION
+    frame(0x9, 0x4, 1, b""),  # CONTINUATION, END_HEADERS
+    frame(0x0, 0x1, 1, b"2"),
 ]
 
 
@@ -98,10 +99,10 @@ def test_a_field_block_in_several_frames_is_handed_on_whatever_the_reads(cuts: l
     ("frames", "says"),
     [
         pytest.param([CONTINUED[0], CONTINUED[3]], "a DATA frame on stream 1 inside", id="data"),
-        pytest.param([CONTINUED[0], frame(0x6, 0, bytes(8))], "a PING frame", id="ping"),
-        pytest.param([CONTINUED[0], frame(0x9, 3, b"")], "stream 3 inside", id="other-stream"),
+        pytest.param([CONTINUED[0], frame(0x6, 0, 0, bytes(8))], "a PING frame", id="ping"),
+        pytest.param([CONTINUED[0], frame(0x9, 0, 3, b"")], "stream 3 inside", id="other-stream"),
         pytest.param(
-            [frame(0x1, 1, b"\x88", flags=0x4), frame(0x9, 1, b"", flags=0x4)],
+            [frame(0x1, 0x4, 1, b"\x88"), frame(0x9, 0x4, 1, b"")],
             "no field block left open",
             id="after-end-headers",
         ),
@@ -124,11 +125,11 @@ def test_data_after_its_final_head_stays_in_the_run() -> None:
     final head (an indexed static ``:status``: its processing ends the wait); after any other
     head (a 103, not in the static table) the DATA is judged once the run was processed."""
     awaiting = {1}
-    final = frame(0x1, 1, b"\x88", flags=0x4) + frame(0x0, 1, b"body", flags=0x1)
+    final = frame(0x1, 0x4, 1, b"\x88") + frame(0x0, 0x1, 1, b"body")
     parts = list(InboundFrames(awaiting).feed(final))
     assert parts == [Frames(final, 0, len(final))]
-    early = frame(0x1, 1, b"\x08\x03103", flags=0x4)  # :status 103, literal
-    data = frame(0x0, 1, b"body", flags=0x1)
+    early = frame(0x1, 0x4, 1, b"\x08\x03103")  # :status 103, literal
+    data = frame(0x0, 0x1, 1, b"body")
     feed = InboundFrames(awaiting).feed(early + data)
     assert next(feed) == Frames(early + data, 0, len(early))
     assert list(feed) == [DroppedData(1, 4)]  # still awaiting (the caller processed nothing)

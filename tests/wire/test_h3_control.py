@@ -6,26 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.hostile_h3 import varint
 from trio_retry._wire.http3.codes import H3_ID_ERROR
 from trio_retry._wire.http3.control import ControlReader
 from trio_retry._wire.http3.frames import FrameRefused
+from trio_retry.testing._h3_frames import frame
 
 CONTROL = 3  # the first server-initiated unidirectional stream
-
-
-def varint(value: int) -> bytes:
-    """RFC 9000 §16's encoding, in the shortest form."""
-    if value < 1 << 6:
-        return bytes([value])
-    if value < 1 << 14:
-        return (value | 0x4000).to_bytes(2, "big")
-    if value < 1 << 30:
-        return (value | 0x8000_0000).to_bytes(4, "big")
-    return (value | 0xC000_0000_0000_0000).to_bytes(8, "big")
-
-
-def frame(kind: int, payload: bytes) -> bytes:
-    return varint(kind) + varint(len(payload)) + payload
 
 
 SETTINGS = frame(0x04, varint(0x01) + varint(0) + varint(0x07) + varint(0))

@@ -10,15 +10,12 @@ from hypothesis import strategies as st
 from trio_retry._wire.http3.codes import H3_EXCESSIVE_LOAD, H3_FRAME_ERROR, H3_ID_ERROR
 from trio_retry._wire.http3.control import SETTINGS_LIMIT, ControlReader
 from trio_retry._wire.http3.frames import SCAN_FROM, FrameRefused, RequestFrames
+from trio_retry.testing._h3_frames import frame
 
 from ..support.hostile_h3 import frame_header, qpack_literal_section, varint
 
 LIMIT = 65536
 CONTROL = 3
-
-
-def frame(kind: int, payload: bytes) -> bytes:
-    return frame_header(kind, len(payload)) + payload
 
 
 def head(fields: list[tuple[bytes, bytes]]) -> bytes:

@@ -20,6 +20,7 @@ from h2.errors import ErrorCodes
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.h2_frames import frame
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.exchange import WireRequest
 from trio_retry._wire.http2 import HTTP2Connection
@@ -30,26 +31,17 @@ from trio_retry._wire.transport import Transport
 LIMIT = 5
 
 
-def frame(kind: int, stream_id: int, payload: bytes, flags: int = 0) -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes((kind, flags))
-        + struct.pack(">I", stream_id)
-        + payload
-    )
-
-
 def goaway(last: int, code: int = 0, debug: bytes = b"") -> bytes:
-    return frame(0x7, 0, struct.pack(">II", last, code) + debug)
+    return frame(0x7, 0, 0, struct.pack(">II", last, code) + debug)
 
 
 # --- the GOAWAY filter ------------------------------------------------------------------------
 
 STREAM = [
-    frame(0x4, 0, b""),  # SETTINGS
-    frame(0x0, 1, b"a" * 16_384),  # DATA, as large as a frame may be (SETTINGS_MAX_FRAME_SIZE)
+    frame(0x4, 0, 0, b""),  # SETTINGS
+    frame(0x0, 0, 1, b"a" * 16_384),  # DATA, as large as a frame may be (SETTINGS_MAX_FRAME_SIZE)
     goaway(1, 0, b"bye"),
-    frame(0x0, 1, b"tail"),
+    frame(0x0, 0, 1, b"tail"),
     goaway(0, 2),
 ]
 
@@ -89,9 +81,9 @@ def test_goaway_filter_keeps_order_at_any_read_boundaries(cuts: list[int]) -> No
 
 def test_goaway_filter_rejects_malformed_goaway() -> None:
     with pytest.raises(FrameError):
-        list(InboundFrames(set()).feed(frame(0x7, 0, b"short")))
+        list(InboundFrames(set()).feed(frame(0x7, 0, 0, b"short")))
     with pytest.raises(FrameError):
-        list(InboundFrames(set()).feed(frame(0x7, 3, struct.pack(">II", 1, 0))))
+        list(InboundFrames(set()).feed(frame(0x7, 0, 3, struct.pack(">II", 1, 0))))
 
 
 # --- a scripted server --------------------------------------------------------------------------
