@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks import bulk, bulk_clients
-from benchmarks.servers import find_nginx
+from benchmarks.nginx import find_nginx
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # ~15 s on 2 idle cores; stops a hang

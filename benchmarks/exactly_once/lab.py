@@ -36,7 +36,7 @@ from benchmarks.exactly_once.checker import DEFAULT_TOLERANCE, check
 from benchmarks.exactly_once.peers import PEERS, RESULT_TAG
 from benchmarks.exactly_once.records import ClientRun, LedgerEntry, read_access_log, read_ledger
 from benchmarks.exactly_once.workload import GRACE
-from benchmarks.servers import find_nginx, nginx_version
+from benchmarks.nginx import find_nginx, nginx_version
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a client's process may take this long to import and start before its calls begin

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.exactly_once import netlab
-from benchmarks.servers import find_nginx
+from benchmarks.nginx import find_nginx
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60  # a smoke run takes ~3 s on two idle cores; this only stops a hang
