@@ -1,28 +1,34 @@
-"""The backend behind nginx: executes each request once, writes it to the ledger, then answers
-after a variable delay.
+"""The ledger backend: executes each request once, records it, then answers after a variable
+delay. The lab's (behind nginx, in its server namespace) and the tests' (behind caddy or nginx,
+in a thread of the test process: ``tests/support/backend.py``) are this one.
 
-Started inside the lab's server namespace as ``python -m benchmarks.exactly_once.backend PORT
-LEDGER SEED MAX_DELAY``, listening on 127.0.0.1 there (only nginx reaches it). Standard library
-only: a thread per request, so a slow answer never delays the record of another.
+Started by the lab as ``python -m benchmarks.exactly_once.backend PORT LEDGER SEED MAX_DELAY``,
+listening on 127.0.0.1 in the namespace (only nginx reaches it). Standard library only: a thread
+per request, so a slow answer never delays the record of another.
 
-The ledger is the witness of execution: one JSON line per request that reached the handler,
-written (and flushed) *before* the delay and the answer, so a request whose response was lost,
-or whose client gave up, is on record all the same. Each line holds the request id
-(``x-request-id``), the attempt number (``x-attempt``), the method, the idempotency key
-(``idempotency-key``) and the result:
+The ledger is the witness of execution: one entry per request that reached the handler (a JSON
+line in the lab's file, flushed, and a :class:`~.records.LedgerEntry` in memory), written
+*before* the delay and the answer, so a request whose response was lost, or whose client gave
+up, is on record all the same. Each entry holds the request id (``x-request-id``), the attempt
+number (``x-attempt``), the method, the idempotency key (``idempotency-key``), the path, the body
+length as read (by ``content-length`` or chunked: what a proxy sends for an HTTP/3 request of
+unknown length), the client's protocol at the proxy (``x-client-proto``), and the result:
 
 - ``executed``: the side effect happened (every GET and key-less POST, and the first POST of
   each key);
 - ``deduplicated``: a POST whose key was already executed; answered 200 with no new side
-  effect (what the ``Idempotency-Key`` draft asks of a server; the body says which it was,
-  the draft's stored response is not kept: no client here reads it).
+  effect (what the ``Idempotency-Key`` draft asks of a server; the draft's stored response is
+  not kept: no client here reads it).
 
+The answer: ``200``, ``x-ledger`` the result, ``x-body-length`` the body read; its body the
+request's body echoed, or for a GET ``executed N`` (N: the entries so far, this one included).
 The delay is drawn from ``SEED``, the request id and the attempt, so a run with the same seed
-gives each request the same delay.
+gives each request the same delay (none when ``MAX_DELAY`` is 0).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import sys
@@ -31,64 +37,88 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO
 
+from benchmarks.exactly_once.records import LedgerEntry
+
 EXECUTED = "executed"
 DEDUPLICATED = "deduplicated"
 
 
 class Ledger:
-    """The append-only record, and the keys already executed (what deduplication needs)."""
+    """The append-only record (in memory, and in ``file`` when given), and the keys already
+    executed (what deduplication needs). Thread-safe."""
 
-    def __init__(self, file: IO[str]) -> None:
+    def __init__(self, file: IO[str] | None = None) -> None:
         self._file = file
         self._lock = threading.Lock()
         self._keys: dict[str, str] = {}
+        self._entries: list[LedgerEntry] = []
 
-    def record(self, *, rid: str, attempt: str, method: str, key: str | None) -> str:
-        """Execute (or deduplicate) one request; return the result written."""
+    @property
+    def entries(self) -> list[LedgerEntry]:
+        """The entries so far, in the order they were recorded (a copy)."""
         with self._lock:
-            if key is not None and key in self._keys:
-                result = DEDUPLICATED
-            else:
-                result = EXECUTED
-                if key is not None:
-                    self._keys[key] = rid
-            line = {
-                "t": time.time(),
-                "rid": rid,
-                "attempt": attempt,
-                "method": method,
-                "key": key,
-                "result": result,
-            }
-            self._file.write(json.dumps(line) + "\n")
-            self._file.flush()
-        return result
+            return list(self._entries)
+
+    def record(self, entry: LedgerEntry) -> tuple[LedgerEntry, int]:
+        """Execute (or deduplicate) one request (``entry``'s result is decided here); return
+        the entry written and how many there are, this one included."""
+        with self._lock:
+            key = entry.key
+            result = DEDUPLICATED if key is not None and key in self._keys else EXECUTED
+            if key is not None and result == EXECUTED:
+                self._keys[key] = entry.rid
+            entry = dataclasses.replace(entry, result=result, t=time.time())
+            self._entries.append(entry)
+            if self._file is not None:
+                self._file.write(json.dumps(dataclasses.asdict(entry)) + "\n")
+                self._file.flush()
+            return entry, len(self._entries)
 
 
 def make_handler(ledger: Ledger, seed: int, max_delay: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.1"  # keep-alive, as a proxy's pool expects
 
         def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            if length:
-                self.rfile.read(length)
+            body = self._body()
             rid = self.headers.get("x-request-id") or "-"
             attempt = self.headers.get("x-attempt") or "-"
-            key = self.headers.get("idempotency-key")
-            result = ledger.record(rid=rid, attempt=attempt, method=self.command, key=key)
-            delay = random.Random(f"{seed}:{rid}:{attempt}").uniform(0.0, max_delay)
-            time.sleep(delay)
-            body = f"{result} {rid}\n".encode()
+            entry, count = ledger.record(
+                LedgerEntry(
+                    rid=rid,
+                    attempt=attempt,
+                    method=self.command,
+                    key=self.headers.get("idempotency-key"),
+                    result="",
+                    path=self.path,
+                    body_length=len(body),
+                    client_proto=self.headers.get("x-client-proto"),
+                )
+            )
+            if max_delay > 0:
+                time.sleep(random.Random(f"{seed}:{rid}:{attempt}").uniform(0.0, max_delay))
+            reply = b"%s %d" % (entry.result.encode(), count) if self.command == "GET" else body
             self.send_response(200)
-            self.send_header("content-type", "text/plain")
-            self.send_header("content-length", str(len(body)))
-            self.send_header("x-ledger", result)
+            self.send_header("content-type", "application/octet-stream")
+            self.send_header("content-length", str(len(reply)))
+            self.send_header("x-ledger", entry.result)
+            self.send_header("x-body-length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(reply)
 
-        do_GET = _serve
-        do_POST = _serve
+        def _body(self) -> bytes:
+            if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(chunks)
+            length = int(self.headers.get("content-length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
         def log_message(self, format: str, *args: object) -> None:
             pass  # the ledger is the log

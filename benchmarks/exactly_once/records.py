@@ -107,6 +107,11 @@ class LedgerEntry:
     key: str | None
     result: str  # "executed" or "deduplicated"
     t: float = 0.0
+    path: str = ""
+    #: the request body's size as read (chunked or by content-length)
+    body_length: int = 0
+    #: the protocol the client used at the proxy, when the proxy says (``x-client-proto``)
+    client_proto: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

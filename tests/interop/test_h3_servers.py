@@ -53,9 +53,7 @@ async def test_caddy_fifty_concurrent_streams(caddy: RunningCaddy) -> None:
             ]
             responses = [await client.response(sid) for sid in sids]
     assert [bytes(r.body) for r in responses] == [b"%d" % i for i in range(50)]
-    assert sorted(e.request_id or "" for e in caddy.backend.executions) == sorted(
-        f"r{i}" for i in range(50)
-    )
+    assert sorted(e.rid for e in caddy.backend.executions) == sorted(f"r{i}" for i in range(50))
     assert len(caddy.log(expect=50)) == 50
 
 
@@ -88,7 +86,7 @@ async def test_caddy_drops_a_body_sent_without_content_length(caddy: RunningCadd
     assert response.status == 200
     [execution] = caddy.backend.executions
     if caddy.version == "2.6.2":
-        assert (execution.request_id, execution.body_length) == ("nolen", 0)
+        assert (execution.rid, execution.body_length) == ("nolen", 0)
 
 
 async def test_caddy_advertises_http3_over_tcp(caddy: RunningCaddy) -> None:

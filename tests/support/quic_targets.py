@@ -272,7 +272,7 @@ class CaddyTarget(Target):
         return self.server.ssl_context()
 
     def view(self) -> ServerView:
-        lengths = {e.request_id: e.body_length for e in self.server.backend.executions}
+        lengths = {e.rid: e.body_length for e in self.server.backend.executions}
         requests = tuple(
             SeenRequest(
                 request_id=entry.request_id,
