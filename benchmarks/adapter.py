@@ -1,5 +1,10 @@
 """The interface every benchmarked client implements, and where it sends its requests.
 
+:class:`BenchmarkedClient` is what every client says about itself, in every benchmark: its name
+and label, its runtime, the modules it needs (and so whether it can run here). What it is then
+asked to do is the benchmark's: :class:`Adapter` here (requests, counted), and
+``benchmarks.exactly_once.peers.Peer`` (calls judged by what the client was told).
+
 An adapter is created for one scenario run against one endpoint. The driver enters
 ``adapter.lifespan()`` (setup and teardown), then calls ``get(path)`` / ``post(path, body)``
 concurrently from ``concurrency`` tasks. Each call returns ``(status, body_bytes)`` after the
@@ -75,23 +80,16 @@ class ClientUnavailable(Exception):
     """The client's package is missing or unusable in this environment."""
 
 
-class Adapter:
-    """Common interface. Subclasses set the class attributes and implement the methods."""
+class BenchmarkedClient:
+    """What a benchmarked client says about itself. Subclasses set the class attributes."""
 
     name: ClassVar[str]
     label: ClassVar[str]
     runtime: ClassVar[str]  # "trio" or "asyncio"
-    protocols: ClassVar[frozenset[str]]  # which of H1 / H2 / H3 it can be benchmarked on
     requires: ClassVar[tuple[str, ...]] = ()  # top-level modules that must be importable
     description: ClassVar[str] = ""
-    # Why an HTTP/2 scenario skips this client when H2 is not in ``protocols``.
-    no_h2_reason: ClassVar[str] = "no HTTP/2 support"
     # Environment variables the worker sets before anything imports the client's package.
     env: ClassVar[dict[str, str]] = {}
-
-    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
-        self.endpoint = endpoint
-        self.concurrency = concurrency
 
     @classmethod
     def missing_modules(cls) -> list[str]:
@@ -121,6 +119,18 @@ class Adapter:
 
         Shown with the row's results (text table and JSON ``clients[].note``)."""
         return None
+
+
+class Adapter(BenchmarkedClient):
+    """A client in the request benchmarks: ``get``/``post`` against one endpoint."""
+
+    protocols: ClassVar[frozenset[str]]  # which of H1 / H2 / H3 it can be benchmarked on
+    # Why an HTTP/2 scenario skips this client when H2 is not in ``protocols``.
+    no_h2_reason: ClassVar[str] = "no HTTP/2 support"
+
+    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
+        self.endpoint = endpoint
+        self.concurrency = concurrency
 
     def unsupported_reason(self) -> str | None:
         if self.endpoint.http3:

@@ -37,10 +37,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import trio
 
+from benchmarks.adapter import BenchmarkedClient, Endpoint
 from benchmarks.exactly_once.records import GET, CallRecord, TrailAttempt
 from benchmarks.exactly_once.workload import BODY, Call, CallFn, plan, run_asyncio, run_trio
 from benchmarks.worker import serve_config
@@ -65,9 +67,10 @@ class Config:
         return self.urls[call.proto] + PATH
 
     def context(self, alpn: list[str]) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ca_file)
-        context.set_alpn_protocols(alpn)
-        return context
+        """The TLS lane's context (the benchmarks' :class:`~benchmarks.adapter.Endpoint`'s)."""
+        url = urlsplit(self.urls["h2"])
+        tls = Endpoint("https", url.hostname or "", url.port or 443, True, self.ca_file)
+        return tls.ssl_context(alpn)
 
 
 def record(
@@ -130,81 +133,115 @@ async def judged(
     return record(call, cfg, started, "ok", status=status)
 
 
+class Peer(BenchmarkedClient):
+    """A client of the lab: the benchmarks' :class:`~benchmarks.adapter.BenchmarkedClient`
+    (name, runtime, the modules it needs) asked for calls rather than requests: ``lanes``, the
+    protocols of :data:`Config.urls` it is given calls on; :meth:`session` opens its clients
+    for one run and yields the function that makes one call and records what it was told."""
+
+    lanes: ClassVar[tuple[str, ...]]
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    def session(self) -> AbstractAsyncContextManager[CallFn]:
+        raise NotImplementedError
+
+
 # --- trio_retry --------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def trio_retry_client(cfg: Config) -> AsyncIterator[CallFn]:
-    import trio_retry
-    from trio_retry import HookRequest
+class TrioRetryPeer(Peer):
+    name = label = "trio_retry"
+    runtime = "trio"
+    lanes = ("h1", "h2", "h2c")
+    requires = ("trio_retry",)
 
-    def number_attempt(view: HookRequest) -> None:
-        view.headers.set("x-attempt", str(view.attempt))
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[CallFn]:
+        import trio_retry
+        from trio_retry import HookRequest
 
-    hooks: trio_retry.EventHooks = {"request": [number_attempt]}
-    ctx = cfg.context(["h2", "http/1.1"])
-    async with (
-        trio_retry.Client(event_hooks=hooks) as h1,
-        trio_retry.Client(http2=True, ssl_context=ctx, event_hooks=hooks) as h2,
-        trio_retry.Client(http2=True, http2_prior_knowledge=True, event_hooks=hooks) as h2c,
-    ):
-        clients = {"h1": h1, "h2": h2, "h2c": h2c}
+        cfg = self.cfg
 
-        def trail(attempts: list[trio_retry.Attempt]) -> tuple[TrailAttempt, ...]:
-            return tuple(
-                TrailAttempt(number=a.number, evidence=a.evidence.name, stage=a.stage.name)
-                for a in attempts
-            )
+        def number_attempt(view: HookRequest) -> None:
+            view.headers.set("x-attempt", str(view.attempt))
 
-        async def one(call: Call) -> CallRecord:
-            client = clients[call.proto]
-            headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
-            started = time.monotonic()
-            try:
-                if call.kind == GET:
-                    response = await client.get(
-                        cfg.url(call), headers=headers, deadline=cfg.deadline
-                    )
-                else:
-                    response = await client.post(
-                        cfg.url(call),
-                        content=BODY,
-                        headers=headers,
-                        deadline=cfg.deadline,
-                        idempotency_key=call.key,
-                    )
-            except trio_retry.HttpAmbiguousExecutionError as exc:
+        hooks: trio_retry.EventHooks = {"request": [number_attempt]}
+        ctx = cfg.context(["h2", "http/1.1"])
+        async with (
+            trio_retry.Client(event_hooks=hooks) as h1,
+            trio_retry.Client(http2=True, ssl_context=ctx, event_hooks=hooks) as h2,
+            trio_retry.Client(http2=True, http2_prior_knowledge=True, event_hooks=hooks) as h2c,
+        ):
+            clients = {"h1": h1, "h2": h2, "h2c": h2c}
+
+            def trail(attempts: list[trio_retry.Attempt]) -> tuple[TrailAttempt, ...]:
+                return tuple(
+                    TrailAttempt(number=a.number, evidence=a.evidence.name, stage=a.stage.name)
+                    for a in attempts
+                )
+
+            async def one(call: Call) -> CallRecord:
+                client = clients[call.proto]
+                headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
+                started = time.monotonic()
+                try:
+                    if call.kind == GET:
+                        response = await client.get(
+                            cfg.url(call), headers=headers, deadline=cfg.deadline
+                        )
+                    else:
+                        response = await client.post(
+                            cfg.url(call),
+                            content=BODY,
+                            headers=headers,
+                            deadline=cfg.deadline,
+                            idempotency_key=call.key,
+                        )
+                except trio_retry.HttpAmbiguousExecutionError as exc:
+                    return record(
+                        call, cfg, started, "ambiguous", exc=exc, evidence=exc.evidence.name,
+                        trail=trail(exc.attempts),
+                    )  # fmt: skip
+                except trio_retry.RequestFailed as exc:
+                    return record(
+                        call, cfg, started, "failed", exc=exc, evidence=exc.evidence.name,
+                        trail=trail(exc.attempts),
+                    )  # fmt: skip
+                except trio_retry.TrioRetryError as exc:
+                    return record(call, cfg, started, "failed", exc=exc)
+                except Exception as exc:
+                    return record(call, cfg, started, "foreign", exc=exc)
                 return record(
-                    call, cfg, started, "ambiguous", exc=exc, evidence=exc.evidence.name,
-                    trail=trail(exc.attempts),
-                )  # fmt: skip
-            except trio_retry.RequestFailed as exc:
-                return record(
-                    call, cfg, started, "failed", exc=exc, evidence=exc.evidence.name,
-                    trail=trail(exc.attempts),
-                )  # fmt: skip
-            except trio_retry.TrioRetryError as exc:
-                return record(call, cfg, started, "failed", exc=exc)
-            except Exception as exc:
-                return record(call, cfg, started, "foreign", exc=exc)
-            return record(
-                call, cfg, started, "ok", status=response.status, trail=trail(response.attempts)
-            )
+                    call, cfg, started, "ok", status=response.status, trail=trail(response.attempts)
+                )
 
-        yield one
+            yield one
 
 
 # --- httpx on Trio -----------------------------------------------------------------------------
 
 
-def httpx_client_factory(variant: str) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+class HttpxPeer(Peer):
+    """httpx as documented: no retry (``AsyncHTTPTransport(retries=)`` and the tenacity-style
+    loop are the variants below)."""
+
+    name = label = "httpx"
+    runtime = "trio"
+    lanes = ("h1", "h2", "h2c")
+    requires = ("httpx", "h2")
+    transport_retries: ClassVar[int] = 0
+    attempts: ClassVar[int] = 1
+
     @asynccontextmanager
-    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+    async def session(self) -> AsyncIterator[CallFn]:
         import httpx
 
+        cfg = self.cfg
         own = (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL)
         ctx = cfg.context(["h2", "http/1.1"])
-        retries = 3 if variant == "retries" else 0
+        retries = self.transport_retries
         transports = {
             "h1": httpx.AsyncHTTPTransport(retries=retries),
             "h2": httpx.AsyncHTTPTransport(retries=retries, http2=True, verify=ctx),
@@ -230,7 +267,7 @@ def httpx_client_factory(variant: str) -> Callable[[Config], AbstractAsyncContex
                     call,
                     cfg,
                     send,
-                    attempts=RETRY_ATTEMPTS if variant == "tenacity" else 1,
+                    attempts=self.attempts,
                     retry_on=httpx.TransportError,
                     sleep=trio.sleep,
                     own=own,
@@ -238,19 +275,34 @@ def httpx_client_factory(variant: str) -> Callable[[Config], AbstractAsyncContex
 
             yield one
 
-    return factory
+
+class HttpxRetriesPeer(HttpxPeer):
+    name = label = "httpx_retries"
+    transport_retries = 3
+
+
+class HttpxTenacityPeer(HttpxPeer):
+    name = label = "httpx_tenacity"
+    attempts = RETRY_ATTEMPTS
 
 
 # --- aiohttp -----------------------------------------------------------------------------------
 
 
-def aiohttp_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+class AiohttpPeer(Peer):
+    name = label = "aiohttp"
+    runtime = "asyncio"
+    # aiohttp speaks HTTP/1.1 only: on the TLS port it gets HTTP/1.1 by ALPN ("h1tls").
+    lanes = ("h1", "h1tls")
+    requires = ("aiohttp",)
+    attempts: ClassVar[int] = 1
+
     @asynccontextmanager
-    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+    async def session(self) -> AsyncIterator[CallFn]:
         import aiohttp
 
+        cfg = self.cfg
         own = (aiohttp.ClientError, asyncio.TimeoutError)
-        # aiohttp speaks HTTP/1.1 only: on the TLS port it gets HTTP/1.1 by ALPN ("h1tls").
         connector = aiohttp.TCPConnector(ssl=cfg.context(["http/1.1"]))
         timeout = aiohttp.ClientTimeout(total=cfg.deadline)
         urls = {"h1": cfg.urls["h1"], "h1tls": cfg.urls["h2"]}
@@ -269,7 +321,7 @@ def aiohttp_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncConte
                     call,
                     cfg,
                     send,
-                    attempts=RETRY_ATTEMPTS if retry else 1,
+                    attempts=self.attempts,
                     retry_on=own,
                     sleep=asyncio.sleep,
                     own=own,
@@ -277,18 +329,28 @@ def aiohttp_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncConte
 
             yield one
 
-    return factory
+
+class AiohttpRetryPeer(AiohttpPeer):
+    name = label = "aiohttp_retry"
+    attempts = RETRY_ATTEMPTS
 
 
 # --- niquests ----------------------------------------------------------------------------------
 
 
-def niquests_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncContextManager[CallFn]]:
+class NiquestsPeer(Peer):
+    name = label = "niquests"
+    runtime = "asyncio"
+    lanes = ("h1", "h2")
+    requires = ("niquests",)
+    retry: ClassVar[bool] = False
+
     @asynccontextmanager
-    async def factory(cfg: Config) -> AsyncIterator[CallFn]:
+    async def session(self) -> AsyncIterator[CallFn]:
         import niquests
 
-        retries: Any = niquests.RetryConfiguration(total=3, backoff_factor=0.1) if retry else 0
+        cfg = self.cfg
+        retries: Any = niquests.RetryConfiguration(total=3, backoff_factor=0.1) if self.retry else 0
         async with niquests.AsyncSession(
             retries=retries,
             timeout=cfg.deadline,
@@ -317,40 +379,25 @@ def niquests_client_factory(retry: bool) -> Callable[[Config], AbstractAsyncCont
 
             yield one
 
-    return factory
+
+class NiquestsRetryPeer(NiquestsPeer):
+    name = label = "niquests_retry"
+    retry = True
 
 
-@dataclass(frozen=True)
-class Peer:
-    runtime: str  # "trio" or "asyncio"
-    protocols: tuple[str, ...]
-    modules: tuple[str, ...]  # what must be importable
-    factory: Callable[[Config], AbstractAsyncContextManager[CallFn]]
-
-
-PEERS: dict[str, Peer] = {
-    "trio_retry": Peer("trio", ("h1", "h2", "h2c"), ("trio_retry",), trio_retry_client),
-    "httpx": Peer("trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("plain")),
-    "httpx_retries": Peer(
-        "trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("retries")
-    ),
-    "httpx_tenacity": Peer(
-        "trio", ("h1", "h2", "h2c"), ("httpx", "h2"), httpx_client_factory("tenacity")
-    ),
-    "aiohttp": Peer("asyncio", ("h1", "h1tls"), ("aiohttp",), aiohttp_client_factory(False)),
-    "aiohttp_retry": Peer("asyncio", ("h1", "h1tls"), ("aiohttp",), aiohttp_client_factory(True)),
-    "niquests": Peer("asyncio", ("h1", "h2"), ("niquests",), niquests_client_factory(False)),
-    "niquests_retry": Peer("asyncio", ("h1", "h2"), ("niquests",), niquests_client_factory(True)),
+PEERS: dict[str, type[Peer]] = {
+    peer.name: peer
+    for peer in (
+        TrioRetryPeer,
+        HttpxPeer,
+        HttpxRetriesPeer,
+        HttpxTenacityPeer,
+        AiohttpPeer,
+        AiohttpRetryPeer,
+        NiquestsPeer,
+        NiquestsRetryPeer,
+    )
 }
-
-
-def missing_module(peer: Peer) -> str | None:
-    import importlib.util
-
-    for name in peer.modules:
-        if importlib.util.find_spec(name) is None:
-            return name
-    return None
 
 
 def _sockets() -> int:
@@ -367,21 +414,20 @@ def _sockets() -> int:
 def run_peer(config: dict[str, Any]) -> dict[str, Any]:
     cfg = Config(**config)
     peer = PEERS[cfg.client]
-    out: dict[str, Any] = {"client": cfg.client, "protocols": list(peer.protocols)}
-    missing = missing_module(peer)
-    if missing is not None:
-        return {**out, "available": False, "note": f"{missing} is not installed", "calls": []}
-    calls = plan(cfg.client, cfg.seed, cfg.calls, peer.protocols)
+    out: dict[str, Any] = {"client": cfg.client, "protocols": list(peer.lanes)}
+    missing = peer.missing_modules()
+    if missing:
+        return {**out, "available": False, "note": f"{missing[0]} is not installed", "calls": []}
+    calls = plan(cfg.client, cfg.seed, cfg.calls, peer.lanes)
 
     async def main() -> list[CallRecord]:
-        async with peer.factory(cfg) as one:
+        async with peer(cfg).session() as one:
             runner = run_trio if peer.runtime == "trio" else run_asyncio
             return await runner(
                 calls, one, concurrency=cfg.concurrency, deadline=cfg.deadline, seconds=cfg.seconds
             )
 
-    for module in peer.modules:  # imported before the count: a module may open sockets
-        __import__(module)
+    peer.check_available()  # imports them before the count: a module may open sockets
     before = _sockets()
     started = time.monotonic()
     records = trio.run(main) if peer.runtime == "trio" else asyncio.run(main())
