@@ -4,8 +4,11 @@ library it wraps). Imports go one way, down this list:
 - ``frames.py``     inbound bytes cut at frame boundaries; GOAWAY taken out; DATA before a head
 - ``headers.py``    the request's header block; the response's validated (stream errors)
 - ``hpack_memo.py`` hpack's coders, giving a repeated block's result again while the table holds
-- ``fast_inbound.py`` the fast path's received frames, and what its two halves share
-- ``fast.py``       h2's machine with a strict fast path for the common frames (h2 the reference)
+- ``h2_private.py`` every private name of h2 used, behind a probe that turns the fast path off
+- ``fast_frames.py`` the frames the fast path writes, encoded and queued
+- ``fast_inbound.py`` the fast path's streams: what each keeps, what a head or DATA does to one
+- ``fast_connection.py`` the fast path's connection: its state, the calls and frames it takes
+- ``fast.py``       stands in for h2's machine: the fast path while engaged, h2 otherwise
 - ``stream.py``     one exchange: a state enum, its proof (first failure wins), its body
 - ``writer.py``     the one task that writes to the socket
 - ``session.py``    the state the two halves share, and its moves: GOAWAY, death, slots, PINGs

@@ -16,7 +16,7 @@ from ..clock import Bound
 from ..contract import interrupted
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
-from .fast import no_length_check
+from .h2_private import skip_length_checks
 from .headers import REASONS
 from .session import Session
 from .stream import Stream, StreamState
@@ -104,9 +104,7 @@ async def open_stream(
         # on a mismatch; RFC 9113 §8.1.1 makes it a stream error. Our Stream checks it
         # (stream.py), so h2's checks are switched off for this stream (the fast path makes
         # none, and switches them off on the streams it hands over).
-        h2_stream = machine.streams[stream_id]
-        h2_stream.__dict__["_initialize_content_length"] = no_length_check
-        h2_stream.__dict__["_track_content_length"] = no_length_check
+        skip_length_checks(machine.streams[stream_id])
     stream = Stream(
         stream_id,
         progress,
