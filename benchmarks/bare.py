@@ -1,7 +1,8 @@
-"""The floors: bare h11 and bare h2 loops over Trio, with nothing a real client adds.
+"""The floors: bare h11 and bare h2 loops over Trio, and under them the raw Trio loop.
 
 Everything a real client does on top (pooling, timeouts, validation, evidence, retries) costs on
-top of these. See docs/benchmarks.md, "Clients".
+top of the h11 and h2 loops; what any Trio client pays before it parses a byte (the scheduler,
+``trio.SocketStream``, ``trio.SSLStream``) is the raw loop's. See docs/benchmarks.md, "Clients".
 """
 
 from __future__ import annotations
@@ -18,6 +19,144 @@ import h11
 import trio
 
 from benchmarks.adapter import H1, H2, Adapter
+
+# --------------------------------------------------------------------------------------------
+# The raw Trio loop: prebaked requests written, bytes read and counted, nothing parsed. One
+# connection per task, as the h11 loop. The floor under every Trio client: what the scheduler
+# and trio's streams cost per request (the TLS one included), with no HTTP at all.
+# --------------------------------------------------------------------------------------------
+
+
+class _RawConn:
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+
+
+class TrioRawAdapter(Adapter):
+    """Writes one prebaked request per call (the bytes of each (method, path, body size) built
+    once) and reads until the response's known length arrived.
+
+    The length of each path's whole response (head and body) is learnt once per process, from
+    its first response (found by the blank line and ``Content-Length``: the only parsing it
+    does); later responses are read by count alone. nginx's (and the fallback's) responses to
+    a path keep one length (its ``Date`` is fixed width), and a read past it, a close, or a
+    status other than 200 in the first bytes is an error, so a changed length cannot pass
+    unnoticed. Only the status line's start is checked per response; the driver checks the
+    body's length, which is the learnt one."""
+
+    name = "trio_raw"
+    label = "raw Trio loop"
+    runtime = "trio"
+    protocols = frozenset({H1})
+    description = (
+        "prebaked requests over trio.SocketStream (trio.SSLStream for TLS), one keep-alive "
+        "connection per task, responses read by their length: no parsing"
+    )
+
+    async def setup(self) -> None:
+        self._conns: dict[trio.lowlevel.Task, _RawConn] = {}
+        self._ssl = self.endpoint.ssl_context([H1]) if self.endpoint.tls else None
+        self._host = f"{self.endpoint.host}:{self.endpoint.port}".encode()
+        self._requests: dict[tuple[bytes, str, int], bytes] = {}
+        #: path -> (whole response length, body length), learnt from its first response.
+        self._lengths: dict[str, tuple[int, int]] = {}
+
+    async def teardown(self) -> None:
+        conns = list(self._conns.values())
+        self._conns.clear()
+        with trio.move_on_after(2):
+            for c in conns:
+                await trio.aclose_forcefully(c.stream)
+
+    async def _connect(self) -> _RawConn:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(self.endpoint.host, self.endpoint.port)
+        if self._ssl is not None:
+            tls = trio.SSLStream(
+                stream, self._ssl, server_hostname=self.endpoint.host, https_compatible=True
+            )
+            await tls.do_handshake()
+            stream = tls
+        return _RawConn(stream)
+
+    def _request_bytes(self, method: bytes, path: str, body: bytes | None) -> bytes:
+        key = (method, path, -1 if body is None else len(body))
+        data = self._requests.get(key)
+        if data is None:
+            head = b"%s %s HTTP/1.1\r\nhost: %s\r\nuser-agent: bench-raw\r\n" % (
+                method,
+                path.encode(),
+                self._host,
+            )
+            if body is not None:
+                head += b"content-length: %d\r\n" % len(body)
+            data = self._requests[key] = head + b"\r\n" + (body or b"")
+        return data
+
+    async def _learn(self, stream: trio.abc.Stream, path: str) -> tuple[int, int]:
+        """Read one whole response and return its (total, body) lengths (setup, once)."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200 "):
+            raise RuntimeError(f"unexpected response: {head[:40]!r}")
+        length = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length is None:
+            raise RuntimeError("the raw loop needs a Content-Length")
+        while len(rest) < length:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            rest += chunk
+        if len(rest) != length:
+            raise RuntimeError("bytes past the response")
+        return len(head) + 4 + length, length
+
+    async def _exchange(self, method: bytes, path: str, body: bytes | None) -> tuple[int, int]:
+        task = trio.lowlevel.current_task()
+        c = self._conns.get(task)
+        if c is None:
+            c = self._conns[task] = await self._connect()
+        stream = c.stream
+        try:
+            await stream.send_all(self._request_bytes(method, path, body))
+            lengths = self._lengths.get(path)
+            if lengths is None:
+                lengths = self._lengths[path] = await self._learn(stream, path)
+                return 200, lengths[1]
+            left, size = lengths
+            first = await stream.receive_some(65536)
+            if first[:13] != b"HTTP/1.1 200 ":
+                raise RuntimeError(f"unexpected response: {first[:40]!r}")
+            left -= len(first)
+            while left > 0:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    raise ConnectionError("server closed the connection")
+                left -= len(chunk)
+            if left:
+                raise RuntimeError("the response was longer than learnt: lengths differ")
+            return 200, size
+        except BaseException:
+            self._conns.pop(task, None)
+            await trio.aclose_forcefully(stream)
+            raise
+
+    async def get(self, path: str) -> tuple[int, int]:
+        return await self._exchange(b"GET", path, None)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, int]:
+        return await self._exchange(b"POST", path, body)
+
 
 # --------------------------------------------------------------------------------------------
 # Bare h11 over Trio: one connection per task, keep-alive, no pool. The floor of a pure-Python

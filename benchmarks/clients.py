@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 from benchmarks.adapter import H1, H2, H3, Adapter, ClientUnavailable, Endpoint
-from benchmarks.bare import H2TrioAdapter, H11TrioAdapter
+from benchmarks.bare import H2TrioAdapter, H11TrioAdapter, TrioRawAdapter
 from benchmarks.loadgen import LOAD_GENERATORS
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "HttpxTrioAdapter",
     "NiquestsAdapter",
     "TRIO_RETRY_VARIANTS",
+    "TrioRawAdapter",
     "TrioRetryAdapter",
 ]
 
@@ -396,6 +397,7 @@ _ORDER: tuple[type[Adapter], ...] = (
     AiohttpAdapter,
     H11TrioAdapter,
     H2TrioAdapter,
+    TrioRawAdapter,
     *LOAD_GENERATORS,  # the C limits (wrk, h2load): GET scenarios of the throughput suite
 )
 ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}

@@ -36,6 +36,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 FLOOR_H1 = "h11_trio"
 FLOOR_H2 = "h2_trio"
+#: The raw Trio loop (HTTP/1.1 only): the floor under the floors, no parsing at all.
+FLOOR_RAW = "trio_raw"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ RATIOS = (
     Ratio("trio_retry/aiohttp", "ours/aiohttp", "trio_retry", "aiohttp", h1_only=True),
     Ratio("no_fast/h11", "off/h11", "trio_retry_no_fast", FLOOR_H1, h1_only=True),
     Ratio("trio_retry/no_fast", "on/off", "trio_retry", "trio_retry_no_fast", h1_only=True),
+    Ratio("trio_retry/raw", "ours/raw", "trio_retry", FLOOR_RAW, h1_only=True),
+    Ratio("h11/raw", "h11/raw", FLOOR_H1, FLOOR_RAW, h1_only=True),
 )
 
 # Rows whose extra CPU per request over the trio_retry row is "what the option costs".
@@ -237,8 +241,9 @@ def render_text(derived: dict[str, Any]) -> str:
         "",
         "derived (issue #16), from this run's medians: ratios as 'r/s-ratio CPU-ratio' (a/b: r/s "
         "higher is better for a, CPU lower);",
-        "floor = bare h11, or bare h2 over HTTP/2; off = trio_retry fast path off; last columns: "
-        "CPU us/req over the trio_retry row",
+        "floor = bare h11, or bare h2 over HTTP/2; off = trio_retry fast path off; raw = the raw "
+        "Trio loop (no parsing);",
+        "last columns: CPU us/req over the trio_retry row",
     ]
     head = f"  {'scenario':22}" + "".join(f"{r.title:>14}" for r in RATIOS)
     head += "".join(f"{title:>10}" for _, title in COSTS)

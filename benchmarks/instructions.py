@@ -24,6 +24,7 @@ client row checks that its requests went over HTTP/3 from the first to the last.
 Needs valgrind (``apt-get install valgrind``). Example (the figures of docs/benchmarks.md)::
 
     python -m benchmarks.instructions --clients trio_retry_no_fast,h11_trio --n 1000
+    python -m benchmarks.instructions --tls --conc 32 --clients trio_retry,trio_raw --n 1000
     python -m benchmarks.instructions --h3 --conc 32 --clients trio_retry --n 1000
 """
 
@@ -218,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             large = _count(name, endpoint, args.base + args.n, args.conc)
             results[name] = per_request(small, large, args.n)
             print(f"  {name:28} {results[name]:>12,.0f} instructions per request", flush=True)
-    floor = next((n for n in ("h11_trio", "h2_trio") if n in results), None)
-    if floor is not None:
+    for floor in (n for n in ("h11_trio", "h2_trio", "trio_raw") if n in results):
         for name, value in results.items():
             print(f"  {name:28} {value / results[floor]:>12.3f}x {floor}")
     if args.json:

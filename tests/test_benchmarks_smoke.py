@@ -87,9 +87,15 @@ def _check_document(data: dict[str, Any]) -> None:
     scenarios = {s["name"]: s for s in data["scenarios"]}
     assert THROUGHPUT | RESILIENCE | ENGINE_COST <= scenarios.keys()
     client_names = {c["name"] for c in data["clients"]}
-    assert {"trio_retry", "httpx_trio", "httpx_asyncio", "aiohttp", "h11_trio", "h2_trio"} <= (
-        client_names
-    )
+    assert {
+        "trio_retry",
+        "httpx_trio",
+        "httpx_asyncio",
+        "aiohttp",
+        "h11_trio",
+        "h2_trio",
+        "trio_raw",
+    } <= client_names
     assert client_names >= VARIANTS
     assert {"wrk", "h2load"} <= client_names  # the C limits, rows even when not installed
     assert len(data["results"]) == len(scenarios) * len(client_names)
@@ -120,6 +126,13 @@ def _check_document(data: dict[str, Any]) -> None:
     assert bare["get_sequential"]["status"] == "ok"
     assert bare["upload_64k"]["status"] == "ok"
     assert bare["h2_tls_streams_32"]["status"] == "skipped"
+    # So does the raw Trio loop (trio only), in every HTTP/1.1 scenario, TLS included.
+    raw = {r["scenario"]: r for r in data["results"] if r["client"] == "trio_raw"}
+    for scenario in THROUGHPUT - {"h2_tls_streams_32"} | {"h1_tls_concurrent_32"}:
+        assert raw[scenario]["status"] == "ok", raw[scenario]["note"]
+    assert raw["h2_tls_streams_32"]["status"] == "skipped"
+    for scenario in RESILIENCE | ENGINE_COST:
+        assert raw[scenario]["status"] == "skipped"
     _check_variants(data)
     _check_derived(data)
     _check_resilience(data)
@@ -182,6 +195,9 @@ def _check_derived(data: dict[str, Any]) -> None:
         assert seq["ratios"]["trio_retry/floor"]["rps"] > 0
         assert seq["ratios"]["trio_retry/floor"]["cpu"] > 0
         assert isinstance(seq["cost_us"]["trio_retry_deadline"], float)
+        assert seq["ratios"]["trio_retry/raw"]["den"] == "trio_raw"
+        assert seq["ratios"]["trio_retry/raw"]["cpu"] > 0
+    assert "trio_retry/raw" not in derived["scenarios"]["h2_tls_streams_32"]["ratios"]
     kinds = {t["target"].split(",")[0] for t in derived["targets"]}
     assert {">= 0.9x bare h11", ">= 1.0x aiohttp", ">= 0.95x bare h2 (r/s)"} <= kinds
     assert any(t["target"].startswith("deadline <= 5 us") for t in derived["targets"])
