@@ -15,8 +15,10 @@ GETs of ``/small`` and prints, per request and per client:
   order alternating) so that a drift of the machine hits every client alike: the median over
   blocks, and the mean;
 - the **cProfile tottime breakdown by area** (trio_retry's modules grouped by what they do, then
-  h11, h2/hpack, trio, ssl, socket system calls, the harness, other): per request in us (inflated
-  by cProfile's own cost) and as a share of the client's total, with its calls per request.
+  h11, h2/hpack, trio, its epoll waits, ssl with ``trio.SSLStream``, socket system calls, the
+  harness, other): per request in us (inflated by cProfile's own cost) and as a share of the
+  client's total, with its calls per request; and **CPU per request by area**, each share of
+  the unprofiled CPU median (the layers' cost, and where a client's CPU above its floor goes).
 
 The request driver and the bare loops are the harness's own (``benchmarks/clients.py``), so the
 numbers compare with the throughput suite's. trio_retry is imported from ``--checkout`` (default:
@@ -91,6 +93,7 @@ TRIO_RETRY_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("_wire/pool", ("_wire/pool",)),
+    ("_wire/tls (tlssock, tlsread)", ("_wire/tlssock", "_wire/tlsread")),
     (
         "_wire/transport",
         ("_wire/transport.py", "_wire/rawsock", "_wire/dialer.py", "_wire/socks.py", "_tls.py"),
@@ -109,8 +112,9 @@ AREA_ORDER = (
     "h11",
     "h2/hpack",
     "trio",
-    "ssl",
-    "socket/epoll syscalls",
+    "epoll (trio's waits)",
+    "ssl (and trio.SSLStream)",
+    "socket syscalls",
     "harness (driver, bare loops)",
     "other",
 )
@@ -134,7 +138,13 @@ class Classifier:
                     self.packages.append((os.path.dirname(mod.__file__) + os.sep, area))
         import ssl
 
-        self.ssl_file = ssl.__file__
+        self.ssl_files = {ssl.__file__}
+        try:  # trio.SSLStream's own Python: TLS, not trio's scheduling
+            import trio._ssl as trio_ssl
+
+            self.ssl_files.add(trio_ssl.__file__)
+        except ImportError:
+            pass
         self._cache: dict[tuple[str, str], str] = {}
 
     def __call__(self, filename: str, name: str) -> str:
@@ -147,9 +157,11 @@ class Classifier:
     def _classify(self, filename: str, name: str) -> str:
         if filename == "~":  # a builtin: "<method 'recv' of '_socket.socket' objects>"
             if "_ssl." in name:
-                return "ssl"
-            if "_socket.socket" in name or "select.epoll" in name:
-                return "socket/epoll syscalls"
+                return "ssl (and trio.SSLStream)"
+            if "select.epoll" in name:
+                return "epoll (trio's waits)"
+            if "_socket.socket" in name:
+                return "socket syscalls"
             return "other"
         if filename.startswith(self.ours):
             rel = filename[len(self.ours) :].replace(os.sep, "/")
@@ -158,8 +170,8 @@ class Classifier:
             for area, prefixes in TRIO_RETRY_AREAS:
                 if any(rel.startswith(p) for p in prefixes):
                     return area
-        if filename == self.ssl_file:
-            return "ssl"
+        if filename in self.ssl_files:
+            return "ssl (and trio.SSLStream)"
         if filename.startswith(self.harness):
             return "harness (driver, bare loops)"
         for prefix, area in self.packages:
@@ -260,7 +272,9 @@ class ClientProfile:
             "cpu_us_per_req_mean": self.cpu_mean_us,
             "cpu_us_blocks": self.cpu_blocks_us,
             "cprofile_us_per_req": self.profiled_us,
-            "areas": self.areas,
+            "areas": {
+                area: {**a, "cpu_us": a["share"] * self.cpu_us} for area, a in self.areas.items()
+            },
             "top": self.top,
         }
 
@@ -489,7 +503,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def render(profiles: list[ClientProfile], header: list[str]) -> str:
     lines = [*header, ""]
     width = max(24, *(len(p.label) + 2 for p in profiles))
-    floor = next((p for p in profiles if p.name in ("h11_trio", "h2_trio")), profiles[-1])
+    floor = next(
+        (p for p in profiles if p.name in ("h11_trio", "h2_trio", "trio_raw")), profiles[-1]
+    )
 
     def row(title: str, cells: list[str]) -> None:
         lines.append(f"{title:34}" + "".join(f"{c:>{width}}" for c in cells))
@@ -527,6 +543,18 @@ def render(profiles: list[ClientProfile], header: list[str]) -> str:
                 )
             row(f"  {area}", cells)
         row("  total under cProfile", [f"{p.profiled_us:.1f} us" for p in profiles])
+        lines.append("")
+        lines.append(
+            "CPU us per request by area: the CPU median above times the area's cProfile share "
+            "(cProfile inflates\nevery call alike, so its shares, not its microseconds, carry "
+            "over to the unprofiled CPU)"
+        )
+        for area in areas:
+            cells = []
+            for p in profiles:
+                a = p.areas.get(area)
+                cells.append("" if a is None else f"{a['share'] * p.cpu_us:.1f}")
+            row(f"  {area}", cells)
     for p in profiles:
         if p.top:
             lines.append("")

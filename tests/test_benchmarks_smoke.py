@@ -352,6 +352,9 @@ def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
         assert 0 <= c["blocking_waits_per_req"] <= 2
         assert c["cpu_us_per_req"] > 0
         assert sum(a["share"] for a in c["areas"].values()) == pytest.approx(1.0, abs=0.01)
+        # CPU by area: the measured CPU, spread over the areas by their shares.
+        cpu_by_area = sum(a["cpu_us"] for a in c["areas"].values())
+        assert cpu_by_area == pytest.approx(c["cpu_us_per_req"], rel=0.02)
     # The bare loop is h11; trio_retry's fast path may not call h11 at all on a small GET.
     assert "h11" in clients["h11_trio"]["areas"]
     ours = clients["trio_retry"]["areas"]
@@ -361,6 +364,7 @@ def _check_profile(json_path: Path, output: str, trio_retry_dir: Path) -> None:
     assert "Python function calls" in output
     assert "blocking I/O waits" in output
     assert "cProfile tottime" in output
+    assert "CPU us per request by area" in output
 
 
 def test_profile_module(tmp_path: Path) -> None:
