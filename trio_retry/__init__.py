@@ -77,6 +77,7 @@ if _typing.TYPE_CHECKING:
     from ._observe.hooks import HookResponse as HookResponse
     from ._observe.otel import OpenTelemetry as OpenTelemetry
     from ._sse import SSEEvent as SSEEvent
+    from ._state.file import StateFileWarning as StateFileWarning
     from ._tls import InsecureTLSWarning as InsecureTLSWarning
 
 __version__ = "0.1.0"
@@ -113,6 +114,7 @@ _LAZY = {
     "HttpAmbiguousExecutionError": "._errors",
     "Idempotency": "._core.idempotency",
     "InsecureTLSWarning": "._tls",
+    "StateFileWarning": "._state.file",
     "InvalidRequest": "._errors",
     "MissingExtra": "._errors",
     "Multipart": "._core.replay",
@@ -217,6 +219,7 @@ __all__ = [
     "RetryPolicy",
     "SentRequest",
     "SSEEvent",
+    "StateFileWarning",
     "Stage",
     "StageTimeouts",
     "StreamClosed",

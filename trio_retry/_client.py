@@ -11,6 +11,7 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
+import os
 import random
 import ssl
 import sys
@@ -141,6 +142,7 @@ class Client:
         http2_fast_path: bool = True,  # the strict HTTP/2 fast path (_wire/http2/fast.py)
         http3: bool = False,  # HTTP/3 where Alt-Svc advertises it (extra http3; SPEC §16)
         early_data: bool = False,  # HTTP/3 0-RTT for requests whose replay is harmless
+        state: str | os.PathLike[str] | None = None,  # a file keeping tickets, tokens, Alt-Svc
     ) -> None:
         if telemetry is TELEMETRY_DEFAULT:  # opentelemetry-instrument: the instrumentor's
             telemetry = default_telemetry()
@@ -186,6 +188,7 @@ class Client:
             http2_fast_path=http2_fast_path,
             http3=http3,
             early_data=early_data,
+            state=state,
         )
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self._templates: Templates = {}  # calls without options (prepare_plain)
@@ -228,6 +231,7 @@ class Client:
         self._rt.open(self._nursery)
         if self._config.instrumentation is not None:
             self._config.instrumentation.watch_pool(self._rt.pool)
+        await self._rt.connector.recall()  # state=: what earlier processes learned
         return self
 
     async def _keep_background(
@@ -269,11 +273,13 @@ class Client:
         rt.drain()
         for scope in list(rt.scopes):
             scope.cancel()
+        await rt.connector.settle()  # state=: resumed HTTP/3 connections' next tickets
         rt.pool.close()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):
                 await self._background_done.wait()
+        await rt.connector.remember()  # state=: for the next process (shielded, atomic)
 
     def drain(self) -> None:
         """Stop admitting calls; calls waiting in backoff end now; in-flight attempts finish.

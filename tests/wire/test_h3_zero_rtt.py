@@ -144,7 +144,7 @@ def endpoints(pki: tuple[trustme.CA, Path, Path]) -> Endpoints:
     first.handshake()
     first.to_server()  # (the client's Finished; the server then issues its ticket)
     first.to_client()
-    assert endpoints.client_tickets.tickets, "the server issued no ticket"
+    assert endpoints.client_tickets.memory.recall("quic_tickets"), "the server issued no ticket"
     return endpoints
 
 

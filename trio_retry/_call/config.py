@@ -175,6 +175,9 @@ class ClientConfig:
     http3_excluded: frozenset[Origin] = frozenset()
     #: ``Client(early_data=True)``: requests whose replay is harmless may go in HTTP/3 0-RTT.
     early_data: bool = False
+    #: ``Client(state=path)``: the file protocol knowledge is kept in across processes
+    #: (``_state/``), checked writable; ``None``: kept in memory only.
+    state: str | None = None
 
 
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
@@ -290,6 +293,7 @@ def configure(
     http2_fast_path: object = True,
     http3: object = False,
     early_data: object = False,
+    state: object = None,
 ) -> ClientConfig:
     """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
@@ -479,7 +483,17 @@ def configure(
         http3_everywhere=default_h3,
         http3_excluded=frozenset(origin for origin, up in origins.items() if not up.http3),
         early_data=checked_early,
+        state=_state_path(state),
     )
+
+
+def _state_path(state: object) -> str | None:
+    """``state=``: ``None``, or a path checked as ``_state.file.check_path`` says."""
+    if state is None:
+        return None
+    from .._state.file import check_path
+
+    return check_path(state)
 
 
 # --- the fast paths' switches in the environment

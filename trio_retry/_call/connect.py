@@ -11,6 +11,7 @@ plugs in. Every failure there is a ``WireError`` tagged with its stage (always `
 from __future__ import annotations
 
 import ssl
+import time
 import warnings
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -28,6 +29,7 @@ from .config import ClientConfig
 
 if TYPE_CHECKING:
     from .._proxy import ProxyConfig
+    from .._state.memory import ProtocolMemory
     from .._wire.dialer import Dialer
     from .._wire.http2 import HTTP2Connection
     from .._wire.http3 import HTTP3Connection
@@ -78,6 +80,7 @@ class Connector:
         "_standby",
         "_tickets",
         "clock",
+        "memory",
         "nursery",
         "open_transport",
         "quic_routes",
@@ -89,6 +92,9 @@ class Connector:
         self.quic_routes: QuicRoutes | None = None
         self._tickets: TicketStore | None = None
         self._quic_trust: QuicTrust | None = None
+        #: What HTTP/3 connections learn and reuse (tickets, tokens, Alt-Svc), kept in the
+        #: ``state=`` file if given (``_state/``); ``None`` for a client without HTTP/3.
+        self.memory: ProtocolMemory | None = None
         #: Per HTTP/3 origin, the connection whose handshake outlasted the fallback limit and
         #: went on in the background: the next opening there takes it once it completed.
         self._standby: dict[Origin, HTTP3Connection] = {}
@@ -101,18 +107,57 @@ class Connector:
                 config.ssl_context, config.cert, owns_context=config.owns_ssl_context
             )
 
+            self.memory = _memory(config, self._quic_trust)
             self.quic_routes = QuicRoutes(
                 discover=config.http3,
                 configured=config.http3_configured,
                 everywhere=config.http3_everywhere,
                 excluded=config.http3_excluded,
             )
-            self._tickets = TicketStore()
+            self._tickets = TicketStore(self.memory)
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
         #: The client's clock (``_wire/clock.py``), handed to each connection it opens.
         self.clock: Clock | None = None
         self._proxy_ssl_context: ssl.SSLContext | None = None
+
+    async def recall(self) -> None:
+        """Read the ``state=`` file (in a thread) into the client's protocol memory; warn
+        once (``StateFileWarning``) if it was ignored. Cancelled, nothing of it is used."""
+        memory = self.memory
+        if memory is None or memory.path is None:
+            return
+        problem = await trio.to_thread.run_sync(memory.load, time.time())
+        if problem is not None:
+            from .._state.file import StateFileWarning
+
+            warnings.warn(problem, StateFileWarning, stacklevel=3)
+        assert self.quic_routes is not None
+        self.quic_routes.recall(memory, time.time())
+
+    async def settle(self) -> None:
+        """With a ``state=`` file: before the client's connections close, give each resumed
+        HTTP/3 connection a moment (``clock.closing``) to receive its next ticket
+        (``TicketStore.settle``), so the next process can resume too."""
+        if self.memory is not None and self.memory.path is not None:
+            assert self._tickets is not None
+            await self._tickets.settle()
+
+    async def remember(self) -> None:
+        """Write what the client learned into its ``state=`` file (in a thread, shielded:
+        the write completes even if the caller is cancelled, and it is atomic, see
+        ``_state/file.py``); warn once if it could not be."""
+        memory = self.memory
+        if memory is None or memory.path is None:
+            return
+        assert self.quic_routes is not None
+        self.quic_routes.remember(memory, time.time())
+        with trio.CancelScope(shield=True):
+            problem = await trio.to_thread.run_sync(memory.save, time.time())
+        if problem is not None:
+            from .._state.file import StateFileWarning
+
+            warnings.warn(problem, StateFileWarning, stacklevel=3)
 
     def _proxy_tls(self) -> ssl.SSLContext:
         """The context for TLS to an ``https://`` proxy: the client's verification settings,
@@ -245,10 +290,12 @@ class Connector:
         ticket = tickets.take(where)
         trust = self._quic_trust
         assert trust is not None
+        token = tickets.take_token(where)
         quic = CheckedQuicConnection(
-            configuration=quic_configuration(trust, tls_name(origin.host), ticket),
+            configuration=quic_configuration(trust, tls_name(origin.host), ticket, token),
             trust=trust,
             session_ticket_handler=lambda new: tickets.keep(where, new),
+            token_handler=lambda new: tickets.keep_token(where, new),
         )
         timeouts = config.stage_timeouts
         conn: HTTP3Connection = await HTTP3Connection.open(
@@ -317,6 +364,22 @@ class Connector:
         if origin.tls:
             return self._config.http2
         return self._config.http2_prior_knowledge and proxy is None
+
+
+def _memory(config: ClientConfig, trust: QuicTrust) -> ProtocolMemory:
+    """The client's protocol memory: with ``state=``, bound to the fingerprint of its trust
+    settings (``_state/trust.py``); without, in memory only."""
+    from .._state.memory import ProtocolMemory
+
+    if config.state is None:
+        return ProtocolMemory(None, "")
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from .._state.trust import trust_fingerprint
+
+    presented = trust.client_certificate
+    der = None if presented is None else presented.certificate.public_bytes(Encoding.DER)
+    return ProtocolMemory(config.state, trust_fingerprint(trust.context, config.verify, der))
 
 
 def _http11_connection() -> type[HTTP11Connection]:

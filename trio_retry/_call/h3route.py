@@ -7,7 +7,9 @@ One job: the routing decision of SPEC §16, kept per origin, synchronous and clo
   in ``upstreams`` or as the ``default_upstream`` of every origin not listed there),
   or, with ``Client(http3=True)``, once it advertised ``Alt-Svc: h3=":PORT"`` on a response
   (remembered for its ``ma``, 24 hours by default, RFC 7838 §3, at most 2^31 s;
-  ``Alt-Svc: clear`` forgets it).
+  ``Alt-Svc: clear`` forgets it). With ``state=``, what was learned outlives the process
+  (:meth:`QuicRoutes.recall`, :meth:`QuicRoutes.remember`; ``_state/``), its expiry kept in
+  wall-clock time.
   Only alternatives on the origin's own host are taken: another host would have to prove its
   authority for the origin with a certificate checked against a name the caller never gave.
 - A QUIC handshake that fails marks the origin *broken*: it is reached over TCP until a
@@ -29,11 +31,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
 from .._models import Origin
+
+if TYPE_CHECKING:
+    from .._state.memory import ProtocolMemory
 
 __all__ = ["QuicKey", "QuicRoutes", "parse_alt_svc", "quic_key"]
 
@@ -175,7 +180,15 @@ class _Broken:
 class QuicRoutes:
     """The HTTP/3 routes of one client; see the module docstring."""
 
-    __slots__ = ("_broken", "_everywhere", "_excluded", "_pending", "_routes", "discover")
+    __slots__ = (
+        "_broken",
+        "_everywhere",
+        "_excluded",
+        "_learned",
+        "_pending",
+        "_routes",
+        "discover",
+    )
 
     def __init__(
         self,
@@ -196,6 +209,8 @@ class QuicRoutes:
         #: ``default_upstream=Upstream(http3=True)``: every ``https://`` origin but these.
         self._everywhere = everywhere
         self._excluded = frozenset(excluded)
+        #: Origins whose advertisement changed since :meth:`remember` (learned or cleared).
+        self._learned: set[Origin] = set()
 
     def port_for(self, origin: Origin) -> int | None:
         """The UDP port to reach ``origin`` on, if it goes over HTTP/3 now, else ``None``."""
@@ -228,10 +243,41 @@ class QuicRoutes:
             if found is False:
                 if route is not None and route.expires != float("inf"):
                     del self._routes[origin]
+                    self._learned.add(origin)
             elif found and (route is None or route.expires != float("inf")):
                 port, max_age = found
                 self._routes[origin] = _Route(port, trio.current_time() + max_age)
+                self._learned.add(origin)
             return
+
+    def recall(self, memory: ProtocolMemory, wall: float) -> None:
+        """Take the advertisements ``memory`` kept (from the state file), ``wall`` being the
+        wall-clock time now: each for what remains of its lifetime. Only with discovery; a
+        configured route is never replaced."""
+        if not self.discover:
+            return
+        now = trio.current_time()
+        for entry in memory.recall("alt_svc"):
+            origin = Origin("https", entry.host, entry.port)
+            left = entry.expires - wall
+            if left > 0 and origin not in self._routes:
+                self._routes[origin] = _Route(entry.value["port"], now + left)
+
+    def remember(self, memory: ProtocolMemory, wall: float) -> None:
+        """Put the advertisements learned or cleared since the last call into ``memory``,
+        their expiry as wall-clock time (``wall`` being now)."""
+        from .._state.file import Entry
+
+        now = trio.current_time()
+        for origin in self._learned:
+            route = self._routes.get(origin)
+            where = (origin.host, origin.port)
+            if route is None or route.expires == float("inf") or route.expires <= now:
+                memory.forget("alt_svc", where)
+            else:
+                expires = wall + (route.expires - now)
+                memory.keep("alt_svc", Entry(*where, expires, wall, {"port": route.port}))
+        self._learned.clear()
 
     def mark_broken(self, origin: Origin) -> float:
         """A QUIC handshake with ``origin`` failed: reach it over TCP for a while. Returns

@@ -22,13 +22,19 @@ asks for one is answered over TCP instead (``shims.py``).
 
 from __future__ import annotations
 
+import base64
+import datetime
 import os
 import re
 import ssl
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import trio
+
+from ..._state.file import Entry
 from ..._tls import CertTypes
 
 if TYPE_CHECKING:
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
     from aioquic.tls import SessionTicket
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+
+    from ..._state.memory import ProtocolMemory
 
     PrivateKey: TypeAlias = CertificateIssuerPrivateKeyTypes
 
@@ -45,6 +53,8 @@ __all__ = [
     "TicketStore",
     "quic_configuration",
     "quic_trust",
+    "ticket_from_record",
+    "ticket_record",
 ]
 
 #: Receive windows: 8 MiB per connection, 2 MiB per stream (aioquic's defaults are 1 MiB
@@ -187,10 +197,12 @@ def quic_configuration(
     trust: QuicTrust,
     server_name: str,
     ticket: SessionTicket | None,
+    token: bytes = b"",
 ) -> QuicConfiguration:
     """A client configuration for one connection to ``server_name`` (SNI, as over TCP; none
-    for an IP address, RFC 6066 §3), resuming ``ticket`` if given. aioquic's own certificate
-    check is off: ``shims.CheckedQuicConnection`` runs the client's context's instead."""
+    for an IP address, RFC 6066 §3), resuming ``ticket`` if given, presenting the server's
+    address-validation ``token`` if any. aioquic's own certificate check is off:
+    ``shims.CheckedQuicConnection`` runs the client's context's instead."""
     from aioquic.h3.connection import H3_ALPN
     from aioquic.quic.configuration import QuicConfiguration
 
@@ -202,6 +214,7 @@ def quic_configuration(
         max_data=CONNECTION_WINDOW,
         max_stream_data=STREAM_WINDOW,
         idle_timeout=IDLE_TIMEOUT,
+        token=token,
     )
     presented = trust.client_certificate
     if presented is not None:
@@ -213,28 +226,133 @@ def quic_configuration(
     return config
 
 
-@dataclass(slots=True)
+#: How long an address-validation token (RFC 9000 §8.1.3, a NEW_TOKEN frame) is kept: the
+#: frame gives no lifetime, and servers keep theirs about a day (quic-go: 24 hours).
+TOKEN_LIFETIME = 24 * 3600.0
+
+
 class TicketStore:
-    """Session tickets per origin (``(host, port)``), the latest first-use only.
+    """Session tickets and address-validation tokens per UDP target (``(host, port)``),
+    kept in the client's :class:`~trio_retry._state.memory.ProtocolMemory` (and so in its
+    state file, if any), the latest of each only.
 
     A ticket is used once (RFC 8446 §C.4 and RFC 9001 §4.5: reuse lets an observer link
-    connections), and not after its lifetime. The store holds one per origin: each new
-    connection is issued a fresh one.
+    connections), and not after its lifetime; a token is used once too (RFC 9000 §8.1.3).
+    Each new connection is issued fresh ones.
     """
 
-    tickets: dict[tuple[str, int], SessionTicket] = field(default_factory=dict)
+    __slots__ = ("_awaited", "memory")
+
+    def __init__(self, memory: ProtocolMemory | None = None) -> None:
+        if memory is None:  # (kept in memory only)
+            from ..._state.memory import ProtocolMemory
+
+            memory = ProtocolMemory(None, "")
+        self.memory = memory
+        #: Per origin resumed with a ticket, set when the server issues its next one.
+        self._awaited: dict[tuple[str, int], trio.Event] = {}
 
     def take(self, origin: tuple[str, int]) -> SessionTicket | None:
         """The origin's ticket, removed from the store, if one is still valid."""
-        ticket = self.tickets.pop(origin, None)
-        if ticket is None:
-            return None
-        expiry = ticket.not_valid_after.timestamp()
-        return ticket if expiry > time.time() else None
+        record = self.memory.take("quic_tickets", origin, time.time())
+        ticket = None if record is None else ticket_from_record(record)
+        if ticket is not None:
+            self._awaited[origin] = trio.Event()
+        return ticket
+
+    async def settle(self) -> None:
+        """Wait, within :func:`~trio_retry._wire.clock.closing`, for the new ticket of each
+        origin whose connection resumed with one and has received none yet.
+
+        Why: a resumed connection's exchange can be over in one round trip (the request in
+        0-RTT, the answer before the handshake ends), while the server issues the next ticket
+        only once the handshake ends, half a round trip later: a client closing at once would
+        keep no ticket, and its next process would start cold. Only resumed connections wait
+        (their server issues tickets); at most ``FIXED.closing`` in all; cancelled, at once.
+        """
+        from ..clock import closing
+
+        awaited, self._awaited = self._awaited, {}
+        with closing():
+            for event in awaited.values():
+                await event.wait()
 
     def keep(self, origin: tuple[str, int], ticket: SessionTicket) -> None:
         """Remember ``ticket`` (the server's newest) for the next connection to ``origin``."""
-        self.tickets[origin] = ticket
+        entry = Entry(
+            origin[0],
+            origin[1],
+            expires=ticket.not_valid_after.timestamp(),
+            learned=time.time(),
+            value=ticket_record(ticket),
+        )
+        self.memory.keep("quic_tickets", entry)
+        awaited = self._awaited.pop(origin, None)
+        if awaited is not None:
+            awaited.set()
+
+    def take_token(self, origin: tuple[str, int]) -> bytes:
+        """The origin's address-validation token, removed from the store, or ``b""``."""
+        record = self.memory.take("quic_tokens", origin, time.time())
+        return b"" if record is None else base64.b64decode(record["token"])
+
+    def keep_token(self, origin: tuple[str, int], token: bytes) -> None:
+        """Remember the token of a NEW_TOKEN frame from ``origin`` (its newest)."""
+        if not token or len(token) > 4096:
+            return  # (an empty token means none; a huge one is not worth keeping)
+        now = time.time()
+        value = {"token": base64.b64encode(token).decode("ascii")}
+        entry = Entry(origin[0], origin[1], expires=now + TOKEN_LIFETIME, learned=now, value=value)
+        self.memory.keep("quic_tokens", entry)
+
+
+def ticket_record(ticket: SessionTicket) -> dict[str, Any]:
+    """``ticket`` as JSON values (the fields of ``_state.file.SCHEMAS["quic_tickets"]``)."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode("ascii")
+
+    return {
+        "age_add": ticket.age_add,
+        "cipher_suite": int(ticket.cipher_suite),
+        "not_valid_before": ticket.not_valid_before.timestamp(),
+        "not_valid_after": ticket.not_valid_after.timestamp(),
+        "resumption_secret": b64(ticket.resumption_secret),
+        "server_name": ticket.server_name,
+        "ticket": b64(ticket.ticket),
+        "max_early_data_size": ticket.max_early_data_size,
+        "other_extensions": [[kind, b64(data)] for kind, data in ticket.other_extensions],
+    }
+
+
+def ticket_from_record(record: Mapping[str, Any]) -> SessionTicket | None:
+    """The ticket :func:`ticket_record` made, or ``None`` if it is not one aioquic can use
+    (a cipher suite it does not know) or no longer valid. The shapes were checked when the
+    file was read (``_state/file.py``)."""
+    from aioquic.tls import CipherSuite, SessionTicket
+
+    try:
+        suite = CipherSuite(record["cipher_suite"])
+    except ValueError:
+        return None
+    ticket = SessionTicket(
+        age_add=record["age_add"],
+        cipher_suite=suite,
+        not_valid_after=_utc(record["not_valid_after"]),
+        not_valid_before=_utc(record["not_valid_before"]),
+        resumption_secret=base64.b64decode(record["resumption_secret"]),
+        server_name=record["server_name"],
+        ticket=base64.b64decode(record["ticket"]),
+        max_early_data_size=record["max_early_data_size"],
+        other_extensions=[
+            (kind, base64.b64decode(raw)) for kind, raw in record["other_extensions"]
+        ],
+    )
+    return ticket if ticket.is_valid else None
+
+
+def _utc(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
 
 
 def allows_early_data(ticket: SessionTicket | None) -> bool:

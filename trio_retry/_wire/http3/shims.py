@@ -68,7 +68,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
@@ -144,10 +144,15 @@ class CheckedQuicConnection(QuicConnection):
         configuration: QuicConfiguration,
         trust: QuicTrust,
         session_ticket_handler: SessionTicketHandler | None = None,
+        token_handler: Callable[[bytes], None] | None = None,
     ) -> None:
         #: The first close asked for: ``(error_code, frame_type, reason_phrase)``.
         self.close_asked: tuple[int, int | None, str] | None = None
-        super().__init__(configuration=configuration, session_ticket_handler=session_ticket_handler)
+        super().__init__(
+            configuration=configuration,
+            session_ticket_handler=session_ticket_handler,
+            token_handler=token_handler,
+        )
         self._trust_source = trust
         self._trust_host = configuration.server_name
         self._trust_chain_checked = not trust.verify
