@@ -57,6 +57,8 @@ class Options:
     http2: bool = False
     http2_prior_knowledge: bool = False
     http3: bool = False
+    early_data: bool = False
+    state: str | None = None
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None
@@ -280,6 +282,16 @@ def _add_request_options(cmd: argparse.ArgumentParser) -> None:
         help="HTTP/3 (QUIC) on https:// URLs, over TCP if QUIC fails (extra http3)",
     )
     add(
+        "--early-data",
+        action="store_true",
+        help="with --http3, a safe request (GET, HEAD, OPTIONS) goes in 0-RTT when resuming",
+    )
+    add(
+        "--state",
+        metavar="FILE",
+        help="keep QUIC session tickets, tokens and Alt-Svc answers in FILE across runs",
+    )
+    add(
         "--compressed",
         action="store_true",
         help="accepted for curl compatibility: gzip and deflate are always asked for and decoded",
@@ -452,6 +464,9 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         commands[args.command].error(
             f"argument --http3: HTTP/3 needs an https:// URL, got {url.partition('://')[0]}://"
         )
+    if args.early_data and not args.http3:
+        # Early data exists in HTTP/3 only (SPEC §16): without it the option would do nothing.
+        commands[args.command].error("argument --early-data: needs --http3")
     if args.json_body is not None and (args.data or args.upload_file):
         commands[args.command].error("argument --json: not allowed with -d or -T")
     if args.data and args.upload_file:
@@ -488,6 +503,8 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         http2=args.http2,
         http2_prior_knowledge=args.http2_prior_knowledge,
         http3=args.http3,
+        early_data=args.early_data,
+        state=args.state,
         cacert=args.cacert,
         cert=args.cert,
         key=args.key,

@@ -383,6 +383,13 @@ def _length(response: Response) -> int | None:
 
 
 def _client(opts: Options, prepared: _Prepared) -> Client:
+    if opts.state is not None:
+        from .._state.file import check_path
+
+        try:
+            check_path(opts.state)
+        except ValueError as exc:
+            raise _usage(opts, "--state", str(exc).removeprefix("state: ")) from None
     try:
         return Client(
             retry=RetryPolicy(max_attempts=opts.attempts),
@@ -398,6 +405,8 @@ def _client(opts: Options, prepared: _Prepared) -> Client:
             trust_env=True,  # HTTP(S)_PROXY, ALL_PROXY, NO_PROXY, as curl honours them
             # Client()'s bounds (nothing waits forever), with --connect-timeout if given.
             stage_timeouts=_timeouts(opts),
+            early_data=opts.early_data,
+            state=opts.state,
         )
     except ImportError as exc:  # --http3 without the extra that provides QUIC
         raise _usage(opts, "--http3", str(exc)) from None
