@@ -200,6 +200,11 @@ class H3Stream:
             if self._chunks:  # what the caller will never read
                 self._owner.consumed(sum(len(chunk) for chunk in _drain(self._chunks)))
             self._owner.finish_stream(self, reset=not clean)
+            # The head refers to the stream (its body's source) and the stream to the head: a
+            # cycle that only the garbage collector's next full pass would end, visited by every
+            # pass until then. Nothing reads the head here any more (the connection forgot the
+            # stream): the stream and its head now die with the caller's response.
+            self.response = None
 
 
 def _drain(chunks: deque[bytes]) -> list[bytes]:
