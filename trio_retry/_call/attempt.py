@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable
-from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -55,6 +54,7 @@ from .._wire.contract import PooledConnection
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
+from .connect import Dial
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
 from .runtime import Runtime
@@ -292,7 +292,7 @@ class AttemptRun:
                     f"{request.method} {url}", request.deadline
                 )
             if state.limiter is not None and self.permit is None:  # (taken already if free)
-                self.permit = await admit(state, lambda: f"{request.method} {url}", origin)
+                self.permit = await admit(state, request.naming, origin)
                 if rt.drained and progress in rt.drained:
                     raise _drained(request, progress)  # admitted just as drain() was called
             # Cleartext through an HTTP(S) proxy: absolute-form target, one pool of proxy
@@ -320,7 +320,7 @@ class AttemptRun:
                 conn = await rt.pool.acquire(
                     key,
                     progress,
-                    partial(connector.open, url=url, proxy=proxy, pool_key=key),
+                    Dial(connector, url, proxy, key),
                     expect_multiplexed=connector.expect_multiplexed(origin, via_proxy, key),
                 )
                 self.conn = conn

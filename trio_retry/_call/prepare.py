@@ -135,6 +135,12 @@ class PreparedRequest:
     #: A template's (:func:`prepare_plain`), shared by the calls made from it; else ``None``.
     wire_memo: WireMemo | None = None
 
+    def naming(self) -> str:
+        """``"METHOD URL"``, for a message (a bulkhead's rejection). A method, passed bound
+        where it may be needed: a lambda in the attempt's coroutine gave its frame a cell per
+        variable read, held by every call in flight (issue #41)."""
+        return f"{self.method} {self.url}"
+
 
 class WireMemo:
     """The wire form of a template's request, kept for the calls made from it.

@@ -285,7 +285,10 @@ class ConnectionPool:
         try:
             while True:
                 with trio.CancelScope(deadline=deadline):
-                    await waiter.event.wait()
+                    # Parked until resolve() wakes it (Waiter.wake), or the deadline (or the
+                    # caller) cancels the park (Waiter.abort): it is WAITING each time here.
+                    waiter.task = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(waiter.abort)
                 if waiter.state != WAITING or limit is None:
                     break
                 later = _restart(waiter, arrived, limit, book.now())

@@ -32,7 +32,7 @@ its head, and leaves the rest where they are.)
 Its one judgement is the limits' (:meth:`Ledger.reserve`: room for one more connection, an
 idle one closed to make it if need be); which rule applies, and when, is
 :class:`~.pool_book.PoolBook`'s, which writes each decision down here. Nothing here awaits: a
-waiter sleeps in :mod:`.pool`, and is woken here by setting its event once its outcome is
+waiter sleeps in :mod:`.pool`, and is woken here (:meth:`Waiter.wake`) once its outcome is
 written down.
 """
 
@@ -79,13 +79,13 @@ class Waiter:
     __slots__ = (
         "conn",
         "error",
-        "event",
         "multiplexed",
         "opened",
         "opener",
         "origin",
         "seq",
         "state",
+        "task",
     )
 
     def __init__(self, origin: Origin, seq: int, opener: Opener, multiplexed: bool) -> None:
@@ -94,12 +94,29 @@ class Waiter:
         self.opener = opener
         self.multiplexed = multiplexed
         self.state = WAITING
-        self.event = trio.Event()
+        #: The task parked until the waiter is resolved (``pool.py``), else ``None``. Parked
+        #: by itself rather than on a ``trio.Event``: an event, its set of tasks and its wait's
+        #: closure were four more objects for each of thousands of calls queued at once,
+        #: visited by every pass of the garbage collector (issue #41).
+        self.task: trio.lowlevel.Task | None = None
         self.conn: PooledConnection | None = None
         self.error: BaseException | None = None
         # The progress of the opening that made ``conn`` (or failed: ``error``), when the pool
         # opened it for us.
         self.opened: AttemptProgress | None = None
+
+    def wake(self) -> None:
+        """The waiter was resolved: its parked task, if any, runs again."""
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
+
+    def abort(self, _: object) -> trio.lowlevel.Abort:
+        """The parked task is cancelled (its ``pool_timeout``, or its caller): it is no longer
+        parked, and a later :meth:`wake` has nothing to do."""
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class Opening:
@@ -419,7 +436,7 @@ class Ledger:
         waiter.conn = conn
         waiter.error = error
         waiter.opened = opened
-        waiter.event.set()
+        waiter.wake()
 
     def fail_mux(
         self, state: Origin, error: BaseException | None, opened: AttemptProgress | None = None

@@ -107,6 +107,13 @@ async def _connect(infos: Sequence[AddrInfo]) -> Sockets:
     """
     if len(infos) == 1:
         return await _connect_one(infos[0])
+    return await _race(infos)
+
+
+async def _race(infos: Sequence[AddrInfo]) -> Sockets:
+    """:func:`_connect` over several addresses. (A function of its own: the closure below
+    gives its frame cells, which a connection to one address, the usual case, has no need to
+    hold while it connects.)"""
     winner: list[Sockets] = []
     errors: dict[int, OSError] = {}
 

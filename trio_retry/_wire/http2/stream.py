@@ -229,14 +229,16 @@ class Stream:
                 others = self._others = trio.lowlevel.ParkingLot()
             await others.park()
             return
-        task = self._waiter = trio.lowlevel.current_task()
+        self._waiter = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
 
-        def abort(_: object) -> trio.lowlevel.Abort:
-            if self._waiter is task:
-                self._waiter = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        """The parked :meth:`wait` is cancelled: forget its task. (A bound method, not a
+        closure: the closure's cells, held by every call in flight, were visited by each of the
+        garbage collector's passes.) The task parked is :attr:`_waiter` until it is woken, and
+        a woken task is not aborted: there is no other task to tell apart."""
+        self._waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def receive_body(self, progress: AttemptProgress) -> bytes:
         """The next body chunk; ``b""`` once the body is complete (stage ``COMPLETE``); the

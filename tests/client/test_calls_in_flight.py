@@ -1,0 +1,167 @@
+"""What a call holds while it is in flight (issue #41): at 10,000 calls at once, every object
+each holds is visited by every full pass of the garbage collector, and those passes were most
+of what made a call cost twice its price at 1,000 (docs/benchmarks.md, 'Thousands of calls at
+once'). So none of the library's coroutines suspended under a call keeps closure cells in its
+frame, and a call queued for a connection holds no ``trio.Event`` and no
+``functools.partial`` of its own.
+
+Calls are held in flight by a handler that waits for the test's word: some waiting for their
+response head on the server, the rest queued in the client's pool (a pool of 4 connections
+over HTTP/1.1; over HTTP/2 one connection, the server allowing 4 streams). What they hold is
+read from ``gc.get_objects()`` while they wait, against the same census before.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import socket
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+import trio_retry
+from trio_retry import Client, RetryPolicy, Upstream
+from trio_retry.testing import FaultServer, RecordedRequest, Respond
+
+ONE = RetryPolicy(max_attempts=1)
+HELD = 4  # requests the server holds at once: connections (HTTP/1.1) or streams (HTTP/2)
+CALLS = 24  # started at once: HELD at the server, the rest queued in the pool (HTTP/3: all held)
+LIBRARY = Path(trio_retry.__file__).parent
+TESTING = LIBRARY / "testing"
+
+
+def _library_coroutines() -> list[types.CoroutineType[object, object, object]]:
+    """The suspended coroutines of the client's own code (not ``trio_retry.testing``'s)."""
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, types.CoroutineType) and obj.cr_frame is not None:
+            path = Path(obj.cr_code.co_filename)
+            if path.is_relative_to(LIBRARY) and not path.is_relative_to(TESTING):
+                found.append(obj)
+    return found
+
+
+def _count(kind: type) -> int:
+    return sum(1 for obj in gc.get_objects() if type(obj) is kind)
+
+
+async def _held_in_flight(
+    protocol: str, look: Callable[[int], None], nursery: trio.Nursery
+) -> None:
+    """Start ``CALLS`` calls, hold them until ``look(held)`` has looked, then let them end."""
+    release = trio.Event()
+
+    async def wait_for_word(request: RecordedRequest) -> Respond:
+        await release.wait()
+        return Respond(200, body=b"ok")
+
+    server = FaultServer(tls=protocol != "h1", http3=protocol == "h3", max_concurrent_streams=HELD)
+    server.route("GET", "/held", wait_for_word)
+    server.route("GET", "/warm", lambda request: Respond(200, body=b"ok"))
+    await nursery.start(server.serve)
+    client = Client(
+        retry=ONE,
+        http2=protocol != "h1",
+        max_connections=HELD if protocol == "h1" else 1,  # HTTP/2: HELD streams of one
+        ssl_context=server.client_ssl_context() if protocol != "h1" else None,
+        upstreams={server.url: Upstream(http3=True)} if protocol == "h3" else None,
+    )
+    held = CALLS if protocol == "h3" else HELD
+    async with client:
+        await client.get(server.url + "/warm")  # imports, the first connection
+        statuses: list[int] = []
+
+        async def one() -> None:
+            statuses.append((await client.get(server.url + "/held")).status)
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as calls:
+                for _ in range(CALLS):
+                    calls.start_soon(one)
+                while len(server.requests) < 1 + held:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.05)  # the queued calls parked in the pool
+                assert len(server.requests) == 1 + held  # the rest are queued, not sent
+                look(held)
+                release.set()
+        assert statuses == [200] * CALLS
+
+
+@pytest.mark.parametrize("protocol", ["h1", "h2", "h3"])
+async def test_no_coroutine_of_a_call_in_flight_keeps_closure_cells(
+    protocol: str, nursery: trio.Nursery
+) -> None:
+    seen: list[str] = []
+
+    def look(held: int) -> None:
+        coroutines = _library_coroutines()
+        assert coroutines, "no call in flight seen"
+        seen.extend(c.cr_code.co_qualname for c in coroutines)
+        with_cells = sorted(
+            {f"{c.cr_code.co_qualname} {c.cr_code.co_cellvars}" for c in coroutines
+             if c.cr_code.co_cellvars}
+        )  # fmt: skip
+        assert with_cells == []
+
+    await _held_in_flight(protocol, look, nursery)
+    assert "AttemptRun._exchange" in seen  # the calls were seen at the exchange
+
+
+@pytest.mark.parametrize("protocol", ["h1", "h2"])
+async def test_a_call_queued_for_a_connection_holds_no_event_and_no_partial(
+    protocol: str, nursery: trio.Nursery
+) -> None:
+    before = {kind: 0 for kind in (trio.Event, functools.partial)}
+    gc.collect()
+    for kind in before:
+        before[kind] = _count(kind)
+    grown: dict[type, int] = {}
+
+    def look(held: int) -> None:
+        gc.collect()
+        queued = CALLS - held
+        assert queued >= 16
+        for kind, count in before.items():
+            grown[kind] = _count(kind) - count
+
+    await _held_in_flight(protocol, look, nursery)
+    # The server's own (one Event per request it holds, over HTTP/2 one per stream) aside,
+    # nothing per queued call.
+    assert grown[functools.partial] <= 2
+    assert grown[trio.Event] <= 2 * HELD + 4
+
+
+async def test_no_coroutine_of_a_call_connecting_keeps_closure_cells() -> None:
+    """The connect stage too (where 10,000 HTTP/1.1 calls at once all are at their peak): a
+    listener whose backlog is full leaves the calls' connects waiting for the handshake."""
+    listener = socket.socket()
+    filler = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        filler.connect(("127.0.0.1", port))  # the backlog's one place, taken
+        seen: list[str] = []
+        async with Client(retry=ONE) as client:
+            with trio.move_on_after(10) as waited:
+                async with trio.open_nursery() as calls:
+                    for _ in range(HELD):
+                        calls.start_soon(client.get, f"http://127.0.0.1:{port}/")
+                    await trio.sleep(0.3)
+                    coroutines = _library_coroutines()
+                    seen.extend(c.cr_code.co_qualname for c in coroutines)
+                    with_cells = sorted(
+                        {f"{c.cr_code.co_qualname} {c.cr_code.co_cellvars}"
+                         for c in coroutines if c.cr_code.co_cellvars}
+                    )  # fmt: skip
+                    calls.cancel_scope.cancel()
+            assert not waited.cancelled_caught
+        assert seen.count("_connect") == HELD  # every call was connecting
+        assert with_cells == []
+    finally:
+        filler.close()
+        listener.close()
