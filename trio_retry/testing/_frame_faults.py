@@ -39,8 +39,17 @@ class StreamFrames:
     (``control``: frames of stream 0; a frame's END_STREAM flag ends its stream). HTTP/3
     (builders in ``_h3_frames.py``): ``control`` on the server's control stream (a GOAWAY
     with an id of the test's choosing), ``build``'s frames on the request stream, which then
-    ends (FIN) unless ``fin=False``: the stream stays open until the client ends it."""
+    ends (FIN) unless ``fin=False``: the stream stays open until the client ends it.
+
+    ``reset``: an error code the stream is then reset with instead of ending (HTTP/2: an
+    RST_STREAM frame after ``build``'s; HTTP/3: RESET_STREAM once the client acknowledged the
+    frames, so they reach it first), as a server that answers, then refuses, would."""
 
     build: Callable[[int], bytes]
     control: bytes = b""
     fin: bool = True
+    reset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.reset is not None and not 0 <= self.reset < 2**62:
+            raise ValueError(f"reset must be an error code from 0 to 2**62-1, got {self.reset!r}")

@@ -389,6 +389,8 @@ class H2Handler(StreamServer):
             # Hand-made frames for this stream, outside h2, after what h2 queued so far.
             self._pending += self._h2.data_to_send()
             self._pending += action.control + action.build(stream_id)
+            if action.reset is not None:
+                self._pending += rst_stream_frame(stream_id, action.reset)
             self._kick()
 
     def _break_off(self, stream_id: int, *, reset: bool) -> None:

@@ -403,8 +403,12 @@ class H3ServerConnection(StreamServer):
             # first (on its control stream), then the request stream's.
             if action.control:
                 self._quic.send_stream_data(self._control_stream_id(), action.control)
-            self._quic.send_stream_data(stream_id, action.build(stream_id), action.fin)
+            fin = action.fin and action.reset is None
+            self._quic.send_stream_data(stream_id, action.build(stream_id), fin)
             self._kick()
+            if action.reset is not None:
+                await self._until_unacked_at_most(stream_id, 0)
+                self._reset(stream_id, action.reset)
         else:
             check_h3(action, method, stream.slot.path)
 

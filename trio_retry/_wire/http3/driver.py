@@ -658,12 +658,14 @@ def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
 
 
 def _reset(driver: QuicDriver, event: StreamReset) -> None:
-    """A stream reset by the server: ``H3_REQUEST_REJECTED`` proves it was not processed."""
+    """A stream reset by the server: ``H3_REQUEST_REJECTED`` before a response head proves
+    it was not processed (RFC 9114 §4.1.1); after one the server did answer, so the reset
+    carries the stage reached, as any other (HTTP/2's REFUSED_STREAM likewise)."""
     stream = driver.streams.get(event.stream_id)
     if stream is None:
         return
     code = event.error_code
-    if code == H3_REQUEST_REJECTED:
+    if code == H3_REQUEST_REJECTED and stream.response is None:
         failure = Failure(
             FailureCategory.REFUSED_STREAM,
             "the server refused the stream (H3_REQUEST_REJECTED): the request was not processed",
