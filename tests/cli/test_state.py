@@ -73,6 +73,26 @@ async def test_second_run_sends_its_get_in_early_data_on_fault_server(
     assert _attempts(cold) == [("HTTP/3", None)]
 
 
+async def test_an_ignored_file_is_one_warning_line(nursery: trio.Nursery, tmp_path: Path) -> None:
+    server = FaultServer(tls=True, http3=True)
+    url = await nursery.start(server.serve)
+    server.route("GET", "/r", Respond(200, body=b"ok"))
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(server.ca_pem)
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"my notes\n")
+    args = ("get", url + "/r", "--http3", "--cacert", str(ca), "--state", str(notes))
+    ran = await cli(*args)
+    assert (ran.code, ran.out) == (0, b"ok")
+    assert ran.err_text == (
+        f"warning: state file '{notes}': ignored: it is not a trio_retry state file (left as "
+        "it is); going on without it\n"
+    )
+    assert notes.read_bytes() == b"my notes\n"
+    silent = await cli(*args, "-s")
+    assert (silent.code, silent.out, silent.err) == (0, b"ok", b"")
+
+
 async def test_bad_state_values_are_usage_errors(tmp_path: Path) -> None:
     url = "https://127.0.0.1:9/"
     missing = tmp_path / "nowhere" / "state"

@@ -21,6 +21,7 @@ import os
 import ssl
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TextIO
@@ -474,6 +475,30 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
     return code
 
 
+def _show_state_warnings(opts: Options, streams: Streams) -> None:
+    """Make ``warnings.showwarning`` print a ``StateFileWarning`` (``--state``'s file ignored
+    or not written) as one ``warning:`` line on stderr, as ``-k``'s warning (none with
+    ``-s``), and any other warning as before. The caller restores it (``catch_warnings``)."""
+    from .._state.file import StateFileWarning
+
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, StateFileWarning):
+            shown(message, category, filename, lineno, file, line)
+        elif not opts.silent or opts.show_error:
+            print(f"warning: {message}", file=streams.err)
+
+    warnings.showwarning = show
+
+
 def _version() -> str:
     # importlib.metadata (zipfile, csv, email...) is imported here, for --version only: at the
     # top it cost every start of the command line (--help included) a few milliseconds.
@@ -507,7 +532,10 @@ def run(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = Non
 
             return trio.run(run_demo, streams.out, parsed.quick)
         prepared = _prepare(parsed, streams)
-        return trio.run(_call, parsed, prepared, streams)
+        with warnings.catch_warnings():  # (restores showwarning after)
+            if parsed.state is not None:
+                _show_state_warnings(parsed, streams)
+            return trio.run(_call, parsed, prepared, streams)
     except UsageError as exc:
         if exc.usage:
             streams.err.write(exc.usage)
