@@ -262,7 +262,8 @@ class Client:
 
         Calls still in flight end with an error carrying the evidence of their stage; when
         this returns, the client's background tasks have ended. Safe to call twice, and from
-        inside the ``async with`` block.
+        inside the ``async with`` block. With ``state=``, the file is written last, shielded
+        from cancellation: the old file or the new one, never half of one.
         """
         rt = self._rt
         if rt.lifecycle is Lifecycle.CLOSED:

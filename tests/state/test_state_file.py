@@ -276,3 +276,24 @@ def test_state_values_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^state: cannot create a file in '/proc' \("):
         check_path("/proc/trio_retry.state")
     assert os.listdir(tmp_path) == []  # the probe file was removed
+
+
+def test_symbolic_links_are_not_followed(tmp_path: Path) -> None:
+    target = _valid(tmp_path)
+    before = target.read_bytes()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    loaded = read(str(link), NOW)
+    assert loaded.foreign
+    assert loaded.problem is not None
+    assert loaded.problem.startswith("it could not be opened (")
+    assert write(str(link), MINE, {"quic_tokens": {("b", 443): token("b")}}, NOW) is not None
+    assert target.read_bytes() == before
+    assert link.is_symlink()
+    # A lock file planted as a link to somewhere else is not followed either (nor created).
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "other.lock").symlink_to(elsewhere)
+    problem = write(str(tmp_path / "other"), MINE, {"quic_tokens": {}}, NOW)
+    assert problem is not None
+    assert problem.startswith("it could not be written (")
+    assert not elsewhere.exists()

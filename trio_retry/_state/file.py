@@ -15,10 +15,11 @@ produced them: a client reads only its own group, and keeps the others' when it 
 
 Reading (:func:`read`): a file that is missing is empty, silently. Anything else that is not
 exactly this format is ignored whole, with a reason the client shows in one warning: larger
-than :data:`MAX_FILE_BYTES`, not a regular file, writable by others or owned by another user
-(anyone could have planted its tickets), not JSON, of another format, or any entry of the
-wrong shape. A file that does not start as ours does (:data:`PREFIX`) is *foreign* (another
-program's file given by mistake): it is never overwritten. Expired entries are dropped.
+than :data:`MAX_FILE_BYTES`, not a regular file (a symbolic link is not followed), writable
+by others or owned by another user (anyone could have planted its tickets), not JSON, of
+another format, or any entry of the wrong shape. A file that does not start as ours does
+(:data:`PREFIX`) is *foreign* (another program's file given by mistake), and so is a
+symbolic link: it is never overwritten. Expired entries are dropped.
 
 Writing (:func:`write`): under an exclusive ``flock`` of a lock file beside it (two clients
 closing at once lose neither's entries), the file is read again, this client's changes are
@@ -323,7 +324,9 @@ class _locked:
         self._fd = -1
 
     def __enter__(self) -> None:
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        # (Not through a symbolic link: one planted there would have us create its target.)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        self._fd = os.open(self._path, flags, 0o600)
         try:
             import fcntl
         except ImportError:  # pragma: no cover (Windows)
