@@ -214,3 +214,30 @@ def test_bad_state_values_name_the_option(tmp_path: Path) -> None:
         Client(state=tmp_path)
     with pytest.raises(ValueError, match=r"^state: cannot create a file in '/proc' \("):
         Client(state="/proc/trio_retry.state")
+
+
+async def test_clients_closing_at_once_keep_both_tickets(
+    server: FaultServer, ca: str, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    other = FaultServer(tls=True, http3=True)
+    await nursery.start(other.serve)
+    other.route("GET", "/r", Respond(200, body=b"ok"))
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_bytes(other.ca_pem)
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(Path(ca).read_bytes() + other.ca_pem)
+    state = tmp_path / "state"
+
+    async def five(target: FaultServer) -> None:
+        for _ in range(5):
+            await get(target, state, verify=str(bundle))
+
+    async with trio.open_nursery() as both:
+        both.start_soon(five, server)
+        both.start_soon(five, other)
+    [group] = json.loads(state.read_bytes())["setups"]
+    ports = sorted(entry["port"] for entry in group["entries"]["quic_tickets"])
+    assert ports == sorted([server.port, other.port])
+    # Each later client resumed: its ticket was never lost to the other's write.
+    runs = [early(await get(s, state, verify=str(bundle))) for s in (server, other)]
+    assert runs == [[("HTTP/3", "accepted")]] * 2
