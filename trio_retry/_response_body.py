@@ -11,13 +11,18 @@ reading it, with one message saying what closed it: never an empty body in its p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ._core.errors import StreamClosed
 from ._rechunk import Rechunked, TextRechunked, check_chunk_size
 from ._streams import BodyDecoder, Chunks, Decoded, Lines, Text
 
 __all__ = ["ResponseBody"]
+
+
+class _Counted(Protocol):
+    resumed: int
+
 
 #: The ``StreamClosed`` message of a body read after ``Response.aclose()``.
 _ACLOSED = (
@@ -32,6 +37,9 @@ class ResponseBody:
     #: The raw length of a buffered body that was decoded (``num_bytes_downloaded``), set by
     #: the client; ``None``: the raw body is ``content`` itself.
     _downloaded: int | None = None
+    #: What counts the continuations of a body broken mid-way (``_call/resume.py``), set by
+    #: the client; ``None``: none.
+    _continuation: _Counted | None = None
 
     if TYPE_CHECKING:
         _content: bytes | None
@@ -60,6 +68,15 @@ class ResponseBody:
                 "`await response.aread()` or iterate `response.aiter_bytes()`"
             )
         return self._content
+
+    @property
+    def resumed(self) -> int:
+        """How many times the body was continued after it broke mid-way (SPEC §18: a range
+        request for the rest, spliced only when the server sent the same representation):
+        ``0`` for a body that arrived in one piece. A streamed body's grows as it is read.
+        Each continuation is an attempt in ``attempts`` (its ``range_start`` set)."""
+        continuation = self._continuation
+        return 0 if continuation is None else continuation.resumed
 
     @property
     def num_bytes_downloaded(self) -> int:

@@ -19,6 +19,10 @@
 - :mod:`.streaming`: what ``client.stream(...)`` returns (``async with`` only; any other use
   a ``TypeError`` that says so);
 - :mod:`.body`: the one response-body reader, buffered or streamed (one limit, one decoding);
+- :mod:`.resumable`: whether a response's body can be continued if it breaks (the request's
+  side and the head's, SPEC §18);
+- :mod:`.resume`: carrying a body the loop hands over, and continuing it with a range request
+  when it breaks (each continuation an attempt the engine decides on);
 - :mod:`.failures`: the public exception a final failure becomes;
 - :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).
 

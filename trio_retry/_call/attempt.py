@@ -57,6 +57,7 @@ from .body import decoder_for, whole_body
 from .connect import Dial
 from .failures import CLOSED_IN_FLIGHT
 from .prepare import PreparedRequest
+from .resumable import resumable
 from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
 
@@ -92,6 +93,7 @@ class AttemptRun:
         "permit",
         "progress",
         "proxy",
+        "range_start",
         "raw_length",
         "request",
         "response",
@@ -134,6 +136,8 @@ class AttemptRun:
         self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
         #: The proxy the attempt goes through (``Connector.proxy_for``).
         self.proxy: ProxyConfig | None = None
+        #: A continuation of a broken body: the byte it asks the rest from (``_call/resume.py``).
+        self.range_start: int | None = None
 
     def run(self) -> Awaitable[None]:
         """The attempt (see the module docstring), to be awaited once. It never raises but
@@ -365,9 +369,12 @@ class AttemptRun:
                     request.headers,
                     Headers.from_wire(response.headers),
                 )
-            if streaming and response.status < 400:
+            if (streaming and response.status < 400) or (
+                response.status == 200 and resumable(request, state, 200, response.headers)
+            ):
                 # The caller reads the body: the connection stays lent until the block ends
-                # (a PoolTimeout meanwhile says so, ConnectionPool.hold).
+                # (a PoolTimeout meanwhile says so, ConnectionPool.hold). A buffered body that
+                # can be continued is read by the loop too (``_call/resume.py``).
                 rt.pool.hold(conn)
                 self.held = True
                 finished = True
@@ -387,7 +394,7 @@ class AttemptRun:
                 # connection the attempt held, or cancelled its scope): not retried.
                 self._closed_in_flight()
         finally:
-            if not (finished and streaming and self.body is None):
+            if not (finished and self.held):
                 self.give_back()
 
     def end(self) -> None:
@@ -466,6 +473,7 @@ class AttemptRun:
             category=category,
             timings=timings,
             decision=decision,
+            range_start=self.range_start,
         )
 
 

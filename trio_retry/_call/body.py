@@ -19,7 +19,7 @@ into the public exception (``PARTIAL_RESPONSE``, never retried).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from .._core.errors import StreamClosed
 from .._core.evidence import FailureCategory
@@ -131,6 +131,10 @@ REDIRECT_CLOSED = (
 
 #: Turns a failure of a handed-over body into the exception the caller gets (and closes up).
 OnBreak = Callable[[WireError], Exception]
+#: Continues a handed-over body that broke (the error, the raw bytes received so far): the
+#: reader of the rest and the offset of its first byte in the body (``0``: the body started
+#: again), or it raises the exception the caller gets (``_call/resume.py``).
+Resume = Callable[[WireError, int], Awaitable[tuple[BodyReader, int]]]
 
 
 class StreamedBody:
@@ -143,6 +147,9 @@ class StreamedBody:
     handed a caller who iterated after the ``stream()`` block an empty body as if it were the
     whole one, issue #38).
     ``limit``: the call's ``deadline=`` in seconds, for the message when it runs out.
+    ``resume``: a break (other than one that ends the call, such as ``max_body_bytes``) is
+    continued by it, and the iteration goes on with the reader it returns: one body to the
+    caller, no byte repeated or missing; if it raises, the iteration ends with its exception.
     """
 
     __slots__ = (
@@ -153,6 +160,7 @@ class StreamedBody:
         "_on_close",
         "_on_end",
         "_reader",
+        "_resume",
         "closed_by",
         "received",
     )
@@ -166,8 +174,10 @@ class StreamedBody:
         on_close: Callable[[], None],
         *,
         limit: float = math.inf,
+        resume: Resume | None = None,
     ) -> None:
         self._reader = reader
+        self._resume = resume
         self._deadline = deadline
         self._limit = limit
         self._on_end = on_end
@@ -198,25 +208,34 @@ class StreamedBody:
             if self.closed_by is not None:
                 raise StreamClosed(self.closed_by)
             raise StopAsyncIteration
-        reader = self._reader
-        try:
-            with DeadlineBound(None, self._deadline, reader.progress, None) as bound:
-                chunk = await reader.next_chunk()
-            if bound.expired:
-                raise WireError.at(
-                    reader.progress,
-                    FailureCategory.TIMEOUT,
-                    deadline_message(self._limit, reader.progress.stage),
-                )
-        except WireError as exc:
-            self._done = True
-            raise self._on_break(exc) from exc
-        if not chunk:
-            self._done = True
-            self._on_end()
-            raise StopAsyncIteration
-        self.received += len(chunk)
-        return chunk
+        while True:
+            reader = self._reader
+            try:
+                with DeadlineBound(None, self._deadline, reader.progress, None) as bound:
+                    chunk = await reader.next_chunk()
+                if bound.expired:
+                    raise WireError.at(
+                        reader.progress,
+                        FailureCategory.TIMEOUT,
+                        deadline_message(self._limit, reader.progress.stage),
+                    )
+            except WireError as exc:
+                resume = self._resume
+                if resume is None or exc.ends_call:
+                    self._done = True
+                    raise self._on_break(exc) from exc
+                try:
+                    self._reader, self.received = await resume(exc, self.received)
+                except BaseException:
+                    self._done = True
+                    raise
+                continue
+            if not chunk:
+                self._done = True
+                self._on_end()
+                raise StopAsyncIteration
+            self.received += len(chunk)
+            return chunk
 
 
 class CheckedDecoder:

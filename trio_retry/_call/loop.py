@@ -48,18 +48,19 @@ from .._core.engine import (
     not_consulted,
 )
 from .._core.errors import RejectReason
-from .._core.evidence import Evidence, FailureCategory, Stage
+from .._core.evidence import Evidence, FailureCategory
 from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
 from .._models import Headers, Response, shown_url
 from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import AttemptRun
-from .body import REDIRECT_CLOSED, BodyReader, CheckedDecoder, StreamedBody, decoder_for
+from .body import BLOCK_CLOSED, REDIRECT_CLOSED, CheckedDecoder, StreamedBody
 from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
+from .resume import Continuation, carry
 from .runtime import Runtime
 from .upstream import UpstreamState
 
@@ -157,13 +158,13 @@ async def send(
             # 3, 5: NotConsulted.FINAL_RESPONSE: the record, and the caller's response.
             if guarded:
                 learn(state, run, run.progress, None, None, ledger)
-            if not attempts and not streaming and not _watched(rt, request):
+            if not attempts and run.body is not None and not _watched(rt, request):
                 # The call's one attempt, buffered, and nobody to tell of it: its record is
                 # built when Response.attempts is first read (from this run, which nothing
                 # changes any more).
                 first = partial(run.record, 1, _RECEIVED, None, ended)
                 return _response(request, run, None, None, ended=ended, attempt_record=first), None
-            return await _answer(rt, request, run, attempts, ended, streaming)
+            return await _answer(rt, request, run, attempts, ended, streaming, state, retries)
         # 4. whether to send again: the engine's file decides (and the attempt is recorded).
         if retries is None:
             retries = _Retries(rt, request, state, ledger)
@@ -185,6 +186,8 @@ async def _answer(
     attempts: list[Attempt],
     ended: float,
     streaming: bool,
+    state: UpstreamState,
+    retries: _Retries | None,
 ) -> tuple[Response, Closer | None]:
     """The call's response from an attempt answered below 400, and the attempt's record
     (told of). (A call's one buffered attempt that nobody watches is answered in
@@ -198,9 +201,11 @@ async def _answer(
         # will not be handed over, so its connection and permit go back now.
         run.end()
         raise
-    if not streaming or run.body is not None:
+    if run.body is not None:
         return _response(request, run, attempts, None, ended=ended), None
-    return _deliver(rt, request, run, attempts)
+    if not streaming:  # a buffered body left unread: it can be continued if it breaks
+        return await _buffered(rt, request, run, attempts, state, retries), None
+    return _deliver(rt, request, run, attempts, state, retries)
 
 
 class _Retries:
@@ -248,12 +253,19 @@ class _Retries:
         self.deadline = math.inf
 
     async def decide(
-        self, run: AttemptRun, attempts: list[Attempt], ended: float
+        self,
+        run: AttemptRun,
+        attempts: list[Attempt],
+        ended: float,
+        continuation: bool = False,
+        delivered: bool = False,
     ) -> Decision | None:
         """What follows the finished attempt ``run``, its record appended to ``attempts``
         (and told: ``on_attempt``, the log, the span): ``None`` to send again at once,
         uncounted (``NotConsulted.RECONNECT``, an answered ``AUTH_CHALLENGE``), or the
-        engine's decision. Raises the call's exception for ``NotConsulted.ENDS_CALL``."""
+        engine's decision. Raises the call's exception for ``NotConsulted.ENDS_CALL``.
+        ``continuation``: ``run`` asked for the rest of a broken body (``_call/resume.py``):
+        continuable, and ``delivered`` when the caller has read its beginning."""
         rt = self._rt
         request = self._request
         wire = run.response
@@ -293,27 +305,56 @@ class _Retries:
             assert error is not None
             await _told(rt, request, attempts, run.record(number, evidence, category, ended))
             raise _counted(request, failure(request, attempts, error, None))
-        context = self._context(run, attempts, ended, evidence, category)
+        wire_status = wire.status if wire is not None and category is None else None
+        fresh = not run.progress.connection_reused
+        context = self._context(
+            attempts, ended, evidence, category, wire_status, fresh, continuation, delivered
+        )
         decision = rt.config.engine.decide(context)
         # Built once, with its decision (a dataclasses.replace would build it twice).
         await _told(rt, request, attempts, run.record(number, evidence, category, ended, decision))
         return decision
 
+    async def broke(
+        self, failed: Attempt, attempts: list[Attempt], ended: float, delivered: bool
+    ) -> Decision:
+        """The engine's decision on a body that broke and can be continued
+        (``_call/resume.py``; ``delivered``: the caller has read its beginning): ``failed``
+        (the broken attempt's record) replaces its head's record at the end of ``attempts``,
+        with the decision (not told again: its head was)."""
+        self._retry_after = None
+        attempts.pop()
+        context = self._context(
+            attempts, ended, failed.evidence, failed.category, None,
+            not failed.connection_reused, True, delivered,
+        )  # fmt: skip
+        decision = self._rt.config.engine.decide(context)
+        attempts.append(replace(failed, decision=decision))
+        return decision
+
+    async def tell(self, attempts: list[Attempt], attempt: Attempt) -> None:
+        """Append ``attempt`` to the call's trail and tell of it."""
+        await _told(self._rt, self._request, attempts, attempt)
+
     def _context(
         self,
-        run: AttemptRun,
         attempts: list[Attempt],
         now: float,
         evidence: Evidence,
         category: FailureCategory | None,
+        status: int | None,
+        fresh: bool,
+        continuation: bool,
+        delivered: bool,
     ) -> RetryContext:
-        """The engine's view of the call after ``run`` (its evidence and category, the
-        backoff it would wait, the deadline left at ``now``)."""
+        """The engine's view of the call after an attempt (its evidence, category and status,
+        whether its connection was fresh, the backoff it would wait, the deadline left at
+        ``now``; ``continuation``: the rest of a broken body, ``delivered``: whose beginning the
+        caller has read)."""
         request = self._request
         state = self._state
         policy = request.retry
         backoff = policy.backoff
-        wire = run.response
         retry_after = self._retry_after
         self._ended = now
         counted = len(attempts) + 1 - self._reconnects  # attempts so far, hedges included
@@ -327,14 +368,14 @@ class _Retries:
             max_attempts=policy.max_attempts,
             budget_available=state.budget.available(now),
             replayability=request.body.replayability,
-            response_delivered=False,
+            response_delivered=delivered,
             draining=self._rt.draining,
             remaining_deadline=remaining if math.isfinite(remaining) else None,
             min_attempt_budget=policy.min_attempt_budget,
             failure=category,
             evidence=evidence,
             idempotency=request.idempotency,
-            status=wire.status if wire is not None and category is None else None,
+            status=status,
             retry_after=retry_after,
             transient_500=state.upstream.transient_500,
             proposed_delay=proposed,
@@ -344,7 +385,8 @@ class _Retries:
             # Only while the credentials apply to this request: never for another origin's
             # 401 after a redirect (SPEC §10).
             auth_refreshable=isinstance(request.auth, RefreshableAuth) and request.apply_auth,
-            fresh_connection=not run.progress.connection_reused,
+            fresh_connection=fresh,
+            continuable=continuation,
         )
 
     async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None:
@@ -511,47 +553,52 @@ def _finish(
 
 
 def _deliver(
-    rt: Runtime, request: PreparedRequest, run: AttemptRun, attempts: list[Attempt]
+    rt: Runtime,
+    request: PreparedRequest,
+    run: AttemptRun,
+    attempts: list[Attempt],
+    state: UpstreamState,
+    retries: _Retries | None,
 ) -> tuple[Response, Closer | None]:
     """The response of a successful streamed attempt, with its body still to be read, and the
-    :data:`Closer` that ends it."""
-    wire = run.response
-    assert wire is not None
-    progress = AttemptProgress(rt.now())
-    progress.stage = Stage.RESPONSE_BODY
-    body: StreamedBody
+    :data:`Closer` that ends it. A body that can be continued is continued when it breaks
+    (``_call/resume.py``)."""
 
-    def ended() -> None:
-        run.body = b""  # read to its end: the connection goes back to the pool
-        run.end()
+    def retrier() -> _Retries:
+        nonlocal retries
+        if retries is None:
+            retries = _Retries(rt, request, state, None)
+        return retries
 
-    def broken(exc: WireError) -> Exception:
-        body.close()
-        failed = replace(
-            attempts[-1],
-            stage=progress.stage,
-            evidence=Evidence.PARTIAL_RESPONSE,
-            error=exc,
-            category=exc.category,
-            decision=RetryDenied.response_already_delivered(),
-        )
-        error = failure(request, [*attempts[:-1], failed], exc, failed.decision)
-        error.__cause__ = exc
-        return error
-
-    config = rt.config
-    limit = config.max_body_bytes
-    reader = BodyReader(wire.source, progress, limit)
-    decoder = decoder_for(request.method, wire.headers, limit)
-    body = StreamedBody(
-        reader, request.deadline, ended, broken, run.end, limit=request.deadline - request.started
-    )
-    response = _response(
-        request,
-        run,
-        attempts,
-        None,
-        body,
-        CheckedDecoder(decoder, progress, broken) if decoder is not None else None,
-    )
+    body, carried, decoder = carry(rt, request, state, run, attempts, retrier)
+    response = _response(request, run, attempts, None, body, decoder)
+    response._continuation = carried
     return response, body.close
+
+
+async def _buffered(
+    rt: Runtime,
+    request: PreparedRequest,
+    run: AttemptRun,
+    attempts: list[Attempt],
+    state: UpstreamState,
+    retries: _Retries | None,
+) -> Response:
+    """The response of a buffered call whose body can be continued (``AttemptRun`` left it
+    unread for that): read whole here, continued as a streamed one would be, or restarted
+    when the server sent another representation (nothing of it reached the caller)."""
+    response, close = _deliver(rt, request, run, attempts, state, retries)
+    carried = response._continuation
+    assert isinstance(carried, Continuation)
+    assert close is not None
+    carried.restartable = True
+    try:
+        content, raw_length = await carried.read_whole()
+    finally:
+        close(BLOCK_CLOSED)
+    head = carried.head
+    head.body = content
+    response = _response(request, head, attempts, None)
+    response._continuation = carried
+    response._downloaded = raw_length
+    return response

@@ -93,6 +93,7 @@ class RequestOptions(TypedDict, total=False):
     cookies: Mapping[str, str] | None
     auth: AuthTypes | tuple[str, str] | None
     hedging: Hedging | bool | None
+    resume: bool | None
 
 
 @dataclass(kw_only=True)
@@ -129,6 +130,9 @@ class PreparedRequest:
     #: Trio time at which the call started (``Response.elapsed`` counts from it).
     started: float = 0.0
     hedging: Hedging | bool | None = None  # a Hedging, False (off), None (the upstream's)
+    #: Continue a broken body with a range request (``_call/resume.py``): ``None``, the
+    #: upstream's ``Upstream.resume``.
+    resume: bool | None = None
     #: The call's telemetry, shared by its redirect hops (``replace`` keeps it); ``None``
     #: without ``telemetry=``.
     trace: CallTrace | None = None
@@ -267,6 +271,7 @@ def prepare(
     cookies: Mapping[str, str] | None = None,
     auth: AuthTypes | tuple[str, str] | None = None,
     hedging: Hedging | bool | None = None,
+    resume: bool | None = None,
 ) -> PreparedRequest:
     """The request ``method url`` with the call's options over the client's ``config`` and
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
@@ -291,6 +296,8 @@ def prepare(
             retry = check_retry(retry)
         if follow_redirects is not None:
             check_bool(follow_redirects, "follow_redirects")
+        if resume is not None:
+            check_bool(resume, "resume")
         if params is not None:
             check_fields(params, "params", none_allowed=True)
         if data is not None:
@@ -368,6 +375,7 @@ def prepare(
         cookies=_call_cookies(cookies),
         started=now,
         hedging=hedging,
+        resume=resume,
         trace=config.instrumentation.call() if config.instrumentation is not None else None,
     )
 

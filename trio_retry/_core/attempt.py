@@ -45,6 +45,9 @@ class Attempt:
     category: FailureCategory | None = None
     timings: dict[str, float] = field(default_factory=dict)
     decision: Decision | None = None
+    #: A continuation of a broken body (RFC 9110 §14): the byte it asked the rest from (its
+    #: ``Range: bytes=N-``); ``None`` for an attempt that asked for the whole response.
+    range_start: int | None = None
 
     def __str__(self) -> str:
         outcome = str(self.status) if self.status is not None else str(self.category or "-")

@@ -10,7 +10,8 @@ first decision wins, so a later rule can never re-enable what an earlier one for
 1. attempts exhausted                       -> RetryDenied.max_attempts()
 2. retry budget empty                       -> RetryDenied.budget_exhausted()
 3. body not replayable (ONE_SHOT)           -> RetryDenied.body_not_replayable()
-4. response already delivered to the caller -> RetryDenied.response_already_delivered()
+4. response already delivered to the caller, and its body cannot be continued
+                                            -> RetryDenied.response_already_delivered()
 5. client draining                          -> RetryDenied.runtime_draining()
 6. remaining deadline after the delay below the minimum attempt budget -> RetryDenied.deadline()
 7. permanent failure category               -> RetryDenied.permanent_failure(category)
@@ -29,6 +30,21 @@ connection the fault may be the connection's (bytes left by an earlier exchange,
 half-closed it), so one more try on another connection is worth it. The rejected alternative,
 retrying every such response as any other transport failure, made the server see three
 requests for one broken answer (issue #38).
+
+**Continuing a broken body (rule 4's exception).** A body that broke mid-way can be continued
+from the byte where it stopped (``RetryContext.continuable``: a replay-safe request, a response
+whose head promised the same bytes again, a strong validator and ``Accept-Ranges: bytes``;
+the client sends ``Range: bytes=N-`` with ``If-Range``, RFC 9110 §14, §13.1.5). Such a retry
+delivers no byte twice, so rule 4 lets it pass even when the caller has read the beginning;
+every other rule holds for it as for any retry: the attempts (1), the budget (2), draining (5),
+the deadline (6), a permanent failure (7), and rule 9's transport table (``continuable``
+implies a safely idempotent operation, so a ``PARTIAL_RESPONSE`` or ``SENT_NO_RESPONSE`` of
+it is retried, a response that is not HTTP on a fresh connection is not). The rule sits at 4,
+not later, because "delivered" is rule 4's own question: placed after the limits, it can never
+re-enable what they forbade, and its exception is exactly the case where the answer to that
+question does not matter. Whether the continuation's answer really continues the body (a
+``206`` with the matching ``Content-Range``) is judged by the client on that answer, never
+spliced otherwise (``_resume.py``).
 
 Why ambiguity (8) outranks the status/transport table (9) but not the limits (1-7): a denial for
 budget or deadline is still reported as ambiguous by the client when the evidence says the
@@ -222,7 +238,9 @@ class RetryContext:
     delay the client would wait (its backoff, raised to ``retry_after`` when present).
     ``auth_refreshable`` says whether a 401 can be answered by a refresh (False when the client
     has no ``auth``). ``fresh_connection`` says whether the attempt ran on a connection opened
-    for it (no earlier exchange on it); ``False`` when unknown or reused.
+    for it (no earlier exchange on it); ``False`` when unknown or reused. ``continuable``
+    says whether the response body that broke can be continued from where it stopped (a
+    ranged request for the rest: the module docstring, rule 4's exception).
     """
 
     attempt: int
@@ -245,6 +263,7 @@ class RetryContext:
     retried_425: bool = False
     auth_refreshable: bool = True
     fresh_connection: bool = False
+    continuable: bool = False
 
     @property
     def delay(self) -> float:
@@ -290,7 +309,8 @@ def _rule_body(ctx: RetryContext) -> Decision | None:
 
 
 def _rule_delivered(ctx: RetryContext) -> Decision | None:
-    if ctx.response_delivered:
+    # A continuation delivers no byte twice: rule 4's exception (the module docstring).
+    if ctx.response_delivered and not ctx.continuable:
         return RetryDenied.response_already_delivered(retry_after=ctx.retry_after)
     return None
 

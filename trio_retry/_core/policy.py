@@ -64,6 +64,11 @@ class Upstream:
     not get through). ``early_data=True``: with ``Client(early_data=True)``, an ``IDEMPOTENT``
     request carrying an ``Idempotency-Key`` may go in 0-RTT early data too (``SAFE`` ones may
     without it; ``NON_IDEMPOTENT`` ones never).
+
+    ``resume`` (SPEC §18, on by default): a body of this origin that breaks mid-way is
+    continued with a range request when the request is replay-safe and the response promised
+    the same bytes again (a strong validator, ``Accept-Ranges: bytes``); ``False`` turns it
+    off for the origin (``resume=`` per call overrides it).
     """
 
     transient_500: bool = False
@@ -75,6 +80,7 @@ class Upstream:
     breaker: CircuitBreaker | None = None
     http3: bool = False
     early_data: bool = False
+    resume: bool = True
 
     def __post_init__(self) -> None:
         if self.hedging is not None or self.throttle is not None or self.breaker is not None:
@@ -94,7 +100,7 @@ class Upstream:
                     raise TypeError(
                         f"Upstream.{name} must be a {kind.__name__} or None, got {value!r}"
                     )
-        for name in ("transient_500", "http3", "early_data"):
+        for name in ("transient_500", "http3", "early_data", "resume"):
             check_flag(getattr(self, name), f"Upstream.{name}")
         check_instance(
             self.budget,
@@ -131,4 +137,5 @@ class Upstream:
             self.breaker,
             self.http3,
             self.early_data,
+            self.resume,
         )
