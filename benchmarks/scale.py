@@ -108,6 +108,14 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _thresholds(value: str) -> tuple[int, int, int]:
+    parts = _csv(value)
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"three whole numbers N0,N1,N2 expected, not {value!r}")
+    first, second, third = (int(part) for part in parts)
+    return first, second, third
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from benchmarks.clients import ALL_ADAPTERS
 
@@ -141,6 +149,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=4000.0,
         help="a client whose peak RSS, scaled to the next case, would pass this is not run at "
         "it (default 4000: the machine is shared)",
+    )
+    p.add_argument(
+        "--gc-threshold",
+        type=_thresholds,
+        default=None,
+        metavar="N0,N1,N2",
+        help="gc.set_threshold(N0, N1, N2) in each client's process before it starts: an "
+        "application's own setting, measured (default: the interpreter's, 700,10,10)",
     )
     p.add_argument("--smoke", action="store_true", help=f"cases {SMOKE_CASES}, a 3 s soak")
     p.add_argument("--json", metavar="PATH")
@@ -337,6 +353,7 @@ def run_bursts(
                     "connections": case.connections,
                     "hard_limit": 3 * args.give_up,
                     "checkout": os.path.abspath(args.checkout),
+                    "gc_threshold": args.gc_threshold,
                 }
                 result = measure(config, client_cpu, 3 * args.give_up + 30)
                 _record(row, result)
@@ -404,6 +421,7 @@ def _record(row: dict[str, Any], result: dict[str, Any]) -> None:
         kib_per_connection=per_conn,
         errors=result["errors"],
         module=result["module"],
+        gc_threshold=result["gc_threshold"],
     )
 
 

@@ -25,6 +25,10 @@ the collector alone doubled HTTP/1.1's CPU per call between the two. The runner 
 times at least ``--min-calls`` calls per case, in bursts of the case's size, and no
 ``gc.collect()`` comes between them.
 
+``gc_threshold`` (``--gc-threshold``), when given, is set with ``gc.set_threshold`` before the
+client starts, as an application may: the collector's thresholds are the application's to
+choose, never the client's (docs/benchmarks.md says what a higher first threshold changes).
+
 **Soak** (``mode: "soak"``): ``lanes`` loops share a steady ``rate`` of calls for ``seconds``:
 lane *k* calls at ``start + k/rate``, then every ``lanes/rate`` seconds after (at once when it is
 behind). The runner samples this process's RSS and descriptors from ``/proc`` meanwhile.
@@ -256,6 +260,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     except ClientUnavailable as exc:
         return {"unavailable": str(exc)}
     fd_limit = raise_fd_limit()
+    if config.get("gc_threshold"):  # the application's setting (--gc-threshold), not the client's
+        gc.set_threshold(*config["gc_threshold"])
     endpoint = Endpoint.from_json(config["endpoint"])
 
     def make_adapter() -> Any:
@@ -290,6 +296,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         rss_start_mb=started_rss,
         fd_limit=fd_limit,
         module=str(getattr(trio_retry, "__file__", "")) if trio_retry else "",
+        gc_threshold=list(gc.get_threshold()),
     )
     return figures
 

@@ -29,7 +29,7 @@ def test_scale_smoke(tmp_path: Path) -> None:
     if find_nginx() is None:
         pytest.skip("nginx is not installed")
     out, svg = tmp_path / "scale.json", tmp_path / "scale.svg"
-    options = ["--smoke", "--json", str(out), "--chart", str(svg)]
+    options = ["--smoke", "--json", str(out), "--chart", str(svg), "--gc-threshold", "5000,10,10"]
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.scale", *options],
         cwd=ROOT,
@@ -59,6 +59,7 @@ def test_scale_smoke(tmp_path: Path) -> None:
         assert row["peak_rss_mb"] > 0, where
         assert row["held_connections"] >= 1, where
         assert row["errors"] == 0, where
+        assert row["gc_threshold"] == [5000, 10, 10], where  # set in the client's process
     # aiohttp speaks no HTTP/2; without the bench extra (.ci/run installs only the test one) it
     # is not there at all, and the row says which.
     from benchmarks.clients import ALL_ADAPTERS
@@ -86,6 +87,14 @@ def test_cases_parse() -> None:
     assert [case.name for case in scale.parse_cases("7,9@3")] == ["7", "9@3"]
     with pytest.raises(Exception, match="N or N@C"):
         scale.parse_cases("ten")
+
+
+def test_gc_threshold_parses() -> None:
+    assert scale.parse_args(["--gc-threshold", "10000,10,10"]).gc_threshold == (10000, 10, 10)
+    assert scale.parse_args([]).gc_threshold is None  # the interpreter's own
+    for wrong in ("10000", "a,b,c", "1,2,3,4"):
+        with pytest.raises(SystemExit):
+            scale.parse_args(["--gc-threshold", wrong])
 
 
 def test_ratio_to_the_reference_case() -> None:
