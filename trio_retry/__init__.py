@@ -21,6 +21,7 @@ if _typing.TYPE_CHECKING:
     from ._auth import DigestAuth as DigestAuth
     from ._auth import RequestAuth as RequestAuth
     from ._call.resilience import UpstreamStatus as UpstreamStatus
+    from ._call.sse import EventStream as EventStream
     from ._client import Client as Client
     from ._client import RefreshableAuth as RefreshableAuth
     from ._core.attempt import Attempt as Attempt
@@ -129,6 +130,7 @@ _LAZY = {
     "RequestFailed": "._errors",
     "Response": "._models",
     "ResponseNotJSON": "._errors",
+    "EventStream": "._call.sse",
     "RetryAllowed": "._core.engine",
     "RetryBudget": "._core.budget",
     "RetryContext": "._core.engine",
@@ -188,6 +190,7 @@ __all__ = [
     "DenyReason",
     "DigestAuth",
     "EventHooks",
+    "EventStream",
     "Evidence",
     "FailureCategory",
     "Headers",

@@ -11,6 +11,7 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import ssl
@@ -40,6 +41,7 @@ from ._call.loop import send, send_following
 from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
+from ._call.sse import EventStream
 from ._call.streaming import StreamCall
 from ._core.engine import RetryEligibilityEngine
 from ._core.policy import RetryPolicy, Upstream
@@ -396,6 +398,40 @@ class Client:
         that says to use ``async with``.
         """
         return StreamCall(partial(self._stream, method, url, options))
+
+    def sse(
+        self, url: str | URL, *, method: str = "GET", **options: Unpack[RequestOptions]
+    ) -> AbstractAsyncContextManager[EventStream]:
+        """``async with client.sse(url) as events: async for event in events``: the
+        server-sent events of ``url`` (WHATWG HTML §9.2), as :class:`SSEEvent` values,
+        reopened with ``Last-Event-ID`` where the stream broke (SPEC §18; ``_call/sse.py``).
+
+        Takes the options of :meth:`request`; they are checked here, before anything is sent.
+        No call deadline applies unless ``deadline=`` is given (then it bounds the whole
+        stream); the client's read bound (``StageTimeouts.read``) applies between bytes, so a
+        stalled stream is reopened. A ``204`` ends the iteration; an answer that is not a
+        ``200`` with ``text/event-stream`` raises ``ProtocolFailed``. A request whose replay is
+        not harmless (``POST`` without ``idempotency_key``) is not reopened after a break."""
+        request = self._prepare(method, url, options)  # (checked now: errors before I/O)
+        given = options.get("deadline")
+        base = Headers(options.get("headers"))
+
+        def opener(headers: Mapping[str, str], seconds: float) -> StreamCall:
+            merged = base.copy()
+            for name, value in headers.items():
+                merged.set(name, value)
+            call: RequestOptions = {**options, "headers": merged, "deadline": seconds}
+            return StreamCall(partial(self._stream, method, url, call))
+
+        return EventStream(
+            self._rt,
+            opener,
+            f"{request.method} {format(request.url)}",
+            request.url.origin,
+            request.idempotency,
+            request.retry,
+            request.started + given if given is not None else math.inf,
+        )
 
     @asynccontextmanager
     async def _stream(

@@ -23,6 +23,8 @@
   side and the head's, SPEC §18);
 - :mod:`.resume`: carrying a body the loop hands over, and continuing it with a range request
   when it breaks (each continuation an attempt the engine decides on);
+- :mod:`.sse`: ``client.sse(url)``'s event stream, reopened with ``Last-Event-ID`` where it
+  broke (each reopening decided by the engine);
 - :mod:`.failures`: the public exception a final failure becomes;
 - :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).
 
