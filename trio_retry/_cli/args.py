@@ -63,6 +63,7 @@ class Options:
     cert: str | None = None
     key: str | None = None
     idempotency_key: str | bool | None = None
+    continue_at: bool = False  # -C -: continue -o FILE where it stopped
     explain: str | None = None  # None, "table" or "json"
     verbose: bool = False  # -v: --explain, and each response head on stderr
     silent: bool = False
@@ -125,6 +126,15 @@ def _header(text: str) -> tuple[str, str]:
             f"shown){hint}"
         )
     return name.strip(), value.strip()
+
+
+def _continue_at(text: str) -> bool:
+    if text != "-":
+        raise argparse.ArgumentTypeError(
+            f"only '-' is accepted (continue at the file's size, checked with If-Range), got "
+            f"{text!r}: an offset given by hand could splice two versions of the file"
+        )
+    return True
 
 
 def _method(text: str) -> str:
@@ -239,6 +249,15 @@ def _add_request_options(cmd: argparse.ArgumentParser) -> None:
         help="send this method instead of the subcommand's",
     )
     add("-o", "--output", metavar="FILE", help="write the body to FILE (- for stdout)")
+    add(
+        "-C",
+        "--continue-at",
+        dest="continue_at",
+        type=_continue_at,
+        default=False,
+        metavar="-",
+        help="continue -o FILE where it stopped, if the server's file is the same (If-Range)",
+    )
     add("-i", "--include", action="store_true", help="write the response head before the body")
     add("-L", "--location", action="store_true", help="follow redirects (each hop in --explain)")
     add("--max-redirs", type=_whole(0), default=20, metavar="N", help="with -L (default 20)")
@@ -467,6 +486,12 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
     if args.early_data and not args.http3:
         # Early data exists in HTTP/3 only (SPEC §16): without it the option would do nothing.
         commands[args.command].error("argument --early-data: needs --http3")
+    if args.continue_at and (args.output is None or args.output == "-"):
+        commands[args.command].error(
+            "argument -C/--continue-at: continues a file: give -o FILE (the partial download)"
+        )
+    if args.continue_at and (args.method or args.command.upper()) != "GET":
+        commands[args.command].error("argument -C/--continue-at: ranges are for GET only")
     if args.json_body is not None and (args.data or args.upload_file):
         commands[args.command].error("argument --json: not allowed with -d or -T")
     if args.data and args.upload_file:
@@ -509,6 +534,7 @@ def parse(argv: Sequence[str]) -> Options | argparse.Namespace:
         cert=args.cert,
         key=args.key,
         idempotency_key=args.idempotency_key,
+        continue_at=args.continue_at,
         explain=args.explain_format if args.explain or args.verbose else None,
         verbose=args.verbose,
         silent=args.silent,

@@ -86,7 +86,6 @@ CURL_ONLY: tuple[tuple[tuple[str, ...], str], ...] = (
     (("-n", "--netrc", "--netrc-file", "--netrc-optional"), "no equivalent: use -u/--user"),
     (("-O", "--remote-name", "-J", "--remote-header-name"), "use -o FILE"),
     (("--create-dirs",), "no equivalent: -o needs an existing folder"),
-    (("-C", "--continue-at"), "no equivalent: use -H 'Range: bytes=START-' and append"),
     (("-x",), "use --proxy URL"),
     (("--noproxy",), "use the NO_PROXY environment variable"),
     (("--capath",), "use the SSL_CERT_DIR environment variable, or --cacert PEM"),

@@ -50,6 +50,7 @@ from .._trail import Hop, attempt_table, execution_line, trail_json
 from .args import PROG, Options, UsageError, parse
 from .output import Sink, Streams, file_body, response_head, stdin_body
 from .progress import ProgressBar
+from .resume import Continued, forget, plan, reason, record, verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AMBIGUOUS, EXIT_HTTP_ERROR = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
@@ -72,6 +73,7 @@ class _Prepared:
     ssl_context: ssl.SSLContext | None = None
     proxy: str | None = None
     upload: list[ProgressBar] = field(default_factory=list)  # the upload bar, once drawn
+    continued: Continued | None = None  # -C -: the part already in -o FILE
 
 
 def _usage(opts: Options, option: str, message: str) -> UsageError:
@@ -250,6 +252,14 @@ def _prepare(opts: Options, streams: Streams) -> _Prepared:
         if not os.path.isdir(folder) or os.path.isdir(opts.output):
             what = "is a directory" if os.path.isdir(opts.output) else "its folder does not exist"
             raise _usage(opts, "-o/--output", f"cannot write {opts.output!r}: {what}")
+    if opts.continue_at:
+        assert opts.output is not None
+        planned = plan(opts.output, url)
+        if isinstance(planned, str):
+            raise _usage(opts, "-C/--continue-at", planned)
+        if planned is not None:
+            prepared.continued = planned
+            prepared.headers.extend(planned.headers())
     if opts.proxy is not None:
         prepared.proxy = opts.proxy if "://" in opts.proxy else "http://" + opts.proxy
     prepared.ssl_context = _tls(opts, streams)
@@ -322,11 +332,33 @@ def _hop(response: Response) -> Hop:
 
 
 async def _receive(
-    response: Response, opts: Options, streams: Streams, report: _Report
+    response: Response,
+    opts: Options,
+    streams: Streams,
+    report: _Report,
+    prepared: _Prepared,
 ) -> tuple[int, str]:
-    """Write the head (``-i``) and the body as it arrives; the exit code and a summary."""
+    """Write the head (``-i``) and the body as it arrives; the exit code and a summary.
+    ``prepared.continued``: ``-C -`` asked for the rest of ``-o FILE`` (``_cli/resume.py``)."""
+    continued = prepared.continued
+    to_file = opts.output is not None and opts.output != "-"
+    append = False
     try:
-        sink = Sink.for_response(response, streams, opts.output)
+        if continued is not None:
+            assert opts.output is not None
+            how = verdict(continued, response.status, response.headers)
+            if how is None:
+                why = reason(continued, response.status, response.headers)
+                raise _OutputError(f"error: -C -: {opts.output} not continued: {why}")
+            append = how == "append"
+            if not append:
+                report.error(
+                    f"note: -C -: the server's file changed: {opts.output} downloaded again whole"
+                )
+        if to_file and not append:
+            assert opts.output is not None
+            record(opts.output, prepared.url, response.status, response.headers)
+        sink = Sink.for_response(response, streams, opts.output, append=append)
     except OSError as exc:
         raise _OutputError(f"error: -o {opts.output}: {exc.strerror or exc}") from None
     bar: ProgressBar | None = None
@@ -350,6 +382,9 @@ async def _receive(
                 sink.write(chunk)
                 if bar is not None:
                     bar.update(sink.written, time.monotonic())
+            if to_file:
+                assert opts.output is not None
+                forget(opts.output)  # whole: nothing to continue
     except BrokenPipeError:
         raise
     except OSError as exc:  # the disk is full, the file vanished...
@@ -440,7 +475,7 @@ async def _call(opts: Options, prepared: _Prepared, streams: Streams) -> int:
                 idempotency_key=opts.idempotency_key,
             ) as response,
         ):
-            code, summary = await _receive(response, opts, streams, report)
+            code, summary = await _receive(response, opts, streams, report, prepared)
     except HttpAmbiguousExecutionError as exc:
         hops = [Hop(method=opts.method, url=shown_url(prepared.url), attempts=tuple(exc.attempts))]
         report.error(f"AMBIGUOUS: {exc}")

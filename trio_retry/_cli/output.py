@@ -128,10 +128,13 @@ class Sink:
         self.written = 0
 
     @classmethod
-    def for_response(cls, response: Response, streams: Streams, output: str | None) -> Sink:
-        """The sink ``-o`` and the terminal call for; opening ``-o FILE`` may raise OSError."""
+    def for_response(
+        cls, response: Response, streams: Streams, output: str | None, *, append: bool = False
+    ) -> Sink:
+        """The sink ``-o`` and the terminal call for; opening ``-o FILE`` may raise OSError.
+        ``append``: write after what ``-o FILE`` holds (``-C -``)."""
         if output is not None and output != "-":
-            return cls(file=open(output, "wb"))  # closed by close()
+            return cls(file=open(output, "ab" if append else "wb"))  # closed by close()
         binary = streams.out_bytes
         if output == "-" or not streams.out_tty:
             if binary is not None:
