@@ -43,7 +43,7 @@ async def test_datagrams_go_where_they_are_sent_and_say_where_they_came_from() -
             two.sendto(b"from two", back)
             with trio.fail_after(5):
                 await trio.lowlevel.wait_readable(paths.sock)
-            assert paths.receive() == (b"from two", two.getsockname())
+            assert paths.receive_many() == ([b"from two"], two.getsockname())
         finally:
             paths.close()
 
@@ -58,12 +58,12 @@ async def test_an_icmp_error_names_the_path_it_concerns_and_is_read_once() -> No
         with trio.fail_after(5):
             await trio.lowlevel.wait_readable(paths.sock)
         with pytest.raises(ConnectionRefusedError):
-            paths.receive()
+            paths.receive_many()
         assert paths.refused() == [closed]
         # Read, the error no longer makes the socket look readable (no spinning task).
         assert select.select([paths.sock], [], [], 0.05)[0] == []
         with pytest.raises(BlockingIOError):
-            paths.receive()
+            paths.receive_many()
         assert paths.refused() == []
     finally:
         paths.close()
@@ -101,7 +101,7 @@ async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -
             with trio.fail_after(5):
                 await trio.lowlevel.wait_readable(paths.sock)
             with pytest.raises(ConnectionRefusedError) as refused:
-                paths.receive()
+                paths.receive_many()
             driver._bounced(refused.value)
             assert (driver.state is H3State.CLOSED) is fails
             assert bool(failed) is fails
@@ -109,3 +109,110 @@ async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -
         assert driver.handshake_failure[0] is FailureCategory.CONNECT
     finally:
         paths.close()
+
+
+# --- batches: GSO on send, GRO on receive, and the plain fallback (``batching=False``) -------
+
+
+def _batch() -> list[bytes]:
+    """Three full datagrams and a short last one (one GSO run), then one larger (a run of its
+    own), each marked with its index."""
+    sizes = [1200, 1200, 1200, 500, 1300]
+    return [bytes([index]) * size for index, size in enumerate(sizes)]
+
+
+def _drain_plain(sock: socket.socket, count: int) -> list[bytes]:
+    """``count`` datagrams read one by one from a plain socket (each arrives as sent)."""
+    received = []
+    for _ in range(count):
+        readable, _, _ = select.select([sock], [], [], 5)
+        assert readable, f"only {len(received)} of {count} datagrams arrived"
+        received.append(sock.recv(65536))
+    return received
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["gso", "plain"])
+async def test_a_batch_goes_as_separate_datagrams_in_order(batching: bool) -> None:
+    """With GSO the first four datagrams go in one call (the kernel cuts them up: a plain
+    receiver sees four datagrams, not one of 4,100 bytes) and the fifth in another; without it,
+    one call each. Either way the receiver sees the same datagrams in the same order."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(("127.0.0.1", 0))
+        peer = receiver.getsockname()
+        paths = UdpPaths(socket.AF_INET, peer, batching=batching)
+        try:
+            assert paths.gso is batching  # (this kernel has GSO: the test runs on Linux)
+            datagrams = [(data, peer) for data in _batch()]
+            calls = []
+            index = 0
+            while index < len(datagrams):
+                carried = paths.send_many(datagrams, index)
+                calls.append(carried)
+                index += carried
+            assert calls == ([4, 1] if batching else [1, 1, 1, 1, 1])
+            assert _drain_plain(receiver, 5) == _batch()
+        finally:
+            paths.close()
+
+
+async def test_a_gso_run_stops_at_another_address_and_at_a_larger_datagram() -> None:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as one,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as two,
+    ):
+        one.bind(("127.0.0.1", 0))
+        two.bind(("127.0.0.1", 0))
+        paths = UdpPaths(socket.AF_INET, one.getsockname())
+        try:
+            a, b = one.getsockname(), two.getsockname()
+            datagrams = [(b"1" * 100, a), (b"2" * 100, a), (b"3" * 100, b), (b"4" * 200, b)]
+            datagrams += [(b"5" * 300, b), (b"6" * 50, b), (b"7" * 50, b)]
+            assert paths.send_many(datagrams, 0) == 2
+            assert paths.send_many(datagrams, 2) == 1  # (the next is larger: a run of its own)
+            assert paths.send_many(datagrams, 3) == 1
+            assert paths.send_many(datagrams, 4) == 2  # (a shorter one ends a run)
+            assert paths.send_many(datagrams, 6) == 1
+            assert _drain_plain(one, 2) == [b"1" * 100, b"2" * 100]
+            assert _drain_plain(two, 5) == [
+                b"3" * 100,
+                b"4" * 200,
+                b"5" * 300,
+                b"6" * 50,
+                b"7" * 50,
+            ]
+        finally:
+            paths.close()
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["gro", "plain"])
+async def test_coalesced_datagrams_are_read_in_one_call_and_cut_apart(batching: bool) -> None:
+    """A sender's GSO batch reaches a GRO socket coalesced: one read returns all five
+    datagrams, cut at the segment size the kernel reports (a short last one included); without
+    GRO, each read returns one. Either way: the same datagrams, in order, from the sender."""
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.bind(("127.0.0.1", 0))
+        paths = UdpPaths(socket.AF_INET, sender.getsockname(), batching=batching)
+        try:
+            assert paths.gro is batching
+            sent = [bytes([index]) * (1200 if index < 4 else 700) for index in range(5)]
+            paths.send(b"hello", sender.getsockname())  # (binds it: its address, to answer)
+            _, back = sender.recvfrom(100)
+            segment = [(socket.SOL_UDP, 103, struct.pack("=H", 1200))]  # UDP_SEGMENT
+            sender.sendmsg(sent, segment, 0, back)
+            received: list[bytes] = []
+            reads = 0
+            while len(received) < len(sent) and reads < 10:
+                with trio.fail_after(5):
+                    await trio.lowlevel.wait_readable(paths.sock)
+                datagrams, address = paths.receive_many()
+                assert address == sender.getsockname()
+                received += datagrams
+                reads += 1
+            assert received == sent
+            assert reads == (1 if batching else 5)
+            with pytest.raises(BlockingIOError):
+                paths.receive_many()
+        finally:
+            paths.close()

@@ -177,3 +177,36 @@ def test_bytes_written_after_the_handshake_go_in_1rtt(endpoints: Endpoints) -> N
 
 def test_a_stream_never_opened_has_written_nothing(endpoints: Endpoints) -> None:
     assert endpoints.pair().client.stream_written(8) == 0
+
+
+def _settle(pair: Pair) -> None:
+    """Datagrams both ways, the clock past every delay, until neither side has any to send."""
+    for _ in range(10):
+        pair.now += 0.05
+        if pair.to_server() + pair.to_client() == 0:
+            return
+    raise AssertionError("the connection did not settle in 10 rounds")
+
+
+@pytest.mark.parametrize("with_next", [True, False], ids=["rides", "own-packet"])
+def test_an_acknowledgement_due_later_rides_in_the_next_packet(
+    endpoints: Endpoints, with_next: bool
+) -> None:
+    """A response arrives; the next request is handed before aioquic's acknowledgement delay
+    runs out. With ``acknowledge_with_next`` the acknowledgement goes in the request's packet
+    and nothing is left to send once the delay is over; without it, a packet of its own
+    follows (the driver's flush asks for the first: one datagram per sequential request)."""
+    pair = endpoints.pair()
+    pair.handshake()
+    _settle(pair)
+    client = pair.client
+    client.send_stream_data(0, b"GET /first", end_stream=True)
+    assert pair.to_server() == 1
+    pair.server.send_stream_data(0, b"the response", end_stream=True)
+    assert pair.to_client() == 1  # (ack-eliciting: the client owes an acknowledgement)
+    client.send_stream_data(4, b"GET /next", end_stream=True)
+    if with_next:
+        client.acknowledge_with_next(pair.now)
+    assert pair.to_server() == 1
+    later = client.datagrams_to_send(now=pair.now + 0.01)  # (past aioquic's 1 ms delay)
+    assert len(later) == (0 if with_next else 1)

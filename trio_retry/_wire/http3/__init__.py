@@ -13,11 +13,13 @@ and a connection the pool sees; what every multiplexed protocol shares is ``_wir
                     the limits on its frames
 - ``headers.py``    a response's field section checked, made the head a caller reads
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
-- ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path
+- ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path,
+                    datagrams in batches (GSO, GRO) where the kernel has them
 - ``handshake.py``  a handshake still going on: its limit, the requests handed over during
                     it, which went in its early data (0-RTT), what its end means for each
+- ``events.py``     what each aioquic event means to a connection, and their one dispatch
 - ``driver.py``     the connection's state and its one task: the UDP socket, QUIC and HTTP/3,
-                    the streams, QUIC's timer; what each aioquic event means (one dispatch)
+                    the streams, QUIC's timer
 - ``connection.py`` the connection as the pool and a request see it (opening, hooks, requests)
 
 Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise. The

@@ -496,11 +496,11 @@ class HTTP3Connection:
         what: bytes | list[tuple[bytes, bytes]],
         end: bool,
     ) -> None:
-        """Hand ``what`` (the head's fields, or body bytes) to HTTP/3 and QUIC, and kick the
-        driver's task. Nothing is handed once the server stopped the stream's sending side
-        (its response, or its reset, tells the caller the rest). aioquic refusing it (the
-        stream or the connection is over) is this stream's ``WireError``, with the evidence of
-        the stage reached: no aioquic exception leaves the connection."""
+        """Hand ``what`` (the head's fields, or body bytes) to HTTP/3 and QUIC, and send what
+        QUIC made of it (``QuicDriver.flush``). Nothing is handed once the server stopped the
+        stream's sending side (its response, or its reset, tells the caller the rest). aioquic
+        refusing it (the stream or the connection is over) is this stream's ``WireError``,
+        with the evidence of the stage reached: no aioquic exception leaves the connection."""
         if stream.send_stopped:
             return
         h3 = self.driver.h3
@@ -518,7 +518,7 @@ class HTTP3Connection:
                 f"the HTTP/3 stream no longer takes data: {exc!r}",
             ) from None
         progress.bytes_sent = self._handed(stream.stream_id)
-        self.driver.kick()
+        self.driver.flush()
 
     def _offsets(self, stream_id: int) -> tuple[int, int]:
         """``(acknowledged, handed)``: the offsets in ``stream_id`` up to which the server

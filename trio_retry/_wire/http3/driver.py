@@ -13,13 +13,14 @@ or failed, a GOAWAY, a stream error, a connection error, the connection's end).
 The task (:meth:`QuicDriver.run`, in the client's nursery) owns the socket: it sends what QUIC
 has to send, waits for datagrams or QUIC's timer (whichever comes first; the timer is the bound
 of every wait of QUIC's own, re-armed after each round), feeds what arrived to QUIC, and
-dispatches QUIC's events, then HTTP/3's, in one place (:meth:`QuicDriver._process`): each kind
-of event has one function in this module's tables (:data:`_QUIC_EVENTS`, :data:`_H3_EVENTS`),
-which works through the driver's fields and moves. A new meaning is a new entry. A caller's
-task never touches the socket: it writes into the state machine synchronously and kicks the
-task (:meth:`QuicDriver.kick`), which then sends. The obvious alternative, each caller sending
-its own datagrams, lets two tasks wait on one socket at once (trio refuses that) and sends
-QUIC's packets out of order.
+dispatches QUIC's events, then HTTP/3's, in one place (``events.dispatch``): each kind of
+event has one function there, which works through the driver's fields and moves. A caller's
+task never waits on the socket: it writes into the state machine synchronously and, while the
+task waits, sends what QUIC made of it without waiting (:meth:`QuicDriver.flush`: a request
+costs no round of the task); else it kicks the task (:meth:`QuicDriver.kick`), which then
+sends. Each caller waiting for the socket itself would let two tasks wait on one socket at
+once (trio refuses that) and send QUIC's packets out of order; a flush sends nothing while
+the task has datagrams to send.
 
 What the connection's end proves: every open stream fails with the evidence of its own stage,
 unless it holds a proof of its own already (``contract.Failure``: the first one wins). A
@@ -31,43 +32,21 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
-from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
-from aioquic.quic.events import (
-    ConnectionTerminated,
-    HandshakeCompleted,
-    PingAcknowledged,
-    QuicEvent,
-    StopSendingReceived,
-    StreamDataReceived,
-    StreamReset,
-)
 
 from ..._core.evidence import FailureCategory
 from ..clock import FIXED, closing
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
-from .codes import (
-    CERTIFICATE_ALERTS,
-    H3_INTERNAL_ERROR,
-    H3_MESSAGE_ERROR,
-    H3_NO_ERROR,
-    H3_REQUEST_CANCELLED,
-    H3_REQUEST_REJECTED,
-    H3_STREAM_CREATION_ERROR,
-    application_error,
-    closed_words,
-    tls_alert,
-)
+from .codes import H3_INTERNAL_ERROR, H3_NO_ERROR, H3_REQUEST_CANCELLED
 from .control import ControlReader
-from .frames import FrameRefused
+from .events import dispatch
 from .handshake import PendingHandshake
-from .headers import check_trailers, response_head
-from .shims import HandshakeRefused, MalformedResponse
+from .shims import HandshakeRefused
 from .stream import H3Stream
-from .udp import UdpPaths
+from .udp import Address, UdpPaths, send_datagrams
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
@@ -85,8 +64,9 @@ __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 #: control slow the server down (a pause of the whole connection, which a fast reader of
 #: another stream shares).
 BUFFER_LIMIT = 16 * 1024 * 1024
-#: Datagrams taken from the socket per round of the driver, at most.
-_BATCH = 64
+#: Datagrams taken from the socket per round of the driver, at most (then QUIC acknowledges
+#: them, and the next round takes more).
+_BATCH = 256
 #: Streams lent at once when the server's limit is not known yet (before the handshake).
 DEFAULT_STREAMS = 100
 
@@ -101,9 +81,6 @@ class H3State(enum.Enum):
     CLOSED = "closed"
 
 
-_CLOSED: H3State = H3State.CLOSED  # (typed H3State: compared after moves that change it)
-
-
 class QuicDriver:
     """One QUIC connection's state and its task; see the module docstring.
 
@@ -113,11 +90,13 @@ class QuicDriver:
     """
 
     __slots__ = (
+        "_kicked",
         "_on_dead",
         "_on_draining",
         "_on_handshake_done",
         "_on_handshake_failed",
         "_room",
+        "_unsent",
         "_wait_scope",
         "attempts",
         "buffered",
@@ -193,6 +172,10 @@ class QuicDriver:
         self.dark = DarkWatch(self)
         #: The task's one wait (datagrams, or QUIC's timer as its deadline), while it waits.
         self._wait_scope: trio.CancelScope | None = None
+        #: Kicked since its last send (its next wait ends at once); what a caller's
+        #: :meth:`flush` could not send (the task sends it first).
+        self._kicked = False
+        self._unsent: list[tuple[bytes, Address]] = []
         self._on_dead = on_dead
         self._on_handshake_failed = on_handshake_failed
         self._on_handshake_done = on_handshake_done
@@ -203,6 +186,10 @@ class QuicDriver:
     @property
     def closed(self) -> bool:
         return self.state is H3State.CLOSED
+
+    @property
+    def handshaking(self) -> bool:
+        return self.state is H3State.HANDSHAKING
 
     # --- streams ------------------------------------------------------------------------------
 
@@ -403,46 +390,46 @@ class QuicDriver:
         self.kick()
         self._on_dead()
 
-    # --- the one dispatch of aioquic's events ----------------------------------------------------
-
-    def _process(self) -> None:
-        """Dispatch every event QUIC produced (:data:`_QUIC_EVENTS`), then hand each to HTTP/3
-        and dispatch what it made of it (:data:`_H3_EVENTS`): the one place where aioquic's
-        events are handled. An event of a kind with no entry changes nothing here, nor one its
-        entry keeps (returning ``False``) HTTP/3; once the connection is closed no event does
-        (a handshake the client refused must not complete afterwards)."""
-        if self.state is H3State.CLOSED:
-            return
-        quic = self.quic
-        while (event := quic.next_event()) is not None:
-            handler = _QUIC_EVENTS.get(type(event))
-            kept = handler is not None and handler(self, event) is False
-            if not kept and type(event) not in _NOT_FOR_H3:
-                self.to_h3(event)
-            if self.state is _CLOSED:
-                return  # (what else QUIC made of the datagrams is not read)
-        # aioquic's HTTP/3 found the server broke HTTP/3 or QPACK, and asked QUIC to close (an
-        # application close, sent next; it hands on no event after that): every stream fails
-        # now (``REMOTE_PROTOCOL``), not once QUIC's closing period is over.
-        asked = quic.close_asked
-        if asked is not None and asked[1] is None:
-            words = closed_words(asked[0], None, asked[2])
-            self.die(FailureCategory.REMOTE_PROTOCOL, f"the server broke HTTP/3 ({words})")
-
-    def to_h3(self, event: QuicEvent) -> None:
-        """Hand ``event`` to HTTP/3 and dispatch what it made of it (:data:`_H3_EVENTS`)."""
-        for h3_event in self.h3.handle_event(event):
-            h3_handler = _H3_EVENTS.get(type(h3_event))
-            if h3_handler is not None:
-                h3_handler(self, h3_event)
-
     # --- the task -------------------------------------------------------------------------------
 
     def kick(self) -> None:
-        """Wake the task so it sends what the state machine has queued."""
+        """Wake the task so it sends what the state machine has queued (if it is not waiting,
+        its next round does not wait)."""
+        self._kicked = True
         scope = self._wait_scope
         if scope is not None:
             scope.cancel()
+
+    def flush(self) -> None:
+        """Send what the state machine has queued, from the caller's task, while the task
+        waits and the caller's stream is the only one: one round of the task fewer per
+        request. Otherwise the task is kicked and sends it: with other streams open, what
+        their callers hand over in the same turn of the scheduler goes in the same packets
+        (sent from each caller, 2,000 requests at once went in 2,000 packets and ran past the
+        pool's limit); and where the task is not waiting, the handshake goes on, or the
+        socket is full or reports an error (errors are judged there). Never waits, never
+        raises."""
+        scope = self._wait_scope
+        if scope is None or self.state is not H3State.OPEN or len(self.streams) > 1:
+            return self.kick()
+        now = trio.current_time()
+        self.quic.acknowledge_with_next(now)
+        datagrams = self.quic.datagrams_to_send(now=now)
+        index, total = 0, len(datagrams)
+        while index < total:
+            try:
+                index += self.paths.send_many(datagrams, index)
+            except OSError:
+                self._unsent = datagrams[index:]
+                return self.kick()
+        scope.deadline = self._wake_at()  # (QUIC's timer moved: a new packet is in flight)
+
+    def _wake_at(self) -> float:
+        """When the task's wait ends at the latest: QUIC's timer, or the handshake's limit."""
+        if self._kicked:
+            return -math.inf
+        timer = self.quic.get_timer()
+        return min(self.pending.due, math.inf if timer is None else timer)
 
     async def run(self) -> None:
         """The connection's task: send, wait for datagrams or the timer, process; until the
@@ -451,10 +438,12 @@ class QuicDriver:
 
         The socket is a non-blocking stdlib socket read and written directly after trio says
         it is ready (``wait_readable``/``wait_writable``): every datagram already received is
-        taken in one round (up to :data:`_BATCH`) and QUIC's events handled once for all of
-        them. Through ``trio.socket``, each datagram cost a checkpoint and a round of the loop:
-        a 10 MB download ran at a twentieth of HTTP/2's speed, mostly in that loop. Each
-        datagram goes on the path QUIC chose (``udp.py``).
+        taken in one round (up to :data:`_BATCH`, read in batches where the kernel coalesces
+        them, ``udp.py``) and QUIC's events handled once for all of them, then what QUIC has
+        to send (its acknowledgements of all of them) sent at once, in batches too. Through
+        ``trio.socket``, each datagram cost a checkpoint and a round of the loop: a 10 MB
+        download ran at a twentieth of HTTP/2's speed, mostly in that loop. Each datagram goes
+        on the path QUIC chose (``udp.py``).
 
         However it ends (the connection closed, or the client's nursery cancelled as the client
         exits), its last act is to send QUIC's CONNECTION_CLOSE (:meth:`_last_words`): without
@@ -469,9 +458,7 @@ class QuicDriver:
                 await self._send_pending()
                 if self.state is H3State.CLOSED:
                     return  # (its CONNECTION_CLOSE, if any, has just been sent)
-                timer = quic.get_timer()
-                wake = min(pending.due, math.inf if timer is None else timer)  # (its limit)
-                with trio.CancelScope(deadline=wake) as scope:
+                with trio.CancelScope(deadline=self._wake_at()) as scope:
                     self._wait_scope = scope
                     self.dark.waiting()
                     if self.buffered > BUFFER_LIMIT:
@@ -480,26 +467,11 @@ class QuicDriver:
                         await trio.lowlevel.wait_readable(sock)
                 self._wait_scope = None
                 now = trio.current_time()
-                for taken in range(_BATCH):
-                    try:
-                        data, address = paths.receive()
-                    except BlockingIOError:
-                        if taken == 0 and not scope.cancelled_caught:
-                            self._bounced(None)  # readable with nothing to read: errors queued
-                        break
-                    except OSError as exc:
-                        self._bounced(exc)
-                        break
-                    try:
-                        quic.receive_datagram(data, address, now=now)
-                    except Exception as exc:  # the client refused the server, or aioquic broke
-                        self._unreadable(exc)
-                        break
-                    self.idle.last_received = now
-                    self.dark.received()
+                timer = quic.get_timer()
+                self._receive(now, scope.cancelled_caught)
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
-                self._process()
+                dispatch(self)
                 if self.state is H3State.HANDSHAKING and now >= pending.due:
                     if not pending.run_out():  # (kept going, or given up: ``handshake.py``)
                         self.handshake_failed(FailureCategory.TIMEOUT, pending.overdue())
@@ -515,24 +487,46 @@ class QuicDriver:
             await self._last_words()
             paths.close()
 
-    async def _send_pending(self) -> None:
-        """Send every datagram QUIC has ready, each on its path (noting what went in 0-RTT,
-        ``handshake.py``), waiting for the socket only when it is full."""
+    def _receive(self, now: float, woken: bool) -> None:
+        """Hand QUIC every datagram queued (up to :data:`_BATCH`). ``woken``: the wait ended
+        by a kick or the timer, not because the socket is readable."""
         paths = self.paths
+        quic = self.quic
+        taken = 0
+        while taken < _BATCH:
+            try:
+                datagrams, address = paths.receive_many()
+            except BlockingIOError:
+                if taken == 0 and not woken:
+                    self._bounced(None)  # readable with nothing to read: errors queued
+                return
+            except OSError as exc:
+                return self._bounced(exc)
+            for data in datagrams:
+                try:
+                    quic.receive_datagram(data, address, now=now)
+                except Exception as exc:  # the client refused the server, or aioquic broke
+                    return self._unreadable(exc)
+            taken += len(datagrams)
+            self.idle.last_received = now
+            self.dark.received()
+
+    async def _send_pending(self) -> None:
+        """Send what a caller's :meth:`flush` left, then every datagram QUIC has ready, each
+        on its path (noting what went in 0-RTT, ``handshake.py``), in batches, waiting for the
+        socket only when it is full."""
+        self._kicked = False
+        unsent, self._unsent = self._unsent, []
         datagrams = self.quic.datagrams_to_send(now=trio.current_time())
         self.pending.written(self.quic)
-        for data, address in datagrams:
-            while True:
-                try:
-                    paths.send(data, address)
-                    break
-                except BlockingIOError:
-                    await trio.lowlevel.wait_writable(paths.sock)
-                except OSError as exc:
-                    self._bounced(exc)
-                    if self.state is H3State.CLOSED:
-                        return
-                    break  # (a path QUIC only probes: QUIC gives it up by itself)
+        await send_datagrams(self.paths, unsent + datagrams, self._send_failed)
+
+    def _send_failed(self, exc: OSError) -> bool:
+        """A send failed: judged as :meth:`_bounced` judges it; true if that ended the
+        connection (nothing more is sent). One on a path QUIC only probes is QUIC's to give
+        up."""
+        self._bounced(exc)
+        return self.state is H3State.CLOSED
 
     async def _last_words(self) -> None:
         """QUIC's CONNECTION_CLOSE, sent as the task ends however it ends (H3_NO_ERROR unless
@@ -548,15 +542,7 @@ class QuicDriver:
         except Exception:
             return
         with closing():
-            for data, address in datagrams:
-                while True:
-                    try:
-                        paths.send(data, address)
-                        break
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_writable(paths.sock)
-                    except OSError:
-                        return
+            await send_datagrams(paths, datagrams, lambda exc: True)
 
     def _bounced(self, exc: OSError | None) -> None:
         """The socket reported an error (``exc``), or has errors queued (``None``): an ICMP
@@ -596,154 +582,3 @@ class QuicDriver:
             self.quic.close(error_code=H3_INTERNAL_ERROR)  # sent by the next round
         except Exception:
             pass
-
-
-# --- what QUIC's and HTTP/3's events mean (``QuicDriver._process`` dispatches them) -----------
-
-
-def _handshake_completed(driver: QuicDriver, event: HandshakeCompleted) -> None:
-    driver.handshake_completed(bool(event.early_data_accepted))
-
-
-def _terminated(driver: QuicDriver, event: ConnectionTerminated) -> None:
-    """QUIC's CONNECTION_CLOSE (the peer's, or an idle timeout, or ours); during the
-    handshake, a TLS alert that refuses the certificate is ``TLS_CERTIFICATE``."""
-    code, frame_type = event.error_code, event.frame_type
-    detail = f"the QUIC connection closed ({closed_words(code, frame_type, event.reason_phrase)})"
-    if driver.state is H3State.HANDSHAKING:
-        category = (
-            FailureCategory.TLS_CERTIFICATE
-            if tls_alert(code, frame_type) in CERTIFICATE_ALERTS
-            else FailureCategory.TLS_HANDSHAKE
-        )
-        driver.handshake_failed(category, detail)
-    driver.die(FailureCategory.CONNECTION_BROKEN, detail)
-
-
-def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
-    """A stream's bytes are read before HTTP/3 keeps any (``False``: none): a request stream's
-    frames (``frames.py``: one refused is a stream error, HTTP/3 given the frames before it,
-    or a connection error), the control stream's (``control.py``: GOAWAY, its id and the
-    limits). A stream the caller is done with gets nothing more; a bidirectional stream the
-    server opened is a connection error (RFC 9114 §6.1)."""
-    stream_id = event.stream_id
-    stream = driver.streams.get(stream_id)
-    control = driver.control
-    try:
-        if stream is not None:
-            stream.frames.feed(event.data, driver.max_header_bytes)
-        elif stream_id % 4 == 3:
-            goaway = control.feed(stream_id, event.data)
-            if goaway is not None:
-                driver.goaway(goaway)
-        elif stream_id % 4 == 1:
-            message = f"the server opened a bidirectional stream ({stream_id})"
-            raise FrameRefused(H3_STREAM_CREATION_ERROR, message, stream_error=False)
-        else:
-            return False
-    except FrameRefused as refused:
-        if stream is not None and refused.stream_error:
-            if refused.at:  # (the frames before it stand: a head, a body)
-                driver.to_h3(StreamDataReceived(event.data[: refused.at], False, stream_id))
-            # As if the server had reset it: aioquic's HTTP/3 drops what it kept of the stream.
-            driver.h3.handle_event(StreamReset(stream_id=stream_id, error_code=refused.code))
-            driver.stream_error(stream, refused.code, refused.message)
-            return False
-        if stream is None and control.goaway is not None:
-            driver.goaway(control.goaway)  # (the GOAWAYs before the refused frame stand)
-        words = f"the server broke HTTP/3: {refused.message} ({application_error(refused.code)})"
-        driver.connection_error(refused.code, words)
-        return False
-    return True
-
-
-def _reset(driver: QuicDriver, event: StreamReset) -> None:
-    """A stream reset by the server: ``H3_REQUEST_REJECTED`` before a response head proves
-    it was not processed (RFC 9114 §4.1.1); after one the server did answer, so the reset
-    carries the stage reached, as any other (HTTP/2's REFUSED_STREAM likewise)."""
-    stream = driver.streams.get(event.stream_id)
-    if stream is None:
-        return
-    code = event.error_code
-    if code == H3_REQUEST_REJECTED and stream.response is None:
-        failure = Failure(
-            FailureCategory.REFUSED_STREAM,
-            "the server refused the stream (H3_REQUEST_REJECTED): the request was not processed",
-            not_sent=True,
-        )
-    else:
-        failure = Failure(
-            FailureCategory.CONNECTION_BROKEN,
-            f"the server reset the stream ({application_error(code)})",
-        )
-    stream.fail(failure)
-
-
-def _ping_acknowledged(driver: QuicDriver, event: PingAcknowledged) -> None:
-    driver.idle.answer(event.uid)
-
-
-def _stop_sending(driver: QuicDriver, event: StopSendingReceived) -> None:
-    stream = driver.streams.get(event.stream_id)
-    if stream is not None:
-        stream.send_stopped = True
-
-
-def _headers(driver: QuicDriver, event: HeadersReceived) -> None:
-    """A HEADERS frame: a final head, an interim one (skipped), or trailers (dropped: the
-    head's fields are what a response carries); one refused (``headers.py``) is a stream
-    error."""
-    stream = driver.streams.get(event.stream_id)
-    if stream is None:
-        return
-    try:
-        if stream.response is not None:
-            check_trailers(event.headers, driver.max_header_bytes)
-            if event.stream_ended:
-                stream.data(b"", True)
-            return
-        head = response_head(event.headers, driver.max_header_bytes, stream)
-    except FrameRefused as refused:
-        driver.stream_error(stream, refused.code, refused.message)
-        return
-    if head is not None:
-        stream.head(head, event.stream_ended)
-
-
-def _data(driver: QuicDriver, event: DataReceived) -> None:
-    stream = driver.streams.get(event.stream_id)
-    if stream is not None:
-        stream.data(event.data, event.stream_ended)
-
-
-def _malformed(driver: QuicDriver, event: MalformedResponse) -> None:
-    """A malformed response (``shims.py``): a stream error H3_MESSAGE_ERROR (RFC 9114
-    §4.1.2), its stream's alone."""
-    stream = driver.streams.get(event.stream_id)
-    if stream is not None:
-        driver.stream_error(
-            stream,
-            H3_MESSAGE_ERROR,
-            f"the server broke HTTP/3 on stream {stream.stream_id}: a malformed response "
-            f"({event.reason})",
-        )
-
-
-#: What each QUIC event does (a function of the driver), by its type; one that returns
-#: ``False`` keeps the event from HTTP/3.
-_QUIC_EVENTS: dict[type[QuicEvent], Callable[[QuicDriver, Any], bool | None]] = {
-    HandshakeCompleted: _handshake_completed,
-    ConnectionTerminated: _terminated,
-    StreamDataReceived: _stream_data,
-    StreamReset: _reset,
-    PingAcknowledged: _ping_acknowledged,
-    StopSendingReceived: _stop_sending,
-}
-#: QUIC events HTTP/3 is not given (the connection is over).
-_NOT_FOR_H3: frozenset[type[QuicEvent]] = frozenset({ConnectionTerminated})
-#: What each HTTP/3 event does, by its type.
-_H3_EVENTS: dict[type[H3Event], Callable[[QuicDriver, Any], None]] = {
-    HeadersReceived: _headers,
-    DataReceived: _data,
-    MalformedResponse: _malformed,
-}

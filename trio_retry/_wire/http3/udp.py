@@ -23,15 +23,29 @@ an error concerns (not Linux), the socket stays connected to the handshake's add
 migration is declined: a datagram for another address is not sent, so QUIC's validation of
 that path fails and the connection stays on the address it began on (RFC 9000 §9.6.1: the
 client MAY decline to use a preferred address).
+
+Batches, where the kernel has them (Linux): a run of datagrams to one address, each the size of
+the first but the last, goes in one system call (GSO: ``UDP_SEGMENT``, the kernel cuts it up),
+and the datagrams the kernel received coalesced (GRO: ``UDP_GRO``, one buffer and the size of
+its segments in a control message) are read in one call and cut up here, so QUIC never sees
+two datagrams as one. Where the socket refuses either option (another system, an old kernel),
+or ``batching=False``, each datagram is one call: the same datagrams, in the same order
+(``tests/wire/test_h3_udp.py`` runs both ways). A GSO send the path refuses (a device that
+cannot segment: ``EIO``) turns GSO off for the socket and goes again one by one.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
+import struct
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
-__all__ = ["Address", "UdpPaths"]
+import trio
+
+__all__ = ["Address", "UdpPaths", "send_datagrams"]
 
 #: A socket address as Python gives it: ``(host, port)``, or for IPv6
 #: ``(host, port, flowinfo, scope_id)`` (aioquic's ``NetworkAddress``).
@@ -45,6 +59,18 @@ _IPV6_RECVERR = 25
 _DATAGRAM = 65536
 #: Errors read from the error queue per call, at most (each is one datagram that bounced).
 _ERRORS = 64
+#: ``<linux/udp.h>`` (Python names ``UDP_SEGMENT`` from 3.12 on, ``UDP_GRO`` nowhere).
+_SOL_UDP = 17
+_UDP_SEGMENT = 103
+_UDP_GRO = 104
+#: Datagrams, and bytes, one GSO send carries at most (the kernel's ``UDP_MAX_SEGMENTS`` is 64
+#: on older kernels; a UDP payload is at most 65,507 bytes).
+_GSO_SEGMENTS = 64
+_GSO_BYTES = 65000
+#: Room for GRO's control message (the segment size, an int).
+_GRO_SPACE = socket.CMSG_SPACE(4) if hasattr(socket, "CMSG_SPACE") else 0
+#: What a GSO send the path cannot segment fails with: GSO is then turned off.
+_NO_GSO = frozenset({errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT})
 
 
 class UdpPaths:
@@ -52,11 +78,12 @@ class UdpPaths:
     raises ``BlockingIOError`` where the socket would block, and ``OSError`` for an error the
     kernel reports (an ICMP error, typically): then call :meth:`refused`."""
 
-    __slots__ = ("_connected", "peer", "sock")
+    __slots__ = ("_connected", "gro", "gso", "peer", "sock")
 
-    def __init__(self, family: int, peer: Address) -> None:
-        """A socket for the connection to ``peer`` (the handshake's address). Raises
-        ``OSError`` if it cannot be made (or, connected, if ``peer`` is unreachable)."""
+    def __init__(self, family: int, peer: Address, *, batching: bool = True) -> None:
+        """A socket for the connection to ``peer`` (the handshake's address), sending and
+        receiving in batches where the kernel can (``batching=False``: one datagram a call).
+        Raises ``OSError`` if it cannot be made (or, connected, if ``peer`` is unreachable)."""
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
@@ -66,6 +93,10 @@ class UdpPaths:
         except OSError:
             sock.close()
             raise
+        #: Whether a run of datagrams goes in one call (GSO), and coalesced ones are read in
+        #: one (GRO).
+        self.gso = batching and _option(sock, _UDP_SEGMENT, 0)
+        self.gro = batching and _GRO_SPACE > 0 and _option(sock, _UDP_GRO, 1)
         #: The socket (only the connection's task reads or writes it; trio waits on it).
         self.sock = sock
         self.peer = peer
@@ -83,12 +114,70 @@ class UdpPaths:
         elif address == self.peer:
             self.sock.send(data)
 
-    def receive(self) -> tuple[bytes, Address]:
-        """The next datagram and the address it came from."""
+    def send_many(self, datagrams: Sequence[tuple[bytes, Address]], start: int) -> int:
+        """Send what one system call carries of ``datagrams`` from ``start`` on: with GSO, the
+        run of those to one address, each of the first's size but the last (which may be
+        shorter), at most :data:`_GSO_SEGMENTS` of them; else the one at ``start``. Returns how
+        many it carried (sent, or dropped as :meth:`send` drops another path's). Raises
+        ``BlockingIOError`` (nothing sent: call again once writable) or ``OSError`` (these
+        datagrams are lost: an ICMP error reported, typically)."""
+        data, address = datagrams[start]
+        count = self._run(datagrams, start) if self.gso else 1
+        if count == 1:
+            self.send(data, address)
+            return 1
+        if self._connected and address != self.peer:
+            return count
+        buffers = [datagram for datagram, _ in datagrams[start : start + count]]
+        segment = [(_SOL_UDP, _UDP_SEGMENT, struct.pack("=H", len(data)))]
+        try:
+            if self._connected:
+                self.sock.sendmsg(buffers, segment)
+            else:
+                self.sock.sendmsg(buffers, segment, 0, address)
+        except BlockingIOError:
+            raise
+        except OSError as exc:
+            if exc.errno not in _NO_GSO:
+                raise
+            self.gso = False  # (the path cannot segment: one by one from now on)
+            self.send(data, address)
+            return 1
+        return count
+
+    def _run(self, datagrams: Sequence[tuple[bytes, Address]], start: int) -> int:
+        """How many datagrams from ``start`` one GSO send can carry."""
+        data, address = datagrams[start]
+        size = len(data)
+        end = min(len(datagrams), start + _GSO_SEGMENTS, start + _GSO_BYTES // max(size, 1))
+        count = 1
+        for index in range(start + 1, end):
+            following, to = datagrams[index]
+            length = len(following)
+            if to != address or length > size:
+                break
+            count += 1
+            if length < size:
+                break  # (a shorter one ends the run)
+        return count
+
+    def receive_many(self) -> tuple[list[bytes], Address]:
+        """The datagrams one system call reads, and the address they came from: with GRO,
+        every datagram the kernel coalesced (one sender's, in order), cut apart; else one.
+        Raises ``BlockingIOError`` when none is queued, ``OSError`` for an error the kernel
+        reports."""
+        if not self.gro:
+            if self._connected:
+                return [self.sock.recv(_DATAGRAM)], self.peer
+            data, address = self.sock.recvfrom(_DATAGRAM)
+            return [data], address
+        data, ancillary, _, address = self.sock.recvmsg(_DATAGRAM, _GRO_SPACE)
         if self._connected:
-            return self.sock.recv(_DATAGRAM), self.peer
-        data, address = self.sock.recvfrom(_DATAGRAM)
-        return data, address
+            address = self.peer
+        size = _segment_size(ancillary)
+        if size <= 0 or size >= len(data):
+            return [data], address
+        return [data[offset : offset + size] for offset in range(0, len(data), size)], address
 
     def refused(self) -> list[Address] | None:
         """The destinations of the datagrams that bounced since the last call (the error
@@ -124,3 +213,44 @@ def _report_errors(sock: socket.socket, family: int) -> bool:
     except OSError:
         return False
     return True
+
+
+async def send_datagrams(
+    paths: UdpPaths,
+    datagrams: Sequence[tuple[bytes, Address]],
+    refused: Callable[[OSError], bool],
+) -> None:
+    """Send every datagram of ``datagrams`` in order (:meth:`UdpPaths.send_many`), waiting for
+    the socket only when it is full. An ``OSError`` is handed to ``refused``: true stops here
+    (the rest is not sent), false skips the datagram it failed at and goes on. Cancelled while
+    waiting for the socket: what was not sent is not (QUIC sends it again if it must)."""
+    index, total = 0, len(datagrams)
+    while index < total:
+        try:
+            index += paths.send_many(datagrams, index)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(paths.sock)
+        except OSError as exc:
+            if refused(exc):
+                return
+            index += 1
+
+
+def _option(sock: socket.socket, name: int, value: int) -> bool:
+    """Set UDP option ``name`` to ``value`` (Linux); false where the socket refuses it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(_SOL_UDP, name, value)
+    except OSError:
+        return False
+    return True
+
+
+def _segment_size(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """GRO's segment size, from ``recvmsg``'s control messages (0: not coalesced)."""
+    for level, kind, value in ancillary:
+        if level == _SOL_UDP and kind == _UDP_GRO and len(value) >= 4:
+            size: int = struct.unpack("=i", value[:4])[0]
+            return size
+    return 0
