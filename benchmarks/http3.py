@@ -10,8 +10,13 @@ its threads) around the workload only, after one warm-up request on the same con
 - **concurrent**: the same number of small GETs, 32 at a time on one connection;
 - **download**: one ``--size-mb`` MB file, streamed.
 
+niquests (its synchronous ``Session``, HTTP/3 over qh3, known in advance through
+``quic_cache_layer``) downloads the same file over HTTP/3 in a process of its own, after the
+same warm-up, as the peer of the download row.
+
 Reported per case: requests per second (or MB/s) and client CPU per request (or per MB), and
-HTTP/3 over HTTP/2 for both, measured in the same run. Every response is checked (status, size,
+HTTP/3 over HTTP/2 for both, measured in the same run; for the download, HTTP/3 over
+niquests' HTTP/3 too. Every response is checked (status, size,
 the protocol asked for). What it does not show: loss and latency (loopback has neither, and
 they are where QUIC differs most), and the server's CPU. See docs/benchmarks.md, "HTTP/3".
 """
@@ -32,7 +37,36 @@ TAG = "HTTP3-RESULT "
 CONCURRENCY = 32
 
 
+def _niquests(config: dict[str, Any]) -> dict[str, Any]:
+    """niquests' HTTP/3 download of the same file (its process's wall and CPU time)."""
+    from urllib.parse import urlsplit
+
+    import niquests
+
+    url: str = config["url"]
+    parts = urlsplit(url)
+    address = (parts.hostname, parts.port)
+    with niquests.Session(retries=0, quic_cache_layer={address: address}) as session:
+        warm = session.get(url + "/small", verify=config["ca"], timeout=config["timeout"])
+        if warm.status_code != 200 or warm.http_version != 30:
+            raise RuntimeError(f"niquests: {warm.status_code} HTTP/{warm.http_version}")
+        wall, cpu = time.perf_counter(), time.process_time()
+        received = 0
+        response = session.get(
+            url + "/bulk/file", stream=True, verify=config["ca"], timeout=config["timeout"]
+        )
+        if response.http_version != 30:
+            raise RuntimeError(f"niquests: download over HTTP/{response.http_version}")
+        for chunk in response.iter_content(chunk_size=-1):
+            received += len(chunk)
+        if received != config["size"]:
+            raise RuntimeError(f"niquests: {received} bytes, expected {config['size']}")
+        return {"download": (time.perf_counter() - wall, time.process_time() - cpu)}
+
+
 def _child(config: dict[str, Any]) -> dict[str, Any]:
+    if config["protocol"] == "niquests":
+        return _niquests(config)
     import trio
 
     from trio_retry import Client, Upstream
@@ -122,6 +156,11 @@ def _rows(results: dict[str, dict[str, Any]], requests: int, size: int) -> list[
                 row[f"{protocol}_cpu"] = cpu / requests * 1e6  # us per request
         row["rate_ratio"] = row["h3_rate"] / row["h2_rate"]
         row["cpu_ratio"] = row["h3_cpu"] / row["h2_cpu"]
+        if case == "download" and "niquests" in results:
+            wall, cpu = results["niquests"][case]
+            row["niquests_rate"] = size / 1e6 / wall
+            row["niquests_cpu"] = cpu / (size / 1e6) * 1e3
+            row["niquests_ratio"] = row["h3_rate"] / row["niquests_rate"]
         rows.append(row)
     return rows
 
@@ -147,6 +186,13 @@ def main(argv: list[str]) -> int:
     from benchmarks.servers import make_tls_files
 
     size = int(args.size_mb * 1e6)
+    protocols = ["h2", "h3"]
+    try:
+        import niquests  # noqa: F401
+    except ImportError:
+        print("benchmarks.http3: no niquests row (pip install niquests, or the bench extra)")
+    else:
+        protocols.append("niquests")
     with tempfile.TemporaryDirectory(prefix="bench-h3-") as tmp:
         workdir = Path(tmp)
         tls = make_tls_files(workdir)
@@ -162,7 +208,7 @@ def main(argv: list[str]) -> int:
             with open(caddy.bulk_dir / "file", "wb") as f:
                 f.write(os.urandom(size))
             results = {}
-            for protocol in ("h2", "h3"):
+            for protocol in protocols:
                 config = {
                     "url": caddy.url,
                     "ca": tls.ca,
@@ -185,6 +231,12 @@ def main(argv: list[str]) -> int:
             f"{'':>2} {row['rate_ratio']:>6.2f}   {row['h2_cpu']:>8.1f}{row['h3_cpu']:>8.1f}"
             f"{row['cpu_ratio']:>7.2f} {cpu_unit}"
         )
+        if "niquests_rate" in row:
+            print(
+                f"{'':<11} niquests' HTTP/3 {row['niquests_rate']:.0f} MB/s, "
+                f"{row['niquests_cpu']:.1f} ms/MB CPU; trio_retry's HTTP/3 "
+                f"{row['niquests_ratio']:.2f}x its MB/s"
+            )
     if args.json is not None:
         args.json.write_text(json.dumps({"caddy": caddy.version, "rows": rows}, indent=2))
     return 0

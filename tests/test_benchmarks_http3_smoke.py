@@ -54,3 +54,11 @@ def test_http3_benchmark_smoke(tmp_path: Path) -> None:
         for key in ("h2_rate", "h3_rate", "h2_cpu", "h3_cpu"):
             assert row[key] > 0, (row["case"], key)
     assert "HTTP/3" in proc.stdout
+    try:
+        import niquests  # noqa: F401
+    except ImportError:  # (.ci/run's clean venv: no bench extra, no niquests row)
+        assert "niquests_rate" not in cases["download"]
+        assert "no niquests row" in proc.stdout
+    else:
+        assert cases["download"]["niquests_rate"] > 0  # (its child checked size and protocol)
+        assert "niquests' HTTP/3" in proc.stdout
