@@ -10,20 +10,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-import trio
 
 import trio_retry
+from tests.streams.conftest import serving as serve_route
 from trio_retry import ConnectionBroken, DenyReason, Evidence, RetryPolicy, Upstream
 from trio_retry.testing import FaultServer, PartialBody, StaticFile
 
-PROTOCOLS = ["h1", "h2", "h3"]
 BODY = bytes(range(256)) * 400  # 102,400 bytes, no two 256-byte windows alike in place
 NO_WAIT = RetryPolicy(max_attempts=5, backoff=trio_retry.Backoff(initial=0.0, jitter="none"))
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @asynccontextmanager
@@ -31,21 +25,9 @@ async def serving(
     protocol: str, static: StaticFile, **client_options: object
 ) -> AsyncIterator[tuple[FaultServer, trio_retry.Client]]:
     """A FaultServer with `static` at /file, and a client reaching it over `protocol`."""
-    if protocol == "h3":
-        pytest.importorskip("aioquic")
-    server = FaultServer(tls=protocol != "h1", http3=protocol == "h3")
-    server.route("GET", "/file", static)
     options: dict[str, object] = {"retry": NO_WAIT, **client_options}
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        if protocol != "h1":
-            options["ssl_context"] = server.client_ssl_context()
-            options["http2"] = True
-        if protocol == "h3":
-            options["upstreams"] = {server.url: Upstream(http3=True)}
-        async with trio_retry.Client(**options) as client:  # type: ignore[arg-type]
-            yield server, client
-        nursery.cancel_scope.cancel()
+    async with serve_route(protocol, "GET", "/file", static, **options) as pair:
+        yield pair
 
 
 def version(protocol: str) -> str:
@@ -282,3 +264,36 @@ async def test_a_buffered_compressed_body_is_decoded_once_whole() -> None:
     assert response.content == BODY
     assert response.num_bytes_downloaded == len(encoded)
     assert response.resumed == 1
+
+
+async def test_a_buffered_body_starts_again_after_a_416(protocol: str) -> None:
+    """The file shrank (416 to the range): nothing of a buffered body reached the caller, so it
+    starts again with the request as it was, one more attempt the engine allowed."""
+    static = StaticFile(BODY)
+    static.script(cut_after=40_000)
+    static.script(status=416)
+    async with serving(protocol, static) as (server, client):
+        response = await client.get(server.url + "/file")
+    assert response.content == BODY
+    assert response.resumed == 0
+    assert static.ranges == [None, "bytes=40000-", None]
+    trail = [(a.status, a.range_start, type(a.decision).__name__) for a in response.attempts]
+    assert trail == [
+        (200, None, "RetryAllowed"),
+        (416, 40_000, "RetryAllowed"),
+        (200, None, "NoneType"),
+    ]
+
+
+async def test_no_continuation_past_the_deadline() -> None:
+    static = StaticFile(BODY)
+    static.script(cut_after=10_000)
+    slow = RetryPolicy(max_attempts=5, backoff=trio_retry.Backoff(initial=1.0, jitter="none"))
+    async with serving("h1", static, retry=slow) as (server, client):
+        with pytest.raises(ConnectionBroken) as caught:
+            await read_streamed(client, server.url + "/file", deadline=0.5)
+    assert static.ranges == [None]  # a backoff of 1 s does not fit in what is left of 0.5 s
+    decision = caught.value.decision
+    assert isinstance(decision, trio_retry.RetryDenied)
+    assert decision.reason is DenyReason.DEADLINE
+    assert caught.value.evidence is Evidence.PARTIAL_RESPONSE

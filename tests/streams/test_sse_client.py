@@ -13,39 +13,21 @@ import pytest
 import trio
 
 import trio_retry
-from trio_retry import Evidence, ProtocolFailed, RetryPolicy, SSEEvent, StageTimeouts, Upstream
+from tests.streams.conftest import serving as serve_route
+from trio_retry import Evidence, ProtocolFailed, RetryPolicy, SSEEvent, StageTimeouts
 from trio_retry.testing import EventSource, FaultServer
 
-PROTOCOLS = ["h1", "h2", "h3"]
 EVENTS = [SSEEvent(data=f"event {i}\nline two", id=str(i)) for i in range(1, 12)]
 QUICK = RetryPolicy(max_attempts=3, backoff=trio_retry.Backoff(initial=0.001, jitter="none"))
-
-
-@pytest.fixture(params=PROTOCOLS)
-def protocol(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @asynccontextmanager
 async def serving(
     protocol: str, source: EventSource, method: str = "GET", **client_options: object
 ) -> AsyncIterator[tuple[FaultServer, trio_retry.Client]]:
-    if protocol == "h3":
-        pytest.importorskip("aioquic")
-    server = FaultServer(tls=protocol != "h1", http3=protocol == "h3")
-    server.route(method, "/events", source)
     options: dict[str, object] = {"retry": QUICK, **client_options}
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        if protocol != "h1":
-            options["ssl_context"] = server.client_ssl_context()
-            options["http2"] = True
-        if protocol == "h3":
-            options["upstreams"] = {server.url: Upstream(http3=True)}
-        with trio.fail_after(30):
-            async with trio_retry.Client(**options) as client:  # type: ignore[arg-type]
-                yield server, client
-        nursery.cancel_scope.cancel()
+    async with serve_route(protocol, method, "/events", source, **options) as pair:
+        yield pair
 
 
 async def collect(

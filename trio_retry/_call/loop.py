@@ -55,12 +55,12 @@ from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import AttemptRun
-from .body import BLOCK_CLOSED, REDIRECT_CLOSED, CheckedDecoder, StreamedBody
+from .body import REDIRECT_CLOSED, CheckedDecoder, StreamedBody
 from .config import RefreshableAuth
 from .failures import ambiguous_status, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .prepare import PreparedRequest, prepare_redirect
-from .resume import Continuation, carry
+from .resume import carry
 from .runtime import Runtime
 from .upstream import UpstreamState
 
@@ -203,9 +203,20 @@ async def _answer(
         raise
     if run.body is not None:
         return _response(request, run, attempts, None, ended=ended), None
-    if not streaming:  # a buffered body left unread: it can be continued if it breaks
-        return await _buffered(rt, request, run, attempts, state, retries), None
-    return _deliver(rt, request, run, attempts, state, retries)
+    # The body, read through a Continuation: continued where it breaks, if it can be.
+    body, carried, decoder = carry(
+        rt, request, state, run, attempts, lambda: retries or _Retries(rt, request, state, None)
+    )
+    if streaming:
+        response = _response(request, run, attempts, None, body, decoder)
+        response._continuation = carried
+        return response, body.close
+    # A buffered body left unread by its attempt because it can be continued: read whole here.
+    head, raw_length = await carried.read_buffered()
+    response = _response(request, head, attempts, None)
+    response._continuation = carried
+    response._downloaded = raw_length
+    return response, None
 
 
 class _Retries:
@@ -316,17 +327,25 @@ class _Retries:
         return decision
 
     async def broke(
-        self, failed: Attempt, attempts: list[Attempt], ended: float, delivered: bool
+        self,
+        failed: Attempt,
+        attempts: list[Attempt],
+        ended: float,
+        delivered: bool,
+        restart: tuple[Evidence, FailureCategory] | None = None,
     ) -> Decision:
         """The engine's decision on a body that broke and can be continued
         (``_call/resume.py``; ``delivered``: the caller has read its beginning): ``failed``
         (the broken attempt's record) replaces its head's record at the end of ``attempts``,
-        with the decision (not told again: its head was)."""
+        with the decision (not told again: its head was). ``restart``: ``failed`` is a
+        continuation whose answer was not the same body, and the body that broke with this
+        evidence and category starts again (nothing of it reached the caller)."""
         self._retry_after = None
         attempts.pop()
+        evidence, category = restart or (failed.evidence, failed.category)
         context = self._context(
-            attempts, ended, failed.evidence, failed.category, None,
-            not failed.connection_reused, True, delivered,
+            attempts, ended, evidence, category, None,
+            not failed.connection_reused, restart is None, delivered,
         )  # fmt: skip
         decision = self._rt.config.engine.decide(context)
         attempts.append(replace(failed, decision=decision))
@@ -550,55 +569,3 @@ def _finish(
         return response, None
     assert run.error is not None
     raise _counted(request, failure(request, attempts, run.error, decision))
-
-
-def _deliver(
-    rt: Runtime,
-    request: PreparedRequest,
-    run: AttemptRun,
-    attempts: list[Attempt],
-    state: UpstreamState,
-    retries: _Retries | None,
-) -> tuple[Response, Closer | None]:
-    """The response of a successful streamed attempt, with its body still to be read, and the
-    :data:`Closer` that ends it. A body that can be continued is continued when it breaks
-    (``_call/resume.py``)."""
-
-    def retrier() -> _Retries:
-        nonlocal retries
-        if retries is None:
-            retries = _Retries(rt, request, state, None)
-        return retries
-
-    body, carried, decoder = carry(rt, request, state, run, attempts, retrier)
-    response = _response(request, run, attempts, None, body, decoder)
-    response._continuation = carried
-    return response, body.close
-
-
-async def _buffered(
-    rt: Runtime,
-    request: PreparedRequest,
-    run: AttemptRun,
-    attempts: list[Attempt],
-    state: UpstreamState,
-    retries: _Retries | None,
-) -> Response:
-    """The response of a buffered call whose body can be continued (``AttemptRun`` left it
-    unread for that): read whole here, continued as a streamed one would be, or restarted
-    when the server sent another representation (nothing of it reached the caller)."""
-    response, close = _deliver(rt, request, run, attempts, state, retries)
-    carried = response._continuation
-    assert isinstance(carried, Continuation)
-    assert close is not None
-    carried.restartable = True
-    try:
-        content, raw_length = await carried.read_whole()
-    finally:
-        close(BLOCK_CLOSED)
-    head = carried.head
-    head.body = content
-    response = _response(request, head, attempts, None)
-    response._continuation = carried
-    response._downloaded = raw_length
-    return response

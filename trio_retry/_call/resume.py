@@ -18,9 +18,12 @@ that :func:`~trio_retry._resume.validator_of` accepts), a break of the body goes
 3. its answer is judged (:func:`~trio_retry._resume.judge`): a ``206`` that continues the same
    representation gives the body its next reader, and the caller's iteration (and the one
    decoder behind ``aiter_bytes()``) goes on with no byte repeated or missing. Anything else
-   is never spliced: a ``200`` before any body byte arrived restarts the body with it; else
-   the call fails with ``PARTIAL_RESPONSE`` and the reason (the representation changed). A
-   status of 400 or more other than ``416`` is the engine's, as on any attempt.
+   is never spliced: a ``200`` before any body byte reached the caller (a break before the
+   first byte, or a buffered call) starts the body again with it; a buffered call's body
+   answered otherwise (``416``, another range) starts again with the request as it was, if
+   the engine allows one more attempt; else the call fails with ``PARTIAL_RESPONSE`` and the
+   reason (the representation changed). A status of 400 or more other than ``416`` is the
+   engine's, as on any attempt.
 
 Cancelled (the caller's own scope, the client closing), a continuation gives back what its
 attempt held before the cancellation goes on: :class:`AttemptRun` does.
@@ -40,7 +43,7 @@ from .._models import Headers
 from .._resume import Validator, continuation_headers, judge, validator_of
 from .._wire.progress import AttemptProgress, WireError
 from .attempt import AttemptRun
-from .body import BodyReader, CheckedDecoder, StreamedBody, decoder_for
+from .body import BLOCK_CLOSED, BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .failures import FAILURE_TYPES, failure
 from .prepare import PreparedRequest
 from .resumable import resumable
@@ -68,7 +71,12 @@ class Retrier(Protocol):
     ) -> Decision | None: ...
 
     async def broke(
-        self, failed: Attempt, attempts: list[Attempt], ended: float, delivered: bool
+        self,
+        failed: Attempt,
+        attempts: list[Attempt],
+        ended: float,
+        delivered: bool,
+        restart: tuple[Evidence, FailureCategory] | None = None,
     ) -> Decision: ...
 
     async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None: ...
@@ -126,6 +134,7 @@ class Continuation:
     __slots__ = (
         "_attempts",
         "_limit",
+        "_made",
         "_request",
         "_retries",
         "_rt",
@@ -157,6 +166,7 @@ class Continuation:
         self._attempts = attempts
         self._validator = validator
         self._retries = retries
+        self._made: Retrier | None = None
         self._limit = limit
         #: The attempt whose response carries the body now.
         self.run = run
@@ -174,6 +184,19 @@ class Continuation:
         #: Whether nothing of the body reaches the caller before its end (a buffered call):
         #: then a ``200`` to a continuation starts the body again, however far it got.
         self.restartable = False
+
+    async def read_buffered(self) -> tuple[AttemptRun, int]:
+        """A buffered call's body (:meth:`read_whole`), closed after, kept as the ``body`` of
+        the attempt whose head it is of (returned), and its raw length."""
+        body = self.body
+        assert body is not None
+        self.restartable = True
+        try:
+            content, raw_length = await self.read_whole()
+        finally:
+            body.close(BLOCK_CLOSED)
+        self.head.body = content
+        return self.head, raw_length
 
     async def read_whole(self) -> tuple[bytes, int]:
         """A buffered call's body, read to its end (continued, or restarted, as it goes) and
@@ -238,11 +261,15 @@ class Continuation:
         bytes; raises the call's exception when it is not continued (the module docstring).
         """
         validator = self._validator
-        assert validator is not None
-        rt = self._rt
         attempts = self._attempts
-        retries = self._retries()
         self.run.end()  # the broken attempt's connection is given up before anything else
+        if validator is None:  # a body started again whose new head promises nothing
+            attempts[-1] = self.broken_record(exc)
+            raise self._failed(exc, RetryDenied.response_already_delivered(), None)
+        rt = self._rt
+        if self._made is None:  # the call's retry state, made once (at its first failure)
+            self._made = self._retries()
+        retries = self._made
         delivered = not self.restartable
         decision: Decision | None = await retries.broke(
             self.broken_record(exc), attempts, rt.now(), delivered
@@ -259,7 +286,8 @@ class Continuation:
                     raise self._failed(error, denied, reason)
             progress = AttemptProgress(rt.now())
             run = AttemptRun(rt, request, self._state, progress, True, len(attempts) + 1)
-            run.range_start = received
+            if request is not self._request:
+                run.range_start = received
             await run.run()
             ended = rt.now()
             wire = run.response
@@ -282,7 +310,16 @@ class Continuation:
                 raise
             if reason is not None and not restart:
                 run.end()
-                raise self._failed(error, RetryDenied.response_already_delivered(), reason)
+                if not self.restartable or request is self._request:
+                    raise self._failed(error, RetryDenied.response_already_delivered(), reason)
+                # Nothing of the body reached the caller: it starts again, with the request
+                # as it was (its 200 is then the body), if the engine allows one more attempt.
+                category = exc.category
+                decision = await retries.broke(
+                    attempts[-1], attempts, ended, False, (_PARTIAL, category)
+                )
+                request = self._request
+                continue
             self.run = run
             self.progress = AttemptProgress(ended)
             self.progress.stage = Stage.RESPONSE_BODY
