@@ -14,6 +14,7 @@ from trio_retry._core.engine import (
     MAX_RECONNECTS,
     AttemptFacts,
     NotConsulted,
+    Then,
     final_response,
     not_consulted,
 )
@@ -98,4 +99,26 @@ def test_the_first_rule_that_applies_wins(**fields: Any) -> None:
 def test_every_decision_has_words() -> None:
     for decision in NotConsulted:
         assert str(decision)
-        assert str(decision) == decision.value
+        assert str(decision) == decision.action.why
+
+
+@pytest.mark.parametrize(
+    ("decision", "then", "counted", "learns"),
+    [
+        (NotConsulted.FINAL_RESPONSE, Then.ANSWER, True, True),
+        # the connection refused it: sent again uncounted, the breaker told nothing
+        (NotConsulted.RECONNECT, Then.SEND_AGAIN, False, False),
+        (NotConsulted.ENDS_CALL, Then.END, True, True),
+        # the 401 is the upstream's answer (it learns), its answer is not an attempt
+        (NotConsulted.AUTH_CHALLENGE, Then.ASK_AUTH, False, True),
+        # RFC 8470 §5.2: the server did not process it; the handshake's, not the upstream's
+        (NotConsulted.TOO_EARLY, Then.SEND_AGAIN, False, False),
+    ],
+)
+def test_each_decision_carries_its_action(
+    decision: NotConsulted, then: Then, counted: bool, learns: bool
+) -> None:
+    """The table the loop executes (``NotConsulted.action``), member by member."""
+    action = decision.action
+    assert (action.then, action.counted, action.learns) == (then, counted, learns)
+    assert str(action.then)

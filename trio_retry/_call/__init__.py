@@ -6,9 +6,15 @@
 - :mod:`.prepare`: options -> :class:`~.prepare.PreparedRequest` (pure: validation, headers,
   body, idempotency; also the next request of a redirect);
 - :mod:`.loop`: the retry loop and the redirect chain; it asks ``_core/engine.py`` whether to
-  send again, and only it;
+  send again, and only it, and executes what it is told;
 - :mod:`.attempt`: one attempt, :class:`~.attempt.AttemptRun` (admission, a pooled connection,
-  this attempt's headers, the exchange, within the call deadline) and its record;
+  this attempt's headers, the exchange, within the call deadline);
+- :mod:`.result`: how an attempt ended, a frozen value (:class:`~.result.AttemptResult`) its
+  run returns and the loop reads, never writes; and the attempt's record from it;
+- :mod:`.headers`: the header block of one attempt (hooks, ``Host``, auth, cookies, proxy
+  credentials, trace context);
+- :mod:`.notify`: telling of each attempt as it is recorded (span, DEBUG log, ``on_attempt``);
+- :mod:`.answer`: the end of a request's loop: the response, or the exception it means;
 - :mod:`.hedge`: hedged copies of an attempt, and learning from each attempt;
 - :mod:`.resilience`: per-upstream hedging, throttling and breaking state (the decisions are
   ``_core``'s);

@@ -3,16 +3,15 @@
 An :class:`AttemptRun` is one wire attempt of one call (the retry loop makes one per attempt;
 each hedged copy makes its own). :meth:`AttemptRun.run` never raises except on outer
 cancellation (or from the caller's own body iterators, hooks or auth object): however the
-attempt ends, the run says how (a response, perhaps with its body, or a classified
-``WireError`` in :attr:`~AttemptRun.error`) and its :class:`AttemptProgress` says which stage
-was reached. The order inside an attempt:
+attempt ends, it returns how, as a value (:class:`~.result.AttemptResult`: a response, perhaps
+with its body, or a classified ``WireError``, and the :class:`AttemptProgress` of the stage
+reached) that its caller reads and never writes into. The order inside an attempt:
 
 1. admission (:func:`~.upstream.admit`): the breaker and throttle, then the upstream's
    bulkhead permit, or a rejection;
-2. the headers of this attempt (:func:`attempt_headers`): the request event hooks (which
-   may change them, :mod:`trio_retry._observe.hooks`), then ``Host``, ``auth``, cookies,
-   proxy credentials, and last the trace context (``traceparent``) — the one place
-   per-attempt headers are finalised;
+2. the headers of this attempt (:func:`~.headers.attempt_headers`): the request event hooks
+   (which may change them, :mod:`trio_retry._observe.hooks`), then ``Host``, ``auth``,
+   cookies, proxy credentials, and last the trace context (``traceparent``);
 3. a connection from the pool (opened by the :class:`~.connect.Connector` when needed);
 4. the exchange on it (the response event hooks see its head), and (buffered calls, or any
    status >= 400) the body.
@@ -27,8 +26,10 @@ hook, a body in memory), every wait is on that connection, and ``aclose()`` clos
 those waits as promptly (a scope costs more than the rest of a small request's bookkeeping).
 
 The connection and the permit are given back before :meth:`AttemptRun.run` returns, except
-for a streamed response whose body the caller has yet to read (then :meth:`AttemptRun.
-give_back` runs when the body ends or the ``stream()`` block exits).
+for a streamed response whose body the caller has yet to read: its result's ``held`` is the
+runner, whose :meth:`AttemptRun.end` gives them back when the body ends or the ``stream()``
+block exits. The runner's state is its own (private slots): nothing outside this module can
+write into it.
 """
 
 from __future__ import annotations
@@ -39,16 +40,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .._auth import auth_headers
-from .._core.attempt import Attempt, build_attempt
-from .._core.backoff import parse_retry_after
-from .._core.decision import Decision
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.idempotency import Idempotency
-from .._errors import InvalidRequest
-from .._models import Headers, check_header
-from .._observe.hooks import HookRequest, HookResponse
+from .._models import Headers
+from .._observe.hooks import HookResponse
 from .._wire.clock import DeadlineBound, deadline_message
 from .._wire.contract import PooledConnection
 from .._wire.exchange import WireRequest, WireResponse
@@ -56,7 +52,9 @@ from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
 from .connect import Dial
 from .failures import CLOSED_IN_FLIGHT
+from .headers import attempt_headers, fixed_headers
 from .prepare import PreparedRequest
+from .result import AttemptResult, build_result
 from .resumable import resumable
 from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
@@ -66,38 +64,36 @@ if TYPE_CHECKING:
     from .._observe.otel import AttemptTrace
     from .._proxy import ProxyConfig
 
-__all__ = ["AttemptRun", "attempt_headers", "fixed_headers"]
+__all__ = ["AttemptRun"]
 
-_FRAMING = ("transfer-encoding", "content-length")
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
-_RECEIVED = Evidence.RESPONSE_RECEIVED  # (a global: an enum attribute is slow on Python 3.11)
 _INF = math.inf
 
 
 class AttemptRun:
-    """One wire attempt of one call: :meth:`run` once, then read how it ended (``response``,
-    perhaps with its ``body``, or ``error``) and what it still holds (a connection, a permit)
-    until :meth:`give_back`."""
+    """One wire attempt of one call: :meth:`run` once, which returns how it ended (an
+    :class:`~.result.AttemptResult`); :meth:`end` gives back what a streamed response still
+    holds (a connection, a permit)."""
 
     __slots__ = (
+        "_admission",
+        "_body",
+        "_conn",
+        "_error",
+        "_held",
+        "_number",
+        "_permit",
+        "_progress",
+        "_proxy",
+        "_range_start",
+        "_raw_length",
+        "_request",
+        "_response",
         "_rt",
+        "_sent_headers",
         "_state",
         "_streaming",
         "_traced_run",
-        "admission",
-        "body",
-        "conn",
-        "error",
-        "held",
-        "number",
-        "permit",
-        "progress",
-        "proxy",
-        "range_start",
-        "raw_length",
-        "request",
-        "response",
-        "sent_headers",
     )
 
     def __init__(
@@ -107,69 +103,85 @@ class AttemptRun:
         state: UpstreamState,
         progress: AttemptProgress,
         streaming: bool,
-        number: int = 1,
+        number: int,
         traced: bool = True,
+        range_start: int | None = None,
     ) -> None:
         self._rt = rt
-        self.request = request
+        self._request = request
         self._state = state
         self._streaming = streaming
         #: Whether the attempt may have a telemetry span of its own (with ``telemetry=``): not a
         #: hedged copy (copies run at once, and a call has one span slot: not traced yet).
         self._traced_run = traced
-        #: The attempt's number, 1-based (for the event hooks and the span).
-        self.number = number
+        #: The attempt's number, 1-based, given as it starts (its hooks, its span, its record).
+        self._number = number
         if rt.clock.head_yields and request.deadline != _INF:
             progress.deadline_bounds_head = True  # (the clock's rule: ``clock.py``)
-        self.progress = progress
-        self.response: WireResponse | None = None
-        self.body: bytes | None = None
+        self._progress = progress
+        self._response: WireResponse | None = None
+        self._body: bytes | None = None
         #: The length of ``body`` as received, when it was decoded (else ``None``).
-        self.raw_length: int | None = None
-        self.error: BaseException | None = None
-        self.conn: PooledConnection | None = None
+        self._raw_length: int | None = None
+        self._error: BaseException | None = None
+        self._conn: PooledConnection | None = None
         #: The connection is counted as held by a streamed response (``ConnectionPool.hold``).
-        self.held = False
-        self.permit: Permit | None = None
+        self._held = False
+        self._permit: Permit | None = None
         #: The header block this attempt sent (``Response.request.headers``).
-        self.sent_headers: list[tuple[bytes, bytes]] | None = None
-        self.admission: BreakerVerdict | None = None  # the breaker's, handed back after
+        self._sent_headers: list[tuple[bytes, bytes]] | None = None
+        self._admission: BreakerVerdict | None = None  # the breaker's, handed back after
         #: The proxy the attempt goes through (``Connector.proxy_for``).
-        self.proxy: ProxyConfig | None = None
+        self._proxy: ProxyConfig | None = None
         #: A continuation of a broken body: the byte it asks the rest from (``_call/resume.py``).
-        self.range_start: int | None = None
+        self._range_start = range_start
 
-    def run(self) -> Awaitable[None]:
-        """The attempt (see the module docstring), to be awaited once. It never raises but
-        outer cancellation and the caller's own code's errors; then everything it held has
-        been given back (and, with ``telemetry=``, its span is marked interrupted). After it,
-        it holds its connection and permit only for a streamed response below 400, until
-        :meth:`give_back`.
+    def run(self) -> Awaitable[AttemptResult]:
+        """The attempt (see the module docstring), to be awaited once; its value says how it
+        ended. It never raises but outer cancellation and the caller's own code's errors;
+        then everything it held has been given back (and, with ``telemetry=``, its span is
+        marked interrupted). After it, it holds its connection and permit only for a streamed
+        response below 400 (the result's ``held``), until :meth:`end`.
 
         (A plain method returning the awaitable of the path it chose: the common case, no call
         deadline and a connection taken at once, awaits the exchange itself, with no frame of
         this method in between.)"""
-        if self.request.trace is not None and self._traced_run:
+        if self._request.trace is not None and self._traced_run:
             return self._traced()
         if self._ready():
             return self._exchange()
         return self._bounded()
 
-    async def _traced(self) -> None:
+    def _result(self) -> AttemptResult:
+        """How the attempt ended, as a value (built once it is over)."""
+        return build_result(  # AttemptResult(...), built faster
+            number=self._number,
+            progress=self._progress,
+            response=self._response,
+            body=self._body,
+            raw_length=self._raw_length,
+            error=self._error,
+            sent_headers=self._sent_headers,
+            admission=self._admission,
+            held=self if self._conn is not None or self._permit is not None else None,
+            range_start=self._range_start,
+        )
+
+    async def _traced(self) -> AttemptResult:
         """:meth:`run` inside its telemetry span: the span starts here and ends when the
         attempt is recorded (the loop's ``_notify``), or here when the attempt is interrupted
         (by cancellation, then marked so, or by the caller's own code)."""
         span = self._open_span()
         try:
             if self._ready():
-                await self._exchange()
-            else:
-                await self._bounded()
+                return await self._exchange()
+            return await self._bounded()
         except BaseException as exc:
+            progress = self._progress
             span.interrupt(
-                stage=self.progress.stage,
-                evidence_name=self.progress.evidence.name,
-                duration=trio.current_time() - self.progress.started,
+                stage=progress.stage,
+                evidence_name=progress.evidence.name,
+                duration=trio.current_time() - progress.started,
                 cancelled=isinstance(exc, trio.Cancelled),
             )
             raise
@@ -177,7 +189,7 @@ class AttemptRun:
     def _open_span(self) -> AttemptTrace:
         """The attempt's telemetry span, started now; it ends when the attempt is recorded
         (the loop's ``_notify``), or in :meth:`run` when the attempt is interrupted."""
-        request = self.request
+        request = self._request
         trace = request.trace
         assert trace is not None
         url = request.url
@@ -187,7 +199,7 @@ class AttemptRun:
             scheme=url.scheme,
             host=url.host,
             port=url.port,
-            number=self.number,
+            number=self._number,
             idempotency=request.idempotency,
             idempotency_key_present=request.idempotency_key is not None,
         )
@@ -198,11 +210,11 @@ class AttemptRun:
         connection (with a bulkhead permit) taken at once. Also takes the connection (and
         permit) for an attempt with a call deadline that may ride the deadline lane."""
         rt = self._rt
-        request = self.request
+        request = self._request
         state = self._state
         config = rt.config
         origin = request.url.origin
-        proxy = self.proxy = rt.connector.proxy_for(origin)
+        proxy = self._proxy = rt.connector.proxy_for(origin)
         unbounded = request.deadline == _INF
         if (
             (unbounded or rt.clock.running)
@@ -215,88 +227,91 @@ class AttemptRun:
             # in its scope (and with a permit but no ready connection, waits for that there).
             limiter = state.limiter
             if limiter is None:
-                self.conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self.progress)
+                self._conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self._progress)
             else:
-                self.permit = try_admit(state)
-                if self.permit is not None:
-                    self.conn = rt.pool.take_idle(
-                        rt.connector.key_for(origin, proxy), self.progress
+                self._permit = try_admit(state)
+                if self._permit is not None:
+                    self._conn = rt.pool.take_idle(
+                        rt.connector.key_for(origin, proxy), self._progress
                     )
-        return unbounded and self.conn is not None
+        return unbounded and self._conn is not None
 
-    async def _bounded(self) -> None:
+    async def _bounded(self) -> AttemptResult:
         """The attempt within its call deadline (:class:`DeadlineBound`: the deadline lane on
         a connection already taken, else a cancel scope that ``aclose()`` and ``drain()`` may
         cancel too), and the deadline's expiry reported as this attempt's ``TIMEOUT``."""
         rt = self._rt
-        progress = self.progress
-        bound = DeadlineBound(rt.clock, self.request.deadline, progress, self.conn)
+        progress = self._progress
+        bound = DeadlineBound(rt.clock, self._request.deadline, progress, self._conn)
         scope = bound.scope
         if scope is not None:
             rt.scopes[scope] = progress
+        result: AttemptResult | None = None
         try:
             with bound:
-                await self._exchange()
+                result = await self._exchange()
         except BaseException:
             # Outer cancellation (or the caller's own error): no result to learn from; a
             # probe slot of the breaker is given back.
-            self._state.guard.release(self.admission)
+            self._state.guard.release(self._admission)
             raise
         finally:
             if scope is not None:
                 del rt.scopes[scope]
         # On the lane, an expiry counts only if it ended the exchange (what arrived first
-        # wins); a scope's expiry always ended it.
-        timed_out = bound.expired and (scope is not None or self.error is not None)
+        # wins); a scope's expiry always ended it (and left no result).
+        timed_out = bound.expired and (scope is not None or self._error is not None)
         if scope is not None and rt.drained and progress in rt.drained:
             rt.drained.discard(progress)
             if timed_out:
                 # drain() (aclose() too) ended it while it waited for a permit or a pooled
                 # connection; nothing was sent (see Runtime.drain). Not retried.
-                self.response = None
-                self.error = _drained(self.request, progress, closed=rt.closed)
-                return
+                self._response = None
+                self._error = _drained(self._request, progress, closed=rt.closed)
+                return self._result()
         if not timed_out:
-            return
+            assert result is not None
+            return result
         if rt.closed:
             self._closed_in_flight()  # ended by aclose()'s cancellation of the scope
         else:
-            self.response = None
-            request = self.request
+            self._response = None
+            request = self._request
             message = deadline_message(request.deadline - request.started, progress.stage)
             if progress.stage is Stage.POOL:  # waiting for a connection: say what holds them
                 origin = request.url.origin
-                message += ": " + rt.pool.why_full(rt.connector.key_for(origin, self.proxy))
-            self.error = WireError.at(progress, FailureCategory.TIMEOUT, message)
+                message += ": " + rt.pool.why_full(rt.connector.key_for(origin, self._proxy))
+            self._error = WireError.at(progress, FailureCategory.TIMEOUT, message)
+        return self._result()
 
     def _closed_in_flight(self) -> None:
         """The attempt was ended by ``aclose()``: it ends the call."""
-        self.response = None
-        self.error = WireError.at(
-            self.progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, ends_call=True
+        self._response = None
+        self._error = WireError.at(
+            self._progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, ends_call=True
         )
 
-    async def _exchange(self) -> None:
+    async def _exchange(self) -> AttemptResult:
         """Admission, headers, connection, exchange, body (the module docstring's order); a
-        :class:`WireError` ends up in :attr:`error`. A streamed response keeps its connection
-        and permit until its body is consumed; anything else (an interrupted attempt
-        included) gives them back before this returns or raises."""
+        :class:`WireError` ends up in the result's ``error``. A streamed response keeps its
+        connection and permit until its body is consumed; anything else (an interrupted
+        attempt included) gives them back before this returns or raises."""
         rt = self._rt
-        request = self.request
+        request = self._request
         state = self._state
-        progress = self.progress
+        progress = self._progress
         streaming = self._streaming
         finished = False
-        proxy = self.proxy
+        proxy = self._proxy
         try:
             url = request.url
             origin = url.origin
             if state.guarded:  # the breaker and the throttle, before the bulkhead
-                self.admission = await state.guard.admit(
+                self._admission = await state.guard.admit(
                     f"{request.method} {url}", request.deadline
                 )
-            if state.limiter is not None and self.permit is None:  # (taken already if free)
-                self.permit = await admit(state, request.naming, origin)
+            if state.limiter is not None and self._permit is None:  # (taken already if free)
+                self._permit = await admit(state, request.naming, origin)
                 if rt.drained and progress in rt.drained:
                     raise _drained(request, progress)  # admitted just as drain() was called
             # Cleartext through an HTTP(S) proxy: absolute-form target, one pool of proxy
@@ -305,7 +320,7 @@ class AttemptRun:
             memo = request.wire_memo
             wire_request = memo.request if memo is not None else None
             if wire_request is None or not fixed_headers(rt, request, via_proxy):
-                headers = await attempt_headers(rt, request, progress, via_proxy, self.number)
+                headers = await attempt_headers(rt, request, progress, via_proxy, self._number)
                 body, length = request.body.opened_in_memory() or await request.body.open()
                 target = url.without_userinfo() if via_proxy else url.target
                 wire_request = WireRequest(request.method, target, headers, body, length)
@@ -315,9 +330,9 @@ class AttemptRun:
                     and fixed_headers(rt, request, via_proxy)
                 ):
                     memo.request = wire_request  # the template's calls send this one from now on
-            self.sent_headers = wire_request.headers
+            self._sent_headers = wire_request.headers
 
-            conn = self.conn  # taken already by an attempt that found one ready
+            conn = self._conn  # taken already by an attempt that found one ready
             if conn is None:
                 connector = rt.connector
                 key = connector.key_for(origin, proxy)
@@ -327,7 +342,7 @@ class AttemptRun:
                     Dial(connector, url, proxy, key),
                     expect_multiplexed=connector.expect_multiplexed(origin, via_proxy, key),
                 )
-                self.conn = conn
+                self._conn = conn
                 if rt.drained and progress in rt.drained:
                     # drain() cancelled the wait just as a connection was granted: stop before
                     # the first byte (the next await would be a write, and its cancellation
@@ -337,7 +352,7 @@ class AttemptRun:
             if config.early_data and not progress.late_only:
                 progress.early_ok = _early_safe(request, state)
             response = await conn.send_request(wire_request, progress)
-            self.response = response
+            self._response = response
             routes = rt.connector.quic_routes
             if routes is not None:
                 routes.learn(origin, response.headers)
@@ -351,7 +366,7 @@ class AttemptRun:
                         http_version=response.http_version,
                         url=url,
                         request_method=request.method,
-                        attempt=self.number,
+                        attempt=self._number,
                     ),
                     progress,
                 )
@@ -376,201 +391,55 @@ class AttemptRun:
                 # (a PoolTimeout meanwhile says so, ConnectionPool.hold). A buffered body that
                 # can be continued is read by the loop too (``_call/resume.py``).
                 rt.pool.hold(conn)
-                self.held = True
-                finished = True
-                return
-            limit = config.max_body_bytes
-            decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
-            source = response.source
-            chunks = await source.receive_all(progress, limit)
-            self.body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
-            if decoder is not None:  # (Response.num_bytes_downloaded: the body as it came)
-                self.raw_length = sum(map(len, chunks))
+                self._held = True
+            else:
+                limit = config.max_body_bytes
+                decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
+                source = response.source
+                chunks = await source.receive_all(progress, limit)
+                self._body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
+                if decoder is not None:  # (Response.num_bytes_downloaded: the body as it came)
+                    self._raw_length = sum(map(len, chunks))
             finished = True
         except WireError as exc:
-            self.error = exc
+            self._error = exc
             if rt.closed:
                 # A failure while the client closed is aclose()'s doing (it closed the
                 # connection the attempt held, or cancelled its scope): not retried.
                 self._closed_in_flight()
         finally:
-            if not (finished and self.held):
-                self.give_back()
+            if not (finished and self._held):
+                self._give_back()
+        return self._result()
 
-    def end(self) -> None:
-        """Give back what a streamed response still holds (idempotent): a body not read to its
-        end is abandoned (its HTTP/1.1 connection closed, its HTTP/2 or HTTP/3 stream reset),
-        then :meth:`give_back`. For the ``stream()`` block's exit, a redirect followed, and a
-        hedged copy whose response lost the race."""
-        response = self.response
-        if self.body is None and self.conn is not None and response is not None:
-            response.source.abandon()
-        self.give_back()
+    def end(self, read_to_end: bool = False) -> None:
+        """Give back what a streamed response still holds (idempotent): when ``read_to_end``,
+        its body was read to its end and the connection goes back to the pool reusable; else a
+        body not read to its end is abandoned (its HTTP/1.1 connection closed, its HTTP/2 or
+        HTTP/3 stream reset). For the body's end, the ``stream()`` block's exit, a redirect
+        followed, and a hedged copy whose response lost the race."""
+        if read_to_end:
+            self._body = b""  # (what makes the connection reusable: _give_back)
+        else:
+            response = self._response
+            if self._body is None and self._conn is not None and response is not None:
+                response.source.abandon()
+        self._give_back()
 
-    def give_back(self) -> None:
+    def _give_back(self) -> None:
         """Return the connection (reusable only after a complete exchange) and the permit."""
-        conn, self.conn = self.conn, None
+        conn, self._conn = self._conn, None
         if conn is not None:
-            if self.held:
-                self.held = False
+            if self._held:
+                self._held = False
                 self._rt.pool.unhold(conn)
-            if self.error is None and self.body is not None:
+            if self._error is None and self._body is not None:
                 self._rt.pool.release(conn)
             else:
                 self._rt.pool.discard(conn)
-        permit, self.permit = self.permit, None
+        permit, self._permit = self._permit, None
         if permit is not None:
             release(self._state, permit)
-
-    @property
-    def answered(self) -> bool:
-        """A response head arrived and nothing failed after it."""
-        return self.response is not None and self.error is None
-
-    def observe(self) -> tuple[Evidence, FailureCategory | None, float | None]:
-        """The evidence, failure category and Retry-After (seconds) of the finished attempt;
-        a Retry-After given as an HTTP-date is dated by the client's wall clock."""
-        error = self.error
-        wire = self.response
-        if wire is not None and error is None:
-            retry_after = None
-            if wire.status >= 400:  # below 400 the engine is not consulted
-                wall_clock = self._rt.config.wall_clock
-                for name, value in wire.headers:
-                    if name.lower() == b"retry-after":
-                        retry_after = parse_retry_after(value, wall_clock())
-            return _RECEIVED, None, retry_after
-        assert isinstance(error, WireError)
-        return error.evidence, error.category, None
-
-    def record(
-        self,
-        number: int,
-        evidence: Evidence,
-        category: FailureCategory | None,
-        ended: float,
-        decision: Decision | None = None,
-    ) -> Attempt:
-        """The :class:`Attempt` record of the finished attempt (built once, with its
-        decision); ``number`` is its place in the call's trail."""
-        progress = self.progress
-        timings = progress.timings  # the progress ends with its attempt: no copy needed
-        timings["total"] = ended - progress.started
-        wire = self.response
-        return build_attempt(  # Attempt(...), built faster
-            number=number,
-            stage=progress.stage,
-            evidence=evidence,
-            error=self.error,
-            # Kept when the head arrived, even if the body then broke (the engine's status
-            # rules still see None: a broken exchange is judged by the transport rules).
-            status=wire.status if wire is not None else None,
-            http_version=progress.http_version,
-            early_data=progress.early_data,
-            connection_reused=progress.connection_reused,
-            bytes_sent=progress.bytes_sent,
-            bytes_received=progress.bytes_received,
-            category=category,
-            timings=timings,
-            decision=decision,
-            range_start=self.range_start,
-        )
-
-
-def fixed_headers(rt: Runtime, request: PreparedRequest, via_proxy: ProxyConfig | None) -> bool:
-    """Whether :func:`attempt_headers` would add nothing to the prepared headers but ``Host``:
-    no request event hook, no credentials to apply, no cookies (no jar, none of the call's), no
-    proxy in the request line, no trace context. The headers of such an attempt are the same
-    for every call from one template (``prepare.WireMemo``)."""
-    hooks = rt.config.hooks
-    trace = request.trace
-    return (
-        via_proxy is None
-        and (hooks is None or not hooks.request)
-        and (request.auth is None or not request.apply_auth)
-        and rt.cookies is None
-        and not request.cookies
-        and (trace is None or trace.current is None)
-    )
-
-
-async def attempt_headers(
-    rt: Runtime,
-    request: PreparedRequest,
-    progress: AttemptProgress,
-    via_proxy: ProxyConfig | None,
-    number: int = 1,
-) -> list[tuple[bytes, bytes]]:
-    """The header block of this attempt, encoded: the prepared headers as the request event
-    hooks left them, plus ``Host``, the ``auth`` headers (a header the caller set wins), the
-    cookie jar's ``Cookie``, the proxy's credentials and the trace context. Anything that adds
-    a header per attempt adds it here, and says so in :func:`fixed_headers`.
-
-    A raising hook raises a ``WireError`` (``NOT_SENT`` at ``ADMISSION``; it ends the call):
-    nothing has been sent, no connection taken."""
-    url = request.url
-    prepared = request.headers
-    hooks = rt.config.hooks
-    if hooks is not None and hooks.request:
-        view = HookRequest(
-            method=request.method,
-            url=url,
-            headers=prepared.copy(),  # the hooks' changes are this attempt's only
-            attempt=number,
-            idempotency=request.idempotency,
-        )
-        prepared = await hooks.before_attempt(view, progress)
-    headers = prepared.raw()  # a fresh list, encoded once per Headers
-    if "host" not in prepared:
-        headers.insert(0, (b"host", url.host_header.encode()))
-    auth = request.auth
-    if auth is not None and request.apply_auth:
-        try:
-            signed = Headers(await auth_headers(auth, request))
-        except InvalidRequest as exc:
-            raise WireError.at(
-                progress, FailureCategory.INVALID_REQUEST, f"auth: {exc}", ends_call=True
-            ) from exc
-        for name, value in signed.multi_items():
-            if name.lower() in _FRAMING:
-                # The client frames the body; framing from auth would make TE + CL possible.
-                raise WireError.at(
-                    progress,
-                    FailureCategory.INVALID_REQUEST,
-                    f"auth returned {name}; the client frames the body itself",
-                    ends_call=True,
-                )
-            if name not in prepared:
-                headers.append((name.encode("latin-1"), value.encode("latin-1")))
-    jar = rt.cookies
-    if (jar is not None or request.cookies) and "cookie" not in prepared:
-        from .._cookies import cookie_header  # see store_cookies' import in AttemptRun
-
-        cookie = (
-            cookie_header(jar, url.without_userinfo(), request.method, prepared) if jar else None
-        )
-        if request.cookies:  # the call's cookies= win over the jar's of the same name
-            given = {name for name, _ in request.cookies}
-            kept = [
-                part
-                for part in (cookie.split("; ") if cookie else [])
-                if part.split("=", 1)[0] not in given
-            ]
-            cookie = "; ".join(kept + [f"{n}={v}" for n, v in request.cookies])
-        if cookie:
-            try:  # the jar's values came from servers: held to the same rules as ours
-                cookie = check_header("Cookie", cookie)
-            except InvalidRequest as exc:
-                raise WireError.at(
-                    progress, FailureCategory.LOCAL_PROTOCOL, f"the cookie jar's {exc}"
-                ) from exc
-            headers.append((b"cookie", cookie.encode("latin-1")))
-    if via_proxy is not None and via_proxy.authorization is not None:
-        headers.append((b"proxy-authorization", via_proxy.authorization.encode("latin-1")))
-    trace = request.trace
-    if trace is not None and trace.current is not None:
-        trace.current.inject(headers)  # the configured propagator: traceparent, ...
-    return headers
 
 
 def _drained(

@@ -3,15 +3,16 @@
 :func:`learn` feeds a finished attempt's evidence to its origin's breaker, throttle and
 hedging ledger (:mod:`.resilience`). :func:`hedged_attempt` stands in for
 :meth:`~.attempt.AttemptRun.run` when the call is hedged: each copy is an
-:class:`~.attempt.AttemptRun` of its own, with the same contract (never an exception but outer
-cancellation or the caller's own); the copies that did not win are appended to the trail
-before the winner.
+:class:`~.attempt.AttemptRun` of its own, numbered as it starts, with the same contract (never
+an exception but outer cancellation or the caller's own) and the same value (an
+:class:`~.result.AttemptResult`, read here, never written); the copies that did not win are
+appended to the trail, each with its own number, before the winner (the attempt the loop then
+decides on).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -20,8 +21,10 @@ from .._core.attempt import Attempt
 from .._core.evidence import FailureCategory
 from .._wire.progress import AttemptProgress
 from .attempt import AttemptRun
+from .notify import told
 from .prepare import PreparedRequest
 from .resilience import NON_FINAL_STATUSES, Copy, HedgeCancelled, run_hedged
+from .result import AttemptResult, cancelled_result
 from .runtime import Runtime
 from .upstream import UpstreamState
 
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
     from .._core.hedging import HedgeLedger
 
 __all__ = ["hedge_ledger", "hedged_attempt", "learn"]
-
-Notify = Callable[[Runtime, Attempt, PreparedRequest], Awaitable[object] | None]
 
 
 def hedge_ledger(
@@ -52,30 +53,29 @@ def hedge_ledger(
 
 def learn(
     state: UpstreamState,
-    outcome: AttemptRun,
-    progress: AttemptProgress,
+    result: AttemptResult,
     category: FailureCategory | None,
     retry_after: float | None,
     ledger: HedgeLedger | None,
 ) -> None:
-    """Feed one finished attempt to the origin's breaker, throttle and hedging ledger."""
-    wire = outcome.response
-    verdict, outcome.admission = outcome.admission, None
+    """Feed one finished attempt to the origin's breaker, throttle and hedging ledger (once
+    per attempt: the breaker's admission verdict it carries is spent here)."""
+    wire = result.response
     state.guard.observe(
         status=wire.status if wire is not None else None,
         category=category,
         retry_after=retry_after,
-        verdict=verdict,
+        verdict=result.admission,
     )
     if ledger is not None and wire is not None and category is None:
-        first_byte = progress.timings.get("first_byte")
+        first_byte = result.progress.timings.get("first_byte")
         if first_byte is not None:
             ledger.observe_latency(first_byte)
 
 
-def _final(outcome: AttemptRun) -> bool:
-    wire = outcome.response
-    return wire is not None and outcome.error is None and wire.status not in NON_FINAL_STATUSES
+def _final(result: AttemptResult) -> bool:
+    wire = result.response
+    return wire is not None and result.error is None and wire.status not in NON_FINAL_STATUSES
 
 
 async def hedged_attempt(
@@ -87,17 +87,16 @@ async def hedged_attempt(
     attempts: list[Attempt],
     ledger: HedgeLedger,
     number: int,
-    notify: Notify,
-) -> tuple[AttemptRun, int]:
-    """One attempt, with hedged copies after ``ledger.delay()``; returns the winner's run and
-    attempt number.
+) -> AttemptResult:
+    """One attempt, numbered ``number``, with hedged copies after ``ledger.delay()``
+    (numbered on from it as each starts); returns the winner's result.
 
-    Copies that did not win are appended to ``attempts`` first (a cancelled one with a
-    ``HedgeCancelled`` error and the evidence of the stage it reached; one that ended on its
-    own with its outcome). Every copy has ended when this returns, and only the winner holds a
-    connection or a permit (a streamed call's other copies that answered give theirs back,
-    their bodies unread): on outer cancellation all are cancelled, none holds anything, and
-    ``trio.Cancelled`` propagates, unwrapped.
+    Copies that did not win are appended to ``attempts`` first, in the order of their numbers
+    (a cancelled one with a ``HedgeCancelled`` error and the evidence of the stage it reached;
+    one that ended on its own with its outcome). Every copy has ended when this returns, and
+    only the winner holds a connection or a permit (a streamed call's other copies that
+    answered give theirs back, their bodies unread): on outer cancellation all are cancelled,
+    none holds anything, and ``trio.Cancelled`` propagates, unwrapped.
     """
     # Imported by hedged calls only (the loop calls this when the call has a ledger): the
     # module is start-up time that programs without hedging never need; a hedged attempt's
@@ -140,13 +139,13 @@ async def hedged_attempt(
         return True
 
     runs: list[AttemptRun] = []
+    wall_clock = rt.config.wall_clock
 
-    async def copy_attempt(copy_progress: AttemptProgress) -> AttemptRun:
+    async def copy_attempt(copy_number: int, copy_progress: AttemptProgress) -> AttemptResult:
         # (Copies have no span of their own yet: they run at once, and a call has one slot.)
-        run = AttemptRun(rt, request, state, copy_progress, streaming, traced=False)
+        run = AttemptRun(rt, request, state, copy_progress, streaming, copy_number, traced=False)
         runs.append(run)
-        await run.run()
-        return run
+        return await run.run()
 
     try:
         winner, others = await run_hedged(
@@ -158,23 +157,24 @@ async def hedged_attempt(
         )
         assert winner.outcome is not None
         for copy in sorted(others, key=lambda c: c.number):  # their records, each told of
-            outcome = copy.outcome
-            if outcome is None:  # lost the race: cancelled
-                outcome = AttemptRun(rt, request, state, copy.progress, streaming, traced=False)
-                outcome.error = HedgeCancelled(f"cancelled: attempt {winner.number} answered first")
-                evidence, category = copy.progress.evidence, None
+            result = copy.outcome
+            if result is None:  # lost the race: cancelled
+                result = cancelled_result(
+                    copy.number,
+                    copy.progress,
+                    HedgeCancelled(f"cancelled: attempt {winner.number} answered first"),
+                )
+                evidence, category, _ = result.observe(wall_clock)
             else:
                 # Ended on its own but did not win. In a streamed call, a copy that answered at
                 # the same instant as the winner still holds its connection and permit: they
                 # go back now, its body unread (the connection closed, an HTTP/2 or HTTP/3
-                # stream reset). A no-op for a copy that gave them back itself.
-                outcome.end()
-                evidence, category, retry_after = outcome.observe()
-                learn(state, outcome, copy.progress, category, retry_after, ledger)
-            attempt = outcome.record(copy.number, evidence, category, copy.ended)
-            attempts.append(attempt)
-            if (pending := notify(rt, attempt, request)) is not None:
-                await pending
+                # stream reset).
+                if result.held is not None:
+                    result.held.end()
+                evidence, category, retry_after = result.observe(wall_clock)
+                learn(state, result, category, retry_after, ledger)
+            await told(rt, request, attempts, result.record(evidence, category, copy.ended))
     except BaseException:
         # Outer cancellation, or the caller's own error (a raising on_attempt, auth object or
         # body): no response will be handed over, so no copy keeps a connection or a permit,
@@ -182,4 +182,4 @@ async def hedged_attempt(
         for run in runs:
             run.end()
         raise
-    return winner.outcome, winner.number
+    return winner.outcome

@@ -4,20 +4,23 @@ One call runs this loop (:func:`send`):
 
 1. admission: a draining client admits no new call (``AdmissionRejected``, ``NOT_SENT``);
 2. an attempt: an :class:`~.attempt.AttemptRun` (or, for a hedged call, the copies of
-   :func:`~.hedge.hedged_attempt`, each its own run) within the call's deadline; the wire
-   keeps its ``AttemptProgress`` current, so however the attempt ends the stage reached is
-   known; the origin's breaker, throttle and hedging ledger learn from it
-   (:func:`~.hedge.learn`);
-3. the :class:`Attempt` record (a call's one buffered attempt that nobody watches has its
-   record built when ``Response.attempts`` is first read);
+   :func:`~.hedge.hedged_attempt`, each its own run) within the call's deadline, numbered
+   as it starts (the tries started before it, plus one: every try has its number, counted or
+   not); it returns an :class:`~.result.AttemptResult`, a value this loop reads and never
+   writes into; the wire keeps its ``AttemptProgress`` current, so however the attempt ends
+   the stage reached is known; the origin's breaker, throttle and hedging ledger learn from
+   it (:func:`~.hedge.learn`);
+3. the :class:`Attempt` record, told of (:mod:`.notify`; a call's one buffered attempt that
+   nobody watches has its record built when ``Response.attempts`` is first read);
 4. whether to send again, decided by the engine's file (``_core/engine.py``) alone: first
    its "not consulted" decisions (a response below 400 is the answer; a connection's
    refusal goes again uncounted; a failure that ends the call; an auth challenge to answer),
-   else the engine on a ``RetryContext``. On ``RetryAllowed`` the attempt has *already*
-   given back its connection and its bulkhead permit; the budget is debited and the backoff
-   sleeps — never past the call deadline, and cut short by ``drain()``;
+   each carrying the action this loop executes (``NotConsulted.action``), else the engine on
+   a ``RetryContext``. On ``RetryAllowed`` the attempt has *already* given back its
+   connection and its bulkhead permit; the budget is debited and the backoff sleeps — never
+   past the call deadline, and cut short by ``drain()``;
 5. the end: a response, ``HttpAmbiguousExecutionError`` or a ``RequestFailed`` subclass
-   (:mod:`.failures`).
+   (:mod:`.answer`, with :mod:`.failures`).
 
 :func:`send_following` wraps it with redirects: the call's deadline spans the whole chain.
 Outer cancellation is never caught: only the client's own scopes (the call deadline, the client
@@ -26,10 +29,7 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
-import inspect
-import logging
 import math
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -38,47 +38,41 @@ import trio
 
 from .._auth import auth_request
 from .._core.attempt import Attempt
-from .._core.decision import AmbiguousFailure, Decision, RetryAllowed, RetryDenied
+from .._core.decision import Decision, RetryAllowed, RetryDenied
 from .._core.engine import (
     FINAL_BELOW,
     AttemptFacts,
-    NotConsulted,
     RetryContext,
+    Then,
     build_context,
     not_consulted,
 )
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
-from .._errors import AdmissionRejected, HttpAmbiguousExecutionError, TooManyRedirects
+from .._errors import AdmissionRejected, TooManyRedirects
 from .._models import Headers, Response, shown_url
 from .._redirects import REDIRECT_STATUSES
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
+from .answer import Closer, buffered, counted, deliver, finish, response_of
 from .attempt import AttemptRun
-from .body import REDIRECT_CLOSED, CheckedDecoder, StreamedBody
+from .body import REDIRECT_CLOSED
 from .config import RefreshableAuth
-from .failures import ambiguous_status, failure
+from .failures import failure
 from .hedge import hedge_ledger, hedged_attempt, learn
+from .notify import notify, told, watched
 from .prepare import PreparedRequest, prepare_redirect
-from .resume import carry
+from .result import AttemptResult
 from .runtime import Runtime
 from .upstream import UpstreamState
 
 if TYPE_CHECKING:
     from .._core.hedging import HedgeLedger
 
-__all__ = ["Closer", "send", "send_following"]
-
-logger = logging.getLogger("trio_retry")
+__all__ = ["send", "send_following"]
 
 #: (a global: on Python 3.11 an enum class attribute costs a ``__getattr__`` hook)
 _RECEIVED = Evidence.RESPONSE_RECEIVED
-
-#: Ends a streamed response (``StreamedBody.close``): gives its connection back (reusable if
-#: the body was read to the end) and its permit; reading on after it raises ``StreamClosed``
-#: with the message given (what closed it). ``None`` for a buffered response, which holds
-#: nothing.
-Closer = Callable[[str], None]
 
 
 async def send_following(
@@ -139,36 +133,33 @@ async def send(
     retries: _Retries | None = None  # the failure path's state, made at the first failure
 
     while True:
-        # 2. an attempt (answered auth challenges are in the trail, not numbered)
-        number = len(attempts) + 1 - (retries.challenges if retries is not None else 0)
+        # 2. an attempt, numbered after every try the call started (each is in the trail)
+        number = len(attempts) + 1
         progress = AttemptProgress(started if not attempts else rt.now())
         if attempts and attempts[-1].status == 425 and attempts[-1].early_data is not None:
-            progress.late_only = True  # NotConsulted.TOO_EARLY: after the handshake this time
+            progress.late_only = True  # RFC 8470 §5.2: after the handshake this time
         if ledger is not None:
-            run, number = await hedged_attempt(
-                rt, request, state, progress, streaming, attempts, ledger, number, _notify
+            result = await hedged_attempt(
+                rt, request, state, progress, streaming, attempts, ledger, number
             )
-            run.number = number  # the winner's place in the trail
         else:
-            run = AttemptRun(rt, request, state, progress, streaming, number)
-            await run.run()
+            result = await AttemptRun(rt, request, state, progress, streaming, number).run()
         ended = rt.now()
-        wire = run.response
-        if wire is not None and run.error is None and wire.status < FINAL_BELOW:
+        wire = result.response
+        if wire is not None and result.error is None and wire.status < FINAL_BELOW:
             # 3, 5: NotConsulted.FINAL_RESPONSE: the record, and the caller's response.
             if guarded:
-                learn(state, run, run.progress, None, None, ledger)
-            if not attempts and run.body is not None and not _watched(rt, request):
+                learn(state, result, None, None, ledger)
+            if not attempts and result.body is not None and not watched(rt, request):
                 # The call's one attempt, buffered, and nobody to tell of it: its record is
-                # built when Response.attempts is first read (from this run, which nothing
-                # changes any more).
-                first = partial(run.record, 1, _RECEIVED, None, ended)
-                return _response(request, run, None, None, ended=ended, attempt_record=first), None
-            return await _answer(rt, request, run, attempts, ended, streaming, state, retries)
+                # built when Response.attempts is first read (from the result, a value).
+                first = partial(result.record, _RECEIVED, None, ended)
+                return response_of(request, result, None, None, ended, first), None
+            return await _answer(rt, request, result, attempts, ended, streaming, state, retries)
         # 4. whether to send again: the engine's file decides (and the attempt is recorded).
         if retries is None:
             retries = _Retries(rt, request, state, ledger)
-        decision = await retries.decide(run, attempts, ended)
+        decision = await retries.decide(result, attempts, ended)
         if decision is None:
             continue  # sent again at once, uncounted (a reconnect, an answered challenge)
         if isinstance(decision, RetryAllowed):
@@ -176,13 +167,13 @@ async def send(
             if denied is None:
                 continue
             decision = denied
-        return _finish(request, run, attempts, decision)  # 5
+        return finish(request, result, attempts, decision)  # 5
 
 
 async def _answer(
     rt: Runtime,
     request: PreparedRequest,
-    run: AttemptRun,
+    result: AttemptResult,
     attempts: list[Attempt],
     ended: float,
     streaming: bool,
@@ -192,31 +183,25 @@ async def _answer(
     """The call's response from an attempt answered below 400, and the attempt's record
     (told of). (A call's one buffered attempt that nobody watches is answered in
     :func:`send` itself, with no coroutine of this one.)"""
-    attempts.append(run.record(len(attempts) + 1, _RECEIVED, None, ended))
+    attempts.append(result.record(_RECEIVED, None, ended))
     try:
-        if (pending := _notify(rt, attempts[-1], request)) is not None:
+        if (pending := notify(rt, attempts[-1], request)) is not None:
             await pending
     except BaseException:
         # A raising on_attempt, or outer cancellation while it ran: the streamed response
         # will not be handed over, so its connection and permit go back now.
-        run.end()
+        if result.held is not None:
+            result.held.end()
         raise
-    if run.body is not None:
-        return _response(request, run, attempts, None, ended=ended), None
-    # The body, read through a Continuation: continued where it breaks, if it can be.
-    body, carried, decoder = carry(
-        rt, request, state, run, attempts, lambda: retries or _Retries(rt, request, state, None)
-    )
-    if streaming:
-        response = _response(request, run, attempts, None, body, decoder)
-        response._continuation = carried
-        return response, body.close
-    # A buffered body left unread by its attempt because it can be continued: read whole here.
-    head, raw_length = await carried.read_buffered()
-    response = _response(request, head, attempts, None)
-    response._continuation = carried
-    response._downloaded = raw_length
-    return response, None
+    if result.body is not None:
+        return response_of(request, result, attempts, None, ended), None
+
+    def retrier() -> _Retries:  # the call's retry state (made once, at its first failure)
+        return retries or _Retries(rt, request, state, None)
+
+    if not streaming:  # a buffered body left unread: it can be continued if it breaks
+        return await buffered(rt, request, result, attempts, state, retrier), None
+    return deliver(rt, request, result, attempts, state, retrier)
 
 
 class _Retries:
@@ -237,7 +222,7 @@ class _Retries:
         "_retry_after",
         "_rt",
         "_state",
-        "challenges",
+        "_uncounted",
         "deadline",
     )
 
@@ -255,8 +240,8 @@ class _Retries:
         self._guarded = state.guarded or ledger is not None
         self._previous_delay: float | None = None
         self._auth_refreshed = self._retried_425 = self._challenged = False
-        self._reconnects = 0  # tries sent again on a fresh connection, not counted
-        self.challenges = 0  # answered auth challenges: in the trail, not numbered
+        self._reconnects = 0  # tries sent again at once (Then.SEND_AGAIN): MAX_RECONNECTS
+        self._uncounted = 0  # tries sent again without counting (Action.counted False)
         self._retry_after: float | None = None
         self._ended = 0.0  # when the attempt the engine decided on ended
         #: The call's deadline, or the caller's own if earlier (read when deciding: it costs
@@ -265,23 +250,27 @@ class _Retries:
 
     async def decide(
         self,
-        run: AttemptRun,
+        result: AttemptResult,
         attempts: list[Attempt],
         ended: float,
         continuation: bool = False,
         delivered: bool = False,
     ) -> Decision | None:
-        """What follows the finished attempt ``run``, its record appended to ``attempts``
+        """What follows the finished attempt ``result``, its record appended to ``attempts``
         (and told: ``on_attempt``, the log, the span): ``None`` to send again at once,
         uncounted (``NotConsulted.RECONNECT``, an answered ``AUTH_CHALLENGE``), or the
         engine's decision. Raises the call's exception for ``NotConsulted.ENDS_CALL``.
-        ``continuation``: ``run`` asked for the rest of a broken body (``_call/resume.py``):
-        continuable, and ``delivered`` when the caller has read its beginning."""
+        ``continuation``: ``result`` asked for the rest of a broken body (``_call/resume.py``):
+        continuable, and ``delivered`` when the caller has read its beginning.
+
+        A "not consulted" decision is executed as its action says (``NotConsulted.action``:
+        what follows, whether the try counts, whether the upstream learns from it); nothing
+        here derives it again."""
         rt = self._rt
         request = self._request
-        wire = run.response
-        error = run.error
-        evidence, category, retry_after = run.observe()
+        wire = result.response
+        error = result.error
+        evidence, category, retry_after = result.observe(rt.config.wall_clock)
         self._retry_after = retry_after
         skip = not_consulted(
             AttemptFacts(
@@ -292,38 +281,43 @@ class _Retries:
                 replayable=request.body.replayability.replayable,
                 draining=rt.draining,
                 challenge=not self._challenged and _may_answer_challenge(request),
-                early_data=run.progress.early_data is not None,
+                early_data=result.progress.early_data is not None,
             )
         )
-        if skip is NotConsulted.RECONNECT or skip is NotConsulted.TOO_EARLY:
-            # No attempt counted, no budget, no backoff; in the trail with decision None. The
-            # breaker does not learn from it (the connection refused it, not the upstream),
-            # but a probe slot the attempt held is given back.
-            self._state.guard.release(run.admission)
-            run.admission = None
-            self._reconnects += 1
-            await _told(rt, request, attempts, run.record(run.number, evidence, category, ended))
-            return None
-        if self._guarded:
-            learn(self._state, run, run.progress, category, retry_after, self._ledger)
-        number = len(attempts) + 1
-        if skip is NotConsulted.AUTH_CHALLENGE and await _answer_challenge(request, wire):
-            self._challenged = True
-            self.challenges += 1
-            await _told(rt, request, attempts, run.record(number, evidence, category, ended))
-            return None
-        if skip is NotConsulted.ENDS_CALL:
-            assert error is not None
-            await _told(rt, request, attempts, run.record(number, evidence, category, ended))
-            raise _counted(request, failure(request, attempts, error, None))
-        wire_status = wire.status if wire is not None and category is None else None
-        fresh = not run.progress.connection_reused
+        action = skip.action if skip is not None else None
+        if action is None or action.learns:
+            if self._guarded:
+                learn(self._state, result, category, retry_after, self._ledger)
+        else:
+            # The connection refused it, not the upstream: the breaker learns nothing, but a
+            # probe slot the attempt held is given back.
+            self._state.guard.release(result.admission)
+        if action is not None:
+            then: Then | None = action.then
+            assert then is not Then.ANSWER  # (answered in send(), before any facts)
+            if then is Then.ASK_AUTH:
+                if await _answer_challenge(request, wire):
+                    self._challenged = True  # (once per call)
+                else:
+                    then = None  # the auth declined: the engine decides after all
+            if then is not None:
+                await told(rt, request, attempts, result.record(evidence, category, ended))
+                if then is Then.END:
+                    assert error is not None
+                    raise counted(request, failure(request, attempts, error, None))
+                if then is Then.SEND_AGAIN:
+                    self._reconnects += 1
+                if not action.counted:
+                    self._uncounted += 1
+                return None  # sent again at once, no budget, no backoff
+        status = wire.status if wire is not None and category is None else None
+        fresh = not result.progress.connection_reused
         context = self._context(
-            attempts, ended, evidence, category, wire_status, fresh, continuation, delivered
+            attempts, ended, evidence, category, status, fresh, continuation, delivered
         )
         decision = rt.config.engine.decide(context)
         # Built once, with its decision (a dataclasses.replace would build it twice).
-        await _told(rt, request, attempts, run.record(number, evidence, category, ended, decision))
+        await told(rt, request, attempts, result.record(evidence, category, ended, decision))
         return decision
 
     async def broke(
@@ -353,7 +347,7 @@ class _Retries:
 
     async def tell(self, attempts: list[Attempt], attempt: Attempt) -> None:
         """Append ``attempt`` to the call's trail and tell of it."""
-        await _told(self._rt, self._request, attempts, attempt)
+        await told(self._rt, self._request, attempts, attempt)
 
     def _context(
         self,
@@ -376,7 +370,7 @@ class _Retries:
         backoff = policy.backoff
         retry_after = self._retry_after
         self._ended = now
-        counted = len(attempts) + 1 - self._reconnects  # attempts so far, hedges included
+        counted = len(attempts) + 1 - self._uncounted  # attempts so far, hedges included
         proposed = backoff.delay(counted, self._rt.config.rng, self._previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
@@ -433,15 +427,6 @@ class _Retries:
         return None
 
 
-async def _told(
-    rt: Runtime, request: PreparedRequest, attempts: list[Attempt], attempt: Attempt
-) -> None:
-    """Append ``attempt`` to the call's trail and tell of it (:func:`_notify`)."""
-    attempts.append(attempt)
-    if (pending := _notify(rt, attempt, request)) is not None:
-        await pending
-
-
 def _may_answer_challenge(request: PreparedRequest) -> bool:
     """Whether the call's auth answers challenges (``RequestAuth.challenge``) and applies to
     this request (never after leaving the origin)."""
@@ -458,13 +443,6 @@ async def _answer_challenge(request: PreparedRequest, wire: WireResponse | None)
     return answered
 
 
-def _counted(request: PreparedRequest, error: Exception) -> Exception:
-    """``error``, counted in the ambiguous-outcomes metric when it is that (``telemetry=``)."""
-    if request.trace is not None and isinstance(error, HttpAmbiguousExecutionError):
-        request.trace.ended_ambiguous()
-    return error
-
-
 async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     """Sleep ``delay`` (never past ``deadline``); False if drain() cut it short."""
     if rt.draining:
@@ -475,97 +453,3 @@ async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     with trio.move_on_at(min(trio.current_time() + delay, deadline)):
         await rt.drain_event.wait()
     return not rt.draining
-
-
-def _watched(rt: Runtime, request: PreparedRequest) -> bool:
-    """Whether :func:`_notify` has anyone to tell of an attempt: a span, the DEBUG log or
-    ``on_attempt``."""
-    return (
-        request.trace is not None
-        or rt.config.on_attempt is not None
-        or logger.isEnabledFor(logging.DEBUG)
-    )
-
-
-def _notify(rt: Runtime, attempt: Attempt, request: PreparedRequest) -> Awaitable[object] | None:
-    """Log the attempt (DEBUG) and call ``on_attempt``; its awaitable, if it returned one,
-    is for the caller to await (so that a client without an async callback awaits nothing).
-    With ``telemetry=``, the attempt's span ends here, with the attempt's record.
-    """
-    trace = request.trace
-    if trace is not None and trace.current is not None:
-        trace.current.finish(attempt)
-    if logger.isEnabledFor(logging.DEBUG):
-        # The attempt trail only: no header values, so no credentials, ever reach the log.
-        logger.debug(
-            "%s %s attempt %d: %s %s %s%s (%.1f ms)%s",
-            request.method,
-            format(request.url),  # shown: no userinfo, no query value (str() has them)
-            attempt.number,
-            attempt.stage,
-            attempt.evidence,
-            attempt.status if attempt.status is not None else "-",
-            f" {attempt.category}" if attempt.category is not None else "",
-            attempt.timings.get("total", 0.0) * 1000,
-            f"; {attempt.decision}" if attempt.decision is not None else "",
-        )
-    on_attempt = rt.config.on_attempt
-    if on_attempt is not None:
-        result = on_attempt(attempt)
-        if inspect.isawaitable(result):
-            return result
-    return None
-
-
-# --- the end of the loop ------------------------------------------------------------------
-
-
-def _response(
-    request: PreparedRequest,
-    run: AttemptRun,
-    attempts: list[Attempt] | None,
-    decision: Decision | None,
-    stream: StreamedBody | None = None,
-    decoder: CheckedDecoder | None = None,
-    ended: float | None = None,
-    attempt_record: Callable[[], Attempt] | None = None,
-) -> Response:
-    """The call's response; ``ended``: when its attempt ended, if just read (else now);
-    ``attempts=None``: its one attempt is ``attempt_record()``'s, built when first read."""
-    wire = run.response
-    assert wire is not None
-    response = Response._received(
-        status=wire.status,
-        reason=wire.reason,
-        wire_headers=wire.headers,  # decoded on first use, like the sent ones
-        http_version=wire.http_version,
-        url=request.url,
-        request_method=request.method,
-        sent_headers=run.sent_headers or (),
-        elapsed=(trio.current_time() if ended is None else ended) - request.started,
-        content=run.body,
-        attempts=attempts,  # the call's own list: the loop is done with it
-        retry_decision=decision,
-        stream=stream,
-        decoder=decoder,
-        attempt_record=attempt_record,
-    )
-    if run.raw_length is not None:
-        response._downloaded = run.raw_length
-    return response
-
-
-def _finish(
-    request: PreparedRequest,
-    run: AttemptRun,
-    attempts: list[Attempt],
-    decision: Decision,
-) -> tuple[Response, Closer | None]:
-    """The loop stopped on ``decision``: the final response, or the exception it means."""
-    if run.response is not None and run.error is None:
-        response = _response(request, run, attempts, decision)
-        if isinstance(decision, AmbiguousFailure):
-            raise _counted(request, ambiguous_status(request, response, attempts, decision))
-        return response, None
-    assert run.error is not None
-    raise _counted(request, failure(request, attempts, run.error, decision))

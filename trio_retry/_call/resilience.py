@@ -237,14 +237,15 @@ class Copy(Generic[OutcomeT]):
 async def run_hedged(
     *,
     first: Copy[OutcomeT],
-    attempt: Callable[[AttemptProgress], Awaitable[OutcomeT]],
+    attempt: Callable[[int, AttemptProgress], Awaitable[OutcomeT]],
     delay: Callable[[], float],
     may_hedge: Callable[[int], bool],
     final: Callable[[OutcomeT], bool],
 ) -> tuple[Copy[OutcomeT], list[Copy[OutcomeT]]]:
     """Run ``first``, and after ``delay()`` seconds without a response head another copy
     (while ``may_hedge(copies started so far)`` says yes, each ``delay()`` after the last);
-    return ``(winner, others)``.
+    return ``(winner, others)``. Each copy is ``attempt(number, progress)``, numbered on from
+    ``first.number`` as it starts.
 
     The winner is the first copy whose outcome is ``final``; when none is, the last one to
     finish with an outcome. The others were cancelled (``cancelled``) or finished without
@@ -263,7 +264,7 @@ async def run_hedged(
         nonlocal changed
         try:
             with copy.scope:
-                copy.outcome = await attempt(copy.progress)
+                copy.outcome = await attempt(copy.number, copy.progress)
             if copy.scope.cancelled_caught:
                 copy.cancelled = True
         except trio.Cancelled:

@@ -26,7 +26,9 @@ that :func:`~trio_retry._resume.validator_of` accepts), a break of the body goes
    engine's, as on any attempt.
 
 Cancelled (the caller's own scope, the client closing), a continuation gives back what its
-attempt held before the cancellation goes on: :class:`AttemptRun` does.
+attempt held before the cancellation goes on: :class:`AttemptRun` does. Each attempt is the
+value its run returned (:class:`~.result.AttemptResult`), read, never written: what the body's
+end or break gives back goes through the attempt's ``held``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .attempt import AttemptRun
 from .body import BLOCK_CLOSED, BodyReader, CheckedDecoder, StreamedBody, decoder_for
 from .failures import FAILURE_TYPES, failure
 from .prepare import PreparedRequest
+from .result import AttemptResult
 from .resumable import resumable
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ class Retrier(Protocol):
 
     async def decide(
         self,
-        run: AttemptRun,
+        result: AttemptResult,
         attempts: list[Attempt],
         ended: float,
         continuation: bool = False,
@@ -88,15 +91,15 @@ def carry(
     rt: Runtime,
     request: PreparedRequest,
     state: UpstreamState,
-    run: AttemptRun,
+    result: AttemptResult,
     attempts: list[Attempt],
     retrier: Callable[[], Retrier],
 ) -> tuple[StreamedBody, Continuation, CheckedDecoder | None]:
-    """The body of ``run``'s response (answered below 400, its body unread), read through a
+    """The body of ``result``'s response (answered below 400, its body unread), read through a
     :class:`Continuation` (continued when it breaks, if it can be), and the decoder of its
     ``Content-Encoding`` (``None``: nothing to decode). A break not continued raises the
     call's exception (``PARTIAL_RESPONSE``) from the body's next step."""
-    wire = run.response
+    wire = result.response
     assert wire is not None
     body: StreamedBody
 
@@ -111,7 +114,7 @@ def carry(
 
     limit = rt.config.max_body_bytes
     validator = resumable(request, state, wire.status, wire.headers)
-    carried = Continuation(rt, request, state, run, attempts, validator, retrier, limit)
+    carried = Continuation(rt, request, state, result, attempts, validator, retrier, limit)
     decoder = decoder_for(request.method, wire.headers, limit)
     body = StreamedBody(
         carried.reader(),
@@ -145,8 +148,8 @@ class Continuation:
         "progress",
         "restartable",
         "restarts",
+        "result",
         "resumed",
-        "run",
     )
 
     def __init__(
@@ -154,7 +157,7 @@ class Continuation:
         rt: Runtime,
         request: PreparedRequest,
         state: UpstreamState,
-        run: AttemptRun,
+        result: AttemptResult,
         attempts: list[Attempt],
         validator: Validator | None,
         retries: Callable[[], Retrier],
@@ -169,9 +172,9 @@ class Continuation:
         self._made: Retrier | None = None
         self._limit = limit
         #: The attempt whose response carries the body now.
-        self.run = run
+        self.result = result
         #: The attempt whose head the body is of (the first, or the one that restarted it).
-        self.head = run
+        self.head = result
         #: The body being read (set by :func:`carry`).
         self.body: StreamedBody | None = None
         #: The progress of the body's current stretch (its stage, its bytes).
@@ -185,9 +188,10 @@ class Continuation:
         #: then a ``200`` to a continuation starts the body again, however far it got.
         self.restartable = False
 
-    async def read_buffered(self) -> tuple[AttemptRun, int]:
-        """A buffered call's body (:meth:`read_whole`), closed after, kept as the ``body`` of
-        the attempt whose head it is of (returned), and its raw length."""
+    async def read_buffered(self) -> tuple[AttemptResult, int]:
+        """A buffered call's body (:meth:`read_whole`), closed after: the attempt whose head it
+        is of, with the body (a new value: the attempt's own is not written), and its raw
+        length."""
         body = self.body
         assert body is not None
         self.restartable = True
@@ -195,7 +199,7 @@ class Continuation:
             content, raw_length = await self.read_whole()
         finally:
             body.close(BLOCK_CLOSED)
-        self.head.body = content
+        self.head = replace(self.head, body=content)
         return self.head, raw_length
 
     async def read_whole(self) -> tuple[bytes, int]:
@@ -228,20 +232,18 @@ class Continuation:
 
     def reader(self) -> BodyReader:
         """The reader of the current stretch of the body."""
-        wire = self.run.response
+        wire = self.result.response
         assert wire is not None
         return BodyReader(wire.source, self.progress, self._limit)
 
     def ended(self) -> None:
         """The body was read to its end: its connection goes back to the pool."""
-        run = self.run
-        run.body = b""
-        run.end()
+        _end(self.result, read_to_end=True)
 
     def close(self) -> None:
         """Give back what the current attempt holds (a body not read to its end is
         abandoned)."""
-        self.run.end()
+        _end(self.result)
 
     def broken_record(self, exc: WireError) -> Attempt:
         """The trail's record of the attempt whose body broke with ``exc``: its head's record,
@@ -262,7 +264,7 @@ class Continuation:
         """
         validator = self._validator
         attempts = self._attempts
-        self.run.end()  # the broken attempt's connection is given up before anything else
+        _end(self.result)  # the broken attempt's connection is given up before anything else
         if validator is None:  # a body started again whose new head promises nothing
             attempts[-1] = self.broken_record(exc)
             raise self._failed(exc, RetryDenied.response_already_delivered(), None)
@@ -285,31 +287,32 @@ class Continuation:
                 if denied is not None:
                     raise self._failed(error, denied, reason)
             progress = AttemptProgress(rt.now())
-            run = AttemptRun(rt, request, self._state, progress, True, len(attempts) + 1)
-            if request is not self._request:
-                run.range_start = received
-            await run.run()
+            number = len(attempts) + 1
+            result = await AttemptRun(
+                rt, request, self._state, progress, True, number,
+                range_start=received if request is not self._request else None,
+            ).run()  # fmt: skip
             ended = rt.now()
-            wire = run.response
-            if wire is None or run.error is not None:
-                error = run.error if run.error is not None else error
-                decision = await retries.decide(run, attempts, ended, True, delivered)
+            wire = result.response
+            if wire is None or result.error is not None:
+                error = result.error if result.error is not None else error
+                decision = await retries.decide(result, attempts, ended, True, delivered)
                 continue
             headers = Headers.from_wire(wire.headers)
             reason = judge(validator, received, wire.status, headers)
             if wire.status >= 400 and wire.status != 416:  # the engine's, as any status
-                decision = await retries.decide(run, attempts, ended, True, delivered)
+                decision = await retries.decide(result, attempts, ended, True, delivered)
                 continue
             restart = (
                 reason is not None and wire.status == 200 and (received == 0 or self.restartable)
             )
             try:
-                await retries.tell(attempts, run.record(len(attempts) + 1, _RECEIVED, None, ended))
+                await retries.tell(attempts, result.record(_RECEIVED, None, ended))
             except BaseException:  # a raising on_attempt, or outer cancellation meanwhile
-                run.end()
+                _end(result)
                 raise
             if reason is not None and not restart:
-                run.end()
+                _end(result)
                 if not self.restartable or request is self._request:
                     raise self._failed(error, RetryDenied.response_already_delivered(), reason)
                 # Nothing of the body reached the caller: it starts again, with the request
@@ -320,12 +323,12 @@ class Continuation:
                 )
                 request = self._request
                 continue
-            self.run = run
+            self.result = result
             self.progress = AttemptProgress(ended)
             self.progress.stage = Stage.RESPONSE_BODY
             if restart:  # nothing of the body reached the caller: the new one is the body
                 self._validator = validator_of(wire.status, headers)
-                self.head = run
+                self.head = result
                 self.restarts += 1
                 return BodyReader(wire.source, self.progress, self._limit), 0
             self.resumed += 1
@@ -368,3 +371,9 @@ class Continuation:
         cause = error.__cause__ if isinstance(error, WireError) else None
         exc.__cause__ = cause if cause is not None else error
         return exc
+
+
+def _end(result: AttemptResult, read_to_end: bool = False) -> None:
+    """Give back what ``result``'s attempt holds (nothing, if it held nothing)."""
+    if result.held is not None:
+        result.held.end(read_to_end)

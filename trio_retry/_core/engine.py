@@ -81,6 +81,12 @@ the first that applies wins, and the client acts on it without building a contex
    go in early data again. (A 425 to a request that was not sent early is the engine's, as
    any other status.)
 
+Each of them carries what the client does on it (:class:`Action`, the member's value): what
+follows (:class:`Then`: the answer, the same request again at once, the auth asked first, or
+the end of the call), whether the try counts against ``max_attempts``, and whether the origin's
+breaker, throttle and hedging ledger learn from it. The client executes the action; it never
+derives it again from the attempt. Every try is numbered in the trail, counted or not.
+
 A stale pooled HTTP/1.1 connection found closed before a byte was written is not an attempt
 at all: the pool drops it and the same attempt goes on a fresh one (``_wire/pool.py``).
 
@@ -122,8 +128,10 @@ __all__ = [
     "FINAL_BELOW",
     "MAX_RECONNECTS",
     "RULES",
+    "Action",
     "AttemptFacts",
     "NotConsulted",
+    "Then",
     "AmbiguousFailure",
     "Decision",
     "DefaultRetryEligibilityEngine",
@@ -142,17 +150,73 @@ __all__ = [
 MAX_RECONNECTS = 3
 
 
-class NotConsulted(enum.Enum):
-    """Why the engine was not consulted after an attempt (the module docstring, 0-4)."""
+class Then(enum.Enum):
+    """What follows a decision taken without the engine (:attr:`Action.then`)."""
 
-    FINAL_RESPONSE = "a response below 400 is the call's answer"
-    RECONNECT = "refused by the connection, not the request: sent again on a fresh one"
-    ENDS_CALL = "the failure ends the call: trying again would meet it again"
-    AUTH_CHALLENGE = "an auth challenge to answer: sent again with credentials"
-    TOO_EARLY = "425 Too Early to a request sent in early data: sent again after the handshake"
+    ANSWER = "the response is the call's answer"
+    SEND_AGAIN = "the request goes again at once: no budget, no backoff"
+    ASK_AUTH = "the request goes again at once if the auth answers; else the engine decides"
+    END = "the call ends on this failure"
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """What the client does on a :class:`NotConsulted` decision (its value).
+
+    ``counted``: the try counts against ``max_attempts`` (and the backoff's count) when the
+    request goes again; ``learns``: the origin's breaker, throttle and hedging ledger learn
+    from it (else a breaker probe slot it held is given back: the connection refused it, not
+    the upstream). A ``SEND_AGAIN`` try counts against :data:`MAX_RECONNECTS`."""
+
+    why: str
+    then: Then
+    counted: bool
+    learns: bool
+
+
+class NotConsulted(enum.Enum):
+    """Why the engine was not consulted after an attempt (the module docstring, 0-4), each
+    with its :class:`Action` (:attr:`action`)."""
+
+    FINAL_RESPONSE = Action(
+        why="a response below 400 is the call's answer", then=Then.ANSWER, counted=True, learns=True
+    )
+    RECONNECT = Action(
+        why="refused by the connection, not the request: sent again on a fresh one",
+        then=Then.SEND_AGAIN,
+        counted=False,
+        learns=False,
+    )
+    ENDS_CALL = Action(
+        why="the failure ends the call: trying again would meet it again",
+        then=Then.END,
+        counted=True,
+        learns=True,
+    )
+    AUTH_CHALLENGE = Action(
+        why="an auth challenge to answer: sent again with credentials",
+        then=Then.ASK_AUTH,
+        counted=False,
+        learns=True,
+    )
+    TOO_EARLY = Action(
+        why="425 Too Early to a request sent in early data: sent again after the handshake",
+        then=Then.SEND_AGAIN,
+        counted=False,
+        learns=False,
+    )
+
+    @property
+    def action(self) -> Action:
+        """What the client does on this decision."""
+        action: Action = self.value
+        return action
+
+    def __str__(self) -> str:
+        return self.action.why
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
