@@ -1,6 +1,7 @@
 """The client facade: configuration, lifecycle, and the typed public verbs.
 
-``Client(...)`` checks and freezes its options once (:class:`~._call.config.ClientConfig`);
+``Client(...)`` takes its options from their one table (:class:`~._call.client_options.
+ClientOptions`), then checks and freezes them once (:class:`~._call.config.ClientConfig`);
 ``async with`` opens it (a nursery for HTTP/2 readers, a pool); each verb prepares a request
 from its options (:mod:`._call.prepare`, before any I/O) and runs it through the retry loop
 (:mod:`._call.loop`). Everything a call does beyond that lives in :mod:`trio_retry._call`.
@@ -11,55 +12,35 @@ closing) are turned into errors, and each of those carries the evidence of the s
 
 from __future__ import annotations
 
+import inspect
 import math
-import os
-import random
-import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial, wraps
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import trio
 
 from ._call.body import BLOCK_CLOSED
-from ._call.config import (
-    DEFAULT_POOL_TIMEOUT,
-    DEFAULT_STAGE_TIMEOUTS,
-    HTTP2_DEFAULT,
-    TELEMETRY_DEFAULT,
-    AttemptCallback,
-    AuthTypes,
-    ClientConfig,
-    JsonDumps,
-    RefreshableAuth,
-    configure,
-)
+from ._call.client_options import AttemptCallback, ClientOptions, RefreshableAuth
+from ._call.config import ClientConfig, configure
 from ._call.loop import send, send_following
 from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
 from ._call.sse import EventStream
 from ._call.streaming import StreamCall
-from ._core.engine import RetryEligibilityEngine
-from ._core.policy import RetryPolicy, Upstream
-from ._core.secrecy import withheld
 from ._decoding import ACCEPT_ENCODING
-from ._errors import ClientStateError, InvalidRequest
-from ._models import URL, Headers, HeaderTypes, Origin, Response, StageTimeouts
-from ._observe.hooks import EventHooks, normalize_event_hooks
-from ._observe.otel import OpenTelemetry, default_telemetry
-from ._tls import CertTypes, VerifyTypes
+from ._errors import ClientStateError
+from ._models import URL, Headers, Origin, Response
 from ._wire.pool import ConnectionPool
 
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from typing_extensions import Unpack
-
-    from ._wire.dialer import Dialer
 
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
 
@@ -70,27 +51,43 @@ _P = ParamSpec("_P")
 _S = TypeVar("_S")
 
 
-def _hinted(init: Callable[Concatenate[_S, _P], None]) -> Callable[Concatenate[_S, _P], None]:
-    """``init``, whose unknown keyword argument raises the ``TypeError`` of
-    :func:`_unknown_option` (the nearest option, or what other clients' name means here)
-    instead of Python's own. Looked for only once ``init`` raised ``TypeError``: a correct
-    construction pays one call for it. The signature is kept, so type checkers still report
-    the mistake in the caller's code."""
+def _takes(
+    table: Callable[_P, ClientOptions],
+) -> Callable[[Callable[[_S, ClientOptions], None]], Callable[Concatenate[_S, _P], None]]:
+    """``__init__(self, options)`` made to take ``table``'s fields as its keyword arguments:
+    a type checker sees (and checks at the call site) the table's names, types and defaults,
+    and so do ``inspect.signature`` and ``help()``; the wrapper builds the table and hands it
+    on. An unknown keyword raises the ``TypeError`` of :func:`_unknown_option` (the nearest
+    option, or what other clients' name means here) instead of Python's own: looked for only
+    once building the table raised ``TypeError``, so a correct construction pays nothing for
+    it."""
+    signature = inspect.signature(table)
+    names = sorted(signature.parameters)
 
-    @wraps(init)
-    def checked(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        try:
-            init(self, *args, **kwargs)
-        except TypeError:
-            code = init.__code__
-            names = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
-            unknown = kwargs.keys() - set(names)
-            if unknown:
-                option = sorted(unknown)[0]
-                raise _unknown_option(option, "Client()", sorted(names), _CLIENT_HINTS) from None
-            raise
+    def decorate(init: Callable[[_S, ClientOptions], None]) -> Callable[Concatenate[_S, _P], None]:
+        @wraps(init)
+        def takes(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+            if args:
+                raise TypeError(
+                    f"Client() takes keyword arguments only, got {len(args)} positional "
+                    f"argument{'s' if len(args) != 1 else ''}"
+                )
+            try:
+                options = table(*args, **kwargs)
+            except TypeError:
+                unknown = sorted(kwargs.keys() - set(names))
+                if unknown:
+                    raise _unknown_option(unknown[0], "Client()", names, _CLIENT_HINTS) from None
+                raise
+            init(self, options)
 
-    return checked
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        takes.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[self_parameter, *signature.parameters.values()], return_annotation=None
+        )
+        return takes
+
+    return decorate
 
 
 class Client:
@@ -102,112 +99,25 @@ class Client:
     docs/reference.md and SPEC §2/§10; a wrong one raises ``TypeError`` or ``ValueError`` here.
     """
 
-    @_hinted
-    def __init__(
-        self,
-        *,
-        retry: RetryPolicy | None = None,
-        upstreams: Mapping[str, Upstream] | None = None,
-        default_upstream: Upstream | None = None,
-        max_connections: int = 100,
-        max_connections_per_origin: int | None = None,
-        pool_timeout: float | None = DEFAULT_POOL_TIMEOUT,  # 5 s; None: no limit
-        keepalive_expiry: float | None = 5.0,
-        http2: bool = HTTP2_DEFAULT,  # True; told apart from http2=True given explicitly
-        http2_prior_knowledge: bool = False,
-        ssl_context: ssl.SSLContext | None = None,
-        verify: VerifyTypes = True,
-        cert: CertTypes = None,
-        uds: str | None = None,
-        params: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
-        deadline: float | None = None,
-        auth: AuthTypes | tuple[str, str] | None = None,
-        engine: RetryEligibilityEngine | None = None,
-        clock: Callable[[], float] | None = None,
-        on_attempt: AttemptCallback | None = None,
-        rng: random.Random | None = None,
-        base_url: str | None = None,
-        headers: HeaderTypes = None,
-        max_header_bytes: int = 65536,
-        max_body_bytes: int | None = None,
-        stage_timeouts: StageTimeouts | None = DEFAULT_STAGE_TIMEOUTS,
-        follow_redirects: bool = False,
-        max_redirects: int = 20,
-        cookies: bool | CookieJar = False,
-        proxy: str | None = None,
-        trust_env: bool = False,
-        json_dumps: JsonDumps | None = None,
-        transport: Dialer | None = None,
-        event_hooks: EventHooks | None = None,
-        telemetry: OpenTelemetry | None = TELEMETRY_DEFAULT,  # None: none, even if instrumented
-        http1_fast_path: bool = True,  # the strict HTTP/1.1 fast path (_wire/fast11.py)
-        http2_fast_path: bool = True,  # the strict HTTP/2 fast path (_wire/http2/fast.py)
-        http3: bool = False,  # HTTP/3 where Alt-Svc advertises it (extra http3; SPEC §16)
-        early_data: bool = False,  # HTTP/3 0-RTT for requests whose replay is harmless
-        state: str | os.PathLike[str] | None = None,  # a file keeping tickets, tokens, Alt-Svc
-    ) -> None:
-        if telemetry is TELEMETRY_DEFAULT:  # opentelemetry-instrument: the instrumentor's
-            telemetry = default_telemetry()
-        elif telemetry is not None and not isinstance(telemetry, OpenTelemetry):
-            raise TypeError(
-                "telemetry must be a trio_retry.OpenTelemetry(...), or None for none, got "
-                f"{type(telemetry).__name__}"
-            )
-        self._config = configure(
-            retry=retry,
-            upstreams=upstreams,
-            default_upstream=default_upstream,
-            max_connections=max_connections,
-            max_connections_per_origin=max_connections_per_origin,
-            pool_timeout=pool_timeout,
-            keepalive_expiry=keepalive_expiry,
-            http2=http2,
-            http2_prior_knowledge=http2_prior_knowledge,
-            ssl_context=ssl_context,
-            deadline=deadline,
-            auth=auth,
-            engine=engine,
-            clock=clock,
-            on_attempt=on_attempt,
-            rng=rng,
-            base_url=base_url,
-            max_header_bytes=max_header_bytes,
-            max_body_bytes=max_body_bytes,
-            stage_timeouts=stage_timeouts,
-            follow_redirects=follow_redirects,
-            max_redirects=max_redirects,
-            proxy=proxy,
-            trust_env=trust_env,
-            json_dumps=json_dumps,
-            verify=verify,
-            cert=cert,
-            uds=uds,
-            params=params,
-            transport=transport,
-            hooks=normalize_event_hooks(event_hooks),
-            instrumentation=telemetry.instrument() if telemetry is not None else None,
-            http1_fast_path=http1_fast_path,
-            http2_fast_path=http2_fast_path,
-            http3=http3,
-            early_data=early_data,
-            state=state,
-        )
+    @_takes(ClientOptions)
+    def __init__(self, options: ClientOptions) -> None:
+        """Takes every option of :class:`~._call.client_options.ClientOptions` as a keyword
+        argument (their one table: names, types and defaults); a wrong one raises
+        ``TypeError`` or ``ValueError`` here, naming it (``_call/config.py``)."""
+        self._config = config = configure(options)
         #: Headers sent with every call; may be changed at any time (later calls see it).
         self._templates: Templates = {}  # calls without options (prepare_plain)
         self.headers = Headers(
             [("User-Agent", USER_AGENT), ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING)]
         )
-        try:
-            given = Headers(headers)
-        except InvalidRequest as exc:  # at construction: a wrong argument, not a failed call
-            raise ValueError(f"headers: {exc}") from None
+        given = Headers(config.headers, validate=False)  # (checked by configure)
         for name in given:
             self.headers.remove(name)
-        for name, value in given.multi_items():
+        for name, value in config.headers:
             self.headers.add(name, value)
         #: The cookie jar (``cookies=True`` or your own), or ``None``.
-        self.cookies: CookieJar | None = _cookie_jar(cookies)
-        self._rt = Runtime(self._config, self.cookies)
+        self.cookies: CookieJar | None = config.cookies
+        self._rt = Runtime(config, self.cookies)
         self._background_done = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
@@ -522,28 +432,6 @@ _CLIENT_HINTS = {
     "above is returned, not raised)",
 }
 _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
-
-
-def _cookie_jar(cookies: object) -> CookieJar | None:
-    """The jar for ``cookies=``: the caller's own, a new one for a true value, else ``None``.
-
-    ``http.cookiejar`` (with ``urllib.request`` and ``email`` behind it) is imported only by a
-    client that keeps cookies: most never do, and it costs every program about 5 ms at
-    start-up. ``is False`` first, because an empty jar is falsy (``CookieJar`` has a length).
-    """
-    if cookies is False or cookies is None:
-        return None
-    from http.cookiejar import CookieJar
-
-    if isinstance(cookies, CookieJar):
-        return cookies
-    if cookies is not True:  # a mapping or "sid=..." (httpx's forms) would be dropped silently
-        raise TypeError(
-            "cookies= on the client is True (keep cookies in a new jar), False or an "
-            f"http.cookiejar.CookieJar, got {withheld(cookies)}; for cookies of one call, "
-            "pass cookies={name: value} to the call"
-        )
-    return CookieJar()
 
 
 def _unknown_option(

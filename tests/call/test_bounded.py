@@ -9,7 +9,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
-from trio_retry._call.config import DEFAULT_STAGE_TIMEOUTS
+from trio_retry._call.client_options import DEFAULT_STAGE_TIMEOUTS
 from trio_retry.testing import FaultServer, Stall
 
 SILENT = 1e9  # seconds: the server never answers

@@ -25,7 +25,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
-from trio_retry._call.config import DEFAULT_STAGE_TIMEOUTS
+from trio_retry._call.client_options import DEFAULT_STAGE_TIMEOUTS
 from trio_retry._wire.dialer import ConnectTarget
 from trio_retry._wire.http2.writer import STALL_TIMEOUT
 from trio_retry._wire.progress import AttemptProgress

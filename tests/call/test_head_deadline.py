@@ -23,7 +23,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
-from trio_retry._call.config import DEFAULT_STAGE_TIMEOUTS
+from trio_retry._call.client_options import DEFAULT_STAGE_TIMEOUTS
 from trio_retry._wire.clock import Clock, Default
 from trio_retry.testing import FaultServer, Respond, Stall
 

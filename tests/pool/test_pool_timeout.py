@@ -23,7 +23,7 @@ import trio_retry
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry import Evidence, FailureCategory, Stage
-from trio_retry._call.config import DEFAULT_POOL_TIMEOUT
+from trio_retry._call.client_options import DEFAULT_POOL_TIMEOUT
 from trio_retry._wire.clock import Default
 from trio_retry.testing import FaultServer, Respond
 

@@ -39,3 +39,8 @@ async def main(base: str) -> None:
     trio_retry.Client(retry=3)  # error: retry
     trio_retry.Client(auth="user:password")  # error: auth
     trio_retry.Client(timeout=5.0)  # error: timeout
+    trio_retry.Client(follow_redirect=True)  # error: follow_redirect
+    trio_retry.Client(max_connections="10")  # error: max_connections
+    trio_retry.Client(stage_timeouts=5.0)  # error: stage_timeouts
+    trio_retry.Client(http2="yes")  # error: http2
+    trio_retry.Client(cookies={"sid": "1"})  # error: cookies

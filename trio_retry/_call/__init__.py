@@ -1,7 +1,10 @@
 """One call, from options to the caller's answer. Each module has one job:
 
 - :mod:`.options`: the check of every option (shared by ``Client(...)`` and each call);
-- :mod:`.config`: the client's configuration, a value built once (``ClientConfig``);
+- :mod:`.client_options`: the options of ``Client(...)``, written once (``ClientOptions``:
+  names, types, defaults), the table the constructor and ``configure`` take;
+- :mod:`.config`: the client's configuration, a value built once from that table and checked
+  there (``configure`` -> ``ClientConfig``);
 - :mod:`.alpn`: what a caller's ``SSLContext`` offers by ALPN (read from its ClientHello);
 - :mod:`.prepare`: options -> :class:`~.prepare.PreparedRequest` (pure: validation, headers,
   body, idempotency; also the next request of a redirect);

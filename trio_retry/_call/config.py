@@ -1,9 +1,14 @@
 """The client's configuration: one frozen value, built (and checked) once by ``Client()``.
 
+:func:`configure` takes the options as given (:class:`~.client_options.ClientOptions`, their
+one table), checks each of them (the one place of ``Client()``'s checks: a wrong type raises
+``TypeError``, a wrong value ``ValueError``, each naming the option), and returns the
+:class:`ClientConfig` every call reads: defaults filled in, URLs and origins parsed.
+
 Everything a call needs from the client that does not change while it runs lives in
 :class:`ClientConfig`. The only client-wide inputs that may change later are ``client.headers``
-(a mutable :class:`Headers`, read afresh by every call) and ``client.cookies`` (a jar the
-client fills); both are passed to a call separately, never cached here.
+(a mutable :class:`Headers`, made from :attr:`ClientConfig.headers` and read afresh by every
+call) and ``client.cookies`` (a jar the client fills); both are passed to a call separately.
 """
 
 from __future__ import annotations
@@ -12,104 +17,47 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Final,
-    NoReturn,
-    Protocol,
-    TypeAlias,
-    cast,
-    runtime_checkable,
-)
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._auth import BasicAuth, RequestAuth
-from .._core.attempt import Attempt
 from .._core.checks import described
 from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from .._core.errors import InvalidRequest
 from .._core.policy import RetryPolicy, Upstream
 from .._core.secrecy import raise_detached, withheld
-from .._models import URL, Origin, StageTimeouts
-from .._observe.hooks import Hooks
-from .._observe.otel import Instrumentation
+from .._models import URL, Headers, Origin, StageTimeouts
+from .._observe.hooks import Hooks, normalize_event_hooks
+from .._observe.otel import Instrumentation, OpenTelemetry, default_telemetry
 from .._tls import CertTypes, VerifyTypes, build_ssl_context
 from .._url import as_base, shown_url
-from .._wire.clock import DEFAULT_LIMITS, Default
+from .._wire.clock import Default
 from .alpn import offered_alpn
+from .client_options import (
+    HTTP2_DEFAULT,
+    TELEMETRY_DEFAULT,
+    AttemptCallback,
+    AuthTypes,
+    ClientOptions,
+    JsonDumps,
+    RefreshableAuth,
+)
 from .options import OptionError, check_bool, check_deadline, check_retry, shown
 
 if TYPE_CHECKING:
-    from .._observe.otel import OpenTelemetry
+    from http.cookiejar import CookieJar
+
     from .._proxy import ProxyConfig
     from .._wire.dialer import Dialer
 
-__all__ = [
-    "DEFAULT_POOL_TIMEOUT",
-    "DEFAULT_STAGE_TIMEOUTS",
-    "HTTP2_DEFAULT",
-    "TELEMETRY_DEFAULT",
-    "AttemptCallback",
-    "AuthTypes",
-    "ClientConfig",
-    "JsonDumps",
-    "RefreshableAuth",
-    "configure",
-]
-
-
-class _Default:
-    """A default argument told apart from the same value given explicitly (``is``); it shows
-    as that value in signatures and help."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-#: ``Client(http2=...)``'s default: ``True``, but not "given explicitly" (SPEC §12).
-HTTP2_DEFAULT: Final[bool] = cast(bool, _Default(True))
-
-#: ``Client(telemetry=...)``'s default: shown as ``None``, but not ``telemetry=None`` given
-#: explicitly. Not given, a client takes the instrumentor's telemetry (``TrioRetryInstrumentor
-#: .instrument()``); ``None`` given opts it out. (A default of ``None`` meaning "the
-#: instrumentor's" left no way to opt out; a ``telemetry=False`` for "none" was rejected: two
-#: spellings of nothing, and ``None`` is what a caller writes for it.)
-TELEMETRY_DEFAULT: Final[OpenTelemetry | None] = cast("OpenTelemetry | None", _Default(None))
+__all__ = ["ClientConfig", "configure"]
 
 _NO_H2 = (
     "http2=True, but the ssl.SSLContext given to the client does not offer h2 by ALPN ({}), "
     "and the client uses a caller's context as given, never changing it: offer HTTP/2 on it "
     'with ctx.set_alpn_protocols(["h2", "http/1.1"]), or pass http2=False'
 )
-
-
-@runtime_checkable
-class RefreshableAuth(Protocol):
-    """Credentials applied to every attempt, refreshed once after a 401.
-
-    ``headers()`` is awaited before each attempt; ``refresh()`` is awaited once when a 401 on a
-    safe, replayable request is to be replayed (SPEC §6).
-    """
-
-    async def headers(self) -> Mapping[str, str]: ...
-
-    async def refresh(self) -> None: ...
-
-
-#: ``auth=``: refreshable credentials, or credentials that sign each request (``RequestAuth``).
-AuthTypes: TypeAlias = "RefreshableAuth | RequestAuth"
-
-#: ``on_attempt=``: called with each finished attempt, in the calling task; may be async.
-AttemptCallback = Callable[[Attempt], Awaitable[None] | None]
-#: ``json_dumps=``: the encoder of ``json=`` bodies.
-JsonDumps = Callable[[Any], str | bytes]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,26 +126,11 @@ class ClientConfig:
     #: ``Client(state=path)``: the file protocol knowledge is kept in across processes
     #: (``_state/``), checked writable; ``None``: kept in memory only.
     state: str | None = None
-
-
-#: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
-#: on a server that never accepts, never answers, stops in the middle of a head or a body, or
-#: stops reading the request. ``write`` and ``read`` are idle bounds (no byte moved for 30 s),
-#: so a long healthy transfer is never cut; a call with a deadline waits for its head within
-#: the deadline instead of ``first_byte``. The values, and why, are the clock's table
-#: (``_wire/clock.py``, ``DEFAULT_LIMITS``: each a ``Default``, told apart from the same number
-#: given explicitly). ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
-#: ``Client(pool_timeout=...)``'s default: the wait for a pooled connection is bounded too
-#: (5 s; why: the clock's table, ``DEFAULT_LIMITS``). ``pool_timeout=None`` removes it.
-DEFAULT_POOL_TIMEOUT: Final[float] = DEFAULT_LIMITS["pool"]
-
-DEFAULT_STAGE_TIMEOUTS = StageTimeouts(
-    connect=DEFAULT_LIMITS["connect"],
-    tls=DEFAULT_LIMITS["tls"],
-    write=DEFAULT_LIMITS["write"],
-    first_byte=DEFAULT_LIMITS["first_byte"],
-    read=DEFAULT_LIMITS["read"],
-)
+    #: ``Client(headers=...)``, checked: the client's ``headers`` start as its defaults with
+    #: these over them.
+    headers: tuple[tuple[str, str], ...] = ()
+    #: The cookie jar (``cookies=True``: a new one; the caller's own), or ``None``.
+    cookies: CookieJar | None = None
 
 
 def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoReturn:
@@ -255,49 +188,12 @@ def _callable(value: object, option: str, accepted: str) -> None:
         raise TypeError(f"{option} must be {accepted}, or None, got {shown(value)}")
 
 
-def configure(
-    *,
-    retry: object,
-    upstreams: object,
-    default_upstream: object,
-    max_connections: object,
-    max_connections_per_origin: object,
-    pool_timeout: object,
-    keepalive_expiry: object,
-    http2: object,
-    http2_prior_knowledge: object,
-    ssl_context: object,
-    deadline: object,
-    auth: object,
-    engine: object,
-    clock: Callable[[], float] | None,
-    on_attempt: AttemptCallback | None,
-    rng: object,
-    base_url: object,
-    max_header_bytes: object,
-    max_body_bytes: object,
-    stage_timeouts: object,
-    follow_redirects: object,
-    max_redirects: object,
-    proxy: object,
-    trust_env: object,
-    json_dumps: JsonDumps | None,
-    verify: VerifyTypes = True,
-    cert: CertTypes = None,
-    uds: object = None,
-    params: object = None,
-    transport: Dialer | None = None,
-    hooks: Hooks | None = None,
-    instrumentation: Instrumentation | None = None,
-    http1_fast_path: object = True,
-    http2_fast_path: object = True,
-    http3: object = False,
-    early_data: object = False,
-    state: object = None,
-) -> ClientConfig:
-    """The :class:`ClientConfig` of ``Client(...)``'s arguments, each checked: a wrong type
+def configure(options: ClientOptions) -> ClientConfig:
+    """The :class:`ClientConfig` of ``Client(...)``'s options, each checked: a wrong type
     raises ``TypeError``, a wrong value ``ValueError``, both naming the option. Nothing is
     opened here."""
+    hooks, instrumentation = _observers(options)
+    transport, proxy, uds = options.transport, options.proxy, options.uds
     if transport is not None:  # transport=: it opens connections instead of us
         if not callable(getattr(transport, "connect", None)):
             raise TypeError(
@@ -306,43 +202,164 @@ def configure(
             )
         if proxy is not None:
             raise ValueError("proxy= and transport= cannot be combined: the transport connects")
+    pool_timeout = options.pool_timeout
     try:
-        checked_retry = check_retry(retry)
-        checked_deadline = check_deadline(deadline)
+        retry = check_retry(options.retry)
+        deadline = check_deadline(options.deadline)
         # (The default kept as it is: a timeout's message says it is the default.)
         pool_wait = (
             pool_timeout
             if isinstance(pool_timeout, Default)
             else check_deadline(pool_timeout, "pool_timeout")
         )
-        explicit_http2 = http2 is not HTTP2_DEFAULT
-        checked_http2 = bool(check_bool(http2, "http2")) if explicit_http2 else True
-        h2c = bool(check_bool(http2_prior_knowledge, "http2_prior_knowledge"))
-        redirects = bool(check_bool(follow_redirects, "follow_redirects"))
-        env = bool(check_bool(trust_env, "trust_env"))
-        fast_path = bool(check_bool(http1_fast_path, "http1_fast_path")) and _fast_path_env(1)
-        fast_path2 = bool(check_bool(http2_fast_path, "http2_fast_path")) and _fast_path_env(2)
-        checked_http3 = bool(check_bool(http3, "http3"))
-        checked_early = bool(check_bool(early_data, "early_data"))
+        explicit_http2 = options.http2 is not HTTP2_DEFAULT
+        http2 = bool(check_bool(options.http2, "http2")) if explicit_http2 else True
+        h2c = bool(check_bool(options.http2_prior_knowledge, "http2_prior_knowledge"))
+        redirects = bool(check_bool(options.follow_redirects, "follow_redirects"))
+        trust_env = bool(check_bool(options.trust_env, "trust_env"))
+        fast_path = bool(check_bool(options.http1_fast_path, "http1_fast_path"))
+        fast_path = fast_path and _fast_path_env(1)
+        fast_path2 = bool(check_bool(options.http2_fast_path, "http2_fast_path"))
+        fast_path2 = fast_path2 and _fast_path_env(2)
+        http3 = bool(check_bool(options.http3, "http3"))
+        early_data = bool(check_bool(options.early_data, "early_data"))
     except OptionError as exc:
         _refuse(exc)
-    if keepalive_expiry is not None and (
-        isinstance(keepalive_expiry, bool) or not isinstance(keepalive_expiry, (int, float))
+    keepalive = options.keepalive_expiry
+    if keepalive is not None and (
+        isinstance(keepalive, bool) or not isinstance(keepalive, (int, float))
     ):
         raise TypeError(
-            f"keepalive_expiry must be a number of seconds or None, got {shown(keepalive_expiry)}"
+            f"keepalive_expiry must be a number of seconds or None, got {shown(keepalive)}"
         )
-    if keepalive_expiry is not None and not keepalive_expiry >= 0:
-        raise ValueError(f"keepalive_expiry must be >= 0 or None, got {keepalive_expiry!r}")
+    if keepalive is not None and not keepalive >= 0:
+        raise ValueError(f"keepalive_expiry must be >= 0 or None, got {keepalive!r}")
+    default_upstream = options.default_upstream
     _instance(default_upstream, Upstream, "default_upstream", "an Upstream")
+    stage_timeouts = options.stage_timeouts
     _instance(stage_timeouts, StageTimeouts, "stage_timeouts", "a StageTimeouts")
-    _instance(ssl_context, ssl.SSLContext, "ssl_context", "an ssl.SSLContext")
-    _instance(rng, random.Random, "rng", "a random.Random")
-    _callable(on_attempt, "on_attempt", "a function (or async function) given each Attempt")
-    _callable(clock, "clock", "a function returning the wall-clock time in seconds (time.time)")
-    _callable(json_dumps, "json_dumps", "a function turning a value into JSON text (json.dumps)")
+    _instance(options.ssl_context, ssl.SSLContext, "ssl_context", "an ssl.SSLContext")
+    _instance(options.rng, random.Random, "rng", "a random.Random")
+    _callable(options.on_attempt, "on_attempt", "a function (or async function) given each Attempt")
+    _callable(
+        options.clock, "clock", "a function returning the wall-clock time in seconds (time.time)"
+    )
+    _callable(
+        options.json_dumps, "json_dumps", "a function turning a value into JSON text (json.dumps)"
+    )
+    engine = options.engine
     if engine is not None and not isinstance(engine, RetryEligibilityEngine):
         raise TypeError(f"engine must have a decide(context) method, got {shown(engine)}")
+    origins = _upstreams(options.upstreams)
+    base_url = _base_url(options.base_url)
+    parsed_proxy = _proxy(proxy)
+    verify, ssl_context, owns_context = _tls(options, http2, explicit_http2)
+    if uds is not None and not isinstance(uds, str):
+        raise TypeError(f"uds must be the path of a Unix socket (str), got {shown(uds)}")
+    if uds is not None and proxy is not None:
+        raise ValueError("uds= and proxy= cannot be combined: the Unix socket is the route")
+    configured_h3 = frozenset(origin for origin, up in origins.items() if up.http3)
+    default_h3 = isinstance(default_upstream, Upstream) and default_upstream.http3
+    if http3 or configured_h3 or default_h3:
+        # The extra is checked here, at construction, not at the first request (SPEC §16):
+        # without aioquic, importing the HTTP/3 package raises an ImportError naming the extra.
+        from .._wire import http3 as _http3  # noqa: F401
+
+        if transport is not None or uds is not None:
+            raise ValueError(
+                "http3=True (or Upstream(http3=True)) cannot be combined with "
+                f"{'transport=' if transport is not None else 'uds='}: HTTP/3 opens its own "
+                "UDP sockets"
+            )
+    if early_data and not (http3 or configured_h3 or default_h3):
+        raise ValueError(
+            "early_data=True needs HTTP/3 (http3=True or Upstream(http3=True)): early data is "
+            "QUIC's 0-RTT"
+        )
+    auth = _auth(options.auth)
+    max_header_bytes = _count(options.max_header_bytes, "max_header_bytes", minimum=1) or 1
+    max_body_bytes = _count(options.max_body_bytes, "max_body_bytes", minimum=0, optional=True)
+    max_redirects = _count(options.max_redirects, "max_redirects", minimum=0) or 0
+    params = _client_params(options.params)
+    max_connections = _count(options.max_connections, "max_connections", minimum=1) or 1
+    per_origin = _count(
+        options.max_connections_per_origin, "max_connections_per_origin", minimum=1, optional=True
+    )
+    return ClientConfig(
+        retry=retry or RetryPolicy(),
+        default_upstream=default_upstream if isinstance(default_upstream, Upstream) else Upstream(),
+        upstreams=origins,
+        deadline=deadline,
+        auth=auth,
+        engine=engine
+        if isinstance(engine, RetryEligibilityEngine)
+        else DefaultRetryEligibilityEngine(),
+        wall_clock=options.clock or time.time,
+        on_attempt=options.on_attempt,
+        rng=options.rng if isinstance(options.rng, random.Random) else random.Random(),
+        base_url=base_url,
+        max_header_bytes=max_header_bytes,
+        max_body_bytes=max_body_bytes,
+        stage_timeouts=stage_timeouts if stage_timeouts is not None else StageTimeouts(),
+        follow_redirects=redirects,
+        max_redirects=max_redirects,
+        proxy=parsed_proxy,
+        trust_env=trust_env,
+        json_dumps=options.json_dumps,
+        http2=http2,
+        http2_prior_knowledge=h2c,
+        ssl_context=ssl_context,
+        owns_ssl_context=owns_context,
+        verify=verify,
+        cert=options.cert,
+        uds=uds,
+        params=params,
+        max_connections=max_connections,
+        max_connections_per_origin=per_origin,
+        keepalive_expiry=float(keepalive) if keepalive is not None else None,
+        pool_timeout=pool_wait,
+        transport=transport,
+        hooks=hooks,
+        instrumentation=instrumentation,
+        http1_fast_path=fast_path,
+        http2_fast_path=fast_path2,
+        http3=http3,
+        http3_configured=configured_h3,
+        http3_everywhere=default_h3,
+        http3_excluded=frozenset(origin for origin, up in origins.items() if not up.http3),
+        early_data=early_data,
+        state=_state_path(options.state),
+        headers=_client_headers(options.headers),
+        cookies=_cookie_jar(options.cookies),
+    )
+
+
+def _state_path(state: object) -> str | None:
+    """``state=``: ``None``, or a path checked as ``_state.file.check_path`` says."""
+    if state is None:
+        return None
+    from .._state.file import check_path
+
+    return check_path(state)
+
+
+def _observers(options: ClientOptions) -> tuple[Hooks | None, Instrumentation | None]:
+    """``event_hooks=`` checked, and the ``telemetry=`` instrumentation (not given: the
+    instrumentor's, ``opentelemetry-instrument``)."""
+    telemetry = options.telemetry
+    if telemetry is TELEMETRY_DEFAULT:
+        telemetry = default_telemetry()
+    elif telemetry is not None and not isinstance(telemetry, OpenTelemetry):
+        raise TypeError(
+            "telemetry must be a trio_retry.OpenTelemetry(...), or None for none, got "
+            f"{type(telemetry).__name__}"
+        )
+    hooks = normalize_event_hooks(options.event_hooks)
+    return hooks, telemetry.instrument() if telemetry is not None else None
+
+
+def _upstreams(upstreams: object) -> dict[Origin, Upstream]:
+    """``upstreams=`` by parsed origin."""
     if upstreams is not None and not isinstance(upstreams, Mapping):
         raise TypeError(
             f"upstreams must be a mapping of origin to Upstream, got {withheld(upstreams)}"
@@ -368,132 +385,69 @@ def configure(
             f'upstreams key {shown_url(key, loose=True)!r} is not an origin: write "https://'
             f'host:port" or "https://host" (or http://); {problem}'
         )
-    if base_url is not None and not isinstance(base_url, (str, URL)):
+    return origins
+
+
+def _base_url(base_url: object) -> URL | None:
+    """``base_url=`` parsed, as a base (its path ending in ``/``)."""
+    if base_url is None:
+        return None
+    if not isinstance(base_url, (str, URL)):
         raise TypeError(
             f"base_url must be an absolute http(s) URL as str, got {withheld(base_url)}"
         )
     try:
-        parsed_base = URL(base_url) if base_url is not None else None
+        parsed = URL(base_url)
     except InvalidRequest as exc:
         _refuse(exc, "base_url")
-    if parsed_base is not None:
-        if "?" in str(parsed_base) or "#" in str(parsed_base):
-            # A base's query would be lost by every call that has one of its own (httpx
-            # garbles it): refused, naming the option that sends parameters on every call.
-            raise ValueError(
-                f"base_url must not have a query string or fragment, got {parsed_base}: pass "
-                "params= (Client(params=...)) for query parameters every call sends"
-            )
-        parsed_base = as_base(parsed_base)
-    if proxy is not None and not isinstance(proxy, str):
-        raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {withheld(proxy)}")
-    parsed_proxy: ProxyConfig | None = None
-    if proxy is not None:
-        # Imported by a client with a proxy: _proxy (and SOCKS behind it) is start-up time
-        # that most programs never need.
-        from .._proxy import ProxyConfig
+    if "?" in str(parsed) or "#" in str(parsed):
+        # A base's query would be lost by every call that has one of its own (httpx
+        # garbles it): refused, naming the option that sends parameters on every call.
+        raise ValueError(
+            f"base_url must not have a query string or fragment, got {parsed}: pass "
+            "params= (Client(params=...)) for query parameters every call sends"
+        )
+    return as_base(parsed)
 
-        try:
-            parsed_proxy = ProxyConfig.parse(proxy, strict=True)
-        except InvalidRequest as exc:
-            _refuse(exc, "proxy")
-    # verify= / cert= / ssl_context= -> the TLS context; a caller's is never changed.
+
+def _proxy(proxy: object) -> ProxyConfig | None:
+    """``proxy=`` parsed."""
+    if proxy is None:
+        return None
+    if not isinstance(proxy, str):
+        raise TypeError(f"proxy must be a URL such as 'http://host:3128', got {withheld(proxy)}")
+    # Imported by a client with a proxy: _proxy (and SOCKS behind it) is start-up time
+    # that most programs never need.
+    from .._proxy import ProxyConfig
+
+    try:
+        return ProxyConfig.parse(proxy, strict=True)
+    except InvalidRequest as exc:
+        _refuse(exc, "proxy")
+
+
+def _tls(
+    options: ClientOptions, http2: bool, explicit_http2: bool
+) -> tuple[VerifyTypes, ssl.SSLContext, bool]:
+    """``verify=`` / ``cert=`` / ``ssl_context=`` -> ``(verify, the TLS context, whether the
+    client built it)``; a caller's context is never changed."""
+    verify = options.verify
+    ssl_context = options.ssl_context
     if ssl_context is not None:
         if verify is not True:
             raise ValueError("pass either ssl_context= or verify=, not both")
-        assert isinstance(ssl_context, ssl.SSLContext)  # checked above
         verify = ssl_context
-    owned_context, owns_context = build_ssl_context(verify, cert, http2=checked_http2)
-    if explicit_http2 and checked_http2 and not owns_context:
+    context, owns_context = build_ssl_context(verify, options.cert, http2=http2)
+    if explicit_http2 and http2 and not owns_context:
         # HTTP/2 is never dropped silently: a context that cannot be shown to offer h2 is
         # refused (its ALPN list is read from the ClientHello it writes: ``alpn.py``).
-        offered = offered_alpn(owned_context)
+        offered = offered_alpn(context)
         if offered is None:
             raise ValueError(_NO_H2.format("its ALPN list could not be read"))
         if "h2" not in offered:
             detail = f"it offers only {offered!r}" if offered else "it offers no ALPN protocol"
             raise ValueError(_NO_H2.format(detail))
-    if uds is not None and not isinstance(uds, str):
-        raise TypeError(f"uds must be the path of a Unix socket (str), got {shown(uds)}")
-    if uds is not None and proxy is not None:
-        raise ValueError("uds= and proxy= cannot be combined: the Unix socket is the route")
-    if stage_timeouts is None:
-        stage_timeouts = StageTimeouts()
-    assert isinstance(stage_timeouts, StageTimeouts)
-    configured_h3 = frozenset(origin for origin, up in origins.items() if up.http3)
-    default_h3 = isinstance(default_upstream, Upstream) and default_upstream.http3
-    if checked_http3 or configured_h3 or default_h3:
-        # The extra is checked here, at construction, not at the first request (SPEC §16):
-        # without aioquic, importing the HTTP/3 package raises an ImportError naming the extra.
-        from .._wire import http3
-
-        if transport is not None or uds is not None:
-            raise ValueError(
-                "http3=True (or Upstream(http3=True)) cannot be combined with "
-                f"{'transport=' if transport is not None else 'uds='}: HTTP/3 opens its own "
-                "UDP sockets"
-            )
-    if checked_early and not (checked_http3 or configured_h3 or default_h3):
-        raise ValueError(
-            "early_data=True needs HTTP/3 (http3=True or Upstream(http3=True)): early data is "
-            "QUIC's 0-RTT"
-        )
-    return ClientConfig(
-        retry=checked_retry or RetryPolicy(),
-        default_upstream=default_upstream if isinstance(default_upstream, Upstream) else Upstream(),
-        upstreams=origins,
-        deadline=checked_deadline,
-        auth=_auth(auth),
-        engine=engine
-        if isinstance(engine, RetryEligibilityEngine)
-        else DefaultRetryEligibilityEngine(),
-        wall_clock=clock or time.time,
-        on_attempt=on_attempt,
-        rng=rng if isinstance(rng, random.Random) else random.Random(),
-        base_url=parsed_base,
-        max_header_bytes=_count(max_header_bytes, "max_header_bytes", minimum=1) or 1,
-        max_body_bytes=_count(max_body_bytes, "max_body_bytes", minimum=0, optional=True),
-        stage_timeouts=stage_timeouts,
-        follow_redirects=redirects,
-        max_redirects=_count(max_redirects, "max_redirects", minimum=0) or 0,
-        proxy=parsed_proxy,
-        trust_env=env,
-        json_dumps=json_dumps,
-        http2=checked_http2,
-        http2_prior_knowledge=h2c,
-        ssl_context=owned_context,
-        owns_ssl_context=owns_context,
-        verify=verify,
-        cert=cert,
-        uds=uds,
-        params=_client_params(params),
-        max_connections=_count(max_connections, "max_connections", minimum=1) or 1,
-        max_connections_per_origin=_count(
-            max_connections_per_origin, "max_connections_per_origin", minimum=1, optional=True
-        ),
-        keepalive_expiry=float(keepalive_expiry) if keepalive_expiry is not None else None,
-        pool_timeout=pool_wait,
-        transport=transport,
-        hooks=hooks,
-        instrumentation=instrumentation,
-        http1_fast_path=fast_path,
-        http2_fast_path=fast_path2,
-        http3=checked_http3,
-        http3_configured=configured_h3,
-        http3_everywhere=default_h3,
-        http3_excluded=frozenset(origin for origin, up in origins.items() if not up.http3),
-        early_data=checked_early,
-        state=_state_path(state),
-    )
-
-
-def _state_path(state: object) -> str | None:
-    """``state=``: ``None``, or a path checked as ``_state.file.check_path`` says."""
-    if state is None:
-        return None
-    from .._state.file import check_path
-
-    return check_path(state)
+    return verify, context, owns_context
 
 
 # --- the fast paths' switches in the environment
@@ -530,3 +484,33 @@ def _client_params(params: object) -> tuple[tuple[str, Any], ...]:
     raise TypeError(
         f"params must be a mapping or a sequence of (name, value) pairs, got {withheld(params)}"
     )
+
+
+def _client_headers(headers: object) -> tuple[tuple[str, str], ...]:
+    """``Client(headers=...)`` as checked pairs (``ValueError`` naming the option)."""
+    try:
+        return tuple(Headers(headers).multi_items())  # type: ignore[arg-type]
+    except InvalidRequest as exc:  # at construction: a wrong argument, not a failed call
+        raise ValueError(f"headers: {exc}") from None
+
+
+def _cookie_jar(cookies: object) -> CookieJar | None:
+    """The jar for ``cookies=``: the caller's own, a new one for a true value, else ``None``.
+
+    ``http.cookiejar`` (with ``urllib.request`` and ``email`` behind it) is imported only by a
+    client that keeps cookies: most never do, and it costs every program about 5 ms at
+    start-up. ``is False`` first, because an empty jar is falsy (``CookieJar`` has a length).
+    """
+    if cookies is False or cookies is None:
+        return None
+    from http.cookiejar import CookieJar
+
+    if isinstance(cookies, CookieJar):
+        return cookies
+    if cookies is not True:  # a mapping or "sid=..." (httpx's forms) would be dropped silently
+        raise TypeError(
+            "cookies= on the client is True (keep cookies in a new jar), False or an "
+            f"http.cookiejar.CookieJar, got {withheld(cookies)}; for cookies of one call, "
+            "pass cookies={name: value} to the call"
+        )
+    return CookieJar()

@@ -57,7 +57,7 @@ from .._wire.progress import AttemptProgress, WireError
 from .answer import Closer, buffered, counted, deliver, finish, response_of
 from .attempt import AttemptRun
 from .body import REDIRECT_CLOSED
-from .config import RefreshableAuth
+from .client_options import RefreshableAuth
 from .failures import failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .notify import notify, told, watched

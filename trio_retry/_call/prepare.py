@@ -36,7 +36,8 @@ from .._redirects import (
     resolve_location,
 )
 from .._url import is_absolute, merge
-from .config import AuthTypes, ClientConfig, RefreshableAuth
+from .client_options import AuthTypes, RefreshableAuth
+from .config import ClientConfig
 from .options import (
     OptionError,
     check_bool,

@@ -43,7 +43,7 @@ from .. import (
     TrioRetryError,
     Upstream,
 )
-from .._call.config import DEFAULT_STAGE_TIMEOUTS
+from .._call.client_options import DEFAULT_STAGE_TIMEOUTS
 from .._core.replay import Body
 from .._models import shown_url
 from .._trail import Hop, attempt_table, execution_line, trail_json
