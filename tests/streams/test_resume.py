@@ -6,6 +6,7 @@ continuation is an attempt in the trail, decided by the engine and counted."""
 from __future__ import annotations
 
 import gzip
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,9 +15,13 @@ import pytest
 import trio_retry
 from tests.streams.conftest import serving as serve_route
 from trio_retry import ConnectionBroken, DenyReason, Evidence, RetryPolicy, Upstream
+from trio_retry._call.resumable import BUFFERED_FROM
 from trio_retry.testing import FaultServer, PartialBody, StaticFile
 
 BODY = bytes(range(256)) * 400  # 102,400 bytes, no two 256-byte windows alike in place
+#: A buffered body is continued from BUFFERED_FROM bytes on (random: gzip leaves it as long).
+LARGE = random.Random(44).randbytes(BUFFERED_FROM + 50_000)
+LARGE_CHANGED = bytes(reversed(LARGE))
 NO_WAIT = RetryPolicy(max_attempts=5, backoff=trio_retry.Backoff(initial=0.0, jitter="none"))
 
 
@@ -225,15 +230,15 @@ async def test_what_cannot_be_continued_is_not(
 
 
 async def test_a_buffered_body_is_continued_too(protocol: str) -> None:
-    static = StaticFile(BODY)
+    static = StaticFile(LARGE)
     static.script(cut_after=40_000)
     async with serving(protocol, static) as (server, client):
         response = await client.get(server.url + "/file")
-    assert response.content == BODY
+    assert response.content == LARGE
     assert response.status == 200
-    assert response.headers["content-length"] == str(len(BODY))
+    assert response.headers["content-length"] == str(len(LARGE))
     assert response.resumed == 1
-    assert response.num_bytes_downloaded == len(BODY)
+    assert response.num_bytes_downloaded == len(LARGE)
     assert static.ranges == [None, "bytes=40000-"]
     assert [(a.evidence, a.status, a.range_start) for a in response.attempts] == [
         (Evidence.PARTIAL_RESPONSE, 200, None),
@@ -244,24 +249,24 @@ async def test_a_buffered_body_is_continued_too(protocol: str) -> None:
 async def test_a_buffered_body_of_another_representation_restarts(protocol: str) -> None:
     """Nothing of a buffered body reached the caller: a 200 to the continuation (the file
     changed) is the body, whole, with its own head."""
-    static = StaticFile(BODY)
+    static = StaticFile(LARGE)
     static.script(cut_after=40_000)
-    static.script(change=CHANGED)
+    static.script(change=LARGE_CHANGED)
     async with serving(protocol, static) as (server, client):
         response = await client.get(server.url + "/file")
-    assert response.content == CHANGED
+    assert response.content == LARGE_CHANGED
     assert response.headers["etag"] == static.etag
     assert response.resumed == 0
     assert static.ranges == [None, "bytes=40000-"]
 
 
 async def test_a_buffered_compressed_body_is_decoded_once_whole() -> None:
-    encoded = gzip.compress(BODY, compresslevel=1, mtime=0)
+    encoded = gzip.compress(LARGE, compresslevel=1, mtime=0)
     static = StaticFile(encoded, content_encoding="gzip")
     static.script(cut_after=len(encoded) // 3)
     async with serving("h1", static) as (server, client):
         response = await client.get(server.url + "/file")
-    assert response.content == BODY
+    assert response.content == LARGE
     assert response.num_bytes_downloaded == len(encoded)
     assert response.resumed == 1
 
@@ -269,12 +274,12 @@ async def test_a_buffered_compressed_body_is_decoded_once_whole() -> None:
 async def test_a_buffered_body_starts_again_after_a_416(protocol: str) -> None:
     """The file shrank (416 to the range): nothing of a buffered body reached the caller, so it
     starts again with the request as it was, one more attempt the engine allowed."""
-    static = StaticFile(BODY)
+    static = StaticFile(LARGE)
     static.script(cut_after=40_000)
     static.script(status=416)
     async with serving(protocol, static) as (server, client):
         response = await client.get(server.url + "/file")
-    assert response.content == BODY
+    assert response.content == LARGE
     assert response.resumed == 0
     assert static.ranges == [None, "bytes=40000-", None]
     trail = [(a.status, a.range_start, type(a.decision).__name__) for a in response.attempts]
@@ -297,3 +302,15 @@ async def test_no_continuation_past_the_deadline() -> None:
     assert isinstance(decision, trio_retry.RetryDenied)
     assert decision.reason is DenyReason.DEADLINE
     assert caught.value.evidence is Evidence.PARTIAL_RESPONSE
+
+
+async def test_a_short_buffered_body_is_sent_again_whole() -> None:
+    """Below BUFFERED_FROM a buffered body is read whole by its attempt, and a break sends the
+    GET again (nothing of it had reached the caller): no range asked for."""
+    static = StaticFile(BODY)
+    static.script(cut_after=40_000)
+    async with serving("h1", static) as (server, client):
+        response = await client.get(server.url + "/file")
+    assert response.content == BODY
+    assert response.resumed == 0
+    assert static.ranges == [None, None]

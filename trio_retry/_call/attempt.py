@@ -385,7 +385,8 @@ class AttemptRun:
                     Headers.from_wire(response.headers),
                 )
             if (streaming and response.status < 400) or (
-                response.status == 200 and resumable(request, state, 200, response.headers)
+                response.status == 200
+                and resumable(request, state, 200, response.headers, buffered=True)
             ):
                 # The caller reads the body: the connection stays lent until the block ends
                 # (a PoolTimeout meanwhile says so, ConnectionPool.hold). A buffered body that
