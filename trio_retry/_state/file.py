@@ -26,10 +26,15 @@ closing at once lose neither's entries), the file is read again, this client's c
 merged in (an entry it took, forgot or learned replaces what the file says), expired entries
 dropped, each kind kept to its :data:`MAX_ENTRIES` newest, at most :data:`MAX_SETUPS` trust
 groups, and the whole to :data:`MAX_FILE_BYTES`; then written to a temporary file in the same
-directory, created with mode 0600, flushed to disk, and moved over the old one with
-``os.replace``: a crash at any point leaves the old file or the new one, never a mix.
-Rejected: writing in place (a crash leaves half a file), and ``rename`` without the lock (the
-last writer's file wins: the others' new tickets are lost).
+directory, created with mode 0600, and moved over the old one with ``os.replace``: a process
+that dies at any point leaves the old file or the new one, never a mix. Rejected: writing in
+place (a crash leaves half a file); ``rename`` without the lock (the last writer's file wins:
+the others' new tickets are lost); and ``fsync`` of the file and its directory before and
+after the rename, as a database would: a write took a median of 24 ms with them, 4 ms
+without (30 writes, ext4, a loaded 2-core machine, 2026-12-06), at every exit: more than a
+resumption saves with a near server, for a file that is a cache. What a power loss can leave
+instead (an empty file, or one cut short) is read as empty or ignored with one warning, and
+rewritten.
 """
 
 from __future__ import annotations
@@ -387,8 +392,8 @@ def _item(entry: Entry) -> dict[str, Any]:
 
 
 def _replace(path: str, directory: str, data: bytes) -> None:
-    """``data`` as the file at ``path``: a temporary file (0600) beside it, on disk, then
-    renamed over it."""
+    """``data`` as the file at ``path``: a temporary file (0600) beside it, renamed over it
+    (no ``fsync``: see the module docstring)."""
     temporary = os.path.join(
         directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     )
@@ -399,7 +404,6 @@ def _replace(path: str, directory: str, data: bytes) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temporary, path)
@@ -409,13 +413,3 @@ def _replace(path: str, directory: str, data: bytes) -> None:
         except OSError:
             pass
         raise
-    try:  # the rename itself on disk (best effort: not every system can open a directory)
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
