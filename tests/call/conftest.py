@@ -37,13 +37,6 @@ def default_client(server: FaultServer, mode: str, **options: Any) -> trio_retry
     return trio_retry.Client(**options)
 
 
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FaultServer:
-    fault_server = FaultServer(http2=False)
-    await nursery.start(fault_server.serve)
-    return fault_server
-
-
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> str:
     """Each protocol of :data:`MODES` in turn."""

@@ -8,19 +8,8 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry.testing import FaultServer
-
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FaultServer:
-    """An HTTP/1.1 cleartext fault server."""
-    fault_server = FaultServer(http2=False)
-    await nursery.start(fault_server.serve)
-    return fault_server
 
 
 @pytest.fixture

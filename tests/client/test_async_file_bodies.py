@@ -18,12 +18,11 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry._body import FILE_CHUNK
 from trio_retry.testing import FaultServer
-
-from .conftest import FAST
 
 LIMIT = 30  # seconds: the bound of every test's network activity
 #: 10 MB in lines of 1000 bytes: iterated, it goes in 10,000 pieces (lines as short as the

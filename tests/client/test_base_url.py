@@ -10,11 +10,10 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 #: (base path, the call's URL, the target the server must receive).
 MERGES = [

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import (
     DenyReason,
     Evidence,
@@ -22,8 +23,6 @@ from trio_retry import (
 )
 from trio_retry._models import Origin
 from trio_retry.testing import FaultServer, PartialBody, Respond
-
-from .conftest import FAST
 
 
 async def test_json_and_params(server: FaultServer, client: trio_retry.Client) -> None:

@@ -21,11 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import URL, Headers, Response
 from trio_retry._rechunk import Rechunked, TextRechunked
 from trio_retry.testing import FaultServer, Raw, Respond
-
-from .conftest import FAST
 
 LIMIT = 30  # seconds: every test's network part ends well within this
 

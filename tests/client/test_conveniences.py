@@ -13,10 +13,10 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import AuthRequest, DigestAuth, Stage
 from trio_retry.testing import FaultServer, Respond
 
-from .conftest import FAST
 from .digest_server import DigestServer
 
 LIMIT = 10

@@ -14,11 +14,10 @@ import trio
 from backports import zstd
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import _decoding
 from trio_retry._decoding import CHUNK_SIZE, DecodeError, make_decoder
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 LIMIT = 20
 TEXT = b"the quick brown fox jumps over the lazy dog " * 2000

@@ -13,11 +13,11 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import DenyReason, Evidence, FailureCategory, Stage, StageTimeouts
 from trio_retry._decoding import ACCEPT_ENCODING
 from trio_retry.testing import FaultServer, Raw, Respond, Stall
 
-from .conftest import FAST
 from .proxy import LoopbackProxy
 
 

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import (
     ConnectFailed,
     Evidence,
@@ -27,8 +28,6 @@ from trio_retry.testing import (
     Respond,
     refused_port,
 )
-
-from .conftest import FAST
 
 if sys.version_info < (3, 11):
     from exceptiongroup import ExceptionGroup

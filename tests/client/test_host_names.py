@@ -17,11 +17,10 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry.testing import FaultServer, MockTransport, Respond
-
-from .conftest import FAST
 
 
 @pytest.mark.parametrize(

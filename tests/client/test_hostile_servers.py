@@ -12,10 +12,9 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.h2_frames import frame
 from trio_retry import Evidence, FailureCategory, HttpAmbiguousExecutionError, ProtocolFailed
-
-from .conftest import FAST
 
 PROMPT = 2.0  # seconds: far below every deadline a hung call would wait out
 

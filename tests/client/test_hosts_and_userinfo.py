@@ -9,9 +9,9 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry.testing import CloseBeforeRead, FaultServer, MockTransport, Respond
 
-from .conftest import FAST
 from .proxy import LoopbackProxy
 
 

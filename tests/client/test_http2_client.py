@@ -9,12 +9,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import Any
 
 import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST, client_for
 from trio_retry import (
     ConnectionBroken,
     Evidence,
@@ -32,8 +32,6 @@ from trio_retry.testing import (
     Respond,
 )
 
-from .conftest import FAST
-
 MiB = 1024 * 1024
 LIMIT = 10  # seconds: the bound of every test's network activity
 
@@ -50,14 +48,6 @@ async def h2_server(nursery: trio.Nursery, mode: str) -> FaultServer:
     server = FaultServer(tls=mode == "tls")
     await nursery.start(server.serve)
     return server
-
-
-def client_for(server: FaultServer, **options: Any) -> trio_retry.Client:
-    """A client that speaks HTTP/2 to ``server``: prior knowledge, or TLS trusting its CA."""
-    options.setdefault("retry", FAST)
-    if server.tls:
-        return trio_retry.Client(ssl_context=server.client_ssl_context(), **options)
-    return trio_retry.Client(http2_prior_knowledge=True, **options)
 
 
 def reader_tasks() -> list[trio.lowlevel.Task]:

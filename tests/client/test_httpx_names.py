@@ -12,12 +12,11 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry._response_views import parse_links
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 LIMIT = 10  # seconds: the bound of every test's network activity
 

@@ -13,10 +13,9 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence, FailureCategory, ProtocolFailed
 from trio_retry.testing import Action, FaultServer, Raw, Respond
-
-from .conftest import FAST
 
 MiB = 1024 * 1024
 #: An HTTP/2 DATA frame on stream 0: a connection error (RFC 9113 §6.1).

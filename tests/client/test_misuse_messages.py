@@ -14,9 +14,8 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 
 @pytest.mark.parametrize("url", ["/x", "x/y?page=2", ""])

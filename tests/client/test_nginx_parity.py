@@ -18,6 +18,7 @@ import trio
 import trustme
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.nginx import (
     SKIP_REASON,
     NginxConfig,
@@ -25,8 +26,6 @@ from tests.support.nginx import (
     find_nginx,
     running_nginx,
 )
-
-from .conftest import FAST
 
 LIMIT = 10
 SERVERS = """

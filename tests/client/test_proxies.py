@@ -15,11 +15,11 @@ import trio
 import trustme
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence, FailureCategory, Stage
 from trio_retry._proxy import ProxyConfig
 from trio_retry.testing import FaultServer, Respond, refused_port
 
-from .conftest import FAST
 from .proxy import LoopbackProxy
 from .socks_server import SocksServer
 

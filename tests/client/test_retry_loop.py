@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import (
     AmbiguousFailure,
     Backoff,
@@ -29,8 +30,6 @@ from trio_retry import (
     Upstream,
 )
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond, Stall
-
-from .conftest import FAST
 
 NO_JITTER = RetryPolicy(max_attempts=3, backoff=Backoff(initial=1.0, max=10.0, jitter="none"))
 

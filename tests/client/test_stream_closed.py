@@ -16,12 +16,11 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from trio_retry import StreamClosed
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 BODY = b"0123456789" * 100_000  # 1 MB, more than the socket buffers hold
 #: nginx's file: larger than what loopback socket buffers take in before the client reads.

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fault_quic import QuicWatch, watch_fault_quic
 from trio_retry import Evidence, FailureCategory, ProtocolFailed
 from trio_retry.testing import FaultServer, Respond, Stall
@@ -34,9 +35,6 @@ from trio_retry.testing._script import StreamFrames
 
 LIMIT = 20  # seconds: the bound of each test's network activity
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 SIBLINGS = 5
 H2_PROTOCOL_ERROR = 0x1
 H3_MESSAGE_ERROR = 0x10E

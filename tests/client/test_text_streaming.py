@@ -11,10 +11,9 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import URL, Headers, Response
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 BODY = "première ligne\r\nzweite Zeile €\nthird\rfourth\r\n\r\nlast without end".encode()
 LINES = ["première ligne", "zweite Zeile €", "third", "fourth", "", "last without end"]

@@ -13,12 +13,11 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence, FailureCategory, Stage
 from trio_retry._call.alpn import offered_alpn
 from trio_retry._tls import InsecureTLSWarning, build_ssl_context
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 LIMIT = 10
 

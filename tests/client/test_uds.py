@@ -10,10 +10,9 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence, FailureCategory, Stage
 from trio_retry.testing import FaultServer, Respond
-
-from .conftest import FAST
 
 LIMIT = 10
 

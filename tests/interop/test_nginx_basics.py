@@ -11,12 +11,9 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from tests.support.fixtures import StartNginx
 from tests.support.nginx import RunningNginx
-
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 
 
 def _client(server: RunningNginx, **options: Any) -> trio_retry.Client:

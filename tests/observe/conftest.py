@@ -29,10 +29,6 @@ from opentelemetry.trace.propagation.tracecontext import (
     TraceContextTextMapPropagator,
 )
 
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
-
 
 @dataclass
 class Otel:
@@ -84,13 +80,6 @@ def otel() -> Iterator[Otel]:
     yield Otel(exporter, reader, tracer_provider, meter_provider, telemetry)
     tracer_provider.shutdown()
     meter_provider.shutdown()
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FaultServer:
-    fault_server = FaultServer(http2=False)
-    await nursery.start(fault_server.serve)
-    return fault_server
 
 
 @pytest.fixture

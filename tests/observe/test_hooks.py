@@ -8,10 +8,11 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence, FailureCategory, HookRequest, HookResponse, Stage
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond
 
-from .conftest import FAST, Otel
+from .conftest import Otel
 
 
 async def test_request_hooks_add_and_change_headers_on_every_attempt(server: FaultServer) -> None:

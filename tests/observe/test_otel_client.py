@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import (
     Backoff,
     ConnectFailed,
@@ -26,7 +27,7 @@ from trio_retry import (
 from trio_retry._observe.attributes import DURATION_BUCKETS
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond, Stall, refused_port
 
-from .conftest import FAST, Otel
+from .conftest import Otel
 
 
 def _traceparent(span: ReadableSpan) -> str:

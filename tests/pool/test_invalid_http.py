@@ -24,13 +24,6 @@ TE_AND_CL = (
 NO_RETRY = trio_retry.RetryPolicy(max_attempts=1)
 
 
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FaultServer:
-    fault_server = FaultServer(http2=False)
-    await nursery.start(fault_server.serve)
-    return fault_server
-
-
 async def test_transfer_encoding_with_content_length_is_refused_and_not_reused(
     server: FaultServer,
 ) -> None:

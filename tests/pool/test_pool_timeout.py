@@ -36,11 +36,10 @@ HELD = (
 
 
 @pytest.fixture
-async def server(nursery: trio.Nursery) -> FaultServer:
-    fault_server = FaultServer(http2=False)
-    fault_server.default = Respond(200, body=b"b" * 100_000)
-    await nursery.start(fault_server.serve)
-    return fault_server
+async def server(server: FaultServer) -> FaultServer:
+    """``tests/conftest.py``'s HTTP/1.1 server, answering 100 kB by default."""
+    server.default = Respond(200, body=b"b" * 100_000)
+    return server
 
 
 def pool(client: trio_retry.Client) -> dict[object, int]:

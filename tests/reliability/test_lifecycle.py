@@ -14,10 +14,9 @@ import trio.testing
 
 import trio_retry
 from benchmarks.invariants import client_tasks, open_fds, sockets_connected_to
+from tests.conftest import LIMIT, client_for
 from trio_retry import Evidence, HttpAmbiguousExecutionError, RequestFailed
 from trio_retry.testing import CloseAfterHead, EndlessBody, FaultServer, Respond, Stall
-
-from .conftest import LIMIT, client_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST, LIMIT, client_for
 from trio_retry import (
     BasicAuth,
     BearerAuth,
@@ -28,7 +29,6 @@ from trio_retry._cli import run as cli_run
 from trio_retry.testing import CloseAfterBody, FaultServer, Respond, refused_port
 
 from ..client.proxy import LoopbackProxy
-from .conftest import FAST, LIMIT, client_for
 
 SECRETS = ("s3cret-bearer", "s3cret-cookie", "s3cret-proxy", "s3cret-basic", "s3cret-set")
 SECRET_HEADERS = {

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Stage
 from trio_retry.testing import (
     Action,
@@ -42,9 +43,6 @@ from trio_retry.testing import (
     refused_port,
 )
 
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 GET = ("GET", "/r", b"")
 POST = ("POST", "/r", b"amount=5")
 

@@ -10,14 +10,11 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry.testing import FaultServer, Respond, ScriptError, UnusedScriptError
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
-
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 
 
 def _free_port() -> int:

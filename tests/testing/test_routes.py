@@ -8,6 +8,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry.testing import (
     CloseAfterBody,
     FaultServer,
@@ -20,10 +21,6 @@ from trio_retry.testing import (
     UnusedScriptError,
 )
 from trio_retry.testing._routes import Script
-
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 
 
 def _echo(request: RecordedRequest) -> Respond:

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.conftest import client_for
 from trio_retry import Evidence, FailureCategory
 from trio_retry._wire.http2.connection import HTTP2Connection
 from trio_retry._wire.progress import AttemptProgress, WireError
@@ -135,17 +136,10 @@ async def test_an_attempt_on_its_stream_fails_that_stream_only(connect: Connect)
 # --- the client: the lane ends the call, at the deadline ----------------------------------------
 
 
-@pytest.fixture(params=["h2c", "tls"])
-async def server(nursery: trio.Nursery, request: pytest.FixtureRequest) -> FaultServer:
-    fault_server = FaultServer(tls=request.param == "tls")
-    await nursery.start(fault_server.serve)
-    return fault_server
-
-
-def client_for(server: FaultServer) -> trio_retry.Client:
-    if server.tls:
-        return trio_retry.Client(ssl_context=server.client_ssl_context(), retry=ONCE)
-    return trio_retry.Client(http2_prior_knowledge=True, retry=ONCE)
+@pytest.fixture
+async def server(h2_server: FaultServer) -> FaultServer:
+    """Each HTTP/2 server of ``tests/conftest.py`` (h2c, and over TLS)."""
+    return h2_server
 
 
 def lane_spy() -> Any:
@@ -168,7 +162,7 @@ async def test_a_deadline_on_a_shared_connection_ends_its_call_only(
     server.route(method, "/slow", Stall(5.0))
     server.route("GET", "/sibling", Stall(2.0))
     spy = lane_spy()
-    async with client_for(server) as client:
+    async with client_for(server, retry=ONCE) as client:
         assert (await client.get(server.url + "/warm")).status == 200
         outcome: dict[str, Any] = {}
 
@@ -210,7 +204,7 @@ async def test_a_deadline_ends_an_upload_waiting_for_its_frames_to_be_written(
     server.route("GET", "/warm", Respond(200))
     server.route("PUT", "/up", StopReading(seconds=30))
     spy = lane_spy()
-    async with client_for(server) as client:
+    async with client_for(server, retry=ONCE) as client:
         assert (await client.get(server.url + "/warm")).status == 200
         with spy as expired:
             start = trio.current_time()

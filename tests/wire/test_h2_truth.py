@@ -12,6 +12,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import client_for
 from trio_retry import Evidence, FailureCategory, Stage
 from trio_retry.testing import FaultServer, GoAway, Respond, Stall
 from trio_retry.testing._h2 import data_frame, frame, headers_frame
@@ -20,23 +21,12 @@ from trio_retry.testing._script import ShutWindow, StopReading, StreamFrames
 LIMIT = 10  # seconds: the bound of every test's network activity
 MiB = 1024 * 1024
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 
 
-@pytest.fixture(params=["h2c", "tls"])
-async def server(nursery: trio.Nursery, request: pytest.FixtureRequest) -> FaultServer:
-    fault_server = FaultServer(tls=request.param == "tls")
-    await nursery.start(fault_server.serve)
-    return fault_server
-
-
-def client_for(server: FaultServer, **options: Any) -> trio_retry.Client:
-    options.setdefault("retry", FAST)
-    if server.tls:
-        return trio_retry.Client(ssl_context=server.client_ssl_context(), **options)
-    return trio_retry.Client(http2_prior_knowledge=True, **options)
+@pytest.fixture
+async def server(h2_server: FaultServer) -> FaultServer:
+    """Each HTTP/2 server of ``tests/conftest.py`` (h2c, and over TLS)."""
+    return h2_server
 
 
 def executed(server: FaultServer, request_id: str) -> int:
