@@ -284,7 +284,9 @@ def map_of(package: str) -> list[str]:
     return list(dict.fromkeys(a or b for a, b in named))
 
 
-@pytest.mark.parametrize("package", ["_wire", "_call", "_wire/http2", "_wire/http3"])
+@pytest.mark.parametrize(
+    "package", ["_core", "_wire", "_call", "_wire/http2", "_wire/http3", "testing"]
+)
 def test_each_package_map_names_every_module(package: str) -> None:
     """The module map in a package's ``__init__`` docstring names each of its modules (and
     nothing that does not exist), so a newcomer can find the one file that owns a behaviour."""
@@ -310,7 +312,7 @@ def against_the_map(order: list[str], package: str, edges: dict[str, set[str]]) 
     return found
 
 
-@pytest.mark.parametrize("package", ["_wire/http2", "_wire/http3"])
+@pytest.mark.parametrize("package", ["_core", "_wire/http2", "_wire/http3", "testing"])
 def test_imports_go_down_the_map(package: str) -> None:
     """Where a map says "imports go one way, down this list", they do: a module imports only
     modules named above it."""

@@ -13,6 +13,30 @@ real `trio_retry.Client` against a `FaultServer` over in-memory streams
 cannot model. The pytest plugin (`trio_retry.testing.pytest_plugin`, registered by the
 package's entry point) provides ready fixtures.
 See docs/testing.md.
+
+The modules (for contributors; the names above are the API). Imports go one way, down this
+list:
+
+- ``_certs.py``         one throwaway certificate authority and the certificate it signed
+- ``_memory.py``        an in-memory byte stream that ends the way a TCP connection ends
+- ``_replies.py``       how a scripted response is shaped on the wire (its checked headers)
+- ``_frame_faults.py``  the frame-level faults of an HTTP/2 or HTTP/3 stream
+- ``_h2_frames.py``     hand-made HTTP/2 frames (``_h3_frames.py``: HTTP/3's)
+- ``_script.py``        the fault scripts, as plain data, and the recorded requests
+- ``_routes.py``        which request takes which scripted action, and what was left
+- ``_common.py``        what the three protocols' connection handlers share
+- ``_event_source.py``  `EventSource`, a scripted server-sent events endpoint
+- ``_static_file.py``   `StaticFile`, a body served with validators and byte ranges
+- ``_stream_server.py`` what the HTTP/2 and HTTP/3 request streams share
+- ``_h1.py``            one HTTP/1.1 connection (h11)
+- ``_h2.py``            one HTTP/2 connection (h2), a task per stream
+- ``_h3_actions.py``    what each action means on HTTP/3 where it differs from HTTP/2
+- ``_h3_conn.py``       one HTTP/3 connection (aioquic, extra ``http3``)
+- ``_h3.py``            the HTTP/3 endpoint: the UDP socket and its connections
+- ``_transport.py``     the server's TCP (or in-memory) connection
+- ``_server.py``        `FaultServer`: accept, pick the protocol, end each connection
+- ``_mock.py``          `MockTransport`: the real client and the scripts, no socket
+- ``pytest_plugin.py``  the fixtures
 """
 
 from ._event_source import EventSource as EventSource
