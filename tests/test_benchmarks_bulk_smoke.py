@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks import bulk, bulk_clients
+from benchmarks.bulk_report import summarise
 from benchmarks.nginx import find_nginx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,8 +129,8 @@ def test_summarise_medians_and_ratios() -> None:
         ),
     ]
     skipped = {("h1", "download", "aiohttp"): "not installed (aiohttp)"}
-    rows = {r["client"]: r for r in bulk.summarise(runs, size, skipped)}
-    assert [r["client"] for r in bulk.summarise(runs, size, skipped)] == [
+    rows = {r["client"]: r for r in summarise(runs, size, skipped)}
+    assert [r["client"] for r in summarise(runs, size, skipped)] == [
         "curl", "trio_retry", "aiohttp", "niquests",
     ]  # fmt: skip
     ours = rows["trio_retry"]
