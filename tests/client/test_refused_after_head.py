@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.conftest import FAST
 from trio_retry import Evidence
 from trio_retry.testing import FaultServer, RefuseStream, Respond
 from trio_retry.testing import _h2_frames as h2f
@@ -20,9 +21,6 @@ from trio_retry.testing import _h3_frames as h3f
 from trio_retry.testing._script import StreamFrames
 
 REFUSED = {"h2c": 0x7, "h2": 0x7, "h3": 0x10B}  # REFUSED_STREAM, H3_REQUEST_REJECTED
-FAST = trio_retry.RetryPolicy(
-    max_attempts=3, backoff=trio_retry.Backoff(initial=0.01, max=0.05, jitter="none")
-)
 HEAD = [(":status", "200"), ("content-length", "10")]
 
 
