@@ -139,7 +139,7 @@ def quick_watch(monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
 
 
 async def test_http3_a_dark_connection_takes_no_new_call_then_closes(
-    nursery: trio.Nursery, quick_watch: tuple[float, float], autojump_clock: trio.testing.MockClock
+    nursery: trio.Nursery, quick_watch: tuple[float, float]
 ) -> None:
     """Through a UDP relay that drops everything once the connection is warm (TCP passes: the
     path to the origin over TCP is fine). The call waiting fails when the PING goes unanswered;
@@ -183,7 +183,7 @@ async def test_http3_a_dark_connection_takes_no_new_call_then_closes(
         FailureCategory.CONNECTION_BROKEN,
     )
     assert "went dark" in str(attempt.error)
-    assert outcome["slow_at"] == pytest.approx(idle + ping)  # virtual: silent, then PINGed
+    assert idle + ping <= outcome["slow_at"] < idle + ping + 2
     later = outcome["later"]
     assert (later.status, later.http_version) == (200, "HTTP/2")
     assert {r.path: r.http_version for r in server.requests}["/later"] == "HTTP/2"

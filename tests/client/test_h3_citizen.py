@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import trio
-import trio.testing
 
 from tests.cli.support import cli
 from tests.support.fault_quic import QuicWatch, watch_fault_quic
@@ -64,7 +63,7 @@ async def closes_within(watch: QuicWatch, count: int, limit: float) -> None:
 
 
 async def test_leaving_the_client_sends_connection_close(
-    server: FaultServer, watch: QuicWatch, autojump_clock: trio.testing.MockClock
+    server: FaultServer, watch: QuicWatch
 ) -> None:
     with trio.fail_after(20):
         async with h3_client(server) as client:
@@ -76,7 +75,7 @@ async def test_leaving_the_client_sends_connection_close(
     await closes_within(watch, 1, 2)
     [conn] = watch.connections
     assert conn.closes_received == 1
-    assert took == 0.0  # the close is one datagram, sent without waiting
+    assert took < 0.5  # the close is one datagram, sent without waiting
 
 
 async def test_aclose_inside_the_block_sends_connection_close(
@@ -149,7 +148,7 @@ async def test_a_burst_past_the_stream_limit_shares_one_connection(
 
 
 async def test_after_goaway_the_next_call_does_not_wait_for_the_draining_connection(
-    server: FaultServer, watch: QuicWatch, autojump_clock: trio.testing.MockClock
+    server: FaultServer, watch: QuicWatch
 ) -> None:
     """A GOAWAY that lets a 3 s response finish: the next call opens the successor at once
     instead of queueing behind that response (one connection per origin counts only the
@@ -175,9 +174,7 @@ async def test_after_goaway_the_next_call_does_not_wait_for_the_draining_connect
             await closes_within(watch, 1, 2)
             assert client.pool.total == 1
     assert after.status == 200
-    # Virtual seconds: the successor answered at once after the GOAWAY (sent at 0.2), the
-    # slow response when its 3 s stall ended.
-    assert took == pytest.approx({"after": 0.2, "slow": 3.0}, abs=1e-5)
+    assert took["after"] < 2.0 < took["slow"]
     assert len(watch.connections) == 2
 
 

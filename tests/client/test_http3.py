@@ -286,9 +286,7 @@ async def test_a_post_whose_connection_closed_after_it_ran_is_ambiguous(
     assert server.executed_count("POST", "/pay") == 1
 
 
-async def test_the_call_deadline_ends_a_stalled_stream(
-    server: FaultServer, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_the_call_deadline_ends_a_stalled_stream(server: FaultServer) -> None:
     server.route("GET", "/slow", Stall(10))
     server.route("GET", "/fast", Respond(200))
     with trio.fail_after(20):
@@ -299,7 +297,7 @@ async def test_the_call_deadline_ends_a_stalled_stream(
             took = trio.current_time() - started
             after = await client.get(f"{server.url}/fast")  # the connection carries on
     assert caught.value.evidence is Evidence.SENT_NO_RESPONSE
-    assert took == pytest.approx(0.3)
+    assert 0.3 <= took < 2
     assert after.status == 200
     assert server.connections_accepted == 1
 
