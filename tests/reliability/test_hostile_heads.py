@@ -26,6 +26,7 @@ import trio
 from trio_retry import Evidence
 from trio_retry.testing import FaultServer, Raw, Respond, Stall
 
+from ..support.h2_frames import frame
 from ..support.hostile_h3 import (
     H3Attack,
     H3Attacks,
@@ -35,7 +36,6 @@ from ..support.hostile_h3 import (
     qpack_literal_section,
 )
 from ..support.measured_call import Call, measured_call
-from .test_hostile import h2_frame
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -74,7 +74,7 @@ def h2_header_block(block: bytes, *, end_headers: bool = True, end_stream: bool 
         flags = END_HEADERS if last and end_headers else 0
         if index == 0 and end_stream:
             flags |= END_STREAM
-        out += h2_frame(0x1 if index == 0 else 0x9, flags, 1, piece)
+        out += frame(0x1 if index == 0 else 0x9, flags, 1, piece)
     return bytes(out)
 
 
@@ -248,7 +248,7 @@ ATTACKS: dict[str, Attack] = {
         "HTTP/2",
         raw=lambda: (
             h2_header_block(STATUS_200_HPACK + hpack_literal(b"content-length", b"2"))
-            + h2_frame(0x0, 0, 1, b"ok")
+            + frame(0x0, 0, 1, b"ok")
             + h2_header_block(b"".join(hpack_literal(n, v) for n, v in BIG_FIELDS), end_stream=True)
         ),
         evidence=Evidence.PARTIAL_RESPONSE,
