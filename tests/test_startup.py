@@ -35,7 +35,11 @@ LAZY = (
     "http.cookiejar",  # Client(cookies=...)
     "trio_retry._cookies",
     "urllib.request",  # the environment's proxies
-    "email",
+    "email",  # (email.utils) a Last-Modified date judged for resumption, without an ETag
+    "json",  # Response.json(), a json= body
+    "datetime",  # Response.elapsed
+    "trio_retry._call.sse",  # client.sse(): the event streams
+    "trio_retry._sse",
     "brotli",  # the first br / zstd body
     "brotlicffi",
     "backports.zstd",
@@ -57,6 +61,18 @@ LAZY = (
     "trio_retry._demo",
     "argparse",
     "importlib.metadata",
+)
+
+
+#: The retry loop and what only it imports: on entering the first client (``async with``), so
+#: not by ``from trio_retry import Client`` alone.
+CALL_LOOP = (
+    "trio_retry._call.loop",
+    "trio_retry._call.answer",
+    "trio_retry._call.attempt",
+    "trio_retry._call.resume",
+    "trio_retry._call.hedge",
+    "trio_retry._resume",
 )
 
 
@@ -118,6 +134,7 @@ def test_import_imports_nothing_and_the_client_leaves_the_lazy_modules_alone(
     names = _run(_SNAPSHOT + code)["m"]
     assert "trio_retry._client" in names  # the client itself is imported, as before
     assert _unexpected(names, trio_alone, *LAZY) == []
+    assert _loaded(names, *CALL_LOOP) == []
 
 
 def test_lazy_public_names_resolve_to_the_real_ones() -> None:
@@ -207,6 +224,7 @@ async def test_http2_and_cookies_load_when_used(trio_alone: set[str]) -> None:
     used = _loaded(result["after"], "h2", "trio_retry._wire.http2", "http.cookiejar")
     assert {"h2", "trio_retry._wire.http2", "http.cookiejar"} <= set(used)
     assert {"h11", "trio_retry._wire.http11"} <= set(result["plain"])
+    assert set(CALL_LOOP) <= set(result["plain"])
 
 
 def _imported_by(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], list[str]]:

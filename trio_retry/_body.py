@@ -9,7 +9,6 @@ prevents, and raises rather than silently sending an empty body).
 
 from __future__ import annotations
 
-import json as _json
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -181,7 +180,9 @@ def new_uuid4() -> uuid.UUID:
 
 def _compact_json(value: Any) -> str:
     # Strict JSON: NaN and the infinities are refused, not sent as the bare words ``NaN``.
-    return _json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    import json  # (on the first json= body)
+
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 async def _open(source: object) -> tuple[BodyBytes, int | None]:

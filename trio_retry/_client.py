@@ -26,11 +26,9 @@ import trio
 from ._call.body import BLOCK_CLOSED
 from ._call.client_options import AttemptCallback, ClientOptions, RefreshableAuth
 from ._call.config import ClientConfig, configure
-from ._call.loop import send, send_following
 from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
 from ._call.resilience import UpstreamStatus
 from ._call.runtime import Lifecycle, Runtime
-from ._call.sse import EventStream
 from ._call.streaming import StreamCall
 from ._decoding import ACCEPT_ENCODING
 from ._errors import ClientStateError
@@ -41,6 +39,9 @@ if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
     from typing_extensions import Unpack
+
+    from ._call.loop import send, send_following
+    from ._call.sse import EventStream
 
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
 
@@ -132,6 +133,7 @@ class Client:
     async def __aenter__(self) -> Client:
         if self._rt.lifecycle is not Lifecycle.NEW:
             raise ClientStateError("a Client can be entered only once; create a new one")
+        _load_the_call_loop()
         # Two nurseries: the outer one (entered here, exited only in __aexit__) encloses the
         # caller's code, so it is never cancelled while that code runs; the inner one holds
         # the background tasks (HTTP/2 readers) and is what aclose() cancels. So aclose() can
@@ -323,6 +325,8 @@ class Client:
         ``200`` with ``text/event-stream`` raises ``ProtocolFailed``. A request whose replay is
         not harmless (``POST`` without ``idempotency_key``) is not reopened after a break."""
         request = self._prepare(method, url, options)  # (checked now: errors before I/O)
+        from ._call.sse import EventStream  # (the event streams' machinery: on the first)
+
         given = options.get("deadline")
         base = Headers(options.get("headers"))
 
@@ -432,6 +436,17 @@ _CLIENT_HINTS = {
     "above is returned, not raised)",
 }
 _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: ignore[attr-defined]
+
+
+def _load_the_call_loop() -> None:
+    """Import the retry loop (:mod:`._call.loop`: attempts, answers, resumption, hedging) and
+    bind its entry points here, once per process, when the first client is entered: every
+    call passes ``_prepare``, which refuses a client not entered, before it reaches them.
+    ``from trio_retry import Client`` alone does not import it (tests/test_startup.py), and a
+    call pays a plain global lookup for them, as for any import."""
+    global send, send_following
+    if "send" not in globals():
+        from ._call.loop import send, send_following
 
 
 def _unknown_option(

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import codecs
 import inspect
-import json as _json
 import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, Union, cast
 
 from ._core.attempt import Attempt
@@ -31,6 +29,8 @@ from ._url import _invalid
 from ._url import shown_url as shown_url
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from ._core.decision import Decision
 
 __all__ = [
@@ -404,7 +404,7 @@ class Response(ResponseBody, ResponseViews):
         stream: AsyncIterator[bytes] | None = None,
         decoder: BodyDecoder | None = None,
         request: SentRequest | None = None,
-        elapsed: timedelta = timedelta(0),
+        elapsed: timedelta | float = 0.0,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -504,6 +504,8 @@ class Response(ResponseBody, ResponseViews):
     def elapsed(self) -> timedelta:
         """From the start of the call (redirects included) to this response's head, and for a
         buffered call to the end of its body."""
+        from datetime import timedelta  # (datetime: on the first read of an elapsed time)
+
         elapsed = self._elapsed
         if not isinstance(elapsed, timedelta):
             elapsed = self._elapsed = timedelta(seconds=elapsed)
@@ -542,7 +544,9 @@ class Response(ResponseBody, ResponseViews):
         """``content`` parsed as JSON (``kwargs`` go to ``json.loads``). A body that is not
         JSON raises :class:`ResponseNotJSON` (a ``TrioRetryError`` and a ``ValueError``)."""
         try:
-            return _json.loads(self.content, **kwargs)
+            import json  # (on the first response read as JSON)
+
+            return json.loads(self.content, **kwargs)
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             raise ResponseNotJSON(
                 f"the body of {self.request_method} {self.url} ({self.status}) is not JSON: {exc}"

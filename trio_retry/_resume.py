@@ -21,7 +21,6 @@ caller's error message.
 
 from __future__ import annotations
 
-import email.utils
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,6 +61,8 @@ def _strong_date(last_modified: str, date: str | None) -> bool:
     at least a second before the response's own Date (the same server's clock)."""
     if date is None:
         return False
+    import email.utils  # (with calendar and email's parts: only for a response without ETag)
+
     try:
         modified = email.utils.parsedate_to_datetime(last_modified)
         sent = email.utils.parsedate_to_datetime(date)
