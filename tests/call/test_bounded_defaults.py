@@ -26,8 +26,8 @@ import trio.testing
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
 from trio_retry._call.client_options import DEFAULT_STAGE_TIMEOUTS
+from trio_retry._wire.clock import FIXED
 from trio_retry._wire.dialer import ConnectTarget
-from trio_retry._wire.http2.writer import STALL_TIMEOUT
 from trio_retry._wire.progress import AttemptProgress
 from trio_retry._wire.transport import Transport
 from trio_retry.testing import EndlessBody, FaultServer, Respond
@@ -333,9 +333,9 @@ async def test_h2_the_writers_stall_bound_is_the_write_limit(
     server: FaultServer, mode: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     """The writer's stall bound follows ``StageTimeouts.write`` (here 5 s); with no write
-    limit it stays ``STALL_TIMEOUT`` (10 s), a connection-level safety bound, so a partial
+    limit it stays ``FIXED.http2_stall`` (10 s), a connection-level safety bound, so a partial
     ``StageTimeouts`` never leaves an HTTP/2 upload to a deaf server waiting forever."""
-    for write, ends in ((5.0, 5.0), (None, STALL_TIMEOUT)):
+    for write, ends in ((5.0, 5.0), (None, FIXED.http2_stall)):
         server.route("PUT", "/up", StopReading(seconds=FOREVER))
         limits = StageTimeouts(connect=10, tls=10, write=write, first_byte=30, read=30)
         async with trio_retry.Client(
@@ -348,7 +348,7 @@ async def test_h2_the_writers_stall_bound_is_the_write_limit(
         assert ends <= elapsed < ends + 1, write
         (attempt,) = info.value.attempts
         assert attempt.evidence is Evidence.SENT_NO_RESPONSE
-    assert STALL_TIMEOUT == 10.0
+    assert FIXED.http2_stall == 10.0
 
 
 @pytest.mark.parametrize("mode", ["h2c", "h2-tls"])

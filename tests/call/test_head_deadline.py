@@ -24,7 +24,8 @@ import trio.testing
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
 from trio_retry._call.client_options import DEFAULT_STAGE_TIMEOUTS
-from trio_retry._wire.clock import Clock, Default
+from trio_retry._wire.clock import Default
+from trio_retry._wire.timekeeper import Timekeeper
 from trio_retry.testing import FaultServer, Respond, Stall
 
 from .conftest import default_client
@@ -46,13 +47,13 @@ def server(patient: FaultServer) -> FaultServer:
 def test_only_the_default_first_byte_yields_to_a_deadline() -> None:
     assert isinstance(DEFAULT_STAGE_TIMEOUTS.first_byte, Default)
     assert DEFAULT_STAGE_TIMEOUTS.first_byte == 30.0
-    assert Clock(DEFAULT_STAGE_TIMEOUTS).head_yields
+    assert Timekeeper(DEFAULT_STAGE_TIMEOUTS).head_yields
     # The CLI's --connect-timeout replaces one field: the default first_byte stays a default.
-    assert Clock(dataclasses.replace(DEFAULT_STAGE_TIMEOUTS, connect=5.0)).head_yields
+    assert Timekeeper(dataclasses.replace(DEFAULT_STAGE_TIMEOUTS, connect=5.0)).head_yields
     # The same number given explicitly is the caller's: it stays.
-    assert not Clock(dataclasses.replace(DEFAULT_STAGE_TIMEOUTS, first_byte=30.0)).head_yields
-    assert not Clock(StageTimeouts(first_byte=30.0)).head_yields
-    assert not Clock(StageTimeouts()).head_yields
+    assert not Timekeeper(dataclasses.replace(DEFAULT_STAGE_TIMEOUTS, first_byte=30.0)).head_yields
+    assert not Timekeeper(StageTimeouts(first_byte=30.0)).head_yields
+    assert not Timekeeper(StageTimeouts()).head_yields
 
 
 @pytest.mark.parametrize("where", ["call", "client"])

@@ -1,6 +1,6 @@
 """Regressions found by reading the attempt/time redesign: a hedged reconnect's place in the
 trail, a breaker probe that meets a connection's refusal, and a call with a tiny deadline
-that must not leave the clock's task waking hundreds of times a second."""
+that must not leave the timekeeper's task waking hundreds of times a second."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Backoff, CircuitBreaker, Hedging, RetryPolicy, Upstream
-from trio_retry._wire import clock
+from trio_retry._wire import timekeeper
 from trio_retry.testing import FaultServer, GoAway, Respond
 
 QUICK = RetryPolicy(max_attempts=3, backoff=Backoff(initial=0.01, max=0.01, jitter="none"))
@@ -67,16 +67,16 @@ async def test_a_tiny_deadline_does_not_make_the_clock_busy(
     nursery: trio.Nursery, deadline: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After one call with a tiny (or already past) deadline on the deadline lane, an idle
-    client's clock task looks at its lanes no more often than every MIN_SPAN."""
+    client's timekeeper task looks at its lanes no more often than every MIN_SPAN."""
     looks = 0
-    expire = clock.Lane.expire
+    expire = timekeeper.Lane.expire
 
-    def counting(self: clock.Lane, now: float) -> float:
+    def counting(self: timekeeper.Lane, now: float) -> float:
         nonlocal looks
         looks += 1
         return expire(self, now)
 
-    monkeypatch.setattr(clock.Lane, "expire", counting)
+    monkeypatch.setattr(timekeeper.Lane, "expire", counting)
     server = FaultServer()
     await nursery.start(server.serve)
     server.default = Respond(200, delay=0.5)
@@ -84,9 +84,9 @@ async def test_a_tiny_deadline_does_not_make_the_clock_busy(
         await client.get(server.url + "/warm")
         with pytest.raises(trio_retry.DeadlineExceeded):
             await client.get(server.url + "/x", deadline=deadline)
-        assert client._rt.clock.deadline.limit >= clock.MIN_SPAN
+        assert client._rt.timekeeper.deadline.limit >= timekeeper.MIN_SPAN
         looks = 0
         await trio.sleep(0.5)
     # (each look walks every lane: at most a few lanes per look, one look per MIN_SPAN)
-    lanes = len(client._rt.clock.lanes)
-    assert looks <= lanes * (0.5 / clock.MIN_SPAN + 2)
+    lanes = len(client._rt.timekeeper.lanes)
+    assert looks <= lanes * (0.5 / timekeeper.MIN_SPAN + 2)

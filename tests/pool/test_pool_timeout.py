@@ -1,6 +1,6 @@
 """The wait for a pooled connection is bounded by default (issue #38 row 5, SPEC §20).
 
-``Client()``'s ``pool_timeout`` is 5 s (the clock's table, ``_wire/clock.py``): with
+``Client()``'s ``pool_timeout`` is 5 s (``_wire/clock.py``'s table): with
 ``max_connections=1``, a ``get()`` inside an open ``stream()`` to the same origin used to wait
 forever for the connection the block holds; it ends with ``PoolTimeout`` (``NOT_SENT``, stage
 ``POOL``; retried like any ``NOT_SENT`` failure, so after three waits) whose message names

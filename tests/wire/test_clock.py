@@ -9,8 +9,10 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Attempt, Evidence, FailureCategory, RetryPolicy, Stage, StageTimeouts
-from trio_retry._wire.clock import Bound, Clock, Lane
+from trio_retry._wire.clock import Bound
+from trio_retry._wire.clock import bound as clock_bound
 from trio_retry._wire.progress import AttemptProgress, WireError
+from trio_retry._wire.timekeeper import Lane, Timekeeper
 from trio_retry.testing import EndlessBody, FaultServer, Respond, Stall
 
 
@@ -26,38 +28,38 @@ class Target:
         self.log.append((self.name, self.which, trio.current_time()))
 
 
-def clock_of(
+def timekeeper_of(
     write: float | None = None, first_byte: float | None = None, read: float | None = None
-) -> Clock:
-    return Clock(StageTimeouts(write=write, first_byte=first_byte, read=read))
+) -> Timekeeper:
+    return Timekeeper(StageTimeouts(write=write, first_byte=first_byte, read=read))
 
 
 async def test_lanes_expire_each_target_at_its_due_time_in_order(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     log: list[tuple[str, str, float]] = []
-    clock = clock_of(first_byte=2.0, read=0.5)
+    timekeeper = timekeeper_of(first_byte=2.0, read=0.5)
     a, b, c = (
         Target("a", log, "first_byte"),
         Target("b", log, "first_byte"),
         Target("c", log, "read"),
     )
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(clock.run)
+        nursery.start_soon(timekeeper.run)
         await trio.sleep(0.1)  # the task runs (and slept on empty lanes)
-        assert clock.running
-        assert clock.first_byte is not None
-        assert clock.read is not None
-        clock.first_byte.arm(a)  # due 2.1
+        assert timekeeper.running
+        assert timekeeper.first_byte is not None
+        assert timekeeper.read is not None
+        timekeeper.first_byte.arm(a)  # due 2.1
         await trio.sleep(0.4)
-        clock.first_byte.arm(b)  # due 2.5, then disarmed in time
-        clock.read.arm(c)  # due 1.0
+        timekeeper.first_byte.arm(b)  # due 2.5, then disarmed in time
+        timekeeper.read.arm(c)  # due 1.0
         await trio.sleep(1.0)
-        clock.first_byte.disarm(b)
-        clock.first_byte.disarm(b)  # twice is harmless
+        timekeeper.first_byte.disarm(b)
+        timekeeper.first_byte.disarm(b)  # twice is harmless
         await trio.sleep(5.0)
         nursery.cancel_scope.cancel()
-    assert not clock.running
+    assert not timekeeper.running
     assert [(n, w) for n, w, _ in log] == [("c", "read"), ("a", "first_byte")]
     assert log[0][2] == pytest.approx(1.0, abs=1e-6)
     assert log[1][2] == pytest.approx(2.1, abs=1e-6)
@@ -69,22 +71,22 @@ async def test_a_lane_armed_after_a_long_idle_still_fires_on_time(
     """Nothing wakes the task when a stage is armed: an empty lane's task sleeps only until
     ``now + limit``, the earliest anything armed later can fall due."""
     log: list[tuple[str, str, float]] = []
-    clock = clock_of(write=3.0)
+    timekeeper = timekeeper_of(write=3.0)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(clock.run)
+        nursery.start_soon(timekeeper.run)
         await trio.sleep(7.7)  # idle across two of the task's empty wake-ups
-        assert clock.write is not None
-        clock.write.arm(Target("x", log, "write"))
+        assert timekeeper.write is not None
+        timekeeper.write.arm(Target("x", log, "write"))
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
     assert log == [("x", "write", pytest.approx(10.7, abs=1e-6))]
 
 
 def test_lanes_exist_only_for_the_limits_given() -> None:
-    # (the call deadline's, and the dark-connection watch's two, from the clock's table: always)
+    # (the call deadline's, and the dark-connection watch's two, from clock.py's table: always)
     always = ["deadline", "read_idle", "read_idle_ping"]
-    assert [lane.which for lane in clock_of().lanes] == always
-    assert [lane.which for lane in clock_of(first_byte=1.0).lanes] == ["first_byte", *always]
+    assert [lane.which for lane in timekeeper_of().lanes] == always
+    assert [lane.which for lane in timekeeper_of(first_byte=1.0).lanes] == ["first_byte", *always]
     lane = Lane("read", 1.0)
     assert lane.expire(5.0) == 6.0  # empty: looked at again no earlier than now + limit
 
@@ -115,7 +117,7 @@ async def test_first_byte_timeout_on_a_lane_is_exact_and_sent_no_response(
             stage_timeouts=StageTimeouts(first_byte=1.5),
             retry=trio_retry.RetryPolicy(max_attempts=1),
         ) as client:
-            assert client._rt.clock.running  # the lanes, not a scope, time this call
+            assert client._rt.timekeeper.running  # the lanes, not a scope, time this call
             start = trio.current_time()
             with pytest.raises(trio_retry.DeadlineExceeded) as info:
                 await client.get(f"http://127.0.0.1:{port}/")
@@ -290,13 +292,13 @@ async def _wait_for(target: Interruptible, bound: Bound) -> None:
 async def test_a_bound_on_a_running_lane_reports_the_expiry_as_its_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    clock = clock_of(read=2.0)
+    timekeeper = timekeeper_of(read=2.0)
     target = Interruptible()
     progress = AttemptProgress(0.0)
     progress.stage = Stage.RESPONSE_BODY
     async with trio.open_nursery() as nursery:
-        clock.start(nursery)
-        bound = clock.bound("read", target)
+        timekeeper.start(nursery)
+        bound = clock_bound("read", timekeeper, target=target)
         bound.progress = progress
         start = trio.current_time()
         with pytest.raises(WireError) as info:
@@ -309,15 +311,15 @@ async def test_a_bound_on_a_running_lane_reports_the_expiry_as_its_timeout(
         Evidence.PARTIAL_RESPONSE,
     )
     assert str(info.value) == "no body data within read=2 s"
-    assert clock.read is not None
-    assert not clock.read.pending  # disarmed
+    assert timekeeper.read is not None
+    assert not timekeeper.read.pending  # disarmed
 
 
 async def test_a_bound_without_a_running_clock_keeps_its_limit_in_a_scope(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     target = Interruptible()
-    bound = clock_of(first_byte=1.5).bound("first_byte", target)  # the clock is not running
+    bound = clock_bound("first_byte", timekeeper_of(first_byte=1.5), target=target)  # not running
     bound.progress = AttemptProgress(0.0)
     bound.progress.stage = Stage.AWAITING_RESPONSE
     start = trio.current_time()
@@ -334,11 +336,11 @@ async def test_a_bound_without_a_running_clock_keeps_its_limit_in_a_scope(
 
 async def test_what_arrives_before_the_expiry_wins(autojump_clock: trio.testing.MockClock) -> None:
     """A wait that completes although its lane fired is not turned into an error."""
-    clock = clock_of(write=1.0)
+    timekeeper = timekeeper_of(write=1.0)
     target = Interruptible()
     async with trio.open_nursery() as nursery:
-        clock.start(nursery)
-        bound = clock.bound("write", target)
+        timekeeper.start(nursery)
+        bound = clock_bound("write", timekeeper, target=target)
         bound.progress = AttemptProgress(0.0)
         with bound:
             await target.event.wait()  # ended by the interruption, but without an error
@@ -351,12 +353,12 @@ async def test_outer_cancellation_goes_through_a_bound_unconverted(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     for running in (True, False):
-        clock = clock_of(read=10.0)
+        timekeeper = timekeeper_of(read=10.0)
         target = Interruptible()
         async with trio.open_nursery() as nursery:
             if running:
-                clock.start(nursery)
-            bound = clock.bound("read", target)
+                timekeeper.start(nursery)
+            bound = clock_bound("read", timekeeper, target=target)
             bound.progress = AttemptProgress(0.0)
             with trio.move_on_after(1.0) as outer:
                 with bound:
@@ -368,7 +370,7 @@ async def test_outer_cancellation_goes_through_a_bound_unconverted(
 
 
 def test_a_bound_without_a_limit_does_nothing() -> None:
-    bound = clock_of().bound("read", Interruptible())
+    bound = clock_bound("read", timekeeper_of(), target=Interruptible())
     assert bound.limit is None
     with bound:
         pass

@@ -17,11 +17,12 @@ import trio
 import trio.testing
 
 from trio_retry._core.evidence import Evidence, FailureCategory
-from trio_retry._wire.clock import FIXED, NO_LIMITS, Clock
+from trio_retry._wire.clock import FIXED, NO_LIMITS
 from trio_retry._wire.exchange import WireRequest
 from trio_retry._wire.http2.connection import HTTP2Connection
 from trio_retry._wire.http2.session import Session
 from trio_retry._wire.progress import WireError
+from trio_retry._wire.timekeeper import Timekeeper
 
 from .test_http2 import Connect, Server, connect, get, progress_at_pool
 
@@ -32,10 +33,10 @@ LIMIT = 20 * (IDLE + PING)  # virtual seconds: every wait here is bounded by it
 
 
 @pytest.fixture
-def clock(nursery: trio.Nursery) -> Clock:
-    """A client's clock, running (its lanes keep the watch). (Each test asks for
+def timekeeper(nursery: trio.Nursery) -> Timekeeper:
+    """A client's timekeeper, running (its lanes keep the watch). (Each test asks for
     ``autojump_clock`` itself: pytest-trio runs a test on a clock the test asks for.)"""
-    running = Clock(NO_LIMITS)
+    running = Timekeeper(NO_LIMITS)
     running.start(nursery)
     return running
 
@@ -76,9 +77,9 @@ async def send(conn: HTTP2Connection, results: dict[str, Any], name: str, **kw: 
 
 
 async def test_a_silent_busy_connection_takes_no_stream_then_closes(
-    connect: Connect, clock: Clock, autojump_clock: trio.testing.MockClock
+    connect: Connect, timekeeper: Timekeeper, autojump_clock: trio.testing.MockClock
 ) -> None:
-    conn, server = await connect(clock=clock)
+    conn, server = await connect(timekeeper=timekeeper)
     retired: list[float] = []
     conn.on_retired = lambda: retired.append(trio.current_time())
     results: dict[str, Any] = {}
@@ -110,14 +111,14 @@ async def test_a_silent_busy_connection_takes_no_stream_then_closes(
 
 async def test_an_answer_lifts_the_suspicion(
     connect: Connect,
-    clock: Clock,
+    timekeeper: Timekeeper,
     monkeypatch: pytest.MonkeyPatch,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A server that is slow to answer a request but reads and answers PINGs: PINGed once per
     silence, available again as soon as its answer arrives, never closed."""
     pings = count_pings(monkeypatch)
-    conn, server = await connect(clock=clock)
+    conn, server = await connect(timekeeper=timekeeper)
     results: dict[str, Any] = {}
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
@@ -132,12 +133,14 @@ async def test_an_answer_lifts_the_suspicion(
 
 
 async def test_a_call_waiting_for_a_stream_on_a_dark_connection_goes_elsewhere_not_sent(
-    connect: Connect, clock: Clock, autojump_clock: trio.testing.MockClock
+    connect: Connect, timekeeper: Timekeeper, autojump_clock: trio.testing.MockClock
 ) -> None:
     """The server allows one stream: a second call waits for it on the connection; when the
     connection goes dark the second has sent nothing (``NOT_SENT``, ``reconnect``: the client
     sends it on another connection uncounted), the first keeps its evidence."""
-    conn, server = await connect({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}, clock=clock)
+    conn, server = await connect(
+        {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1}, timekeeper=timekeeper
+    )
     results: dict[str, Any] = {}
     with trio.fail_after(LIMIT):
         while conn.session.max_streams != 1:
@@ -156,11 +159,11 @@ async def test_a_call_waiting_for_a_stream_on_a_dark_connection_goes_elsewhere_n
 
 
 async def test_a_new_request_on_a_suspect_connection_is_not_sent(
-    connect: Connect, clock: Clock, autojump_clock: trio.testing.MockClock
+    connect: Connect, timekeeper: Timekeeper, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A request handed the connection just before it turned suspect opens no stream on it:
     ``NOT_SENT``, ``reconnect``."""
-    conn, server = await connect(clock=clock)
+    conn, server = await connect(timekeeper=timekeeper)
     results: dict[str, Any] = {}
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
@@ -178,14 +181,14 @@ async def test_a_new_request_on_a_suspect_connection_is_not_sent(
 
 async def test_an_idle_connection_is_not_pinged(
     connect: Connect,
-    clock: Clock,
+    timekeeper: Timekeeper,
     monkeypatch: pytest.MonkeyPatch,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """No request waits: silence is no sign of anything (the idle check PINGs it before its
     next stream instead: ``contract.IdlePing``)."""
     pings = count_pings(monkeypatch)
-    conn, server = await connect(clock=clock)
+    conn, server = await connect(timekeeper=timekeeper)
     deafen(server)
     with trio.fail_after(LIMIT):
         await trio.sleep(10 * (IDLE + PING))
@@ -195,7 +198,7 @@ async def test_an_idle_connection_is_not_pinged(
 
 async def test_a_stalled_write_is_the_write_bound_s_not_the_watch_s(
     connect: Connect,
-    clock: Clock,
+    timekeeper: Timekeeper,
     monkeypatch: pytest.MonkeyPatch,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -205,7 +208,7 @@ async def test_a_stalled_write_is_the_write_bound_s_not_the_watch_s(
     pings = count_pings(monkeypatch)
     wide = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1}
     stall = 3 * (IDLE + PING)
-    conn, server = await connect(wide, clock=clock, stall_timeout=stall)
+    conn, server = await connect(wide, timekeeper=timekeeper, stall_timeout=stall)
     server.h2.increment_flow_control_window(2**31 - 1 - 65535)
     await server.flush()
     with trio.fail_after(LIMIT):

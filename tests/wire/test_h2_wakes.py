@@ -17,11 +17,11 @@ from h2.errors import ErrorCodes
 from tests.support.loopback import QueuedOutput
 from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, Stage
-from trio_retry._wire.clock import Clock
 from trio_retry._wire.http2.connection import HTTP2Connection
 from trio_retry._wire.http2.stream import Stream, StreamState
 from trio_retry._wire.http2.writer import Writer
 from trio_retry._wire.progress import AttemptProgress, WireError
+from trio_retry._wire.timekeeper import Timekeeper
 
 from .test_http2 import LIMIT, Connect, Server, connect, get, progress_at_pool
 
@@ -80,7 +80,7 @@ async def test_a_write_limit_does_not_make_a_request_queued_whole_wait(
     still wakes its task once: its frames are the writer's, whose stall bound ends a
     connection that stops reading (``writer.py``), so there is no write of its own to bound."""
     conn, server = await connect()
-    conn.clock = Clock(StageTimeouts(write=5.0))
+    conn.timekeeper = Timekeeper(StageTimeouts(write=5.0))
     with trio.fail_after(LIMIT):
         progress = progress_at_pool()
         assert await _steps_of_one_request(conn, server, progress) == 1

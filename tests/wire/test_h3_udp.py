@@ -89,7 +89,7 @@ async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -
         UdpPaths(socket.AF_INET, server),
         quic,
         H3Connection(quic),
-        clock=None,
+        timekeeper=None,
         max_header_bytes=65536,
         on_dead=lambda: None,
         on_handshake_failed=failed.append,

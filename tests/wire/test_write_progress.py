@@ -23,10 +23,12 @@ import trio.testing
 import trio_retry
 from tests.support.loopback import QueuedOutput, socket_pair
 from trio_retry import FailureCategory, Stage, StageTimeouts
-from trio_retry._wire.clock import Bound, Clock
+from trio_retry._wire.clock import Bound
+from trio_retry._wire.clock import bound as clock_bound
 from trio_retry._wire.http2.writer import Writer
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.rawsock import RawSocketStream, open_socket, raw_stream_of
+from trio_retry._wire.timekeeper import Timekeeper
 
 BUFFER = 16 * 1024
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
@@ -117,19 +119,19 @@ async def _bounded(bound: Bound, target: _Target, renew_every: float | None, bus
 async def test_renew_counts_the_limit_again_from_now(
     autojump_clock: trio.testing.MockClock, running: bool
 ) -> None:
-    clock = Clock(StageTimeouts(write=1.0))
+    timekeeper = Timekeeper(StageTimeouts(write=1.0))
     target = _Target()
     async with trio.open_nursery() as nursery:
         if running:
-            clock.start(nursery)
+            timekeeper.start(nursery)
         start = trio.current_time()
         # 5 s busy, progress every 0.8 s: never 1 s without progress, never cut.
-        await _bounded(clock.bound("write", target), target, 0.8, 5.0)
+        await _bounded(clock_bound("write", timekeeper, target=target), target, 0.8, 5.0)
         assert trio.current_time() - start == pytest.approx(4.8, abs=1e-6)
         # The same wait without progress is cut at 1 s.
         start = trio.current_time()
         with pytest.raises(WireError) as info:
-            await _bounded(clock.bound("write", target), target, None, 5.0)
+            await _bounded(clock_bound("write", timekeeper, target=target), target, None, 5.0)
         assert trio.current_time() - start == pytest.approx(1.0, abs=1e-6)
         assert info.value.category is FailureCategory.TIMEOUT
         nursery.cancel_scope.cancel()
@@ -215,7 +217,7 @@ def _cut_at_the_write_limit(outcome: object, took: float) -> None:
     assert isinstance(outcome, trio_retry.DeadlineExceeded), outcome
     (attempt,) = outcome.attempts
     assert (attempt.stage, attempt.category) == (Stage.REQUEST_BODY, FailureCategory.TIMEOUT)
-    assert WRITE_TEXT in str(outcome)  # the clock's words, whichever protocol
+    assert WRITE_TEXT in str(outcome)  # clock.py's words, whichever protocol
     assert 0.3 <= took < 5.0
 
 
@@ -337,7 +339,7 @@ async def test_an_http2_write_timeout_mid_write_says_what_http11_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Without renewal, the slow upload above times out while its frames are being written
-    (the stream fails from the clock's lane): the words are the clock's, as over HTTP/1.1."""
+    (the stream fails from the timekeeper's lane): the words are clock.py's, as over HTTP/1.1."""
     monkeypatch.setattr(Bound, "renew", lambda self: None)
     outcome, _ = await _upload(_SlowH2Server(pause=0.02).serve, http2=True)
     assert WRITE_TEXT in str(outcome)

@@ -35,7 +35,7 @@
 - :mod:`.sse`: ``client.sse(url)``'s event stream, reopened with ``Last-Event-ID`` where it
   broke (each reopening decided by the engine);
 - :mod:`.failures`: the public exception a final failure becomes;
-- :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, clock).
+- :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, timekeeper).
 
 Layering: these modules import ``_core``, ``_wire`` and the value modules, never ``_client``.
 Every wait of an attempt, its call deadline included (and a streamed body's), is bounded

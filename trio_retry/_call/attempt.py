@@ -116,8 +116,8 @@ class AttemptRun:
         self._traced_run = traced
         #: The attempt's number, 1-based, given as it starts (its hooks, its span, its record).
         self._number = number
-        if rt.clock.head_yields and request.deadline != _INF:
-            progress.deadline_bounds_head = True  # (the clock's rule: ``clock.py``)
+        if rt.timekeeper.head_yields and request.deadline != _INF:
+            progress.deadline_bounds_head = True  # (``clock.py``'s rule)
         self._progress = progress
         self._response: WireResponse | None = None
         self._body: bytes | None = None
@@ -217,7 +217,7 @@ class AttemptRun:
         proxy = self._proxy = rt.connector.proxy_for(origin)
         unbounded = request.deadline == _INF
         if (
-            (unbounded or rt.clock.running)
+            (unbounded or rt.timekeeper.running)
             and not state.guarded
             and config.auth is None
             and config.hooks is None  # a hook may wait: only a bounded attempt may wait
@@ -242,7 +242,7 @@ class AttemptRun:
         cancel too), and the deadline's expiry reported as this attempt's ``TIMEOUT``."""
         rt = self._rt
         progress = self._progress
-        bound = DeadlineBound(rt.clock, self._request.deadline, progress, self._conn)
+        bound = DeadlineBound(rt.timekeeper, self._request.deadline, progress, self._conn)
         scope = bound.scope
         if scope is not None:
             rt.scopes[scope] = progress

@@ -77,14 +77,14 @@ HTTP2_DEFAULT: Final[bool] = cast(bool, _Default(True))
 TELEMETRY_DEFAULT: Final[OpenTelemetry | None] = cast("OpenTelemetry | None", _Default(None))
 
 #: ``Client(pool_timeout=...)``'s default: the wait for a pooled connection is bounded too
-#: (5 s; why: the clock's table, ``DEFAULT_LIMITS``). ``pool_timeout=None`` removes it.
+#: (5 s; why: ``clock.py``'s table, ``DEFAULT_LIMITS``). ``pool_timeout=None`` removes it.
 DEFAULT_POOL_TIMEOUT: Final[float] = DEFAULT_LIMITS["pool"]
 
 #: The stage timeouts of ``Client()`` when ``stage_timeouts`` is not given: nothing waits forever
 #: on a server that never accepts, never answers, stops in the middle of a head or a body, or
 #: stops reading the request. ``write`` and ``read`` are idle bounds (no byte moved for 30 s),
 #: so a long healthy transfer is never cut; a call with a deadline waits for its head within
-#: the deadline instead of ``first_byte``. The values, and why, are the clock's table
+#: the deadline instead of ``first_byte``. The values, and why, are ``clock.py``'s table
 #: (``_wire/clock.py``, ``DEFAULT_LIMITS``: each a ``Default``, told apart from the same number
 #: given explicitly). ``stage_timeouts=None`` or ``StageTimeouts()`` removes them.
 DEFAULT_STAGE_TIMEOUTS = StageTimeouts(

@@ -22,9 +22,9 @@ from .._core.evidence import Stage
 from .._models import URL, Origin
 from .._tls import InsecureTLSWarning, build_ssl_context
 from .._url import tls_name
-from .._wire.clock import Clock
 from .._wire.contract import PooledConnection
 from .._wire.progress import AttemptProgress
+from .._wire.timekeeper import Timekeeper
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
@@ -102,11 +102,11 @@ class Connector:
         "_quic_trust",
         "_standby",
         "_tickets",
-        "clock",
         "memory",
         "nursery",
         "open_transport",
         "quic_routes",
+        "timekeeper",
     )
 
     def __init__(self, config: ClientConfig, opener: TransportOpener = open_transport) -> None:
@@ -140,8 +140,8 @@ class Connector:
             self._tickets = TicketStore(self.memory)
         self.open_transport: TransportOpener = opener
         self.nursery: trio.Nursery | None = None  # set when the client is entered
-        #: The client's clock (``_wire/clock.py``), handed to each connection it opens.
-        self.clock: Clock | None = None
+        #: The client's timekeeper (``_wire/timekeeper.py``), handed to each connection it opens.
+        self.timekeeper: Timekeeper | None = None
         self._proxy_ssl_context: ssl.SSLContext | None = None
 
     async def recall(self) -> None:
@@ -270,7 +270,7 @@ class Connector:
                 nursery=self.nursery,
                 progress=progress,
                 handshake_timeout=timeouts.tls if origin.tls else timeouts.connect,
-                clock=self.clock,
+                timekeeper=self.timekeeper,
                 fast_path=config.http2_fast_path,
             )
         return _http11_connection()(
@@ -278,7 +278,7 @@ class Connector:
             pool_key,
             config.max_header_bytes,
             fast_path=config.http1_fast_path,
-            clock=self.clock,
+            timekeeper=self.timekeeper,
         )
 
     async def _open_quic(
@@ -330,7 +330,7 @@ class Connector:
             max_header_bytes=config.max_header_bytes,
             nursery=self.nursery,
             progress=progress,
-            clock=self.clock,
+            timekeeper=self.timekeeper,
             connect_timeout=timeouts.connect,
             handshake_timeout=timeouts.tls,
             early=config.early_data and allows_early_data(ticket) and quic.zero_rtt_visible,

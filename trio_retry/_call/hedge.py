@@ -19,6 +19,7 @@ import trio
 
 from .._core.attempt import Attempt
 from .._core.evidence import FailureCategory
+from .._wire.clock import effective_deadline
 from .._wire.progress import AttemptProgress
 from .attempt import AttemptRun
 from .notify import told
@@ -111,7 +112,7 @@ async def hedged_attempt(
     def may_hedge(started: int) -> bool:
         nonlocal sent
         now = trio.current_time()
-        limit = min(request.deadline, trio.current_effective_deadline()) - now
+        limit = effective_deadline(request.deadline) - now
         calls, hedges = ledger.counts(now)
         denial = decide_hedge(
             HedgeContext(

@@ -52,6 +52,7 @@ from .._core.evidence import Evidence, FailureCategory
 from .._errors import AdmissionRejected, TooManyRedirects
 from .._models import Headers, Response, shown_url
 from .._redirects import REDIRECT_STATUSES
+from .._wire.clock import effective_deadline, wait_for
 from .._wire.exchange import WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .answer import Closer, buffered, counted, deliver, finish, response_of
@@ -374,7 +375,7 @@ class _Retries:
         proposed = backoff.delay(counted, self._rt.config.rng, self._previous_delay)
         if retry_after is not None:
             proposed = max(proposed, retry_after)
-        self.deadline = min(request.deadline, trio.current_effective_deadline())
+        self.deadline = effective_deadline(request.deadline)
         remaining = self.deadline - now
         return build_context(  # RetryContext(...), built faster
             attempt=counted,
@@ -450,6 +451,5 @@ async def _backoff(rt: Runtime, delay: float, deadline: float) -> bool:
     if delay <= 0:  # no timer needed: just let other tasks run (and outer cancellation in)
         await trio.lowlevel.checkpoint()
         return not rt.draining
-    with trio.move_on_at(min(trio.current_time() + delay, deadline)):
-        await rt.drain_event.wait()
+    await wait_for(rt.drain_event, delay, deadline)
     return not rt.draining

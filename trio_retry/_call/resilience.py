@@ -31,6 +31,7 @@ import trio
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.policy import Upstream
+from .._wire.clock import effective_deadline, pause, wait_until
 from .._wire.progress import AttemptProgress, WireError
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class Guard:
                     RejectReason.BREAKER_OPEN,
                 )
         if self.throttle is not None:
-            limit = min(deadline, trio.current_effective_deadline())
+            limit = effective_deadline(deadline)
             remaining = limit - now if math.isfinite(limit) else None
             wait = self.throttle.acquire(now, remaining)
             if wait.rejected:
@@ -155,7 +156,7 @@ class Guard:
                 )
             if wait.wait > 0:
                 try:
-                    await trio.sleep(wait.wait)
+                    await pause(wait.wait)
                 except BaseException:
                     self.release(verdict)
                     raise
@@ -294,8 +295,7 @@ async def run_hedged(
                     break
                 if not any(c.running for c in copies):
                     break
-                with trio.move_on_at(next_at):
-                    await changed.wait()
+                await wait_until(changed, next_at)
                 changed = trio.Event()
                 now = trio.current_time()
                 if now < next_at:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._core.evidence import Stage
-from .._wire.clock import Clock
 from .._wire.pool import ConnectionPool
 from .._wire.progress import AttemptProgress
+from .._wire.timekeeper import Timekeeper
 from .config import ClientConfig
 from .connect import Connector
 from .upstream import Upstreams
@@ -42,7 +42,6 @@ class Runtime:
 
     __slots__ = (
         "calls",
-        "clock",
         "config",
         "connector",
         "cookies",
@@ -53,6 +52,7 @@ class Runtime:
         "now",
         "pool",
         "scopes",
+        "timekeeper",
         "upstreams",
     )
 
@@ -62,8 +62,8 @@ class Runtime:
         self.connector = Connector(config)
         #: The one owner of time (``_wire/clock.py``): the limits of every wait, kept on its
         #: lanes by its task in the client's background nursery.
-        self.clock = Clock(config.stage_timeouts)
-        self.connector.clock = self.clock
+        self.timekeeper = Timekeeper(config.stage_timeouts)
+        self.connector.timekeeper = self.timekeeper
         self.upstreams = Upstreams(config.upstreams, config.default_upstream)
         self.pool = ConnectionPool(
             max_connections=config.max_connections,
@@ -88,7 +88,7 @@ class Runtime:
         """The client was entered: its background work runs in ``nursery``, and the clock is
         this run's."""
         self.connector.nursery = nursery
-        self.clock.start(nursery)
+        self.timekeeper.start(nursery)
         self.pool.bind(nursery)  # HTTP/2 openings outlive their attempt
         self.now = trio.lowlevel.current_clock().current_time
         self.lifecycle = Lifecycle.OPEN

@@ -5,7 +5,10 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 ``progress.WireError``, classified where the proof is. Each module has one job:
 
 - ``progress.py``     the attempt's progress (its stage and counts) and ``WireError``
-- ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes)
+- ``timeout_words.py`` what a timeout says: the bound that fired, as the caller sets it
+- ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes), the
+                      fixed limits (``FIXED``), the call's effective deadline
+- ``timekeeper.py``   the client's timekeeper: its lanes of armed waits and the task expiring them
 - ``exchange.py``     the contract HTTP/1.1, HTTP/2 and HTTP/3 share: the wire request and response,
                       body framing, Trio's errors as ``WireError``
 - ``contract.py``     the connection contract: what the pool needs of every connection, and what

@@ -1,87 +1,66 @@
-"""The one owner of time: every wait of an attempt is bounded here, and only here.
+"""The one owner of time: every wait of the client is bounded here, and only here.
 
-A wait of the wire layer (connect, TLS, the HTTP/2 handshake, a write, the response head, a
-read of the body) and the call deadline around a whole attempt are each kept by one
-:class:`Bound`, used as ``with bound: await <one thing>``. The bound decides, in one place
-(:meth:`Bound.__enter__`), how the limit is kept:
+"Clock" means trio's clock (``trio.current_time()``, ``MockClock`` in tests); what keeps a
+client's limits is its ``timekeeper.Timekeeper``. No other module of the client picks a cancel
+scope's deadline or a wait of its own (``tests/test_time_owner.py`` keeps that true): each
+asks this module, in one of these ways.
 
-- on a **lane** of the client's :class:`Clock` while its task runs: arming and disarming are
-  a dict store and a dict pop, with no cancel scope per wait. When an entry falls due the
-  clock's task tells the bound, which asks its target to end the wait at once
-  (:meth:`StageTarget.stage_expired`: an HTTP/1.1 connection closes its socket, an HTTP/2
-  stream fails, an HTTP/2 connection ends one attempt's waits);
-- in a **cancel scope** otherwise (no client around the connection, the clock not running, a
-  one-off wait such as connect or TLS, or a call deadline that would put the deadline lane
-  out of order).
+- **An attempt's wait** (connect, TLS, the HTTP/2 handshake, a write, the response head, a read
+  of the body, an idle connection's PING) is kept by one :class:`Bound`, made by
+  :func:`bound` (the one way: the limit the client's, or one given) and used as ``with
+  bound: await <one thing>``. The bound decides, in one place (:meth:`Bound.__enter__`), how
+  the limit is kept: on a **lane** of the client's timekeeper (``timekeeper.py``) while its
+  task runs (arming and disarming are a dict store and a dict pop, no cancel scope per wait; when an
+  entry falls due the task tells the bound, which asks its target to end the wait at once:
+  :meth:`StageTarget.stage_expired`, an HTTP/1.1 connection closes its socket, an HTTP/2
+  stream fails), or in a **cancel scope** otherwise (no client around the connection, its
+  timekeeper not running, a one-off wait such as connect or TLS). Either way the bound
+  reports the expiry: :meth:`Bound.__exit__` turns what the interrupted wait raised into the
+  stage's ``TIMEOUT`` with the evidence of the stage reached (:func:`timed_out`). What arrived
+  before the expiry wins; outer cancellation is never converted.
+- **The call deadline** around one attempt is a :class:`DeadlineBound` (the deadline lane, or
+  a scope when the lane would go out of order), and every decision about the time a call has
+  left reads :func:`effective_deadline` (the call's own, or trio's around the task if
+  earlier). A backoff, the hedging timer, the pool's wait for a connection and the next
+  address of a connect race wait with :func:`wait_for` / :func:`wait_until` (an event, or an
+  instant), a throttle with :func:`pause`.
+- **A connection's own task** is bounded here too: the HTTP/2 writer's writes by a
+  :class:`StallBound` (one scope re-armed per write and per progress), the QUIC driver's wait
+  for datagrams by :func:`until` QUIC's own timer (its loss detection, handshake
+  retransmissions and idle timeout are the state machine's; :func:`quic_handshake_limit` is
+  the handshake's), a connection's last words (QUIC's CONNECTION_CLOSE, HTTP/2's GOAWAY) by
+  :func:`closing`: shielded, since the client's exit may be cancelling the task that says
+  them, and short (``FIXED.closing``), since they must not hold that exit up.
 
-Either way the bound is what reports the expiry: :meth:`Bound.__exit__` turns whatever the
-interrupted wait raised (the closed socket's error, the stream's failure, the scope's
-``Cancelled``) into the stage's ``TIMEOUT`` with the evidence of the stage reached
-(:func:`timed_out`). What arrived before the expiry wins: a wait that completed is not turned
-into an error. Outer cancellation is never converted.
-
-**Idle bounds.** ``write`` and ``read`` bound each single write or read, never a whole
-transfer: a long healthy download or upload is never cut (an HTTP/1.1 write is at most 256 KiB;
-an HTTP/2 write is a wait for queued frames or for flow-control window). A write's limit counts
-from its last progress, not from its start (:meth:`Bound.renew`, called by the socket stream
-each time the kernel took more of a write that had to wait): ``write`` is how long the server
-may read nothing, whatever the size of one write or the speed of the link. ``first_byte`` bounds
-the wait for the response head (a request small enough to be written or queued whole counts
-from its write), ``connect`` and ``tls`` the connection's set-up. ``Client()``'s defaults
-(:data:`DEFAULT_LIMITS`, this module's table; ``_call/config.py`` builds
+**Limits.** ``Client()``'s (:data:`DEFAULT_LIMITS`; ``_call/config.py`` builds
 ``DEFAULT_STAGE_TIMEOUTS`` from it) are chosen so that nothing waits forever;
-``StageTimeouts()`` (all ``None``) is the explicit way out. The few limits no client configures
-(the idle check's PING, the QUIC handshake's fallback, the dark-connection watch's silence and
-PING) are this module's table too (:data:`FIXED`), read from here and written nowhere else; the
-watch (``contract.DarkWatch``) rides two lanes of every clock (:attr:`Clock.dark`), armed by a
-connection's reader while it waits for bytes.
+``StageTimeouts()`` (all ``None``) is the explicit way out. Every limit no client configures
+is :data:`FIXED`, read from here and written nowhere else: the idle check's PING, the QUIC
+handshake's fallback and idle timeout, the dark-connection watch (two lanes of every
+timekeeper, ``Timekeeper.dark``), happy eyeballs, the HTTP/2 writer's stall, last words.
+``write`` and ``read`` bound each single write or read, never a whole transfer, and a write's
+limit counts from its last progress (:meth:`Bound.renew`, called by the socket stream each
+time the kernel took more): ``write`` is how long the server may read nothing.
 
-**The call deadline and the head.** A call with a ``deadline=`` (its own or the client's)
-waits for its response head as long as that deadline allows, not ``first_byte``, when
-``first_byte`` is ``Client()``'s default (a :class:`Default`, told apart from the same number
-given explicitly): the caller who said "60 s" for the call meant it, and a healthy endpoint
-that answers in 35 s must not be cut at 30 s and sent again (issue #38). An explicit
-``first_byte`` stays. The attempt says so on its progress (``deadline_bounds_head``, set from
-:attr:`Clock.head_yields`), and every protocol's wait for the head asks :func:`limit_of` with
-that progress. Rejected: the first-byte limit raised to the remaining deadline per attempt
-(the same wait, and a lane entry per call with a limit of its own, which the lanes' one limit
-per kind does not allow).
-
-**Messages.** A timeout names the bound that fired as the caller sets it, with its value:
-``no response head within first_byte=30 s``, ``the call's deadline=60 s expired during
-AWAITING_RESPONSE`` (:func:`timeout_message`, :func:`deadline_message`); a default's says it
-is one, and how to change it.
-
-Two waits are kept outside a bound of this module. The pool's wait for a connection
-(``pool_timeout``, ``pool.py``; its default is in this module's table) is a cancel scope of
-the pool's own, which its bookkeeping also cancels to hand a waiter its connection. And, at
-this clock's limit, the HTTP/2 connection's writer task (``http2/writer.py``) gives its
-connection up when one ``send_all`` makes no progress for the ``write`` limit. It is the
-connection's own task, not an attempt's wait, and keeps the limit with one cancel scope
-re-armed per write and per progress (a lane entry would need an attempt to interrupt and a
-progress to report on). Likewise the HTTP/3 connection's
-driver task (``http3/driver.py``) waits for datagrams until QUIC's own timer, in a scope whose
-deadline is that timer: QUIC's loss detection, its handshake retransmissions and its idle
-timeout are the state machine's, and an attempt's waits on an HTTP/3 stream are bounded here as
-any other. While the handshake goes on, that deadline is also the handshake's limit
-(``min(tls, 3 s)`` from the driver's start, after which the requests waiting on it go over TCP
-while it goes on in the background): it is the connection's, not one attempt's, so every
-request waiting on the handshake, early data or not, and whenever it joined, is bounded by the
-same instant. A connection's last words as it closes (QUIC's CONNECTION_CLOSE, HTTP/2's
-GOAWAY after the acknowledgements it owes) are bounded by :func:`closing`: shielded, since the
-client's exit may be cancelling the task that says them, and short (``FIXED.closing``), since
-they must not hold that exit up (an HTTP/2 write under way when its connection closes is cut
-at the same bound: ``http2/writer.py``).
+**The call deadline and the head.** A call with a ``deadline=`` waits for its response head as
+long as that deadline allows, not ``first_byte``, when ``first_byte`` is ``Client()``'s default
+(a :class:`Default`, told apart from the same number given explicitly): the caller who said
+"60 s" meant it, and a healthy endpoint that answers in 35 s must not be cut at 30 s and sent
+again (issue #38). The attempt says so on its progress (``deadline_bounds_head``, from
+``Timekeeper.head_yields``), and every protocol's wait for the head asks :func:`limit_of`.
+Rejected: the first-byte limit raised to the remaining deadline per attempt (a lane entry per
+call with a limit of its own, which the lanes' one limit per kind does not allow). What a
+timeout says is ``timeout_words.py``'s.
 
 Why lanes and not a scope per wait (the obvious way): entering and leaving a
 ``trio.CancelScope`` per wait was the largest single item of a small request's bookkeeping.
-The limits of one kind are the same for every wait of a client, so the waits armed on one
-lane fall due in the order they were armed: a lane is an insertion-ordered dict from bound to
-due time, and the clock's task sleeps until the earliest oldest entry of any lane. A lane with
-nothing armed cannot have anything fall due before ``now + limit``, so the task never has to
-be woken early, whatever arms or disarms. Call deadlines differ per call: the deadline lane
-accepts one only when it does not fall due before the last one armed (:meth:`DeadlineLane.
-arm_at`), and the bound falls back to a scope otherwise.
+The limits of one kind are the same for every wait of a client, so the waits armed on one lane
+fall due in the order they were armed: a lane is an insertion-ordered dict from bound to due
+time, and the timekeeper's task sleeps until the earliest oldest entry of any lane. A lane with
+nothing armed cannot have anything fall due before ``now + limit``, so the task never has to be
+woken early. Call deadlines differ per call: the deadline lane accepts one only when it does not
+fall due before the last one armed (``DeadlineLane.arm_at``), and the bound falls back to a
+scope otherwise.
 """
 
 from __future__ import annotations
@@ -90,40 +69,43 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
 from .._core.evidence import FailureCategory
 from .progress import AttemptProgress, WireError
+from .timeout_words import Default, deadline_message, seconds, timeout_message
 
 __all__ = [
     "DEFAULT_LIMITS",
     "FIXED",
     "NO_LIMITS",
     "Bound",
-    "Clock",
     "DeadlineBound",
-    "DeadlineLane",
+    "DeadlineLaneLike",
     "Default",
     "FixedLimits",
-    "Lane",
+    "Keeper",
+    "LaneLike",
     "StageTarget",
+    "StallBound",
     "Timeouts",
+    "bound",
     "closing",
     "deadline_message",
+    "effective_deadline",
     "limit_of",
+    "pause",
+    "quic_handshake_limit",
+    "retime",
     "seconds",
     "timed_out",
     "timeout_message",
+    "until",
+    "wait_for",
+    "wait_until",
 ]
-
-
-class Default(float):
-    """A limit ``Client()`` chose, told apart (``isinstance``) from the same number given
-    explicitly; a plain ``float`` in every other respect (``dataclasses.replace`` keeps it)."""
-
-    __slots__ = ()
 
 
 #: ``Client()``'s limits, by the name the caller sets each with (``StageTimeouts`` fields, and
@@ -178,80 +160,169 @@ class FixedLimits:
     #: ... and is closed if still nothing arrives within this long after (``PingTimeout``):
     #: long for a peer that is there, short beside the ``first_byte`` each request would wait.
     read_idle_ping: float = 5.0
+    #: How long a connection attempt to one address goes on alone before the next address is
+    #: tried beside it (``transport.py``; RFC 8305's Connection Attempt Delay, its 250 ms).
+    happy_eyeballs: float = 0.25
+    #: How long one write of an HTTP/2 connection's writer task may make no progress before
+    #: the connection is given up, when the client has no ``write`` limit (with one, that
+    #: limit: ``http2/connection.py``); a connection-level safety bound (``http2/writer.py``).
+    http2_stall: float = 10.0
+    #: A QUIC connection with nothing to do is closed by aioquic after this long (its
+    #: ``idle_timeout``: ``http3/quic.py``).
+    quic_idle: float = 30.0
 
 
 #: The table of fixed limits.
 FIXED = FixedLimits()
 
-#: What each bounded wait is called in a timeout's message, ``{}`` where the bound (named as
-#: the caller sets it) and its value go.
-_WORDS = {
-    "connect": "connecting took longer than connect={}",  # (DNS, TCP, the proxy)
-    "tls": "the TLS handshake took longer than tls={}",
-    # (its limit is tls=, or connect= for h2c: the bound that fired is named)
-    "handshake": "the server sent no HTTP/2 SETTINGS within tls={}",
-    "handshake_h2c": "the server sent no HTTP/2 SETTINGS within connect={}",
-    # (a write: at most 256 KiB over HTTP/1.1, the frames queued since the last over HTTP/2;
-    # its limit counts from its last progress: the server read nothing for that long)
-    "write": "the server read none of the request within write={}",
-    "first_byte": "no response head within first_byte={}",
-    "read": "no body data within read={}",
-    "ping": "the idle connection did not answer a PING within {}",
-    # (the QUIC handshake's limit: min(tls, FIXED.quic_handshake); the attempt goes over TCP)
-    "quic": "no answer within {} (the handshake's limit: the least of tls= and 3 s)",
-    "pool": "no connection became free within pool_timeout={}",
-}
 
-#: The field whose default each wait's limit is, where that is not its own name.
-_FIELD = {"handshake": "tls", "handshake_h2c": "connect"}
-#: How a default's message says what changes it, where ``StageTimeouts`` does not. The
-#: ``first_byte`` default fires only on a call without a deadline (a deadline lifts it).
-_HINTS = {
-    "first_byte": " (Client()'s default: a call with a deadline= waits for the head as long as "
-    "its deadline allows; stage_timeouts=StageTimeouts(first_byte=...) sets it)",
-    "pool": " (Client()'s default; Client(pool_timeout=...) sets it)",
-}
-
-
-def closing() -> trio.CancelScope:
+def closing(by: float = math.inf) -> trio.CancelScope:
     """The scope of a connection's last words as it closes: shielded from the cancellation
-    that may be ending its task (the client's exit), and ended after ``FIXED.closing`` s.
+    that may be ending its task (the client's exit), and ended after ``FIXED.closing`` s, or
+    at the instant ``by`` if earlier (the bound :class:`StallBound.close_by` set already).
     What it does not send by then is not sent."""
-    return trio.CancelScope(shield=True, deadline=trio.current_time() + FIXED.closing)
+    due = trio.current_time() + FIXED.closing
+    return trio.CancelScope(shield=True, deadline=due if due < by else by)
 
 
-def seconds(value: float) -> str:
-    """``value`` seconds as a message shows them: ``30 s``, ``0.25 s``."""
-    return f"{value:g} s"
+def until(at: float) -> trio.CancelScope:
+    """The scope of a wait that ends at the instant ``at`` unless woken first: the QUIC
+    driver's for its socket, ``at`` QUIC's own timer (``http3/driver.py`` cancels it to be
+    woken; :func:`retime` when the timer moved); the pool's parked waiter, ``at`` its
+    ``pool_timeout`` (``pool.py``: resolving the wait wakes it)."""
+    return trio.CancelScope(deadline=at)
+
+
+def retime(scope: trio.CancelScope, at: float) -> None:
+    """The wait :func:`until` began ends at the instant ``at`` instead."""
+    scope.deadline = at
+
+
+class StallBound:
+    """The HTTP/2 writer task's bound on its writes (``http2/writer.py``): the connection is
+    given up when one write makes no progress for :attr:`limit` seconds.
+
+    One cancel scope for many writes (a scope per ``send_all`` was a good part of a small
+    request's cost): :meth:`arm` before each write (its limit from now, and the write shielded
+    from the task's nursery: only this bound cuts a write), :meth:`renew` on each progress,
+    :meth:`disarm` before the task sleeps; :meth:`close_by` caps it at the last words' bound.
+    A limit that passes just after a write spends the scope without raising (:attr:`spent`):
+    the task takes a fresh one. Not a lane entry: the connection's own task has no attempt
+    to interrupt nor stage to report."""
+
+    __slots__ = ("_by", "armed", "limit", "scope")
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.scope = trio.CancelScope()  # (a fresh one per __enter__)
+        #: A write is under way (armed, not yet disarmed).
+        self.armed = False
+        self._by = math.inf
+
+    def __enter__(self) -> StallBound:
+        self.scope = trio.CancelScope()
+        self.scope.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        etype: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self.armed = False
+        return bool(self.scope.__exit__(etype, exc, tb))
+
+    @property
+    def spent(self) -> bool:
+        """The limit ran out: nothing more may be awaited in this scope."""
+        return self.scope.cancel_called
+
+    @property
+    def cut(self) -> bool:
+        """The limit ran out during a write, which it cut (the scope caught its Cancelled)."""
+        return self.scope.cancelled_caught
+
+    def arm(self, now: float) -> None:
+        """A write starts at ``now`` (the run's clock): shielded, bounded from now."""
+        scope = self.scope
+        due = now + self.limit
+        scope.deadline = due if due < self._by else self._by
+        scope.shield = True
+        self.armed = True
+
+    def renew(self) -> None:
+        """The write under way made progress: its limit counts again from now."""
+        if self.armed:
+            due = trio.current_time() + self.limit
+            self.scope.deadline = due if due < self._by else self._by
+
+    def written(self) -> None:
+        """The write under way ended: no longer shielded."""
+        self.scope.shield = False
+        self.armed = False
+
+    def disarm(self) -> bool:
+        """Nothing to write: no limit while the task sleeps. Whether there was one (then the
+        task looks again before it sleeps: the limit may have passed meanwhile)."""
+        scope = self.scope
+        if scope.deadline == math.inf:
+            return False
+        scope.deadline = math.inf
+        return True
+
+    def close_by(self, at: float) -> None:
+        """The connection closes: no write goes on past the instant ``at``."""
+        self._by = at
+        if self.armed and self.scope.deadline > at:
+            self.scope.deadline = at
+
+
+def effective_deadline(deadline: float) -> float:
+    """The instant a call must be over by: the earlier of its own ``deadline`` and the
+    deadline trio's cancel scopes around the calling task set
+    (``trio.current_effective_deadline()``). Every decision about a call's remaining time
+    (the retry loop's, hedging's, the throttle's) reads this one."""
+    effective = trio.current_effective_deadline()
+    return deadline if deadline < effective else effective
+
+
+async def wait_until(event: trio.Event, at: float) -> bool:
+    """Wait for ``event`` until the instant ``at`` (``math.inf``: no limit); whether it was
+    set. A cancellation from outside goes on (nothing to undo)."""
+    with trio.move_on_at(at):
+        await event.wait()
+    return event.is_set()
+
+
+async def wait_for(event: trio.Event, within: float, deadline: float = math.inf) -> bool:
+    """Wait for ``event`` at most ``within`` seconds from now, and never past the instant
+    ``deadline``; whether it was set."""
+    at = trio.current_time() + within
+    return await wait_until(event, at if at < deadline else deadline)
+
+
+def quic_handshake_limit(tls: float | None) -> float:
+    """The QUIC handshake's limit: the ``tls`` limit, but at most ``FIXED.quic_handshake``
+    (after which the attempt goes over TCP: the module docstring)."""
+    fixed = FIXED.quic_handshake
+    return fixed if tls is None or tls > fixed else tls
+
+
+async def pause(delay: float) -> None:
+    """Wait ``delay`` seconds (a throttle's wait for its next slot)."""
+    await trio.sleep(delay)
 
 
 def limit_of(
-    clock: Clock | None, which: str, progress: AttemptProgress | None = None
+    timekeeper: Keeper | None, which: str, progress: AttemptProgress | None = None
 ) -> float | None:
-    """The limit of wait ``which`` on ``clock`` (none without a clock); for ``first_byte``,
+    """The limit of wait ``which`` on ``timekeeper`` (none without one); for ``first_byte``,
     none when ``progress``'s call deadline bounds the head instead (the module docstring)."""
     if progress is not None and progress.deadline_bounds_head and which == "first_byte":
         return None
-    limits: Timeouts = clock.limits if clock is not None else NO_LIMITS
+    limits: Timeouts = timekeeper.limits if timekeeper is not None else NO_LIMITS
     return getattr(limits, which)  # type: ignore[no-any-return]
-
-
-def timeout_message(which: str, limit: float | None, about: str = "") -> str:
-    """The words of a timeout of wait ``which``, the same for every protocol: the bound that
-    fired, named as the caller sets it, and its value (for ``Client()``'s default, how to
-    change it); ``about`` names what was waited for (a peer), when the words do not."""
-    text = _WORDS[which].format(seconds(limit) if limit is not None else "no limit")
-    if isinstance(limit, Default):
-        field = _FIELD.get(which, which)
-        text += _HINTS.get(
-            field, f" (Client()'s default; stage_timeouts=StageTimeouts({field}=...) sets it)"
-        )
-    return text + (f": {about}" if about else "")
-
-
-def deadline_message(limit: float, stage: object) -> str:
-    """The words of a call deadline of ``limit`` seconds that ran out at ``stage``."""
-    return f"the call's deadline={seconds(limit)} expired during {stage}"
 
 
 def timed_out(
@@ -265,13 +336,13 @@ def timed_out(
 class StageTarget(Protocol):
     """What a lane can interrupt: told that the wait ``which`` of ``progress``'s attempt ran
     out, it ends that wait at once (unless what it waited for has arrived). It must not raise
-    or block: the clock's task calls it."""
+    or block: the timekeeper's task calls it."""
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None: ...
 
 
 class Timeouts(Protocol):
-    """The limits a :class:`Clock` keeps (``trio_retry.StageTimeouts`` is one)."""
+    """The limits a timekeeper keeps (``trio_retry.StageTimeouts`` is one)."""
 
     @property
     def connect(self) -> float | None: ...
@@ -286,7 +357,7 @@ class Timeouts(Protocol):
 
 
 class _NoLimits:
-    """Limits of nothing: a connection made without a client's clock waits unbounded."""
+    """Limits of nothing: a connection made without a client's timekeeper waits unbounded."""
 
     __slots__ = ()
     connect = tls = write = first_byte = read = None
@@ -295,177 +366,80 @@ class _NoLimits:
 NO_LIMITS: Timeouts = _NoLimits()
 
 
-class _Expiring(Protocol):
-    def expire(self) -> None: ...
-
-
-class Lane:
-    """The armed waits of one kind (one limit): ``bound -> due`` in due order."""
-
-    __slots__ = ("limit", "now", "pending", "which")
-
-    def __init__(self, which: str, limit: float) -> None:
-        self.which = which
-        self.limit = limit
-        self.pending: dict[_Expiring, float] = {}
-        #: The run's clock, read directly once the lanes run (:meth:`Clock.start`).
-        self.now: Callable[[], float] = trio.current_time
-
-    def arm(self, bound: _Expiring) -> None:
-        """``bound``'s wait starts now and is due ``limit`` seconds from now."""
-        self.pending[bound] = self.now() + self.limit
-
-    def disarm(self, bound: _Expiring) -> None:
-        """The wait ended in time (or was abandoned); safe when not armed."""
-        self.pending.pop(bound, None)
-
-    def expire(self, now: float) -> float:
-        """Fire what is due by ``now``; return when this lane next needs looking at."""
-        pending = self.pending
-        while pending:
-            bound = next(iter(pending))
-            due = pending[bound]
-            if due > now:
-                return due
-            del pending[bound]
-            bound.expire()
-        return now + self.limit
-
-
-#: The shortest interval at which the clock's task looks at an empty deadline lane.
-MIN_SPAN = 0.05
-
-
-class DeadlineLane(Lane):
-    """Call deadlines (absolute times, each call its own). Due times must not go backwards:
-    :meth:`arm_at` refuses one earlier than the last armed (the bound then uses a scope), so
-    the lane stays in due order. ``limit`` is the shortest span from arming to due seen so
-    far (but not below :data:`MIN_SPAN`): an empty lane needs looking at no earlier than
-    ``now + limit``; a span shorter than that wakes the clock's task early (once per new
-    shortest span, and for every span below :data:`MIN_SPAN`)."""
-
-    __slots__ = ("clock", "last_due")
-
-    def __init__(self, clock: Clock) -> None:
-        super().__init__("deadline", math.inf)
-        self.clock = clock
-        self.last_due = -math.inf
-
-    def arm_at(self, bound: _Expiring, due: float) -> bool:
-        """Arm ``bound`` to expire at ``due``; False (nothing armed) if that would put the
-        lane out of order."""
-        if due < self.last_due:
-            return False
-        self.pending[bound] = self.last_due = due
-        span = due - self.now()
-        if span < self.limit:
-            self.clock.wake_by(due)
-            # A shorter span than any before shortens how often an empty lane is looked at,
-            # but never below MIN_SPAN: one call with a tiny (or past) deadline must not make
-            # the task wake hundreds of times a second for the client's life. A span below it
-            # wakes the task itself, as here.
-            if span > MIN_SPAN:
-                self.limit = span
-        return True
-
-
-class Clock:
-    """One client's limits (:class:`Timeouts`), its lanes (``None`` where a wait kind has no
-    limit) and the task that expires them (:meth:`run`, in the client's nursery)."""
-
-    __slots__ = (
-        "_sleep",
-        "dark",
-        "deadline",
-        "first_byte",
-        "head_yields",
-        "limits",
-        "read",
-        "running",
-        "write",
-    )
-
-    def __init__(self, limits: Timeouts) -> None:
-        self.limits = limits
-        #: ``first_byte`` is ``Client()``'s default: a call with a deadline waits for its
-        #: response head within that deadline instead (the module docstring).
-        self.head_yields = isinstance(limits.first_byte, Default)
-        self.write = Lane("write", limits.write) if limits.write is not None else None
-        self.first_byte = (
-            Lane("first_byte", limits.first_byte) if limits.first_byte is not None else None
-        )
-        self.read = Lane("read", limits.read) if limits.read is not None else None
-        self.deadline = DeadlineLane(self)
-        #: The dark-connection watch's lanes (``contract.DarkWatch``), from :data:`FIXED`.
-        self.dark = (
-            Lane("read_idle", FIXED.read_idle),
-            Lane("read_idle_ping", FIXED.read_idle_ping),
-        )
-        #: True while :meth:`run` runs: only then are the lanes used.
-        self.running = False
-        self._sleep: trio.CancelScope | None = None  # the task's current sleep
+class LaneLike(Protocol):
+    """What a bound arms: one of a ``timekeeper.Timekeeper``'s lanes."""
 
     @property
-    def lanes(self) -> tuple[Lane, ...]:
-        stages = (self.write, self.first_byte, self.read)
-        return (*(lane for lane in stages if lane), self.deadline, *self.dark)
+    def limit(self) -> float: ...
+    @property
+    def pending(self) -> dict[Any, float]: ...
+    @property
+    def now(self) -> Callable[[], float]: ...
 
-    def bound(self, which: str, target: StageTarget | None = None) -> Bound:
-        """A :class:`Bound` for the waits ``which`` (``"write"``, ``"first_byte"``,
-        ``"read"``, ``"connect"``, ``"tls"``) of ``target`` at this clock's limit."""
-        return Bound(self, which, getattr(self.limits, which), target)
 
-    def wake_by(self, due: float) -> None:
-        """Make sure the task looks at the lanes no later than ``due``."""
-        sleep = self._sleep
-        if sleep is not None and sleep.deadline > due:
-            sleep.deadline = due
+class DeadlineLaneLike(LaneLike, Protocol):
+    """The timekeeper's lane of call deadlines (``timekeeper.DeadlineLane``)."""
 
-    def start(self, nursery: trio.Nursery) -> None:
-        """Run the lanes in ``nursery`` from now on (they are used at once: the task's first
-        look at the lanes comes before anything armed now can fall due)."""
-        now = trio.lowlevel.current_clock().current_time
-        for lane in self.lanes:
-            lane.now = now
-        self.running = True
-        nursery.start_soon(self.run)
+    def arm_at(self, bound: Any, due: float) -> bool: ...
 
-    async def run(self) -> None:
-        """Expire waits as they fall due, until cancelled (the client closing).
 
-        When it ends, :attr:`running` is False again and every wait still armed stays
-        unexpired: the client is closing, and closing ends those waits anyway."""
-        lanes = self.lanes
-        self.running = True
-        try:
-            while True:
-                now = trio.current_time()
-                wake = math.inf
-                for lane in lanes:
-                    due = lane.expire(now)
-                    if due < wake:
-                        wake = due
-                with trio.CancelScope(deadline=wake) as self._sleep:
-                    await trio.sleep_forever()
-        finally:
-            self._sleep = None
-            self.running = False
+class Keeper(Protocol):
+    """What the bounds read of the client's ``timekeeper.Timekeeper`` (which imports this
+    module: the bounds know it by this shape). Its lanes are its attributes named as the
+    waits (``write``, ``first_byte``, ``read``: ``None`` without a limit)."""
+
+    @property
+    def limits(self) -> Timeouts: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def deadline(self) -> DeadlineLaneLike: ...
+
+
+class _OwnLimit:
+    """:func:`bound`'s default ``limit``: the client's own for the wait."""
+
+    __slots__ = ()
+
+
+_OWN_LIMIT = _OwnLimit()
+
+
+def bound(
+    which: str,
+    timekeeper: Keeper | None,
+    *,
+    progress: AttemptProgress | None = None,
+    target: StageTarget | None = None,
+    limit: float | _OwnLimit | None = _OWN_LIMIT,
+    about: str = "",
+) -> Bound:
+    """The one way to bound a wait (``with bound(...): await <one thing>``): the wait
+    ``which`` (as its timeout's message names it) of ``progress``'s attempt, at ``limit``:
+    by default the client's for ``which`` (:func:`limit_of`, which lets a call's deadline
+    bound its head), ``None`` for no limit. Kept on ``timekeeper``'s lane for ``which`` when
+    ``target`` can be told to end the wait and the lane's limit is ``limit``; in a cancel scope
+    otherwise (:meth:`Bound.__enter__`). ``about`` names what was waited for, when the
+    message's words do not (a peer's address)."""
+    if isinstance(limit, _OwnLimit):
+        limit = limit_of(timekeeper, which, progress)
+    return Bound(timekeeper, which, limit, target, progress, about)
 
 
 class Bound:
     """The limit on one kind of wait of one target: ``with bound: await <one thing>``.
 
-    Reusable, one wait at a time (an HTTP/1.1 connection keeps one per kind; ``progress`` is
-    set to the attempt's before use). With no limit it costs two calls and does nothing.
-    After cancellation (outer, or the client closing) nothing is armed any more and nothing
-    is converted: the ``Cancelled`` goes on.
+    Made by :func:`bound`. Reusable, one wait at a time (an HTTP/1.1 connection keeps one per
+    kind; ``progress`` is set to the attempt's before use). With no limit it costs two calls
+    and does nothing. After cancellation (outer, or the client closing) nothing is armed any
+    more and nothing is converted: the ``Cancelled`` goes on.
     """
 
     __slots__ = (
         "_armed",
-        "_clock",
         "_lane",
         "_scope",
+        "_timekeeper",
         "about",
         "expired",
         "limit",
@@ -476,24 +450,24 @@ class Bound:
 
     def __init__(
         self,
-        clock: Clock | None,
+        timekeeper: Keeper | None,
         which: str,
         limit: float | None,
         target: StageTarget | None = None,
         progress: AttemptProgress | None = None,
         about: str = "",
     ) -> None:
-        self._clock = clock
+        self._timekeeper = timekeeper
         self.about = about
         self.which = which
         self.limit = limit
         self.target = target
         self.progress = progress
         self.expired = False
-        #: The clock's lane for this wait (a lane needs a target to interrupt), else ``None``.
-        lane: Lane | None = getattr(clock, which, None) if target is not None else None
-        self._lane = lane if isinstance(lane, Lane) and lane.limit == limit else None
-        self._armed: Lane | None = None
+        #: The timekeeper's lane for this wait (a lane needs a target to interrupt), else ``None``.
+        lane: LaneLike | None = getattr(timekeeper, which, None) if target is not None else None
+        self._lane = lane if lane is not None and lane.limit == limit else None
+        self._armed: LaneLike | None = None
         self._scope: trio.CancelScope | None = None
 
     def __enter__(self) -> Bound:
@@ -502,8 +476,8 @@ class Bound:
             return self
         self.expired = False
         lane = self._lane
-        clock = self._clock
-        if lane is not None and clock is not None and clock.running:
+        timekeeper = self._timekeeper
+        if lane is not None and timekeeper is not None and timekeeper.running:
             lane.pending[self] = lane.now() + limit  # (Lane.arm, without its call)
             self._armed = lane
             return self
@@ -527,7 +501,7 @@ class Bound:
             scope.deadline = trio.current_time() + self.limit
 
     def expire(self) -> None:
-        """The lane ran out (the clock's task): the target ends the wait."""
+        """The lane ran out (the timekeeper's task): the target ends the wait."""
         self.expired = True
         target, progress = self.target, self.progress
         assert target is not None
@@ -567,14 +541,14 @@ class DeadlineBound:
 
     On the deadline lane when the attempt holds a connection (``conn``) that can end its
     waits (``attempt_expired``: HTTP/1.1 closes itself, HTTP/2 fails the attempt's stream
-    only), the clock runs and the deadline keeps the lane in order; in a cancel scope
+    only), the timekeeper runs and the deadline keeps the lane in order; in a cancel scope
     otherwise (:attr:`scope`, which ``aclose()`` and ``drain()`` may also cancel)."""
 
     __slots__ = ("_conn", "_lane", "due", "expired", "progress", "scope")
 
     def __init__(
         self,
-        clock: Clock | None,
+        timekeeper: Keeper | None,
         due: float,
         progress: AttemptProgress,
         conn: _AttemptHolder | None,
@@ -583,15 +557,15 @@ class DeadlineBound:
         self.progress = progress
         self.expired = False
         self._conn = conn
-        self._lane: DeadlineLane | None = None
+        self._lane: DeadlineLaneLike | None = None
         self.scope: trio.CancelScope | None = None
         if (
             conn is not None
-            and clock is not None
-            and clock.running
-            and clock.deadline.arm_at(self, due)
+            and timekeeper is not None
+            and timekeeper.running
+            and timekeeper.deadline.arm_at(self, due)
         ):
-            self._lane = clock.deadline
+            self._lane = timekeeper.deadline
         else:
             self.scope = trio.CancelScope(deadline=due)
 

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from .._core.evidence import FailureCategory
-from .clock import FIXED, Bound, Clock, Lane, seconds
+from .clock import FIXED, bound, seconds
 from .exchange import content_length
 from .progress import AttemptProgress, WireError
+from .timekeeper import Lane, Timekeeper
 
 if TYPE_CHECKING:
     from .exchange import WireRequest, WireResponse
@@ -80,7 +81,7 @@ class PooledConnection(Protocol):
 
     async def send_request(self, request: WireRequest, progress: AttemptProgress) -> WireResponse:
         """Write ``request`` and read up to its final response head, each wait within the
-        bounds of the client's clock (``clock.py``). Raises ``WireError``."""
+        bounds of the client's timekeeper (``clock.py``). Raises ``WireError``."""
 
 
 class MultiplexedConnection(PooledConnection, Protocol):
@@ -158,7 +159,7 @@ class Failure:
 
 
 def interrupted(progress: AttemptProgress) -> WireError:
-    """A bound of the attempt ran out while it waited on the connection (the client's clock
+    """A bound of the attempt ran out while it waited on the connection (the client's timekeeper
     ended that attempt's waits, ``progress.interrupted``); the bound, or the attempt for its
     deadline, reports it as that timeout."""
     return WireError.at(progress, FailureCategory.TIMEOUT, "a timeout of the attempt ran out")
@@ -239,15 +240,15 @@ class IdlePing:
             self.sent += 1
             peer.send_ping(self.sent)
         wanted = self.sent
-        bound = Bound(None, "ping", self.timeout, progress=progress)
+        waiting = bound("ping", None, progress=progress, limit=self.timeout)
         try:
-            with bound:
+            with waiting:
                 while self.answered < wanted and not peer.closed:
                     if progress.interrupted:
                         raise interrupted(progress)
                     await peer.ping_wait()
         except WireError:
-            if not bound.expired:
+            if not waiting.expired:
                 raise
         if self.answered >= wanted:
             return
@@ -264,8 +265,8 @@ class DarkPeer(Protocol):
     def closed(self) -> bool: ...
 
     @property
-    def clock(self) -> Clock | None:
-        """The client's clock, whose lanes keep the watch (``None``: no watch)."""
+    def timekeeper(self) -> Timekeeper | None:
+        """The client's timekeeper, whose lanes keep the watch (``None``: no watch)."""
 
     def busy(self) -> bool:
         """Whether a request waits for what the peer sends, with none of our own bytes waiting
@@ -292,8 +293,8 @@ class DarkWatch:
 
     The connection's reader arms the watch when it starts waiting for bytes (:meth:`waiting`)
     and disarms it when they come (:meth:`received`): a dict store and a dict pop on a lane of
-    the client's clock (``Clock.dark``), which expires it (:meth:`expire`), no cancel scope per
-    read. A connection made without a running clock has no watch.
+    the client's timekeeper (``Timekeeper.dark``), which expires it (:meth:`expire`), no cancel
+    scope per read. A connection made without a running timekeeper has no watch.
 
     Silence alone proves nothing while nobody waits (an idle pooled connection: the idle check,
     :class:`IdlePing`, PINGs it before its next stream), nor while our own bytes wait to be
@@ -316,9 +317,9 @@ class DarkWatch:
         make the connection suspect."""
         if self._armed is not None:
             return
-        clock = self._peer.clock
-        if clock is not None and clock.running:
-            self._arm(clock.dark[0])
+        timekeeper = self._peer.timekeeper
+        if timekeeper is not None and timekeeper.running:
+            self._arm(timekeeper.dark[0])
 
     def received(self) -> None:
         """Bytes arrived: the peer is there (a suspicion is lifted, and ``on_lifted`` told)."""
@@ -337,13 +338,13 @@ class DarkWatch:
             lane.pending.pop(self, None)
 
     def expire(self) -> None:
-        """A lane ran out (the clock's task calls this: it never blocks)."""
+        """A lane ran out (the timekeeper's task calls this: it never blocks)."""
         lane, self._armed = self._armed, None
         peer = self._peer
-        clock = peer.clock
-        if lane is None or clock is None or peer.closed:
+        timekeeper = peer.timekeeper
+        if lane is None or timekeeper is None or peer.closed:
             return
-        silence, answer = clock.dark
+        silence, answer = timekeeper.dark
         if lane is silence:
             if peer.busy():
                 self.suspect = True

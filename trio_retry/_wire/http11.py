@@ -37,12 +37,13 @@ import h11
 import trio
 
 from .._core.evidence import FailureCategory, Stage
-from .clock import NO_LIMITS, Bound, Clock
+from .clock import NO_LIMITS, Bound, bound
 from .exchange import TRANSPORT_ERRORS, WireRequest, WireResponse, closing_body
 from .http11_reader import END, NEED, Head, ResponseReader
 from .http11_rules import END_OF_MESSAGE, encode, encode_whole, h11_request
 from .progress import AttemptProgress, WireError
 from .rawsock import raw_stream_of
+from .timekeeper import Timekeeper
 from .tlsread import reads_of
 from .transport import Transport
 from .virtual import VirtualSocket
@@ -137,7 +138,7 @@ class HTTP11Connection:
         max_header_bytes: int,
         *,
         fast_path: bool = True,
-        clock: Clock | None = None,
+        timekeeper: Timekeeper | None = None,
     ) -> None:
         self._stream = transport.stream
         #: Its reads, taking every TLS record already received (``tlsread.py``).
@@ -152,17 +153,17 @@ class HTTP11Connection:
         self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
         #: The bounds of this connection's waits (``clock.py``), one per kind: one request at
         #: a time, so each is reused, its ``progress`` set per request.
-        if clock is None:
-            clock = Clock(NO_LIMITS)
-        self._write_bound = clock.bound("write", self)
+        if timekeeper is None:
+            timekeeper = Timekeeper(NO_LIMITS)
+        self._write_bound = bound("write", timekeeper, target=self)
         raw = raw_stream_of(self._stream)
         if raw is not None:  # a write that waits for a reading server renews its bound
             raw.on_progress = self._write_bound.renew
         self._slice = WRITE_SLICE if raw is not None else WRITE_SLICE_UNREPORTED
-        self._first_byte = clock.bound("first_byte", self)
+        self._first_byte = bound("first_byte", timekeeper, target=self)
         #: The head's wait when the call's deadline bounds it instead (``clock.py``): none.
-        self._head_in_deadline = Bound(clock, "first_byte", None, self)
-        self._read = clock.bound("read", self)
+        self._head_in_deadline = bound("first_byte", timekeeper, target=self, limit=None)
+        self._read = bound("read", timekeeper, target=self)
         self.origin_key = origin_key
         self.state = _IDLE
         self.expires_at = float("inf")

@@ -60,7 +60,7 @@ import trio
 
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
-from .clock import timeout_message
+from .clock import timeout_message, until
 from .contract import Opener, PooledConnection
 from .pool_book import PoolBook
 from .pool_ledger import (
@@ -284,7 +284,7 @@ class ConnectionPool:
         deadline = math.inf if limit is None else arrived + limit
         try:
             while True:
-                with trio.CancelScope(deadline=deadline):
+                with until(deadline):
                     # Parked until resolve() wakes it (Waiter.wake), or the deadline (or the
                     # caller) cancels the park (Waiter.abort): it is WAITING each time here.
                     waiter.task = trio.lowlevel.current_task()

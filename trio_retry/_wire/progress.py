@@ -53,7 +53,7 @@ class AttemptProgress:
         #: The call's deadline, not ``first_byte``, bounds the wait for the response head
         #: (``clock.py``: a call with a deadline, ``first_byte`` the client's default).
         self.deadline_bounds_head = False
-        #: A bound of this attempt ran out on the client's clock (its call deadline, or an
+        #: A bound of this attempt ran out on the client's timekeeper (its call deadline, or an
         #: HTTP/2 write): a wait the attempt is woken from sees it and stops (``clock.py``).
         self.interrupted = False
         self.http_version: str | None = None

@@ -7,7 +7,8 @@ retrying cannot make a certificate valid); any other handshake failure is ``TLS_
 DNS is resolved here rather than inside ``trio.open_tcp_stream`` so that a resolution failure
 and a connect failure are told apart; the connect then races the addresses "happy eyeballs"
 style (RFC 8305, as ``trio.open_tcp_stream`` does): the next address starts when the previous
-one fails or after ``HAPPY_EYEBALLS_DELAY``, the first to connect wins, the rest are cancelled.
+one fails or after ``FIXED.happy_eyeballs`` (``clock.py``), the first to connect wins, the
+rest are cancelled.
 
 The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy's steps) is a
 :class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call
@@ -28,7 +29,7 @@ import trio
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .._url import tls_name
-from .clock import Bound
+from .clock import FIXED, bound, wait_for
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
 from .virtual import VirtualSocket
@@ -36,9 +37,7 @@ from .virtual import VirtualSocket
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
     from exceptiongroup import ExceptionGroup
 
-__all__ = ["HAPPY_EYEBALLS_DELAY", "ProxyRoute", "Transport", "open_transport"]
-
-HAPPY_EYEBALLS_DELAY = 0.25
+__all__ = ["ProxyRoute", "Transport", "open_transport"]
 
 AddrInfo = tuple[Any, Any, Any, str, Any]
 Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]  # see rawsock.py
@@ -136,8 +135,7 @@ async def _race(infos: Sequence[AddrInfo]) -> Sockets:
         for index, info in enumerate(infos):
             failed = trio.Event()
             nursery.start_soon(attempt, index, info, failed, nursery)
-            with trio.move_on_after(HAPPY_EYEBALLS_DELAY):
-                await failed.wait()
+            await wait_for(failed, FIXED.happy_eyeballs)
     if winner:
         return winner[0]
     tried = [(infos[i][4], errors[i]) for i in sorted(errors)]
@@ -327,8 +325,12 @@ async def open_transport(
     if uds is not None:
         via = f" via Unix socket {uds!r}"
     # Every path cancelled inside the bound has already closed its socket.
-    with Bound(
-        None, "connect", connect_timeout, progress=progress, about=f"{peer_host}:{peer_port}{via}"
+    with bound(
+        "connect",
+        None,
+        progress=progress,
+        limit=connect_timeout,
+        about=f"{peer_host}:{peer_port}{via}",
     ):
         if uds is not None:
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
@@ -374,7 +376,7 @@ async def open_transport(
     # SNI and the certificate's name: the host without a trailing dot (DNS had it as given).
     tls = trio.SSLStream(tcp, ssl_context, server_hostname=tls_name(host), https_compatible=True)
     try:
-        with Bound(None, "tls", tls_timeout, progress=progress, about=f"{host}:{port}"):
+        with bound("tls", None, progress=progress, limit=tls_timeout, about=f"{host}:{port}"):
             await tls.do_handshake()
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
         sock.close()

@@ -47,7 +47,7 @@ from h2.errors import ErrorCodes
 from hpack import NeverIndexedHeaderTuple
 
 from ..._core.evidence import FailureCategory
-from ..clock import FIXED, Bound, Clock
+from ..clock import FIXED, bound
 from ..contract import (
     Failure,
     IdlePing,
@@ -57,6 +57,7 @@ from ..contract import (
 )
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
+from ..timekeeper import Timekeeper
 from ..tlsread import reads_of
 from ..transport import Transport
 from .fast import FastMachine
@@ -65,7 +66,6 @@ from .hpack_memo import ConnectionDecoder, MemoEncoder
 from .inbound import receive
 from .outbound import HTTP_VERSION, open_stream, queue_whole, read_head, write_body
 from .session import Session
-from .writer import STALL_TIMEOUT
 
 __all__ = ["HTTP2Connection", "client_machine"]
 
@@ -162,7 +162,7 @@ class HTTP2Connection:
         authority: str,
         max_header_bytes: int,
         nursery: trio.Nursery,
-        stall_timeout: float = STALL_TIMEOUT,
+        stall_timeout: float = FIXED.http2_stall,
         ping_after_idle: float | None = FIXED.ping_after_idle,
         ping_timeout: float = FIXED.ping_timeout,
         fast_path: bool = True,
@@ -208,7 +208,7 @@ class HTTP2Connection:
         nursery: trio.Nursery,
         progress: AttemptProgress,
         handshake_timeout: float | None = None,
-        clock: Clock | None = None,
+        timekeeper: Timekeeper | None = None,
         fast_path: bool = True,
         **options: float | None,
     ) -> HTTP2Connection:
@@ -219,11 +219,15 @@ class HTTP2Connection:
         (``NOT_SENT``: no request byte exists yet). On cancellation or failure the transport
         is closed and no task is left behind.
         """
-        if clock is not None and clock.limits.write is not None and "stall_timeout" not in options:
+        if (
+            timekeeper is not None
+            and timekeeper.limits.write is not None
+            and "stall_timeout" not in options
+        ):
             # The writer's stall bound is the client's write limit (``writer.py``): the one
             # owner of time says how long, the writer's task keeps it. Without a write limit it
-            # stays STALL_TIMEOUT: a connection-level safety bound, as it always was.
-            options["stall_timeout"] = clock.limits.write
+            # stays ``FIXED.http2_stall``: a connection-level safety bound, as it always was.
+            options["stall_timeout"] = timekeeper.limits.write
         conn = cls(
             transport,
             origin_key,
@@ -234,7 +238,7 @@ class HTTP2Connection:
             fast_path=fast_path,
             **options,  # type: ignore[arg-type]
         )
-        conn.clock = clock
+        conn.timekeeper = timekeeper
         await conn._handshake(progress, handshake_timeout)
         try:
             nursery.start_soon(conn._read_loop)
@@ -277,14 +281,14 @@ class HTTP2Connection:
         self.session.accepted_streams = value
 
     @property
-    def clock(self) -> Clock | None:
-        """The client's clock (``clock.py``: the limits of this connection's waits), set by
-        whoever opened the connection; ``None``: its waits are unbounded."""
-        return self.session.clock
+    def timekeeper(self) -> Timekeeper | None:
+        """The client's timekeeper (``timekeeper.py``: the limits of this connection's waits),
+        set by whoever opened the connection; ``None``: its waits are unbounded."""
+        return self.session.timekeeper
 
-    @clock.setter
-    def clock(self, clock: Clock | None) -> None:
-        self.session.clock = clock
+    @timekeeper.setter
+    def timekeeper(self, timekeeper: Timekeeper | None) -> None:
+        self.session.timekeeper = timekeeper
 
     @property
     def active_streams(self) -> int:
@@ -403,7 +407,7 @@ class HTTP2Connection:
         try:
             # (its limit is tls=, or connect= for h2c: the message names the one that fired)
             which = "handshake" if self._scheme == b"https" else "handshake_h2c"
-            with Bound(None, which, limit, progress=progress):
+            with bound(which, None, progress=progress, limit=limit):
                 await self._handshake_write()
                 while not session.settings_received and not session.closed:
                     await self._receive_once()

@@ -111,8 +111,8 @@ async def open_stream(
         first_offset=first_offset,
         head_request=head_request,
         owner=session,
-        clock=session.run_clock,
-        bounds=session.clock,
+        timekeeper=session.run_clock,
+        bounds=session.timekeeper,
     )
     session.add(stream)
     return stream

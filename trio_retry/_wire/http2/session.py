@@ -27,9 +27,10 @@ import trio
 from h2.errors import ErrorCodes
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import Bound, Clock, limit_of, timeout_message
+from ..clock import Bound, bound, limit_of, timeout_message
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
+from ..timekeeper import Timekeeper
 from ..transport import Transport
 from .fast import FastMachine
 from .frames import InboundFrames, code_name
@@ -57,7 +58,6 @@ class Session:
         "attempts",
         "awaiting_head",
         "capacity",
-        "clock",
         "closed",
         "dark",
         "death",
@@ -73,6 +73,7 @@ class Session:
         "run_clock",
         "settings_received",
         "streams",
+        "timekeeper",
         "window_waiters",
         "writer",
     )
@@ -134,9 +135,9 @@ class Session:
         self.ping_lot = trio.lowlevel.ParkingLot()
         #: The run's clock, read directly (``trio.current_time()`` is three calls to it).
         self.run_clock = trio.lowlevel.current_clock()
-        #: The client's clock (``clock.py``: the limits of this connection's waits), set by
-        #: whoever opened the connection; ``None``: its waits are unbounded.
-        self.clock: Clock | None = None
+        #: The client's timekeeper (``timekeeper.py``: the limits of this connection's waits),
+        #: set by whoever opened the connection; ``None``: its waits are unbounded.
+        self.timekeeper: Timekeeper | None = None
 
     # --- streams -------------------------------------------------------------------------------
 
@@ -387,14 +388,12 @@ class Session:
 
     def write_bound(self, progress: AttemptProgress) -> Bound:
         """The bound of one wait of ``progress``'s attempt for its frames to be written."""
-        clock = self.clock
-        limit = limit_of(clock, "write")
-        return Bound(clock, "write", limit, self, progress)
+        return bound("write", self.timekeeper, progress=progress, target=self)
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:
         """The write bound of the attempt ``progress`` belongs to ran out (``clock.py``): end
         that attempt's waits, and only its (:meth:`interrupt`)."""
-        limit = limit_of(self.clock, which)
+        limit = limit_of(self.timekeeper, which)
         self.interrupt(progress, timeout_message(which, limit))
 
     def interrupt(self, progress: AttemptProgress, why: str) -> None:

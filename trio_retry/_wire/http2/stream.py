@@ -27,9 +27,10 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import Bound, Clock, limit_of, timeout_message
+from ..clock import Bound, bound, limit_of, timeout_message
 from ..contract import Failure
 from ..progress import AttemptProgress, WireError
+from ..timekeeper import Timekeeper
 
 __all__ = ["TAKE_LIMIT", "Stream", "StreamOwner", "StreamState"]
 
@@ -70,7 +71,6 @@ class Stream:
         "_others",
         "_owner",
         "_waiter",
-        "clock",
         "expected_length",
         "failure",
         "first_offset",
@@ -80,6 +80,7 @@ class Stream:
         "received",
         "state",
         "stream_id",
+        "timekeeper",
     )
 
     def __init__(
@@ -90,8 +91,8 @@ class Stream:
         first_offset: int,
         head_request: bool,
         owner: StreamOwner,
-        clock: trio.abc.Clock | None = None,
-        bounds: Clock | None = None,
+        timekeeper: trio.abc.Clock | None = None,
+        bounds: Timekeeper | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.progress = progress
@@ -112,10 +113,10 @@ class Stream:
         self._waiter: trio.lowlevel.Task | None = None
         self._others: trio.lowlevel.ParkingLot | None = None
         self._owner = owner
-        #: The client's clock (``clock.py``): the limits of this stream's waits.
-        self.clock = bounds
+        #: The client's timekeeper (``timekeeper.py``): the limits of this stream's waits.
+        self.timekeeper = bounds
         # The run's clock, read directly (``trio.current_time()`` is three calls to it).
-        self._clock = trio.lowlevel.current_clock() if clock is None else clock
+        self._clock = trio.lowlevel.current_clock() if timekeeper is None else timekeeper
 
     # --- reader side -------------------------------------------------------------------------
 
@@ -182,18 +183,16 @@ class Stream:
 
     def bound(self, which: str, progress: AttemptProgress) -> Bound:
         """The bound of this stream's wait ``which`` (``"first_byte"`` or ``"read"``)."""
-        clock = self.clock
-        limit = limit_of(clock, which, progress)
-        return Bound(clock, which, limit, self, progress)
+        return bound(which, self.timekeeper, progress=progress, target=self)
 
     def stage_expired(self, which: str, progress: AttemptProgress) -> None:
         """A wait's bound ran out (``clock.py``): the stream fails, which wakes its task (and
         it is reset, as after any failure; the bound reports the timeout). What arrived
-        before the clock's task ran wins, as it would over a cancel scope's expiry: a head,
+        before the timekeeper's task ran wins, as it would over a cancel scope's expiry: a head,
         for ``first_byte``; a body chunk, for ``read``."""
         if (which == "first_byte" and self.head is not None) or (which == "read" and self._chunks):
             return
-        limit = limit_of(self.clock, which)
+        limit = limit_of(self.timekeeper, which)
         self.fail(Failure(FailureCategory.TIMEOUT, timeout_message(which, limit)))
 
     def fail(self, failure: Failure) -> None:

@@ -52,13 +52,13 @@ from typing import Protocol
 import trio
 
 from ..._core.evidence import FailureCategory
-from ..clock import FIXED, Bound, closing
+from ..clock import FIXED, Bound, StallBound, closing
 from ..exchange import TRANSPORT_ERRORS
 from ..progress import AttemptProgress
 from ..rawsock import raw_stream_of
 from .fast import FastMachine
 
-__all__ = ["STALL_TIMEOUT", "WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
+__all__ = ["WRITE_CHUNK", "Written", "Writer", "WriterBroken"]
 
 #: The most one ``send_all`` writes. Why 256 KiB, not 64: each ``send_all`` through
 #: ``trio.SSLStream`` is a few scheduler passes; a 50 MB upload took 0.14 s of CPU in 64 KiB
@@ -71,8 +71,6 @@ WRITE_CHUNK_UNREPORTED = 64 * 1024
 #: A piece this much larger than the room left in a write goes whole rather than cut: a large
 #: DATA payload is not cut from its frame head, leaving a few bytes for a write of their own.
 CUT_SLACK = 1024
-#: How long one ``send_all`` may make no progress before the connection is given up.
-STALL_TIMEOUT = 10.0
 #: At most this many scheduler passes the writer lets go by, while frames of several callers
 #: keep arriving, before it writes them (see :meth:`Writer._write`).
 GATHER_PASSES = 3
@@ -124,7 +122,7 @@ class Writer:
         conn: FastMachine,
         on_broken: Callable[[FailureCategory, str], None],
         *,
-        stall_timeout: float = STALL_TIMEOUT,
+        stall_timeout: float = FIXED.http2_stall,
     ) -> None:
         self._stream = stream
         self._h2 = conn
@@ -147,8 +145,8 @@ class Writer:
         self._collects = 0
         #: The write bounds of the callers in :meth:`wait_written`, renewed on progress.
         self._bounds: set[Bound] = set()
-        #: The stall bound's scope while a write is under way (:meth:`_renew`).
-        self._stall: trio.CancelScope | None = None
+        #: The bound on each write (``clock.StallBound``; armed while a write is under way).
+        self._stall = StallBound(stall_timeout)
         #: (start, end) of each batch of a request's frames (``collect(request=True)``), in
         #: :attr:`queued` offsets, until written: what :meth:`finish` must not send.
         self._requests: deque[tuple[int, int]] = deque()
@@ -172,9 +170,7 @@ class Writer:
     def _renew(self) -> None:
         """The transport handed more of the current write to a peer that reads: the stall
         bound, and the write bound of every caller waiting, count again from now."""
-        stall = self._stall
-        if stall is not None:
-            stall.deadline = min(trio.current_time() + self.stall_timeout, self._farewell_by)
+        self._stall.renew()
         for bound in self._bounds:
             bound.renew()
 
@@ -279,7 +275,7 @@ class Writer:
         self._outbox_size = 0
         last = b"".join(kept)
         own = self._own_socket
-        if last and own is not None and self._stall is None and not self._cut:
+        if last and own is not None and not self._stall.armed and not self._cut:
             # Nothing is being written (the writer sleeps): a cleartext socket takes its last
             # words now, so the connection is closed now, as a closed connection's socket
             # is (a pool's count of open sockets holds); a TLS stream needs the writer task.
@@ -297,9 +293,7 @@ class Writer:
         else:
             close()
         self._farewell_by = trio.current_time() + FIXED.closing
-        stall = self._stall
-        if stall is not None:  # a write under way gets no longer than the last words
-            stall.deadline = min(stall.deadline, self._farewell_by)
+        self._stall.close_by(self._farewell_by)  # a write under way: no longer than these
         self._pending.clear()
         self._wake_callers.unpark_all()
         self._wake_writer.unpark_all()
@@ -314,9 +308,8 @@ class Writer:
             return
         try:
             if not self._cut:
-                with closing() as scope:
-                    # (one bound from finish(), for a write under way then and for these)
-                    scope.deadline = min(scope.deadline, self._farewell_by)
+                # (one bound from finish(), for a write under way then and for these)
+                with closing(self._farewell_by):
                     while self._outbox:
                         chunk = self._next_chunk()
                         self.handed += len(chunk)
@@ -334,19 +327,19 @@ class Writer:
         Never raises but ``trio.Cancelled`` (when the client's nursery closes). Once the
         connection is over it writes the last words :meth:`finish` left (:meth:`farewell`).
 
-        The stall bound is one cancel scope for many writes (a scope per ``send_all`` was a
-        good part of a small request's cost): its deadline is armed before each write and
-        disarmed before the writer sleeps, and it shields each write from the nursery's
-        cancellation (the writer is cancelled between writes, never inside one). Its
-        Cancelled can only be raised inside a ``send_all`` (a real stall: the connection is
-        given up); a deadline that passes just after a write completed spends the scope
+        The stall bound (``clock.StallBound``) is one cancel scope for many writes, armed
+        before each and disarmed before the writer sleeps; it shields each write from the
+        nursery's cancellation (the writer is cancelled between writes, never inside one).
+        Its Cancelled can only be raised inside a ``send_all`` (a real stall: the connection
+        is given up); a limit that passes just after a write completed spends the scope
         without raising, and a fresh one takes over.
         """
+        stall = self._stall
         try:
             while not self.broken:
-                with trio.CancelScope() as stall:
+                with stall:
                     stop = await self._write(stall)
-                if stall.cancelled_caught:
+                if stall.cut:
                     if not self.broken:
                         # CONNECTION_BROKEN, not TIMEOUT: the connection failed every stream
                         # on it (the attempt whose own write waited reports its write bound's
@@ -363,21 +356,20 @@ class Writer:
             await self.farewell()
             self._exited = True
 
-    async def _write(self, stall: trio.CancelScope) -> bool:
+    async def _write(self, stall: StallBound) -> bool:
         """Write what is queued, in ``stall``, until the connection breaks (``True``) or
-        ``stall`` is spent (``False``). No checkpoint runs in a spent scope: ``cancel_called``
-        is looked at right before each ``send_all`` and each sleep."""
+        ``stall`` is spent (``False``). No checkpoint runs in a spent scope: it is looked at
+        right before each ``send_all`` and each sleep."""
         clock = trio.lowlevel.current_clock()
         outbox = self._outbox
         gathered = 0
         while not self.broken:
-            if stall.cancel_called:
+            if stall.spent:
                 return False
             if not outbox:
                 self.collect()
                 if not outbox:
-                    if stall.deadline != math.inf:
-                        stall.deadline = math.inf
+                    if stall.disarm():
                         continue  # it may have passed meanwhile: look again first
                     await self._wake_writer.park()
                     continue
@@ -395,12 +387,10 @@ class Writer:
             self._collects = 0
             chunk = self._next_chunk()
             self.handed += len(chunk)
-            stall.deadline = min(clock.current_time() + self.stall_timeout, self._farewell_by)
-            self._stall = stall
             # Only the stall bound may cut a write: the client's closing nursery waits for it
             # (bounded, as the connection it closes gets FIXED.closing), so the frames of a
             # write under way, a PING's ACK say, still leave whole, and the GOAWAY after them.
-            stall.shield = True
+            stall.arm(clock.current_time())
             try:
                 await self._stream.send_all(chunk)
             except TRANSPORT_ERRORS as exc:
@@ -415,8 +405,7 @@ class Writer:
                 self._cut = True
                 raise
             finally:
-                stall.shield = False
-                self._stall = None
+                stall.written()
             written = self.written = self.written + len(chunk)
             requests = self._requests
             while requests and requests[0][1] <= written:

@@ -45,10 +45,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..._core.evidence import FailureCategory, Stage
-from ..clock import FIXED, Bound, Clock, limit_of
+from ..clock import FIXED, bound, limit_of, quic_handshake_limit
 from ..contract import Failure, MultiplexedConnection, closed_while_connecting, request_headers
 from ..exchange import WireRequest, WireResponse, closing_body
 from ..progress import AttemptProgress, WireError
+from ..timekeeper import Timekeeper
 from .driver import H3State, QuicDriver
 from .headers import HTTP_VERSION
 from .stream import H3Stream
@@ -82,7 +83,6 @@ class HTTP3Connection:
         "_authority",
         "_nursery",
         "accepted_streams",
-        "clock",
         "driver",
         "early_possible",
         "expires_at",
@@ -91,6 +91,7 @@ class HTTP3Connection:
         "origin_key",
         "request_limit",
         "requests",
+        "timekeeper",
     )
 
     def __init__(
@@ -102,15 +103,15 @@ class HTTP3Connection:
         *,
         authority: str,
         max_header_bytes: int,
-        clock: Clock | None,
+        timekeeper: Timekeeper | None,
         handshake_limit: float = FIXED.quic_handshake,
         on_handshake_failed: Callable[[str], None] | None = None,
         on_handshake_done: Callable[[], None] | None = None,
         on_slow: Callable[[HTTP3Connection], None] | None = None,
     ) -> None:
         self._authority = authority.encode("ascii")
-        #: The client's clock (``clock.py``: the limits of this connection's waits).
-        self.clock = clock
+        #: The client's timekeeper (``timekeeper.py``: the limits of this connection's waits).
+        self.timekeeper = timekeeper
         #: The connection's state and its task (``driver.py``); it tells :meth:`_dead` when
         #: the connection is over. ``on_handshake_failed`` is told once if the handshake fails
         #: (the connector stops trying HTTP/3 there), ``on_handshake_done`` once it completes,
@@ -120,7 +121,7 @@ class HTTP3Connection:
             paths,
             quic,
             h3,
-            clock=clock,
+            timekeeper=timekeeper,
             max_header_bytes=max_header_bytes,
             handshake_limit=handshake_limit,
             on_dead=self._dead,
@@ -158,7 +159,7 @@ class HTTP3Connection:
         max_header_bytes: int,
         nursery: trio.Nursery,
         progress: AttemptProgress,
-        clock: Clock | None,
+        timekeeper: Timekeeper | None,
         connect_timeout: float | None,
         handshake_timeout: float | None,
         early: bool,
@@ -193,7 +194,7 @@ class HTTP3Connection:
             ) from None
         started = trio.current_time()
         progress.advance(Stage.DNS)
-        with Bound(clock, "connect", connect_timeout, progress=progress):
+        with bound("connect", timekeeper, progress=progress, limit=connect_timeout):
             try:
                 infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_DGRAM)
             except OSError as exc:
@@ -218,10 +219,8 @@ class HTTP3Connection:
             origin_key,
             authority=authority,
             max_header_bytes=max_header_bytes,
-            clock=clock,
-            handshake_limit=FIXED.quic_handshake
-            if handshake_timeout is None
-            else min(handshake_timeout, FIXED.quic_handshake),
+            timekeeper=timekeeper,
+            handshake_limit=quic_handshake_limit(handshake_timeout),
             on_handshake_failed=on_handshake_failed,
             on_handshake_done=on_handshake_done,
             on_slow=on_slow,
@@ -440,7 +439,9 @@ class HTTP3Connection:
             if early:
                 await self._early_handshake(stream, progress)
             # A 425 to a request sent early is the engine file's (NotConsulted.TOO_EARLY).
-            return await stream.receive_head(progress, limit_of(self.clock, "first_byte", progress))
+            return await stream.receive_head(
+                progress, limit_of(self.timekeeper, "first_byte", progress)
+            )
         except BaseException:
             stream.abandon()
             raise
@@ -464,8 +465,8 @@ class HTTP3Connection:
         """Hand a streamed body to QUIC, waiting (within the write bound) while more than
         :data:`SEND_HIGH_WATER` bytes of it are unacknowledged."""
         assert isinstance(body, AsyncIterable)
-        clock = self.clock
-        limit = limit_of(clock, "write")
+        timekeeper = self.timekeeper
+        limit = limit_of(timekeeper, "write")
         driver = self.driver
         stream_id = stream.stream_id
         async with closing_body(body):
@@ -485,7 +486,7 @@ class HTTP3Connection:
                         return
                     # Every waiting upload shares the driver's current event; the driver sets
                     # it after each round and puts a fresh one in its place.
-                    with Bound(clock, "write", limit, progress=progress):
+                    with bound("write", timekeeper, progress=progress, limit=limit):
                         await driver.progressed.wait()
         self._send(stream, progress, b"", True)
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..._core.evidence import FailureCategory
-from ..clock import FIXED, closing
+from ..clock import FIXED, closing, retime, until
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import H3_INTERNAL_ERROR, H3_NO_ERROR, H3_REQUEST_CANCELLED
@@ -51,7 +51,7 @@ from .udp import Address, UdpPaths, send_datagrams
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
 
-    from ..clock import Clock
+    from ..timekeeper import Timekeeper
     from .shims import CheckedQuicConnection
 
 __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
@@ -100,7 +100,6 @@ class QuicDriver:
         "_wait_scope",
         "attempts",
         "buffered",
-        "clock",
         "control",
         "dark",
         "ended_by",
@@ -116,6 +115,7 @@ class QuicDriver:
         "quic",
         "state",
         "streams",
+        "timekeeper",
     )
 
     def __init__(
@@ -124,7 +124,7 @@ class QuicDriver:
         quic: CheckedQuicConnection,
         h3: H3Connection,
         *,
-        clock: Clock | None,
+        timekeeper: Timekeeper | None,
         max_header_bytes: int,
         on_dead: Callable[[], None],
         handshake_limit: float = FIXED.quic_handshake,
@@ -140,9 +140,9 @@ class QuicDriver:
         self.h3 = h3
         #: The server's GOAWAY, read from its control stream (``control.py``).
         self.control = ControlReader()
-        #: The client's clock (``clock.py``): the limits of the waits on this connection's
+        #: The client's timekeeper (``timekeeper.py``): the limits of the waits on this connection's
         #: streams; ``None``: unbounded.
-        self.clock = clock
+        self.timekeeper = timekeeper
         self.max_header_bytes = max_header_bytes
         self.state = H3State.HANDSHAKING
         #: Why the connection ended (its first cause), once it has.
@@ -422,7 +422,7 @@ class QuicDriver:
             except OSError:
                 self._unsent = datagrams[index:]
                 return self.kick()
-        scope.deadline = self._wake_at()  # (QUIC's timer moved: a new packet is in flight)
+        retime(scope, self._wake_at())  # (QUIC's timer moved: a new packet is in flight)
 
     def _wake_at(self) -> float:
         """When the task's wait ends at the latest: QUIC's timer, or the handshake's limit."""
@@ -458,7 +458,7 @@ class QuicDriver:
                 await self._send_pending()
                 if self.state is H3State.CLOSED:
                     return  # (its CONNECTION_CLOSE, if any, has just been sent)
-                with trio.CancelScope(deadline=self._wake_at()) as scope:
+                with until(self._wake_at()) as scope:
                     self._wait_scope = scope
                     self.dark.waiting()
                     if self.buffered > BUFFER_LIMIT:

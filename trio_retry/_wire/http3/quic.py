@@ -36,6 +36,7 @@ import trio
 
 from ..._state.file import Entry
 from ..._tls import CertTypes
+from ..clock import FIXED
 
 if TYPE_CHECKING:
     from aioquic.quic.configuration import QuicConfiguration
@@ -61,8 +62,6 @@ __all__ = [
 #: each, which caps a 10 ms-RTT transfer at ~100 MB/s and lets one stream use all of it).
 CONNECTION_WINDOW = 8 * 1024 * 1024
 STREAM_WINDOW = 2 * 1024 * 1024
-#: A QUIC connection with nothing to do is closed by aioquic after this long.
-IDLE_TIMEOUT = 30.0
 
 _PRIVATE_KEY = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?-----END \1-----", re.S)
 
@@ -213,7 +212,7 @@ def quic_configuration(
         verify_mode=ssl.CERT_NONE,
         max_data=CONNECTION_WINDOW,
         max_stream_data=STREAM_WINDOW,
-        idle_timeout=IDLE_TIMEOUT,
+        idle_timeout=FIXED.quic_idle,
         token=token,
     )
     presented = trust.client_certificate

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..._core.evidence import Stage
-from ..clock import Bound, limit_of
+from ..clock import bound, limit_of
 from ..contract import Failure
 from ..exchange import WireResponse
 from ..progress import AttemptProgress, WireError
 from .frames import RequestFrames
 
 if TYPE_CHECKING:
-    from ..clock import Clock
+    from ..timekeeper import Timekeeper
 
 __all__ = ["H3Stream", "StreamOwner"]
 
@@ -33,7 +33,7 @@ class StreamOwner(Protocol):
     """What a stream asks of its connection."""
 
     @property
-    def clock(self) -> Clock | None: ...
+    def timekeeper(self) -> Timekeeper | None: ...
 
     def received(self, size: int) -> None:
         """``size`` body bytes arrived for a stream and wait for its caller."""
@@ -139,7 +139,7 @@ class H3Stream:
     async def _wait(self, which: str, limit: float | None, progress: AttemptProgress) -> None:
         """Wait for the driver to change the stream, within ``limit`` (``which``'s bound)."""
         self._changed = event = trio.Event()
-        with Bound(self._owner.clock, which, limit, progress=progress):
+        with bound(which, self._owner.timekeeper, progress=progress, limit=limit):
             await event.wait()
 
     async def receive_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
@@ -166,7 +166,7 @@ class H3Stream:
             if self._failure is not None:
                 self._finish()
                 raise self.error(progress)
-            await self._wait("read", limit_of(self._owner.clock, "read"), progress)
+            await self._wait("read", limit_of(self._owner.timekeeper, "read"), progress)
         progress.advance(Stage.RESPONSE_BODY)
         chunks = self._chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(_drain(chunks))
