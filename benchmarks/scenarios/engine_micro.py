@@ -124,6 +124,7 @@ class _Micro:
             category=None,
             timings=timings,
             decision=decision,
+            range_start=None,
         )
         self.logger.isEnabledFor(logging.DEBUG)
         return attempt
@@ -153,6 +154,7 @@ class _Micro:
             retried_425=False,
             auth_refreshable=False,
             fresh_connection=False,
+            continuable=False,
         )
 
     def failure_bookkeeping(self, status: int, decision: Any, withdraw: bool) -> None:
