@@ -53,6 +53,8 @@ LAZY = (
     "trio_retry._core.breaker",
     "trio_retry._core.throttle",
     "netrc",  # a netrc file that exists
+    "encodings.idna",  # the codec, and stringprep: a host name that is not ASCII
+    "stringprep",
     "calendar",  # a Retry-After date
     "difflib",  # the unknown-option error
     "uuid",  # idempotency_key=True, multipart

@@ -30,7 +30,14 @@ from typing import TypeAlias, Union
 
 from ._core.secrecy import unencodable_at, withheld
 
-__all__ = ["CertTypes", "InsecureTLSWarning", "VerifyTypes", "build_ssl_context"]
+__all__ = [
+    "CertTypes",
+    "ContextSource",
+    "InsecureTLSWarning",
+    "VerifyTypes",
+    "build_ssl_context",
+    "context_source",
+]
 
 VerifyTypes: TypeAlias = Union[bool, str, "os.PathLike[str]", ssl.SSLContext]
 CertTypes: TypeAlias = str | tuple[str, str] | tuple[str, str, str] | None
@@ -72,11 +79,9 @@ def build_ssl_context(
             )
         return verify, False
     if isinstance(verify, bool):
-        context = ssl.create_default_context()
         if not verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
             warnings.warn(_INSECURE, InsecureTLSWarning, stacklevel=3)
+        context = _system_context(verify, http2)
     elif isinstance(verify, (str, os.PathLike)):
         path = os.fspath(verify)
         try:
@@ -102,6 +107,61 @@ def build_ssl_context(
         _load_cert(context, cert)
     context.set_alpn_protocols(alpn_protocols(http2))
     return context, True
+
+
+def _system_context(verify: bool, http2: bool) -> ssl.SSLContext:
+    """A new context trusting the system's store (``verify=True``) or nothing checked, with the
+    client's settings and ALPN list. Raises nothing."""
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.hostname_checks_common_name = False
+    context.set_alpn_protocols(alpn_protocols(http2))
+    return context
+
+
+class ContextSource:
+    """A client's TLS context, as :func:`build_ssl_context` gives it, but for ``verify=True``
+    or ``False`` without ``cert=`` built on its first use (the first TLS connection) instead
+    of by ``Client()``: ``ssl.create_default_context()`` loads the system's CA store, tens of
+    milliseconds a client of ``http://`` URLs never needs. Nothing in building that one can
+    fail, so no error moves from ``Client()`` to a request; ``verify=False`` still warns at
+    ``Client()``. :meth:`get` returns the same context every time."""
+
+    __slots__ = ("_context", "_http2", "_verify")
+
+    def __init__(
+        self, context: ssl.SSLContext | None, *, verify: bool = True, http2: bool = False
+    ) -> None:
+        self._context = context
+        self._verify = verify
+        self._http2 = http2
+
+    @property
+    def built(self) -> bool:
+        """Whether the context exists yet."""
+        return self._context is not None
+
+    def get(self) -> ssl.SSLContext:
+        context = self._context
+        if context is None:
+            context = self._context = _system_context(self._verify, self._http2)
+        return context
+
+
+def context_source(
+    verify: VerifyTypes, cert: CertTypes, *, http2: bool
+) -> tuple[ContextSource, bool]:
+    """:func:`build_ssl_context`'s context and whether the client owns it, built now where
+    building can fail (a CA path, ``cert=``) or is the caller's (a context), else on first use
+    (see :class:`ContextSource`); the same errors and warning, raised here."""
+    if isinstance(verify, bool) and cert is None:
+        if not verify:
+            warnings.warn(_INSECURE, InsecureTLSWarning, stacklevel=3)
+        return ContextSource(None, verify=verify, http2=http2), True
+    context, owned = build_ssl_context(verify, cert, http2=http2)
+    return ContextSource(context), owned
 
 
 def _load_cert(context: ssl.SSLContext, cert: CertTypes) -> None:

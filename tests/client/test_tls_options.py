@@ -392,3 +392,46 @@ def test_offered_alpn_reads_the_contexts_client_hello(
     assert (context.verify_mode, context.check_hostname, context.options) == before
     # A context that cannot start a client handshake: unknown.
     assert offered_alpn(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)) is None
+
+
+async def test_the_clients_own_context_is_built_by_its_first_tls_connection(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify=True/False without cert=: Client() and cleartext calls never load the system's
+    CA store (ssl.create_default_context); the first TLS connection builds the context, once,
+    with the client's settings. verify=False still warns at Client()."""
+    built: list[ssl.SSLContext] = []
+    create = ssl.create_default_context
+
+    def counted(*args: object, **kwargs: object) -> ssl.SSLContext:
+        context = create(*args, **kwargs)  # type: ignore[arg-type]
+        built.append(context)
+        return context
+
+    plain = FaultServer()
+    plain.default = Respond(200, body=b"plain")
+    await nursery.start(plain.serve)
+    tls = await _tls_server(nursery, http2=True)
+    monkeypatch.setattr(ssl, "create_default_context", counted)  # (the servers' are built)
+    async with trio_retry.Client(retry=FAST) as client:
+        with trio.fail_after(LIMIT):
+            assert (await client.get(plain.url + "/")).content == b"plain"
+        assert built == []
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed):
+            await client.get(tls.url + "/")  # (the system's store does not trust trustme's CA)
+        assert len(built) == 1
+        context = client.config.ssl_context
+        assert context is built[0]
+        assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+        assert offered_alpn(context) == ["h2", "http/1.1"]
+        with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed):
+            await client.get(tls.url + "/")
+        assert len(built) == 1
+    with pytest.warns(InsecureTLSWarning):
+        insecure = trio_retry.Client(retry=FAST, verify=False)
+    assert len(built) == 1
+    async with insecure:
+        with trio.fail_after(LIMIT):
+            assert (await insecure.get(tls.url + "/")).content == b"hello"
+    assert len(built) == 2
+    assert built[1].verify_mode is ssl.CERT_NONE

@@ -30,7 +30,7 @@ from .._core.secrecy import raise_detached, withheld
 from .._models import URL, Headers, Origin, StageTimeouts
 from .._observe.hooks import Hooks, normalize_event_hooks
 from .._observe.otel import Instrumentation, OpenTelemetry, default_telemetry
-from .._tls import CertTypes, VerifyTypes, build_ssl_context
+from .._tls import CertTypes, ContextSource, VerifyTypes, context_source
 from .._url import as_base, shown_url
 from .._wire.clock import Default
 from .alpn import offered_alpn
@@ -87,7 +87,9 @@ class ClientConfig:
     json_dumps: JsonDumps | None
     http2: bool
     http2_prior_knowledge: bool
-    ssl_context: ssl.SSLContext
+    #: The TLS context (:attr:`ssl_context`): the caller's, or the client's own, which for
+    #: ``verify=True``/``False`` without ``cert=`` is built by the first TLS connection.
+    tls: ContextSource
     #: Whether ``ssl_context`` was built by the client (``verify=``/``cert=``) rather than
     #: given by the caller (used as is, never changed: see ``trio_retry._tls``).
     owns_ssl_context: bool
@@ -131,6 +133,12 @@ class ClientConfig:
     headers: tuple[tuple[str, str], ...] = ()
     #: The cookie jar (``cookies=True``: a new one; the caller's own), or ``None``.
     cookies: CookieJar | None = None
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """The context of every TLS connection (the caller's, or the client's own, built on
+        the first read: see ``tls``)."""
+        return self.tls.get()
 
 
 def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoReturn:
@@ -308,7 +316,7 @@ def configure(options: ClientOptions) -> ClientConfig:
         json_dumps=options.json_dumps,
         http2=http2,
         http2_prior_knowledge=h2c,
-        ssl_context=ssl_context,
+        tls=ssl_context,
         owns_ssl_context=owns_context,
         verify=verify,
         cert=options.cert,
@@ -428,7 +436,7 @@ def _proxy(proxy: object) -> ProxyConfig | None:
 
 def _tls(
     options: ClientOptions, http2: bool, explicit_http2: bool
-) -> tuple[VerifyTypes, ssl.SSLContext, bool]:
+) -> tuple[VerifyTypes, ContextSource, bool]:
     """``verify=`` / ``cert=`` / ``ssl_context=`` -> ``(verify, the TLS context, whether the
     client built it)``; a caller's context is never changed."""
     verify = options.verify
@@ -437,17 +445,17 @@ def _tls(
         if verify is not True:
             raise ValueError("pass either ssl_context= or verify=, not both")
         verify = ssl_context
-    context, owns_context = build_ssl_context(verify, options.cert, http2=http2)
+    source, owns_context = context_source(verify, options.cert, http2=http2)
     if explicit_http2 and http2 and not owns_context:
         # HTTP/2 is never dropped silently: a context that cannot be shown to offer h2 is
         # refused (its ALPN list is read from the ClientHello it writes: ``alpn.py``).
-        offered = offered_alpn(context)
+        offered = offered_alpn(source.get())
         if offered is None:
             raise ValueError(_NO_H2.format("its ALPN list could not be read"))
         if "h2" not in offered:
             detail = f"it offers only {offered!r}" if offered else "it offers no ALPN protocol"
             raise ValueError(_NO_H2.format(detail))
-    return verify, context, owns_context
+    return verify, source, owns_context
 
 
 # --- the fast paths' switches in the environment

@@ -63,9 +63,22 @@ def _fail(stage: Stage, category: FailureCategory, message: str) -> WireError:
     return WireError(message, stage=stage, evidence=Evidence.NOT_SENT, category=category)
 
 
+def _ascii_name(host: str) -> str | bytes:
+    """``host`` as bytes when it is ASCII with labels the IDNA codec would accept (1 to 63
+    characters): ``socket.getaddrinfo`` encodes a ``str`` with that codec, whose first use
+    imports it and ``stringprep`` (about a millisecond of a process's first request); bytes
+    are what it would have produced. Anything else stays text, for trio's IDNA 2008 and the
+    codec's own errors."""
+    if host.isascii() and all(0 < len(label) < 64 for label in host.rstrip(".").split(".")):
+        return host.encode("ascii")
+    return host
+
+
 async def _resolve(host: str, port: int) -> list[AddrInfo]:
     try:
-        infos = await trio.socket.getaddrinfo(host, port, type=_stdlib_socket.SOCK_STREAM)
+        infos = await trio.socket.getaddrinfo(
+            _ascii_name(host), port, type=_stdlib_socket.SOCK_STREAM
+        )
     except (OSError, UnicodeError) as exc:
         raise _fail(Stage.DNS, FailureCategory.DNS, f"could not resolve {host!r}: {exc}") from exc
     if not infos:
