@@ -422,7 +422,8 @@ async def test_the_clients_own_context_is_built_by_its_first_tls_connection(
         assert len(built) == 1
         context = client.config.ssl_context
         assert context is built[0]
-        assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+        assert context.verify_mode is ssl.CERT_REQUIRED
+        assert context.check_hostname
         assert offered_alpn(context) == ["h2", "http/1.1"]
         with trio.fail_after(LIMIT), pytest.raises(trio_retry.TLSFailed):
             await client.get(tls.url + "/")
