@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
@@ -363,9 +362,11 @@ class StreamErrorsH3Connection(PushlessH3Connection):
     responses without content may declare a length; see the module docstring."""
 
     def __init__(self, quic: QuicConnection, *, max_header_bytes: int) -> None:
-        # aioquic's stream objects, held weakly: each lives as long as aioquic keeps it.
-        self._malformed: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
-        self._no_content: weakref.WeakSet[AioquicStream] = weakref.WeakSet()
+        # Stream ids (a set of ints: a membership test per frame costs no Python call, where
+        # a WeakSet's cost two): a response without content, until its end is checked; a
+        # malformed one, until aioquic forgets the stream (pruned when another is added).
+        self._malformed: set[int] = set()
+        self._no_content: set[int] = set()
         # What aioquic's content-length check found wrong in the frame being handled: kept
         # for after it, so that the frame's events are not lost with an exception.
         self._length_error: str | None = None
@@ -376,10 +377,8 @@ class StreamErrorsH3Connection(PushlessH3Connection):
     ) -> None:
         """aioquic's; a HEAD request's response will have no content."""
         super().send_headers(stream_id, headers, end_stream)
-        if (b":method", b"HEAD") in headers:
-            stream = self._stream.get(stream_id)
-            if stream is not None:
-                self._no_content.add(stream)
+        if (b":method", b"HEAD") in headers and stream_id in self._stream:
+            self._no_content.add(stream_id)
 
     # --- aioquic's private methods, wrapped -------------------------------------------------
 
@@ -389,17 +388,21 @@ class StreamErrorsH3Connection(PushlessH3Connection):
         """aioquic's, and what its checks miss: content-length values that disagree
         (malformed, RFC 9110 §8.6: aioquic keeps the last), and a 204 or 304 (no content)."""
         headers = super()._decode_headers(stream_id, frame_data)
-        lengths = {value for name, value in headers if name == b"content-length"}
-        if len(lengths) > 1:
-            raise MessageError(f"conflicting content-length values {sorted(lengths)}")
+        declared = None  # (a loop, not a set built per head: this runs for every response)
+        for name, value in headers:
+            if name == b"content-length":
+                if declared is not None and value != declared:
+                    lengths = sorted({v for n, v in headers if n == b"content-length"})
+                    raise MessageError(f"conflicting content-length values {lengths}")
+                declared = value
         if headers and headers[0][0] == b":status" and headers[0][1] in _NO_CONTENT:
-            stream = self._stream.get(stream_id)
-            if stream is not None:
-                self._no_content.add(stream)
+            if stream_id in self._stream:
+                self._no_content.add(stream_id)
         return headers
 
     def _check_content_length(self, stream: AioquicStream) -> None:
-        if stream in self._no_content:
+        if stream.stream_id in self._no_content:  # (checked once, at the stream's end)
+            self._no_content.discard(stream.stream_id)
             return
         try:
             super()._check_content_length(stream)
@@ -413,7 +416,7 @@ class StreamErrorsH3Connection(PushlessH3Connection):
         stream: AioquicStream,
         stream_ended: bool,
     ) -> list[H3Event]:
-        if stream in self._malformed:
+        if stream.stream_id in self._malformed:
             return []
         try:
             events = super()._handle_request_or_push_frame(
@@ -422,22 +425,26 @@ class StreamErrorsH3Connection(PushlessH3Connection):
         except MessageError as exc:
             self._length_error = None
             return self._refuse(stream, exc.reason_phrase, [])
+        if self._length_error is None:
+            return events
         return self._length_checked(stream, events)
 
     def _handle_request_or_push_end(self, stream: AioquicStream) -> list[H3Event]:
-        if stream in self._malformed:
+        if stream.stream_id in self._malformed:
             return []
         try:
             events = super()._handle_request_or_push_end(stream)
         except MessageError as exc:
             self._length_error = None
             return self._refuse(stream, exc.reason_phrase, [])
+        if self._length_error is None:
+            return events
         return self._length_checked(stream, events)
 
     def _receive_request_or_push_data(
         self, stream: AioquicStream, data: bytes, stream_ended: bool
     ) -> list[H3Event]:
-        if stream in self._malformed:  # dropped: the stream is being reset
+        if stream.stream_id in self._malformed:  # dropped: the stream is being reset
             stream.buffer = b""
             if stream_ended:
                 stream.receiving_ended = True
@@ -467,8 +474,9 @@ class StreamErrorsH3Connection(PushlessH3Connection):
         """``stream``'s response is malformed: ``events`` (what came before it), then its
         :class:`MalformedResponse`; the QPACK encoder is told that the stream's field sections
         will not be read (RFC 9204 §4.4.2), and what else arrives on it is dropped."""
-        self._malformed.add(stream)
         stream_id = stream.stream_id
+        self._malformed = {known for known in self._malformed if known in self._stream}
+        self._malformed.add(stream_id)
         decoder = self._decoder.cancel_stream(stream_id)
         self._decoder_bytes_sent += len(decoder)
         decoder_stream = self._local_decoder_stream_id
