@@ -36,7 +36,7 @@ BENCHMARKS = ROOT / "benchmarks"
 
 VALUES = ("_models", "_url", "_errors", "_body", "_decoding", "_auth", "_cookies", "_proxy",
           "_redirects", "_trail", "_tls", "_streams", "_rechunk", "_response_body",
-          "_response_views", "_sse", "_state", "_resume")  # fmt: skip
+          "_response_views", "_sse", "_state", "_resume", "_reconcile")  # fmt: skip
 TOP = ("__init__", "__main__", "_cli", "_demo", "instrumentation")
 #: The wire's protocols, each the modules that are its own (a package, or module names).
 PROTOCOLS = {

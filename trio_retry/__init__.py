@@ -55,6 +55,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import ConnectFailed as ConnectFailed
     from ._errors import ConnectionBroken as ConnectionBroken
     from ._errors import DeadlineExceeded as DeadlineExceeded
+    from ._errors import ExecutedWithoutResponse as ExecutedWithoutResponse
     from ._errors import HttpAmbiguousExecutionError as HttpAmbiguousExecutionError
     from ._errors import HTTPStatusError as HTTPStatusError
     from ._errors import InvalidRequest as InvalidRequest
@@ -77,6 +78,9 @@ if _typing.TYPE_CHECKING:
     from ._observe.hooks import HookRequest as HookRequest
     from ._observe.hooks import HookResponse as HookResponse
     from ._observe.otel import OpenTelemetry as OpenTelemetry
+    from ._reconcile import AmbiguityReport as AmbiguityReport
+    from ._reconcile import Reconciled as Reconciled
+    from ._reconcile import ReconcileOutcome as ReconcileOutcome
     from ._sse import SSEEvent as SSEEvent
     from ._state.file import StateFileWarning as StateFileWarning
     from ._tls import InsecureTLSWarning as InsecureTLSWarning
@@ -87,6 +91,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "AdaptiveThrottle": "._core.throttle",
     "AdmissionRejected": "._errors",
+    "AmbiguityReport": "._reconcile",
     "AmbiguousFailure": "._core.engine",
     "Attempt": "._core.attempt",
     "AuthRequest": "._auth",
@@ -100,6 +105,7 @@ _LAZY = {
     "ConnectFailed": "._errors",
     "ConnectionBroken": "._errors",
     "DeadlineExceeded": "._errors",
+    "ExecutedWithoutResponse": "._errors",
     "Decision": "._core.engine",
     "DefaultRetryEligibilityEngine": "._core.engine",
     "DenyReason": "._core.engine",
@@ -124,6 +130,8 @@ _LAZY = {
     "ProtocolFailed": "._errors",
     "RefreshableAuth": "._client",
     "RejectReason": "._errors",
+    "Reconciled": "._reconcile",
+    "ReconcileOutcome": "._reconcile",
     "Reopenable": "._core.replay",
     "Replayability": "._core.replay",
     "RequestAuth": "._auth",
@@ -171,6 +179,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AdaptiveThrottle",
     "AdmissionRejected",
+    "AmbiguityReport",
     "AmbiguousFailure",
     "AuthRequest",
     "Attempt",
@@ -186,6 +195,7 @@ __all__ = [
     "ConnectionBroken",
     "DeadlineExceeded",
     "Decision",
+    "ExecutedWithoutResponse",
     "DefaultRetryEligibilityEngine",
     "DenyReason",
     "DigestAuth",
@@ -209,6 +219,8 @@ __all__ = [
     "ProtocolFailed",
     "RefreshableAuth",
     "RejectReason",
+    "Reconciled",
+    "ReconcileOutcome",
     "Reopenable",
     "RequestAuth",
     "Replayability",

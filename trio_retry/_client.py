@@ -370,7 +370,7 @@ class Client:
                 )
             raise ClientStateError("the Client is closed: create a new one inside `async with`")
         if type(url) is str and (not options or (len(options) == 1 and "deadline" in options)):
-            return prepare_plain(
+            request = prepare_plain(
                 self._config,
                 self.headers,
                 method,
@@ -379,14 +379,18 @@ class Client:
                 self._templates,
                 options.get("deadline"),
             )
-        try:
-            return prepare(self._config, self.headers, method, url, self._rt.now, **options)
-        except TypeError:
-            # Checked only once the call failed: a correct call pays nothing for this.
-            unknown = options.keys() - _OPTION_NAMES
-            if unknown:
-                raise _unknown_option(sorted(unknown)[0]) from None
-            raise
+        else:
+            try:
+                request = prepare(self._config, self.headers, method, url, self._rt.now, **options)
+            except TypeError:
+                # Checked only once the call failed: a correct call pays nothing for this.
+                unknown = options.keys() - _OPTION_NAMES
+                if unknown:
+                    raise _unknown_option(sorted(unknown)[0]) from None
+                raise
+        if request.idempotency_key is not None:  # never sent with another payload
+            self._rt.keys.check(request, request.started)
+        return request
 
 
 #: Every per-call option (``RequestOptions``' keys).

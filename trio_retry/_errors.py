@@ -13,6 +13,7 @@
     │   ├── ProtocolFailed            the peer broke HTTP (or we would have)
     │   └── AdmissionRejected         draining, bulkhead, circuit breaker open, throttled (.reason)
     ├── HttpAmbiguousExecutionError   a non-idempotent request may have run: NOT a RequestFailed
+    ├── ExecutedWithoutResponse       it ran (its reconciler said so), and there is no response
     ├── HTTPStatusError               raise_for_status() on a status >= 400
     ├── TooManyRedirects              more than max_redirects hops
     ├── ClientStateError              the client used outside ``async with`` or after close
@@ -57,6 +58,7 @@ from ._models import HTTPStatusError as HTTPStatusError
 
 if TYPE_CHECKING:
     from ._models import Response
+    from ._reconcile import Reconciled
 
 __all__ = [
     "AdmissionRejected",
@@ -65,6 +67,7 @@ __all__ = [
     "ConnectFailed",
     "ConnectionBroken",
     "DeadlineExceeded",
+    "ExecutedWithoutResponse",
     "HTTPStatusError",
     "HttpAmbiguousExecutionError",
     "InvalidRequest",
@@ -87,7 +90,9 @@ class HttpAmbiguousExecutionError(TrioRetryError):
     ``SENT_NO_RESPONSE`` on a non-idempotent operation (a deadline included). What to do: look
     the outcome up with the upstream (reconcile), or replay with the same ``.idempotency_key``
     if the server deduplicates on it. ``.response`` is the 502/503/504 response when there was
-    one; the underlying error is ``__cause__``.
+    one; the underlying error is ``__cause__``. ``.reconciled``: what the call's reconciler
+    said (unknown, or why the client could not tell: it raised, ran out of time), ``None``
+    when there was none.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class HttpAmbiguousExecutionError(TrioRetryError):
         response: Response | None = None,
         idempotency_key: str | None = None,
         decision: Decision | None = None,
+        reconciled: Reconciled | None = None,
     ) -> None:
         super().__init__(message)
         self.evidence = evidence
@@ -106,11 +112,37 @@ class HttpAmbiguousExecutionError(TrioRetryError):
         self.response = response
         self.idempotency_key = idempotency_key
         self.decision = decision
+        self.reconciled = reconciled
 
     @property
     def category(self) -> FailureCategory | None:
         """The last attempt's failure category (``None`` for a 502/503/504 response)."""
         return self.attempts[-1].category if self.attempts else None
+
+
+class ExecutedWithoutResponse(TrioRetryError):
+    """The request's outcome was in doubt, and the call's reconciler said the server executed
+    it, without a response to return (``Reconciled.executed()``): it ran, and it was not sent
+    again. ``.evidence`` is ``SENT_NO_RESPONSE`` (or ``RESPONSE_RECEIVED`` after a 502/503/504,
+    then ``.response``); ``.reconciled`` is the reconciler's answer; ``.attempts`` the trail.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        evidence: Evidence,
+        reconciled: Reconciled,
+        attempts: Sequence[Attempt] = (),
+        response: Response | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+        self.reconciled = reconciled
+        self.attempts: list[Attempt] = list(attempts)
+        self.response = response
+        self.idempotency_key = idempotency_key
 
 
 class TooManyRedirects(TrioRetryError):

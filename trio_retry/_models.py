@@ -557,10 +557,24 @@ class Response(ResponseBody, ResponseViews):
         if self.status >= 400:
             kind = "client error" if self.status < 500 else "server error"
             raise HTTPStatusError(
-                f"{kind} {self.status} {self.reason} for {self.request_method} {self.url}",
+                f"{kind} {self.status} {self.reason} for {self.request_method} {self.url}"
+                + self._key_hint(),
                 response=self,
             )
         return self
+
+    def _key_hint(self) -> str:
+        """A 400 whose body names the Idempotency-Key, to a request that sent none (the
+        draft's "key missing"): which option adds one."""
+        body = self._content
+        if self.status != 400 or body is None or b"idempotency-key" not in body[:4096].lower():
+            return ""
+        if any(name.lower() == b"idempotency-key" for name, _ in self._sent):
+            return ""
+        return (
+            "; the server asks for an Idempotency-Key: idempotency_key=True adds one to a "
+            'call, Upstream(idempotency_keys="auto") to every non-idempotent call to an origin'
+        )
 
     def __repr__(self) -> str:
         return (

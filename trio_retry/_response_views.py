@@ -139,6 +139,14 @@ class ResponseViews:
         return {link.get("rel") or link["url"]: link for link in links}
 
     @property
+    def replayed(self) -> bool:
+        """True when the server marked this answer a replay of an earlier execution of the same
+        ``Idempotency-Key`` (``Idempotent-Replayed: true``, as Stripe sends; the RFC 8941
+        boolean ``?1`` too): a deduplicated answer, not a first execution (SPEC §19)."""
+        values = self.headers.get_list("idempotent-replayed")
+        return bool(values) and values[-1].strip().lower() in ("true", "?1")
+
+    @property
     def cookies(self) -> dict[str, str]:
         """The cookies this response sets (its ``Set-Cookie`` headers), name to value, as a
         cookie jar would take them from it (``http.cookiejar``'s policy: a cookie for another

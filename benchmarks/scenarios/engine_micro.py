@@ -125,6 +125,7 @@ class _Micro:
             timings=timings,
             decision=decision,
             range_start=None,
+            reconciled=None,
         )
         self.logger.isEnabledFor(logging.DEBUG)
         return attempt
@@ -155,6 +156,9 @@ class _Micro:
             auth_refreshable=False,
             fresh_connection=False,
             continuable=False,
+            keyed=False,
+            key_expires_in=None,
+            reconciled=None,
         )
 
     def failure_bookkeeping(self, status: int, decision: Any, withdraw: bool) -> None:

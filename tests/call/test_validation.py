@@ -97,7 +97,7 @@ MISSPELT: list[tuple[str, str, str]] = [
      "stage's own bound is Client(stage_timeouts=StageTimeouts(...)))?"),
     ("delete", "config", "Client.delete() got an unexpected keyword argument 'config'; "
      "the options are: auth, content, cookies, data, deadline, files, follow_redirects, "
-     "headers, hedging, idempotency, idempotency_key, json, params, resume, retry"),
+     "headers, hedging, idempotency, idempotency_key, json, params, reconcile, resume, retry"),
 ]  # fmt: skip
 
 

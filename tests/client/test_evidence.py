@@ -220,7 +220,8 @@ async def test_post_with_key_is_idempotent_and_retried_with_the_same_key(
     keys = [dict(r.headers)["idempotency-key"] for r in server.requests]
     assert len(keys) == 2
     assert keys[0] == keys[1]
-    assert len(keys[0]) == 36  # a UUID4
+    assert len(keys[0]) == 38  # a UUID4 as an RFC 8941 sf-string (its quotes included)
+    assert keys[0][0] == keys[0][-1] == '"'
 
 
 @pytest.mark.parametrize(

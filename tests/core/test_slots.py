@@ -35,6 +35,7 @@ EXAMPLES: list[tuple[type, dict[str, Any]]] = [
             "timings": {"total": 0.25},
             "decision": RetryAllowed(0.1),
             "range_start": None,
+            "reconciled": None,
         },
     ),
     (RetryContext, dataclasses.asdict(RetryContext(attempt=2, max_attempts=3, status=503))),

@@ -35,6 +35,9 @@
 - :mod:`.sse`: ``client.sse(url)``'s event stream, reopened with ``Last-Event-ID`` where it
   broke (each reopening decided by the engine);
 - :mod:`.failures`: the public exception a final failure becomes;
+- :mod:`.keys`: idempotency keys: the one a call generates, and the client's memory of the
+  keys it sent (never one key with two payloads);
+- :mod:`.reconcile`: asking a call's reconciler where the call would end ambiguous (SPEC §19);
 - :mod:`.runtime`: the client's mutable state a call reads (lifecycle, drain, pool, timekeeper).
 
 Layering: these modules import ``_core``, ``_wire`` and the value modules, never ``_client``.

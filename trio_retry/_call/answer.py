@@ -25,7 +25,7 @@ from .._core.decision import AmbiguousFailure, Decision
 from .._errors import HttpAmbiguousExecutionError
 from .._models import Response
 from .body import CheckedDecoder, StreamedBody
-from .failures import ambiguous_status, failure
+from .failures import ambiguous_status, failure, key_reused
 from .prepare import PreparedRequest
 from .result import AttemptResult
 from .resume import Retrier, carry
@@ -94,6 +94,8 @@ def finish(
         response = response_of(request, result, attempts, decision)
         if isinstance(decision, AmbiguousFailure):
             raise counted(request, ambiguous_status(request, response, attempts, decision))
+        if response.status == 422 and request.idempotency_key is not None:
+            raise key_reused(request, response)
         return response, None
     assert result.error is not None
     raise counted(request, failure(request, attempts, result.error, decision))

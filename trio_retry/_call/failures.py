@@ -16,12 +16,14 @@ from .._core.attempt import Attempt
 from .._core.decision import AmbiguousFailure, Decision, is_ambiguous
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
+from .._core.reconcile import ReconcileOutcome
 from .._errors import (
     AdmissionRejected,
     ConnectFailed,
     ConnectionBroken,
     DeadlineExceeded,
     HttpAmbiguousExecutionError,
+    HTTPStatusError,
     InvalidRequest,
     PoolTimeout,
     ProtocolFailed,
@@ -29,10 +31,18 @@ from .._errors import (
     TLSFailed,
 )
 from .._models import Response
+from .._reconcile import reconciled_of
 from .._wire.progress import WireError
 from .prepare import PreparedRequest
 
-__all__ = ["AMBIGUOUS_ADVICE", "CLOSED_IN_FLIGHT", "FAILURE_TYPES", "ambiguous_status", "failure"]
+__all__ = [
+    "AMBIGUOUS_ADVICE",
+    "CLOSED_IN_FLIGHT",
+    "FAILURE_TYPES",
+    "ambiguous_status",
+    "failure",
+    "key_reused",
+]
 
 #: The exception of each failure category, when the outcome is not ambiguous.
 FAILURE_TYPES: dict[FailureCategory, type[RequestFailed]] = {
@@ -79,13 +89,56 @@ def ambiguous_status(
         f"{request.method} {request.url}: status {last.status}, sent by the server or by a "
         "gateway in front of it (which one is not known), either of which may have passed the "
         f"request on first: this {request.idempotency} request may have been executed. "
-        + AMBIGUOUS_ADVICE,
+        + _advice(decision, last),
         evidence=last.evidence,
         attempts=attempts,
         response=response,
         idempotency_key=request.idempotency_key,
         decision=decision,
+        reconciled=reconciled_of(last),
     )
+
+
+def _advice(decision: Decision | None, last: Attempt) -> str:
+    """What an ambiguous error's message ends with: why it was not sent again when a key's
+    lifetime stopped it, what its reconciler said when it had one, and what to do."""
+    text = AMBIGUOUS_ADVICE
+    if isinstance(decision, AmbiguousFailure) and decision.key_expired:
+        text = (
+            "It was not sent again: its Idempotency-Key may have expired at the server by the "
+            "next attempt (the upstream's idempotency_key_ttl), which would run it again. "
+            "Reconcile with the upstream (look the operation up)."
+        )
+    if last.reconciled is not None:
+        text += f" Its reconciler was asked: {last.reconciled}."
+    return text
+
+
+def _not_executed(attempt: Attempt) -> bool:
+    """The call's reconciler said the attempt was not executed."""
+    reconciled = attempt.reconciled
+    return reconciled is not None and reconciled.outcome is ReconcileOutcome.NOT_EXECUTED
+
+
+def key_reused(request: PreparedRequest, response: Response) -> RequestFailed:
+    """A 422 to a request carrying an Idempotency-Key: the server says the key was used
+    before with another payload (draft-ietf-httpapi-idempotency-key-header §2.7). The
+    response is the ``HTTPStatusError`` that is ``__cause__`` (a 422 may also be a server's
+    word on the body itself: its body says which). The key is not shown."""
+    error = RequestFailed(
+        f"{request.method} {request.url}: status 422 to a request carrying an "
+        "Idempotency-Key: the server says the key was reused with another payload (method, "
+        "target or body), and did not execute this request. Use a new key "
+        "(idempotency_key=True) for a different request; the response is __cause__.response",
+        evidence=Evidence.RESPONSE_RECEIVED,
+        attempts=response.attempts,
+        decision=response.retry_decision,
+    )
+    error.__cause__ = HTTPStatusError(
+        f"client error 422 {response.reason} for {request.method} {request.url}",
+        response=response,
+    )
+    return error
 
 
 def call_evidence(attempts: Sequence[Attempt]) -> Evidence:
@@ -95,9 +148,10 @@ def call_evidence(attempts: Sequence[Attempt]) -> Evidence:
     The obvious way, the last attempt's evidence alone, told a caller ``NOT_SENT`` ("the server
     never received it") after a first attempt whose response was lost and a retry that could
     not connect; the exactly-once lab (issue #31) found a keyed payment reported so although the
-    server had executed it."""
+    server had executed it. An attempt its reconciler said was not executed counts as
+    ``NOT_SENT`` here."""
     for attempt in reversed(attempts):
-        if attempt.evidence is not _NOT_SENT:
+        if attempt.evidence is not _NOT_SENT and not _not_executed(attempt):
             return attempt.evidence
     return _NOT_SENT
 
@@ -118,11 +172,12 @@ def failure(
     if isinstance(decision, AmbiguousFailure) or is_ambiguous(evidence, request.idempotency):
         exc: Exception = HttpAmbiguousExecutionError(
             f"{request.method} {request.url}: the server may have executed this request "
-            f"({evidence} at {last.stage}: {error}). " + AMBIGUOUS_ADVICE,
+            f"({evidence} at {last.stage}: {error}). " + _advice(decision, last),
             evidence=evidence,
             attempts=attempts,
             idempotency_key=request.idempotency_key,
             decision=decision,
+            reconciled=reconciled_of(last),
         )
     else:
         category = last.category or FailureCategory.CONNECTION_BROKEN
@@ -132,6 +187,8 @@ def failure(
             f"{request.method} {request.url} failed after {count} attempt"
             f"{'s' if count != 1 else ''}: {error}"
         )
+        if last.reconciled is not None:
+            message += f" ({last.reconciled})"
         if kind is AdmissionRejected:
             # Where the refusal happened says why; an ADMISSION error that does not (HTTP/2's
             # "closed while connecting") is the client closing.

@@ -16,7 +16,9 @@ One call runs this loop (:func:`send`):
    its "not consulted" decisions (a response below 400 is the answer; a connection's
    refusal goes again uncounted; a failure that ends the call; an auth challenge to answer),
    each carrying the action this loop executes (``NotConsulted.action``), else the engine on
-   a ``RetryContext``. On ``RetryAllowed`` the attempt has *already* given back its
+   a ``RetryContext``; where its decision would end the call ambiguous, the call's
+   reconciler is asked (:mod:`.reconcile`; ``asks_reconciler``) and, if it says "not
+   executed", the engine decides again. On ``RetryAllowed`` the attempt has *already* given back its
    connection and its bulkhead permit; the budget is debited and the backoff sleeps — never
    past the call deadline, and cut short by ``drain()``;
 5. the end: a response, ``HttpAmbiguousExecutionError`` or a ``RequestFailed`` subclass
@@ -38,19 +40,24 @@ import trio
 
 from .._auth import auth_request
 from .._core.attempt import Attempt
-from .._core.decision import Decision, RetryAllowed, RetryDenied
+from .._core.decision import Decision, RetryAllowed, RetryDenied, is_ambiguous
 from .._core.engine import (
     FINAL_BELOW,
     AttemptFacts,
     RetryContext,
     Then,
+    asks_reconciler,
     build_context,
     not_consulted,
 )
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory
+from .._core.idempotency import method_default
+from .._core.reconcile import ReconcileOutcome
+from .._core.reconcile import Reconciler as AnyReconciler
 from .._errors import AdmissionRejected, TooManyRedirects
 from .._models import Headers, Response, shown_url
+from .._reconcile import Reconciler
 from .._redirects import REDIRECT_STATUSES
 from .._wire.clock import effective_deadline, wait_for
 from .._wire.exchange import WireResponse
@@ -59,10 +66,11 @@ from .answer import Closer, buffered, counted, deliver, finish, response_of
 from .attempt import AttemptRun
 from .body import REDIRECT_CLOSED
 from .client_options import RefreshableAuth
-from .failures import failure
+from .failures import call_evidence, failure
 from .hedge import hedge_ledger, hedged_attempt, learn
 from .notify import notify, told, watched
 from .prepare import PreparedRequest, prepare_redirect
+from .reconcile import ask, executed
 from .result import AttemptResult
 from .runtime import Runtime
 from .upstream import UpstreamState
@@ -74,6 +82,7 @@ __all__ = ["send", "send_following"]
 
 #: (a global: on Python 3.11 an enum class attribute costs a ``__getattr__`` hook)
 _RECEIVED = Evidence.RESPONSE_RECEIVED
+_NOT_SENT = Evidence.NOT_SENT
 
 
 async def send_following(
@@ -163,6 +172,8 @@ async def send(
         decision = await retries.decide(result, attempts, ended)
         if decision is None:
             continue  # sent again at once, uncounted (a reconnect, an answered challenge)
+        if retries.executed:  # its reconciler said it ran: never sent again
+            return executed(request, attempts), None
         if isinstance(decision, RetryAllowed):
             denied = await retries.wait(decision, attempts[-1])
             if denied is None:
@@ -225,6 +236,7 @@ class _Retries:
         "_state",
         "_uncounted",
         "deadline",
+        "executed",
     )
 
     def __init__(
@@ -248,6 +260,8 @@ class _Retries:
         #: The call's deadline, or the caller's own if earlier (read when deciding: it costs
         #: a walk up the cancel-scope chain).
         self.deadline = math.inf
+        #: The reconciler said the last attempt was executed: the call ends with its answer.
+        self.executed = False
 
     async def decide(
         self,
@@ -317,6 +331,17 @@ class _Retries:
             attempts, ended, evidence, category, status, fresh, continuation, delivered
         )
         decision = rt.config.engine.decide(context)
+        reconciler = request.reconcile or self._state.upstream.reconcile
+        if reconciler is not None and asks_reconciler(
+            decision,
+            error is not None
+            and is_ambiguous(
+                evidence if evidence is not _NOT_SENT else call_evidence(attempts),
+                request.idempotency,
+            ),
+        ):
+            doubt = result.record(evidence, category, ended, decision)
+            return await self._reconcile(reconciler, doubt, attempts, context)
         # Built once, with its decision (a dataclasses.replace would build it twice).
         await told(rt, request, attempts, result.record(evidence, category, ended, decision))
         return decision
@@ -350,6 +375,33 @@ class _Retries:
         """Append ``attempt`` to the call's trail and tell of it."""
         await told(self._rt, self._request, attempts, attempt)
 
+    async def _reconcile(
+        self,
+        reconciler: Reconciler | AnyReconciler,
+        doubt: Attempt,
+        attempts: list[Attempt],
+        context: RetryContext,
+    ) -> Decision:
+        """Ask the call's reconciler about ``doubt`` (the attempt just finished, on which the
+        engine decided ``doubt.decision``) and act on its answer: *not executed*, the engine
+        decides again; *executed*, :attr:`executed` (the call ends with its answer); else the
+        decision stands. The attempt is recorded (and told) with the answer."""
+        rt = self._rt
+        assert doubt.decision is not None
+        decision = doubt.decision
+        reconciled = await ask(
+            reconciler, self._request, [*attempts, doubt], context.status, self.deadline
+        )
+        if reconciled.outcome is ReconcileOutcome.NOT_EXECUTED:
+            decision = rt.config.engine.decide(
+                replace(context, reconciled=ReconcileOutcome.NOT_EXECUTED)
+            )
+        elif reconciled.outcome is ReconcileOutcome.EXECUTED:
+            self.executed = True
+        record = replace(doubt, decision=decision, reconciled=reconciled)
+        await told(rt, self._request, attempts, record)
+        return decision
+
     def _context(
         self,
         attempts: list[Attempt],
@@ -377,6 +429,21 @@ class _Retries:
             proposed = max(proposed, retry_after)
         self.deadline = effective_deadline(request.deadline)
         remaining = self.deadline - now
+        key = request.idempotency_key
+        key_expires_in = None
+        ttl = state.upstream.idempotency_key_ttl
+        if (
+            key is not None
+            and ttl is not None
+            and not method_default(request.method).safely_idempotent
+            and (
+                evidence is not Evidence.NOT_SENT
+                or call_evidence(attempts) is not Evidence.NOT_SENT
+            )
+        ):
+            # The key's lifetime counts from its first use by this client (a replay included).
+            first = self._rt.keys.first_used(key)
+            key_expires_in = (first if first is not None else request.started) + ttl - now
         return build_context(  # RetryContext(...), built faster
             attempt=counted,
             max_attempts=policy.max_attempts,
@@ -401,6 +468,9 @@ class _Retries:
             auth_refreshable=isinstance(request.auth, RefreshableAuth) and request.apply_auth,
             fresh_connection=fresh,
             continuable=continuation,
+            keyed=key is not None,
+            key_expires_in=key_expires_in,
+            reconciled=None,
         )
 
     async def wait(self, decision: RetryAllowed, attempt: Attempt) -> Decision | None:

@@ -25,6 +25,7 @@ __all__ = [
     "check_fields",
     "check_idempotency",
     "check_idempotency_key",
+    "check_reconcile",
     "check_retry",
     "shown",
 ]
@@ -138,6 +139,16 @@ def check_bool(value: object, option: str, *, optional: bool = False) -> bool | 
         return value
     accepted = "True, False or None" if optional else "True or False"
     raise OptionError(f"{option} must be {accepted}, got {shown(value)}", "type")
+
+
+def check_reconcile(value: object) -> None:
+    """``reconcile=``: a callable (an async function of the report, SPEC §19)."""
+    if not callable(value):
+        raise OptionError(
+            "reconcile must be an async function (report) -> Reconciled, or None, "
+            f"got {shown(value)}",
+            "type",
+        )
 
 
 _SCALARS = (str, int, float)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
-from .._body import PreparedBody, form_body, new_uuid4, prepare_body
+from .._body import PreparedBody, form_body, prepare_body
 from .._core.checks import described
 from .._core.engine import RetryDenied
 from .._core.evidence import Evidence, FailureCategory
@@ -38,6 +38,7 @@ from .._redirects import (
 from .._url import is_absolute, merge
 from .client_options import AuthTypes, RefreshableAuth
 from .config import ClientConfig
+from .keys import call_key
 from .options import (
     OptionError,
     check_bool,
@@ -45,6 +46,7 @@ from .options import (
     check_fields,
     check_idempotency,
     check_idempotency_key,
+    check_reconcile,
     check_retry,
     shown,
 )
@@ -52,6 +54,7 @@ from .options import (
 if TYPE_CHECKING:
     from .._core.hedging import Hedging
     from .._models import Response
+    from .._reconcile import Reconciler
     from .._wire.exchange import WireRequest
 
 __all__ = [
@@ -95,6 +98,7 @@ class RequestOptions(TypedDict, total=False):
     auth: AuthTypes | tuple[str, str] | None
     hedging: Hedging | bool | None
     resume: bool | None
+    reconcile: Reconciler | None
 
 
 @dataclass(kw_only=True)
@@ -139,6 +143,10 @@ class PreparedRequest:
     trace: CallTrace | None = None
     #: A template's (:func:`prepare_plain`), shared by the calls made from it; else ``None``.
     wire_memo: WireMemo | None = None
+    #: This call's ``reconcile=`` (``None``: its upstream's, if any).
+    reconcile: Reconciler | None = None
+    #: The key was generated for this call (``True``, or ``"auto"``): never a template's.
+    key_generated: bool = False
 
     def naming(self) -> str:
         """``"METHOD URL"``, for a message (a bulkhead's rejection). A method, passed bound
@@ -222,6 +230,8 @@ def prepare_plain(
     entry = templates.get(key)
     if entry is None or entry[0] is not version:
         request = prepare(config, client_headers, method, url, clock)
+        if request.key_generated:
+            return request  # (its key is its own: no template)
         request.wire_memo = WireMemo()  # still being prepared: no call has seen it yet
         if len(templates) >= _MAX_TEMPLATES:
             templates.clear()
@@ -273,6 +283,7 @@ def prepare(
     auth: AuthTypes | tuple[str, str] | None = None,
     hedging: Hedging | bool | None = None,
     resume: bool | None = None,
+    reconcile: Reconciler | None = None,
 ) -> PreparedRequest:
     """The request ``method url`` with the call's options over the client's ``config`` and
     ``client_headers`` (read now: a later change to ``client.headers`` applies to later calls).
@@ -303,6 +314,8 @@ def prepare(
             check_fields(params, "params", none_allowed=True)
         if data is not None:
             check_fields(data, "data", none_allowed=False)
+        if reconcile is not None:
+            check_reconcile(reconcile)
         if files is not None and not isinstance(files, Mapping):
             raise OptionError(
                 f"files must be a mapping of field names to files, got {shown(files)}", "type"
@@ -324,14 +337,11 @@ def prepare(
             merged.add(name, value)
     # One set operation tells whether the headers need the framing or key checks below.
     special = merged.has_any(_SPECIAL_HEADERS)
-    key: str | None = None
-    if idempotency_key is True:
-        key = str(new_uuid4())
-    elif isinstance(idempotency_key, str):
-        key = idempotency_key
+    header_key = special and IDEMPOTENCY_KEY_HEADER in merged
+    key, generated = call_key(config, idempotency_key, header_key, full.origin, method, idempotency)
     if key is not None:
         merged.set("Idempotency-Key", key)
-    elif special and IDEMPOTENCY_KEY_HEADER in merged:
+    elif header_key:
         # A key given as a header is held to the rules of idempotency_key: an empty one would
         # make the request count as idempotent with nothing a server could deduplicate on.
         key = merged[IDEMPOTENCY_KEY_HEADER]
@@ -378,6 +388,8 @@ def prepare(
         hedging=hedging,
         resume=resume,
         trace=config.instrumentation.call() if config.instrumentation is not None else None,
+        reconcile=reconcile,
+        key_generated=generated,
     )
 
 

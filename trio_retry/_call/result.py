@@ -31,6 +31,7 @@ from .._wire.progress import AttemptProgress, WireError
 if TYPE_CHECKING:
     from .._core.breaker import BreakerVerdict
     from .._core.decision import Decision
+    from .._reconcile import Reconciled
 
 __all__ = ["AttemptResult", "Held", "build_result", "cancelled_result"]
 
@@ -110,8 +111,10 @@ class AttemptResult:
         category: FailureCategory | None,
         ended: float,
         decision: Decision | None = None,
+        reconciled: Reconciled | None = None,
     ) -> Attempt:
-        """The :class:`Attempt` record of the attempt (built once, with its decision)."""
+        """The :class:`Attempt` record of the attempt (built once, with its decision and what
+        its reconciler said, if asked)."""
         progress = self.progress
         timings = progress.timings  # the progress ends with its attempt: no copy needed
         timings["total"] = ended - progress.started
@@ -133,6 +136,7 @@ class AttemptResult:
             timings=timings,
             decision=decision,
             range_start=self.range_start,
+            reconciled=reconciled,
         )
 
 

@@ -18,6 +18,7 @@ from .._wire.progress import AttemptProgress
 from .._wire.timekeeper import Timekeeper
 from .config import ClientConfig
 from .connect import Connector
+from .keys import KeyLedger
 from .upstream import Upstreams
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class Runtime:
         "drain_event",
         "drained",
         "draining",
+        "keys",
         "lifecycle",
         "now",
         "pool",
@@ -80,6 +82,8 @@ class Runtime:
         #: The progress of each attempt ``drain()`` cancelled (see :meth:`drain`).
         self.drained: set[AttemptProgress] = set()
         self.calls = 0
+        #: The Idempotency-Keys sent, with what each was sent with (``keys.py``).
+        self.keys = KeyLedger()
         #: The clock calls read: the run's own once the client is entered (:meth:`open`;
         #: ``trio.current_time()`` is three calls to it).
         self.now: Callable[[], float] = trio.current_time

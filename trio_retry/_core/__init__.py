@@ -10,6 +10,7 @@ exactly in synchronous tests. Imports go one way, down this list:
 - ``slots.py``       faster construction of the frozen, slotted records of every request
 - ``checks.py``      the type checks of the core's public values
 - ``decision.py``    what the engine can decide: retry, deny (and why), or "ambiguous"
+- ``reconcile.py``   what a reconciliation of a request in doubt found (SPEC §19)
 - ``replay.py``      can the exact same request body be sent again?
 - ``hedging.py``     when a second copy of a slow request may go out
 - ``throttle.py``    adaptive client-side throttling (a rate controller over a token bucket)

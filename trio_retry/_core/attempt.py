@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .decision import Decision
 from .evidence import Evidence, FailureCategory, Stage
 from .slots import slot_constructor
+
+if TYPE_CHECKING:
+    from .reconcile import Reconciliation
 
 __all__ = ["Attempt", "build_attempt"]
 
@@ -23,7 +27,8 @@ class Attempt:
 
     ``stage`` is the furthest stage reached; ``evidence`` what that proves; ``decision`` what the
     engine decided after it (``None`` when it was not consulted: statuses below 400 and
-    successful attempts never are).
+    successful attempts never are). ``reconciled``: what the call's reconciler said of this
+    attempt, when it was asked (SPEC §19); ``None`` otherwise.
     """
 
     number: int
@@ -48,10 +53,12 @@ class Attempt:
     #: A continuation of a broken body (RFC 9110 §14): the byte it asked the rest from (its
     #: ``Range: bytes=N-``); ``None`` for an attempt that asked for the whole response.
     range_start: int | None = None
+    reconciled: Reconciliation | None = None
 
     def __str__(self) -> str:
         outcome = str(self.status) if self.status is not None else str(self.category or "-")
-        return f"attempt {self.number}: {self.stage} / {self.evidence} / {outcome}"
+        text = f"attempt {self.number}: {self.stage} / {self.evidence} / {outcome}"
+        return text if self.reconciled is None else f"{text} / {self.reconciled}"
 
 
 #: ``Attempt(...)`` with every field given, faster, for the client (see

@@ -155,9 +155,18 @@ class AmbiguousFailure:
 
     evidence: Evidence
     status: int | None = None
+    #: The request was keyed, and the next attempt would go after its key may have expired
+    #: (``Upstream(idempotency_key_ttl=...)``): the server would run it again.
+    key_expired: bool = False
 
     def __str__(self) -> str:
         seen = f"status {self.status}" if self.status is not None else str(self.evidence)
+        if self.key_expired:
+            return (
+                f"ambiguous ({seen}): the server may have executed this request, and its "
+                "Idempotency-Key may have expired before the next attempt (the upstream's "
+                "idempotency_key_ttl): not sent again; reconcile with the upstream"
+            )
         return (
             f"ambiguous ({seen}): the server may have executed this non-idempotent request; "
             "reconcile with the upstream or replay with the same Idempotency-Key"

@@ -19,6 +19,15 @@ first decision wins, so a later rule can never re-enable what an earlier one for
 9. the status table and the transport-failure rules (see :func:`_rule_status` and
    :func:`_rule_transport`); anything they do not retry -> RetryDenied.not_retryable()
 
+Within rule 9: a ``409 Conflict`` to a request carrying an ``Idempotency-Key``
+(``RetryContext.keyed``) is "that key is still being processed"
+(draft-ietf-httpapi-idempotency-key-header §2.6): retried, after ``Retry-After`` else the
+backoff, with the same key. And every retry rule 9 allows is refused when the request's
+``Idempotency-Key`` is what makes it safe to send again and the next attempt would go after the
+key may have expired at the server (``RetryContext.key_expires_in`` below the delay; the client
+sets it from ``Upstream(idempotency_key_ttl=...)`` once an attempt may have reached the server):
+``AmbiguousFailure(key_expired=True)``, since the server would run it again as a new request.
+
 Within rule 9, a response that is not valid HTTP (``REMOTE_PROTOCOL``: garbage, a head over
 ``max_header_bytes``, ``Content-Length: abc``, a body its framing contradicts, a body that does
 not decode) is retried only when it came on a *reused* connection: the next attempt goes on the
@@ -50,6 +59,21 @@ Why ambiguity (8) outranks the status/transport table (9) but not the limits (1-
 budget or deadline is still reported as ambiguous by the client when the evidence says the
 request may have run (SPEC §7) — the engine's job is only to say whether to try again, and rules
 1-7 each make "no" certain regardless of what happened on the wire.
+
+**Reconciliation** (SPEC §19) comes after the rules, where the call would end "ambiguous"
+(:func:`asks_reconciler`): an ``AmbiguousFailure``, or any denial after an attempt of a request
+that is not safely idempotent and may have run. The client then asks the call's reconciler
+(``reconcile=``, else ``Upstream(reconcile=...)``), once per attempt, within the call's
+deadline. *Executed*: the call ends with the reconciler's response (or
+``ExecutedWithoutResponse``), never sent again; *unknown* (or a reconciler that raised, ran out
+of time or returned late): the decision stands, and the call is ambiguous as without one;
+*not executed*: the engine decides again on the same context with ``reconciled`` set to
+``NOT_EXECUTED``, which rules 8 and 9 read as ``NOT_SENT`` (the reconciler's word that the server
+did not run it): rules 1-7 still hold (a denial is then a plain failure, not ambiguous), and an
+allowed retry is a counted attempt after the backoff. Why after the rules and not before them:
+rules 1-7 make "no" certain whatever happened, and a reconciler is asked only where its answer
+changes what the caller gets; a call that will be retried anyway (a keyed POST) is never held
+up by one. Why not inside the engine: the engine is pure, and a reconciler is I/O.
 
 The order lives in :data:`RULES`, a tuple; ``DefaultRetryEligibilityEngine`` just walks it (the
 engine is consulted only after a failure or a status >= 400, never on the success path, so a
@@ -120,6 +144,7 @@ from .decision import RetryDenied as RetryDenied
 from .decision import is_ambiguous
 from .evidence import Evidence, FailureCategory
 from .idempotency import Idempotency
+from .reconcile import ReconcileOutcome
 from .replay import Replayability
 from .slots import slot_constructor
 
@@ -140,6 +165,7 @@ __all__ = [
     "RetryContext",
     "RetryDenied",
     "RetryEligibilityEngine",
+    "asks_reconciler",
     "build_context",
     "final_response",
     "not_consulted",
@@ -305,6 +331,12 @@ class RetryContext:
     for it (no earlier exchange on it); ``False`` when unknown or reused. ``continuable``
     says whether the response body that broke can be continued from where it stopped (a
     ranged request for the rest: the module docstring, rule 4's exception).
+
+    ``keyed``: the request carries an ``Idempotency-Key``. ``key_expires_in``: seconds until
+    that key may have expired at the server, when the request's safety rests on it and an
+    attempt may have reached the server (``None`` otherwise). ``reconciled``: what the call's
+    reconciler said of this attempt (``None``: not asked; the engine is asked again with
+    ``NOT_EXECUTED``).
     """
 
     attempt: int
@@ -328,6 +360,9 @@ class RetryContext:
     auth_refreshable: bool = True
     fresh_connection: bool = False
     continuable: bool = False
+    keyed: bool = False
+    key_expires_in: float | None = None
+    reconciled: ReconcileOutcome | None = None
 
     @property
     def delay(self) -> float:
@@ -399,13 +434,18 @@ def _rule_permanent(ctx: RetryContext) -> Decision | None:
 
 
 def _rule_ambiguous(ctx: RetryContext) -> Decision | None:
+    if ctx.reconciled is ReconcileOutcome.NOT_EXECUTED:
+        return None  # the reconciler's word: rule 9 judges it as NOT_SENT
     if is_ambiguous(ctx.evidence, ctx.idempotency):
         return AmbiguousFailure(ctx.evidence, ctx.status)
     return None
 
 
 def _allow(ctx: RetryContext) -> Decision:
-    """Allow after ``ctx.delay`` unless the server's Retry-After exceeds the backoff maximum."""
+    """Allow after ``ctx.delay`` unless the server's Retry-After exceeds the backoff maximum,
+    or the request's Idempotency-Key may have expired by then (the module docstring)."""
+    if ctx.key_expires_in is not None and ctx.key_expires_in <= ctx.delay:
+        return AmbiguousFailure(ctx.evidence, ctx.status, key_expired=True)
     if ctx.retry_after is not None and ctx.retry_after > ctx.max_backoff:
         return RetryDenied.retry_after_too_long(ctx.retry_after)
     return RetryAllowed(ctx.delay)
@@ -414,13 +454,15 @@ def _allow(ctx: RetryContext) -> Decision:
 def _rule_status(ctx: RetryContext) -> Decision | None:
     """Rule 9 for responses (``failure is None``).
 
-    408/425/429 mean the server did not process the request, so idempotency does not matter.
+    408/425/429 mean the server did not process the request, so idempotency does not matter;
+    409 to a keyed request, that the key is still being processed (retried with it). A
+    502/503/504 to a request the reconciler said was not executed is retried.
     """
     status = ctx.status
     if status is None or ctx.failure is not None:
         return None
-    safe = ctx.idempotency.safely_idempotent
-    if status in (408, 429):
+    safe = ctx.idempotency.safely_idempotent or ctx.reconciled is ReconcileOutcome.NOT_EXECUTED
+    if status in (408, 429) or (status == 409 and ctx.keyed):
         return _allow(ctx)
     if status == 425:
         return _allow(ctx) if ctx.attempt == 1 and not ctx.retried_425 else _deny(ctx)
@@ -452,7 +494,7 @@ def _rule_transport(ctx: RetryContext) -> Decision | None:
         return None
     if ctx.failure is FailureCategory.REMOTE_PROTOCOL and ctx.fresh_connection:
         return _deny(ctx)
-    if ctx.evidence is Evidence.NOT_SENT:
+    if ctx.evidence is Evidence.NOT_SENT or ctx.reconciled is ReconcileOutcome.NOT_EXECUTED:
         return _allow(ctx)
     if ctx.evidence in (Evidence.SENT_NO_RESPONSE, Evidence.PARTIAL_RESPONSE):
         return _allow(ctx) if ctx.idempotency.safely_idempotent else _deny(ctx)
@@ -477,6 +519,16 @@ RULES: tuple[Rule, ...] = (
     _rule_transport,
     _deny,
 )
+
+
+def asks_reconciler(decision: Decision, may_have_run: bool) -> bool:
+    """Whether a call with a reconciler asks it after ``decision`` (the module docstring,
+    "Reconciliation"): the decision would end the call ambiguous. ``may_have_run``: the
+    attempt failed, and the call's evidence says a request that is not safely idempotent may
+    have been executed (``is_ambiguous``). Pure."""
+    if isinstance(decision, AmbiguousFailure):
+        return True
+    return may_have_run and not isinstance(decision, RetryAllowed)
 
 
 class DefaultRetryEligibilityEngine:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .backoff import Backoff
 from .budget import RetryBudget
@@ -12,6 +12,7 @@ from .checks import check_flag, check_instance, check_number, check_whole
 if TYPE_CHECKING:
     from .breaker import CircuitBreaker
     from .hedging import Hedging
+    from .reconcile import Reconciler
     from .throttle import AdaptiveThrottle
 
 __all__ = ["RetryPolicy", "Upstream"]
@@ -69,6 +70,14 @@ class Upstream:
     continued with a range request when the request is replay-safe and the response promised
     the same bytes again (a strong validator, ``Accept-Ranges: bytes``); ``False`` turns it
     off for the origin (``resume=`` per call overrides it).
+
+    After ambiguity (SPEC §19): ``reconcile``, an async function the client asks, where it
+    would otherwise raise ``HttpAmbiguousExecutionError``, whether the request in doubt ran
+    (a call's own ``reconcile=`` wins). ``idempotency_keys="auto"``: every non-idempotent call
+    to the origin carries a fresh ``Idempotency-Key`` (as ``idempotency_key=True``).
+    ``idempotency_key_ttl``: how long the origin remembers a key, in seconds (Stripe: 24 h);
+    a keyed request is not sent again once its key may have expired (the call is ambiguous
+    instead). ``None``: keys do not expire.
     """
 
     transient_500: bool = False
@@ -81,6 +90,9 @@ class Upstream:
     http3: bool = False
     early_data: bool = False
     resume: bool = True
+    reconcile: Reconciler | None = None
+    idempotency_keys: Literal["auto"] | None = None
+    idempotency_key_ttl: float | None = None
 
     def __post_init__(self) -> None:
         if self.hedging is not None or self.throttle is not None or self.breaker is not None:
@@ -116,6 +128,25 @@ class Upstream:
             raise ValueError(
                 f"Upstream.max_concurrency must be None or >= 1, got {self.max_concurrency}"
             )
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise TypeError(
+                "Upstream.reconcile must be an async function (report) -> Reconciled, or None, "
+                f"got {self.reconcile!r}"
+            )
+        if self.idempotency_keys not in (None, "auto"):
+            raise ValueError(
+                'Upstream.idempotency_keys must be "auto" (a key for every non-idempotent call) '
+                f"or None, got {self.idempotency_keys!r}"
+            )
+        if self.idempotency_key_ttl is not None:
+            check_number(
+                self.idempotency_key_ttl, "Upstream.idempotency_key_ttl", "seconds > 0, or None"
+            )
+            if not self.idempotency_key_ttl > 0:
+                raise ValueError(
+                    "Upstream.idempotency_key_ttl must be seconds > 0 (how long the origin "
+                    f"remembers a key), or None, got {self.idempotency_key_ttl}"
+                )
         if self.max_queue is not None:
             if self.max_queue < 0:
                 raise ValueError(f"Upstream.max_queue must be None or >= 0, got {self.max_queue}")
@@ -138,4 +169,7 @@ class Upstream:
             self.http3,
             self.early_data,
             self.resume,
+            self.reconcile,
+            self.idempotency_keys,
+            self.idempotency_key_ttl,
         )

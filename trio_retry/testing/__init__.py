@@ -5,7 +5,9 @@ transport, and pytest fixtures.
 `PartialBody`, `CloseBeforeRead`, `CloseAfterHead`, `CloseAfterBody`, `RefuseStream`,
 `GoAway`, `StreamedBody`, for hostile-server tests `Raw` and `EndlessBody`, or a `Handler` that
 computes the action from the request; `EventSource` and `StaticFile` are ready-made handlers:
-a server-sent events endpoint and a file served with validators and byte ranges) and records
+a server-sent events endpoint and a file served with validators and byte ranges;
+`IdempotencyStore` an endpoint that deduplicates on ``Idempotency-Key``, with the
+request-status route a reconciler asks) and records
 every request it received in `FaultServer.requests`, with whether it was executed, so a test
 can count side effects. `refused_port` gives a port nobody listens on. `MockTransport` runs a
 real `trio_retry.Client` against a `FaultServer` over in-memory streams
@@ -27,6 +29,8 @@ list:
 - ``_common.py``        what the three protocols' connection handlers share
 - ``_event_source.py``  `EventSource`, a scripted server-sent events endpoint
 - ``_static_file.py``   `StaticFile`, a body served with validators and byte ranges
+- ``_idempotency.py``   `IdempotencyStore`, an endpoint deduplicating on ``Idempotency-Key``
+                        (the draft's 409, 422, replay marker, expiry) and its status route
 - ``_stream_server.py`` what the HTTP/2 and HTTP/3 request streams share
 - ``_h1.py``            one HTTP/1.1 connection (h11)
 - ``_h2.py``            one HTTP/2 connection (h2), a task per stream
@@ -40,6 +44,7 @@ list:
 """
 
 from ._event_source import EventSource as EventSource
+from ._idempotency import IdempotencyStore as IdempotencyStore
 from ._mock import ConnectFailure as ConnectFailure
 from ._mock import MockTransport as MockTransport
 from ._script import Action as Action
@@ -76,6 +81,7 @@ __all__ = [
     "FaultServer",
     "GoAway",
     "Handler",
+    "IdempotencyStore",
     "MockTransport",
     "PartialBody",
     "Raw",
