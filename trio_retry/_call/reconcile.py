@@ -1,8 +1,8 @@
 """Asking a call's reconciler (SPEC §19), and the answer of a call its reconciler found executed.
 
 The loop asks where the engine's file says (``_core/engine.py``, "Reconciliation"): the call
-would otherwise end ambiguous. :func:`ask` calls the reconciler once, in the scope
-``_wire/clock.py`` gives it (the call's deadline, at most ``FIXED.reconcile``), and always
+would otherwise end ambiguous. :func:`ask` calls the reconciler once, in a scope of
+``_wire/clock.py`` (``until``: the call's deadline, at most ``FIXED.reconcile``), and always
 returns a :class:`Reconciled`: a reconciler that raises, gives no answer in time, returns after
 the deadline (it shielded itself) or returns something else is taken as *unknown*, with what
 happened in ``Reconciled.detail``. Outer cancellation is not caught.
@@ -21,7 +21,7 @@ from .._core.reconcile import Reconciler as AnyReconciler
 from .._errors import ExecutedWithoutResponse
 from .._models import Response
 from .._reconcile import AmbiguityReport, Reconciled, Reconciler, reconciled_of
-from .._wire.clock import reconciling, seconds
+from .._wire.clock import FIXED, seconds, until
 from .prepare import PreparedRequest
 
 __all__ = ["ask", "executed"]
@@ -40,7 +40,9 @@ async def ask(
     call's ``deadline``. Never raises but for outer cancellation; on cancellation from outside
     the reconciler is cancelled with it."""
     last = attempts[-1]
-    with reconciling(deadline) as scope:
+    # The call's deadline, or FIXED.reconcile from now if earlier: a hanging reconciler
+    # must not hold a call without a deadline forever.
+    with until(min(deadline, trio.current_time() + FIXED.reconcile)) as scope:
         bound = scope.deadline
         left = max(0.0, bound - trio.current_time())
         report = AmbiguityReport(

@@ -98,7 +98,6 @@ __all__ = [
     "limit_of",
     "pause",
     "quic_handshake_limit",
-    "reconciling",
     "retime",
     "seconds",
     "timed_out",
@@ -168,12 +167,9 @@ class FixedLimits:
     #: the connection is given up, when the client has no ``write`` limit (with one, that
     #: limit: ``http2/connection.py``); a connection-level safety bound (``http2/writer.py``).
     http2_stall: float = 10.0
-    #: A QUIC connection with nothing to do is closed by aioquic after this long (its
-    #: ``idle_timeout``: ``http3/quic.py``).
+    #: aioquic closes a QUIC connection idle this long (its ``idle_timeout``: ``http3/quic.py``).
     quic_idle: float = 30.0
-    #: The most a call's reconciler (SPEC §19) may take when the call's deadline is later (or
-    #: it has none): a reconciler that hangs must not hold its call forever (:func:`reconciling`).
-    reconcile: float = 30.0
+    reconcile: float = 30.0  # a call's reconciler, at most (SPEC §19: ``_call/reconcile.py``)
 
 
 #: The table of fixed limits.
@@ -316,12 +312,6 @@ def quic_handshake_limit(tls: float | None) -> float:
 async def pause(delay: float) -> None:
     """Wait ``delay`` seconds (a throttle's wait for its next slot)."""
     await trio.sleep(delay)
-
-
-def reconciling(deadline: float) -> trio.CancelScope:
-    """The scope a call's reconciler runs in: it ends at the call's ``deadline``, or
-    ``FIXED.reconcile`` s from now if that comes first (its ``deadline`` says which)."""
-    return trio.CancelScope(deadline=min(deadline, trio.current_time() + FIXED.reconcile))
 
 
 def limit_of(
