@@ -5,6 +5,7 @@ socket "readable": unread, the connection's task would spin)."""
 
 from __future__ import annotations
 
+import errno
 import select
 import socket
 import sys
@@ -214,5 +215,35 @@ async def test_coalesced_datagrams_are_read_in_one_call_and_cut_apart(batching: 
             assert reads == (1 if batching else 5)
             with pytest.raises(BlockingIOError):
                 paths.receive_many()
+        finally:
+            paths.close()
+
+
+class _NoSegmentation(socket.socket):
+    """A real UDP socket on a path that cannot segment: a GSO send fails with EIO (as on a
+    device without checksum offload), a plain one goes through."""
+
+    def sendmsg(self, buffers, ancdata=(), flags=0, address=None):  # type: ignore[no-untyped-def]
+        if ancdata:
+            raise OSError(errno.EIO, "Input/output error")
+        return super().sendmsg(buffers, ancdata, flags, address)
+
+
+async def test_a_path_that_cannot_segment_turns_gso_off_and_loses_nothing() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(("127.0.0.1", 0))
+        peer = receiver.getsockname()
+        paths = UdpPaths(socket.AF_INET, peer)
+        paths.sock.close()
+        paths.sock = _NoSegmentation(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            assert paths.gso
+            datagrams = [(data, peer) for data in _batch()]
+            carried = [paths.send_many(datagrams, 0)]
+            assert not paths.gso  # (one refusal: one by one from now on)
+            while sum(carried) < len(datagrams):
+                carried.append(paths.send_many(datagrams, sum(carried)))
+            assert carried == [1, 1, 1, 1, 1]
+            assert _drain_plain(receiver, 5) == _batch()
         finally:
             paths.close()
