@@ -168,3 +168,35 @@ async def test_an_aioquic_that_would_not_keep_the_limits_is_not_used(
     assert (quic_try.http_version, quic_try.evidence) == ("HTTP/3", Evidence.NOT_SENT)
     assert "HTTP/3 is not used" in str(quic_try.error)
     assert [r.http_version for r in server.requests] == [response.http_version]
+
+
+async def test_aioquic_failing_as_a_request_is_sent_fails_that_call_in_words(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request after the first is sent from its caller's task (``QuicDriver.flush``): if
+    aioquic raises there, the caller gets the client's own error with the evidence of its
+    stage, never aioquic's exception (the connection's task meets the same failure and ends
+    the connection)."""
+    from trio_retry._wire.http3.shims import CheckedQuicConnection
+
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    client = Client(
+        upstreams={server.url: Upstream(http3=True)},
+        ssl_context=server.client_ssl_context(),
+        retry=RetryPolicy(max_attempts=1),
+    )
+    with trio.fail_after(20):
+        async with client:
+            assert (await client.get(f"{server.url}/first")).http_version == "HTTP/3"
+
+            def broken(self: CheckedQuicConnection, now: float) -> list[object]:
+                raise RuntimeError("aioquic broke")
+
+            monkeypatch.setattr(CheckedQuicConnection, "datagrams_to_send", broken)
+            with pytest.raises(trio_retry.RequestFailed) as failed:
+                await client.get(f"{server.url}/second")
+    (attempt,) = failed.value.attempts
+    assert attempt.http_version == "HTTP/3"
+    assert "internal error in HTTP/3" in str(attempt.error)
+    assert [r.path for r in server.requests] == ["/first"]

@@ -413,8 +413,11 @@ class QuicDriver:
         if scope is None or self.state is not H3State.OPEN or len(self.streams) > 1:
             return self.kick()
         now = trio.current_time()
-        self.quic.acknowledge_with_next(now)
-        datagrams = self.quic.datagrams_to_send(now=now)
+        try:
+            self.quic.acknowledge_with_next(now)
+            datagrams = self.quic.datagrams_to_send(now=now)
+        except Exception:  # (aioquic broke: the task meets it too, and ends the connection)
+            return self.kick()
         index, total = 0, len(datagrams)
         while index < total:
             try:
