@@ -17,7 +17,7 @@ turns so that a drift of the (shared) machine hits them all alike:
   client, sending the one request over HTTP/1.1 and reading the body: trio_retry (``Client``
   under ``trio.run``), httpx (``httpx.get``, its shortest path) and aiohttp (a
   ``ClientSession`` under ``asyncio.run``), those installed, in the same rounds. The row
-  "first response: trio_retry / httpx" is the ratio of the medians.
+  "first response: trio_retry / httpx" is the ratio of the medians (wall, then CPU).
 
 Every command runs from a scratch directory, with this checkout first on ``PYTHONPATH`` (the
 ``trio_retry`` measured is this one, whatever is installed). ``--against CHECKOUT`` also runs
@@ -197,19 +197,27 @@ def summary(
         )
     # What a program that makes requests pays: ``from trio_retry import Client`` (the package's
     # own ``import trio_retry`` imports nothing until a name is used, so it alone says little).
+    # Each also in CPU time (the difference and the ratio of the CPU medians).
+    cpus = {label: statistics.median(times) for label, times in (cpu or {}).items()}
     for suffix in ("", _AGAINST):
         for what, label in (("trio_retry", _IMPORT), ("its Client", _CLIENT)):
             if trio_s is not None and label + suffix in medians:
                 added = round((medians[label + suffix] - trio_s) * 1000, 1)
                 command = f"{what} adds to import trio{suffix}"
-                rows.append({"command": command, "median_ms": added})
+                row: dict[str, Any] = {"command": command, "median_ms": added}
+                if cpus:
+                    row["cpu_ms"] = round((cpus[label + suffix] - cpus["import trio"]) * 1000, 1)
+                rows.append(row)
     for suffix in ("", _AGAINST):
-        ours = medians.get(_FIRST + "trio_retry" + suffix)
+        ours = _FIRST + "trio_retry" + suffix
         for peer in ("httpx", "aiohttp"):
-            theirs = medians.get(_FIRST + peer)
-            if ours is not None and theirs is not None:
-                command = f"{_FIRST}trio_retry{suffix} / {peer}"
-                rows.append({"command": command, "ratio": round(ours / theirs, 2)})
+            theirs = _FIRST + peer
+            if ours in medians and theirs in medians:
+                command = f"{ours} / {peer}"
+                row = {"command": command, "ratio": round(medians[ours] / medians[theirs], 2)}
+                if cpus:
+                    row["cpu_ratio"] = round(cpus[ours] / cpus[theirs], 2)
+                rows.append(row)
     return rows
 
 
@@ -218,9 +226,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'command':<54} {columns}"]
     for row in rows:
         if "ratio" in row:
-            lines.append(f"{row['command']:<54} {row['ratio']:>9.2f}x")
+            cpu_ratio = f"{row['cpu_ratio']:>17.2f}x" if "cpu_ratio" in row else ""
+            lines.append(f"{row['command']:<54} {row['ratio']:>9.2f}x{cpu_ratio}")
             continue
         cells = [f"{row['command']:<54}", f"{row['median_ms']:>10.1f}"]
+        if "min_ms" not in row and row.get("cpu_ms") is not None:
+            cells.append(f"{'-':>8} {row['cpu_ms']:>8.1f}")
         if "min_ms" in row:
             vs_trio, vs_curl, cpu = row["vs_import_trio"], row["vs_curl"], row["cpu_ms"]
             cells.append(f"{row['min_ms']:>8.1f}")
