@@ -32,6 +32,11 @@ LAZY = (
     "hpack",
     "hyperframe",
     "trio_retry._wire.http2",  # the HTTP/2 package: on the first HTTP/2 connection
+    "trio_retry._wire.http3",  # HTTP/3 and QUIC: http3=True, an Upstream(http3=True)
+    "aioquic",
+    "qh3",
+    "pylsqpack",
+    "trio_retry._state",  # state=: the file of what earlier processes learned
     "http.cookiejar",  # Client(cookies=...)
     "trio_retry._cookies",
     "urllib.request",  # the environment's proxies
