@@ -25,6 +25,7 @@ from .._url import tls_name
 from .._wire.contract import PooledConnection
 from .._wire.progress import AttemptProgress
 from .._wire.timekeeper import Timekeeper
+from .._wire.tlssock import enabled_by_env as tls_enabled_by_env
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 
@@ -60,6 +61,7 @@ class TransportOpener(Protocol):
         proxy_ssl_context: ssl.SSLContext | None = None,
         http2: bool = True,
         uds: str | None = None,
+        tls_fast_path: bool = True,
     ) -> Transport: ...
 
 
@@ -102,6 +104,7 @@ class Connector:
         "_quic_trust",
         "_standby",
         "_tickets",
+        "_tls_fast_path",
         "memory",
         "nursery",
         "open_transport",
@@ -139,6 +142,9 @@ class Connector:
             )
             self._tickets = TicketStore(self.memory)
         self.open_transport: TransportOpener = opener
+        #: TLS on the socket itself where it can be (``_wire/tlssock.py``), unless
+        #: ``TRIO_RETRY_TLS_FAST_PATH`` turns it off (read here, once per client).
+        self._tls_fast_path = tls_enabled_by_env()
         self.nursery: trio.Nursery | None = None  # set when the client is entered
         #: The client's timekeeper (``_wire/timekeeper.py``), handed to each connection it opens.
         self.timekeeper: Timekeeper | None = None
@@ -257,6 +263,7 @@ class Connector:
                 proxy_ssl_context=self._proxy_tls() if proxy is not None and proxy.tls else None,
                 http2=config.http2,
                 uds=config.uds,
+                tls_fast_path=self._tls_fast_path,
             )
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.

@@ -166,6 +166,13 @@ class RawSocketStream(trio.abc.HalfCloseableStream):
                 except OSError:
                     pass
 
+    @property
+    def raw_socket(self) -> _stdlib_socket.socket:
+        """The stdlib socket under :attr:`socket` (the same file descriptor): what TLS over
+        this socket hands OpenSSL (``tlssock.py``), which reports its writes' progress through
+        :attr:`on_progress`."""
+        return self._sock
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Send all of ``data`` (see the class for what a cancellation leaves sent)."""
         if self._sending:

@@ -32,6 +32,7 @@ from .._url import tls_name
 from .clock import FIXED, bound, wait_for
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
+from .tlssock import tls_stream
 from .virtual import VirtualSocket
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
@@ -310,6 +311,7 @@ async def open_transport(
     proxy_ssl_context: ssl.SSLContext | None = None,
     http2: bool = True,
     uds: str | None = None,
+    tls_fast_path: bool = True,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
@@ -325,6 +327,10 @@ async def open_transport(
 
     ``http2=False`` refuses a server that picked ``h2`` (only a caller's own context can offer
     it to such a client: see ``trio_retry._tls``).
+
+    TLS to the origin runs on the socket itself (``tlssock.TLSSocketStream``) when
+    ``tls_fast_path`` and ``tlssock.supported`` allow it, else over ``trio.SSLStream`` (through
+    a proxy always): the same bytes and errors either way.
 
     Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed: reaching or
     negotiating with a proxy is ``CONNECT``. On cancellation nothing is left open.
@@ -387,7 +393,9 @@ async def open_transport(
     progress.advance(Stage.TLS)
     started = clock()
     # SNI and the certificate's name: the host without a trailing dot (DNS had it as given).
-    tls = trio.SSLStream(tcp, ssl_context, server_hostname=tls_name(host), https_compatible=True)
+    # TLS on the socket itself where it can be (tlssock.py), else trio.SSLStream: the same
+    # errors either way.
+    tls = tls_stream(tcp, ssl_context, tls_name(host), fast=tls_fast_path)
     try:
         with bound("tls", None, progress=progress, limit=tls_timeout, about=f"{host}:{port}"):
             await tls.do_handshake()

@@ -1,0 +1,560 @@
+"""TLS on the connection's own socket: OpenSSL reads and writes it, no memory buffers between.
+
+``trio.SSLStream`` drives an ``ssl.SSLObject`` over two ``ssl.MemoryBIO`` buffers: every record
+is copied from the socket into one, decrypted out of it, encrypted into the other and copied
+from there to the socket, each step a Python call and each socket operation a round through
+Trio's stream layers. :class:`TLSSocketStream` gives OpenSSL the socket itself (a non-blocking
+socket BIO, what ``ssl.SSLSocket`` uses): a read is one call that decrypts straight from the
+kernel, a write one call that encrypts straight into it. A small request over TLS then
+executes 38 % fewer instructions (a prototype, issue #42; docs/benchmarks.md has today's
+figures).
+
+What it keeps of ``trio.SSLStream(..., https_compatible=True)`` (``tests/wire/test_tlssock.py``
+plays each against both, on real sockets):
+
+- the same bytes, whatever the records' sizes and however the kernel splits them;
+- the same ends: a peer's close_notify is ``b""``, and so is a TCP end without one, between
+  records or inside one (``suppress_ragged_eofs``: HTTP's own framing tells a cut body from a
+  whole one), after which the stream is broken; a reset is ``trio.BrokenResourceError`` whose
+  ``__cause__`` is the ``OSError``; a TLS error (an alert, a forged record, a failed
+  handshake, the certificate) is ``trio.BrokenResourceError`` whose ``__cause__`` is the
+  ``ssl.SSLError``; using a stream closed here or whose socket was closed under it is
+  ``trio.ClosedResourceError``; a second task sending (or receiving) at once is
+  ``trio.BusyResourceError``;
+- the same TLS: the caller's ``ssl.SSLContext`` is used as it is (verification, host name
+  check, SNI, ALPN, client certificates, versions, ciphers, renegotiation as the context
+  allows it), through the same OpenSSL calls trio makes, on another kind of BIO;
+- ``aclose()`` closes the socket without a close_notify, as ``https_compatible=True`` does;
+- every method is a checkpoint, as with trio's streams.
+
+Cancellation. A cancelled ``receive_some`` consumed nothing the next one will not return
+(OpenSSL keeps a partly received record). A cancelled ``send_all`` may have sent some, all or
+none of its bytes, and OpenSSL may hold a record it started to write: the stream is broken from
+then on (``trio.BrokenResourceError``), as ``trio.SSLStream`` is after a cancelled send. A
+cancelled ``do_handshake`` breaks it too. The connection code discards a connection after any
+exception during an exchange, so neither is ever reused.
+
+A read that needs to write (a renegotiation, a TLS 1.3 KeyUpdate asking for ours) or a write
+that needs to read waits for the socket in the other direction; when the connection's other
+task already waits there (HTTP/2 has a reader and a writer), it waits for that one to wake and
+tries again, since Trio allows one waiter per direction and socket. One known difference with
+memory BIOs: OpenSSL keeps one unfinished record per connection, so a handshake message it must
+write while a large write waits for room (a renegotiation or a KeyUpdate request arriving then)
+breaks the connection with a TLS error where ``trio.SSLStream`` would go on.
+
+The write-progress reports of the socket (``RawSocketStream.on_progress``, which the write
+bounds count from) keep working: each 16 KiB piece of a ``send_all`` that had to wait reports
+through the socket stream's hook, since the bytes leave through its socket.
+
+What it needs (:func:`supported`), else the caller uses ``trio.SSLStream``: a
+:class:`~.rawsock.RawSocketStream` (not a proxy's tunnel, not a caller's ``transport=``) and a
+plain ``ssl.SSLContext`` (a subclass, or a custom ``sslsocket_class``/``sslobject_class``, may
+change what wrapping does: truststore's context verifies in its ``wrap_*`` methods). It reaches
+the TLS object through the ``ssl`` module's private ``SSLContext._wrap_socket`` (what
+``SSLContext.wrap_socket`` calls), so that the socket stays the one Trio polls and closes:
+``wrap_socket`` would move the file descriptor into an ``ssl.SSLSocket`` of its own, and a
+second owner of the descriptor would close it again after Trio did (possibly another
+connection's by then). :data:`AVAILABLE` is the probe; a Python without the names gets
+``trio.SSLStream``. ``TRIO_RETRY_TLS_FAST_PATH=0`` turns this off (:func:`enabled_by_env`).
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from trio.lowlevel import (
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+    wait_readable,
+    wait_writable,
+)
+
+from .rawsock import DEFAULT_RECEIVE_SIZE, MAX_RECEIVE_SIZE, RawSocketStream, _stream_error
+
+__all__ = [
+    "AVAILABLE",
+    "ENV",
+    "TLSSocketStream",
+    "enabled_by_env",
+    "supported",
+    "tls_stream",
+]
+
+#: The ``ssl`` module's private names this relies on (see the module's docstring).
+AVAILABLE = all(
+    callable(getattr(ssl.SSLContext, name, None)) for name in ("_wrap_socket", "_encode_hostname")
+)
+#: OpenSSL 3 names a true end (``_reset``); 1.1.1 reports it as it reports a reset.
+_OPENSSL_3 = ssl.OPENSSL_VERSION_INFO >= (3,)
+#: ``0``, ``false``, ``no`` or ``off``: every connection uses ``trio.SSLStream``.
+ENV = "TRIO_RETRY_TLS_FAST_PATH"
+_OFF = frozenset({"0", "false", "no", "off"})
+_ON = frozenset({"", "1", "true", "yes", "on"})
+
+#: The most one write hands OpenSSL: a record's worth, so that a write that waits reports its
+#: progress per record (and OpenSSL's retry rule, "the same data again", covers 16 KiB).
+PIECE = 16384
+#: A read that returned at least this much looks for more records without waiting (a bulk
+#: transfer then takes many per call); a shorter one, as a rule the end of what the peer sent,
+#: returns at once (the look would cost it a system call and an ``SSLWantReadError``).
+MORE_AFTER = 8192
+
+
+def enabled_by_env() -> bool:
+    """False when ``TRIO_RETRY_TLS_FAST_PATH`` turns this stream off (read once per client);
+    a value in neither set raises ``ValueError`` naming the variable."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in _OFF:
+        return False
+    if value in _ON:
+        return True
+    raise ValueError(
+        f"{ENV} must be one of 0, false, no, off (TLS through trio.SSLStream) or 1, true, "
+        f"yes, on (the default), got {value!r}"
+    )
+
+
+def supported(transport: trio.abc.Stream, context: ssl.SSLContext) -> bool:
+    """Whether :class:`TLSSocketStream` can carry TLS over ``transport`` with ``context``
+    exactly as ``trio.SSLStream`` would (see the module's docstring)."""
+    return (
+        AVAILABLE
+        and _OPENSSL_3
+        and type(transport) is RawSocketStream
+        and type(context) is ssl.SSLContext
+        and context.sslsocket_class is ssl.SSLSocket
+        and context.sslobject_class is ssl.SSLObject
+    )
+
+
+def tls_stream(
+    transport: trio.abc.Stream,
+    context: ssl.SSLContext,
+    server_hostname: str | None,
+    *,
+    fast: bool = True,
+) -> TLSSocketStream | trio.SSLStream[trio.abc.Stream]:
+    """The client-side TLS stream over ``transport``, its handshake not yet made: a
+    :class:`TLSSocketStream` when ``fast`` and :func:`supported`, else
+    ``trio.SSLStream(..., https_compatible=True)``. Either raises the same errors."""
+    if fast and supported(transport, context):
+        assert isinstance(transport, RawSocketStream)
+        return TLSSocketStream(transport, context, server_hostname)
+    return trio.SSLStream(
+        transport, context, server_hostname=server_hostname, https_compatible=True
+    )
+
+
+class _State(enum.Enum):
+    """``OK -> BROKEN`` (a TLS or socket error, a ragged end, a cancelled send or handshake),
+    ``OK | BROKEN -> CLOSED`` (``aclose``). ``CLOSED`` is final."""
+
+    OK = "ok"
+    BROKEN = "broken"
+    CLOSED = "closed"
+
+
+_OK = _State.OK
+_BROKEN = _State.BROKEN
+_CLOSED = _State.CLOSED
+_WANT_READ = ssl.SSLWantReadError
+_WANT_WRITE = ssl.SSLWantWriteError
+_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _reset(exc: ssl.SSLError) -> bool:
+    """Whether an end OpenSSL reported (``_is_eof``) was a failed system call: a reset.
+
+    Python reads with ``SSL_read_ex`` and reports any failed system call of such a read as an
+    end (``SSLEOFError``, "EOF occurred in violation of protocol"), a ``ECONNRESET``
+    included: the kernel said "reset" once, to OpenSSL's ``recv``, and says "end" from then
+    on. A true end is OpenSSL's own verdict (OpenSSL 3: the reason
+    ``UNEXPECTED_EOF_WHILE_READING``, which :func:`supported` requires); the failed call
+    leaves no reason. (Reading the socket's TCP state instead fails: OpenSSL answers a true
+    end with a fatal alert, and a peer that closed answers that with a reset.)"""
+    return getattr(exc, "reason", None) is None
+
+
+def _reset_error() -> trio.BrokenResourceError | trio.ClosedResourceError:
+    """What ``RawSocketStream`` raises for a reset, as ``trio.SSLStream`` lets it through."""
+    return _stream_error(ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)))
+
+
+def _is_eof(exc: BaseException) -> bool:
+    """A TCP end without close_notify (``SSLEOFError``; some Pythons report it as a plain
+    ``SSLError`` naming it), between records or inside one."""
+    return isinstance(exc, ssl.SSLEOFError) or "UNEXPECTED_EOF_WHILE_READING" in str(
+        getattr(exc, "reason", "") or ""
+    )
+
+
+def _tls_error(exc: BaseException) -> trio.BrokenResourceError:
+    broken = trio.BrokenResourceError()
+    broken.__cause__ = exc
+    return broken
+
+
+def _closed() -> trio.ClosedResourceError:
+    return trio.ClosedResourceError("this TLS stream's socket was closed")
+
+
+class TLSSocketStream(trio.abc.Stream):
+    """TLS (client side) over the socket of a connected :class:`~.rawsock.RawSocketStream`,
+    OpenSSL doing the socket I/O. See the module's docstring for its guarantees."""
+
+    __slots__ = (
+        "_end",
+        "_handshaken",
+        "_read_waiting",
+        "_read_wake",
+        "_receive_size",
+        "_receiving",
+        "_sending",
+        "_sock",
+        "_state",
+        "_write_waiting",
+        "_write_wake",
+        "ssl_object",
+        "transport_stream",
+    )
+
+    def __init__(
+        self,
+        transport: RawSocketStream,
+        context: ssl.SSLContext,
+        server_hostname: str | None,
+        *,
+        session: ssl.SSLSession | None = None,
+    ) -> None:
+        """``transport`` must be connected; it stays the socket's owner (closing it, or its
+        Trio socket, closes this stream's connection). ``session`` resumes an earlier one."""
+        if not AVAILABLE:
+            raise RuntimeError("this Python's ssl module lacks SSLContext._wrap_socket")
+        self.transport_stream = transport
+        sock = self._sock = transport.raw_socket
+        # An ssl.SSLObject over the socket, made as SSLContext.wrap_bio makes one over memory
+        # buffers (SSLObject._create): the object the context's callbacks see as the owner.
+        obj: Any = ssl.SSLObject.__new__(ssl.SSLObject)
+        wrap: Callable[..., Any] = context._wrap_socket  # type: ignore[attr-defined]
+        encode: Callable[[str | None], str | None] = context._encode_hostname  # type: ignore[attr-defined]
+        obj._sslobj = wrap(
+            sock, False, server_hostname=encode(server_hostname), owner=obj, session=session
+        )
+        #: The TLS object (``ssl.SSLObject``'s interface: ``version()``, ``cipher()``,
+        #: ``getpeercert()``, ``session``, ``session_reused``...).
+        self.ssl_object: ssl.SSLObject = obj
+        self._state = _OK
+        self._handshaken = False
+        self._sending = False
+        self._receiving = False
+        #: What the next ``receive_some`` reports without reading: an end or an error met
+        #: after the bytes the previous one returned (OpenSSL reports either once).
+        self._end: BaseException | bytes | None = None
+        self._receive_size = DEFAULT_RECEIVE_SIZE
+        # One waiter per direction and socket (Trio's rule): a second task of ours that
+        # needs the same direction waits for the first to wake (``_wait``).
+        self._read_waiting = False
+        self._write_waiting = False
+        self._read_wake: trio.Event | None = None
+        self._write_wake: trio.Event | None = None
+
+    # --- what trio.SSLStream forwards ---------------------------------------------------------
+
+    def selected_alpn_protocol(self) -> str | None:
+        """The protocol the server picked by ALPN, or ``None``."""
+        return self.ssl_object.selected_alpn_protocol()
+
+    # --- waiting ------------------------------------------------------------------------------
+
+    async def _wait(self, want: type[ssl.SSLError]) -> None:
+        """Wait until the socket is readable (``want`` is ``SSLWantReadError``) or writable;
+        if another of this stream's tasks waits for that already, wait for it to wake
+        instead (the caller then tries its call again). A close of the socket raises
+        ``trio.ClosedResourceError`` (Trio's ``notify_closing``)."""
+        if want is _WANT_READ:
+            if self._read_waiting:
+                wake = self._read_wake
+                if wake is None:
+                    wake = self._read_wake = trio.Event()
+                await wake.wait()
+                return
+            self._read_waiting = True
+            try:
+                await wait_readable(self._sock)
+            finally:
+                self._read_waiting = False
+                wake = self._read_wake
+                if wake is not None:
+                    self._read_wake = None
+                    wake.set()
+            return
+        if self._write_waiting:
+            wake = self._write_wake
+            if wake is None:
+                wake = self._write_wake = trio.Event()
+            await wake.wait()
+            return
+        self._write_waiting = True
+        try:
+            await wait_writable(self._sock)
+        finally:
+            self._write_waiting = False
+            wake = self._write_wake
+            if wake is not None:
+                self._write_wake = None
+                wake.set()
+
+    def _check(self) -> None:
+        state = self._state
+        if state is _OK:
+            return
+        if state is _BROKEN:
+            raise trio.BrokenResourceError("this TLS stream is broken")
+        raise trio.ClosedResourceError("this TLS stream was closed")
+
+    # --- the handshake ------------------------------------------------------------------------
+
+    async def do_handshake(self) -> None:
+        """Make the TLS handshake (once; later calls only checkpoint). A failure raises
+        ``trio.BrokenResourceError`` from the ``ssl.SSLError`` (a certificate's is an
+        ``ssl.SSLCertVerificationError``) or the ``OSError``; any exception, a cancellation
+        included, leaves the stream broken."""
+        self._check()
+        if self._handshaken:
+            await checkpoint()
+            return
+        if self._sending or self._receiving:
+            raise trio.BusyResourceError("another task is using this TLS stream")
+        self._sending = self._receiving = True
+        waited = False
+        try:
+            await checkpoint_if_cancelled()
+            handshake = self.ssl_object.do_handshake
+            sock = self._sock
+            while True:
+                if sock.fileno() == -1:
+                    raise _closed()
+                try:
+                    handshake()
+                    break
+                except _WANT as want:
+                    await self._wait(type(want))
+                    waited = True
+        except ssl.SSLError as exc:
+            self._state = _BROKEN
+            raise _tls_error(exc) from exc
+        except OSError as exc:
+            self._state = _BROKEN
+            raise _stream_error(exc) from exc
+        except BaseException:
+            self._state = _BROKEN
+            raise
+        finally:
+            self._sending = self._receiving = False
+        self._handshaken = True
+        if not waited:
+            await cancel_shielded_checkpoint()
+
+    # --- sending ------------------------------------------------------------------------------
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Encrypt and send all of ``data`` (see the module's docstring for what a
+        cancellation or a failure leaves: the stream broken)."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is currently sending on this stream")
+        self._check()
+        if not self._handshaken:
+            await self.do_handshake()
+        self._sending = True
+        started = False
+        try:
+            await checkpoint_if_cancelled()
+            if type(data) is not bytes:
+                data = memoryview(data).cast("B")
+            length = len(data)
+            if not length:  # (SSL_write of nothing is refused; trio sends nothing either)
+                if self._sock.fileno() == -1:
+                    raise _closed()
+                await cancel_shielded_checkpoint()
+                return
+            started = True
+            if length <= PIECE:
+                waited = await self._write(data)
+            else:
+                waited = await self._send_pieces(data, length)
+        except ssl.SSLError as exc:
+            self._state = _BROKEN
+            raise _tls_error(exc) from exc
+        except OSError as exc:
+            self._state = _BROKEN
+            raise _stream_error(exc) from exc
+        except BaseException:
+            if started:  # OpenSSL may hold part of a record: no later write may follow
+                self._state = _BROKEN
+            raise
+        finally:
+            self._sending = False
+        if not waited:
+            await cancel_shielded_checkpoint()
+
+    async def _write(self, piece: bytes | memoryview) -> bool:
+        """Hand OpenSSL ``piece`` (at most a record) until it took it; whether it waited. A
+        write that could not finish is retried with the same bytes, as OpenSSL requires."""
+        write = self.ssl_object.write
+        sock = self._sock
+        waited = False
+        while True:
+            if sock.fileno() == -1:
+                raise _closed()
+            try:
+                write(piece)
+                return waited
+            except _WANT as want:
+                await self._wait(type(want))
+                waited = True
+
+    async def _send_pieces(self, data: bytes | memoryview, length: int) -> bool:
+        """``data``, longer than a record, a record at a time; whether it waited. Once a
+        piece had to wait, each piece written is reported as progress through the socket
+        stream's hook (``RawSocketStream.on_progress``: the bytes leave by its socket)."""
+        transport = self.transport_stream
+        waited = False
+        sent = 0
+        with memoryview(data) as view:
+            while sent < length:
+                end = min(sent + PIECE, length)
+                with view[sent:end] as piece:
+                    if await self._write(piece):
+                        waited = True
+                sent = end
+                if waited and sent < length:
+                    report = transport.on_progress
+                    if report is not None:
+                        report()
+        return waited
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """Return when the socket has room to send (always a checkpoint)."""
+        if self._sending:
+            raise trio.BusyResourceError("another task is currently sending on this stream")
+        self._check()
+        if self._sock.fileno() == -1:
+            raise _closed()
+        self._sending = True
+        try:
+            await self._wait(_WANT_WRITE)
+        finally:
+            self._sending = False
+
+    # --- receiving ----------------------------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        """At least one decrypted byte, at most ``max_bytes``; ``b""`` at the peer's
+        close_notify or at a TCP end without one (then the stream is broken). Without
+        ``max_bytes``, 64 KiB at first and twice as much (up to 256 KiB) after each read
+        that filled it, as :class:`~.rawsock.RawSocketStream`."""
+        if max_bytes is None:
+            size = self._receive_size
+            grow = size < MAX_RECEIVE_SIZE
+        elif max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1")
+        else:
+            size = max_bytes
+            grow = False
+        if self._receiving:
+            raise trio.BusyResourceError("another task is currently receiving on this stream")
+        end = self._end
+        if end is not None:  # met after the previous read's bytes (the state says what then)
+            self._end = None
+            await checkpoint()
+            if isinstance(end, BaseException):
+                raise end
+            return b""
+        self._check()
+        if not self._handshaken:
+            await self.do_handshake()
+        self._receiving = True
+        waited = False
+        try:
+            await checkpoint_if_cancelled()
+            read = self.ssl_object.read
+            sock = self._sock
+            while True:
+                if sock.fileno() == -1:
+                    raise _closed()
+                try:
+                    data = read(size)
+                    break
+                except _WANT as want:
+                    await self._wait(type(want))
+                    waited = True
+            got = len(data)
+            if MORE_AFTER <= got < size:
+                data = self._more(data, size)
+                got = len(data)
+            if grow and got >= size:
+                self._receive_size = size * 2
+        except ssl.SSLError as exc:
+            if not _is_eof(exc):
+                self._state = _BROKEN
+                raise _tls_error(exc) from exc
+            if _reset(exc):  # (the state stays: the next read finds the end, as trio's)
+                raise _reset_error()  # noqa: B904 (its cause is the reset)
+            self._state = _BROKEN
+            if not waited:
+                await cancel_shielded_checkpoint()
+            return b""
+        except OSError as exc:  # (a Python that reports the reset itself)
+            raise _stream_error(exc) from exc
+        finally:
+            self._receiving = False
+        if not waited:
+            await cancel_shielded_checkpoint()
+        return data
+
+    def _more(self, data: bytes, size: int) -> bytes:
+        """``data`` and the records that can be read now without waiting, up to ``size``
+        bytes in all. An end or an error met here is kept for the next read (``_end``)."""
+        read = self.ssl_object.read
+        sock = self._sock
+        parts = [data]
+        got = len(data)
+        while got < size and sock.fileno() != -1:
+            try:
+                more = read(size - got)
+            except _WANT:
+                break
+            except ssl.SSLError as exc:
+                if not _is_eof(exc):
+                    self._end = _tls_error(exc)
+                    self._state = _BROKEN
+                elif _reset(exc):
+                    self._end = _reset_error()
+                else:
+                    self._end = b""
+                    self._state = _BROKEN
+                break
+            except OSError as exc:
+                self._end = _stream_error(exc)
+                break
+            if not more:  # close_notify: the next read returns b"" again
+                break
+            parts.append(more)
+            got += len(more)
+        return data if len(parts) == 1 else b"".join(parts)
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the socket at once, without a close_notify (``https_compatible=True``'s
+        close); operations waiting in other tasks get ``trio.ClosedResourceError``.
+        Idempotent; always a checkpoint."""
+        self._state = _CLOSED
+        await self.transport_stream.aclose()
