@@ -76,6 +76,22 @@ async def test_the_same_bytes_in_records_of_any_size_then_close_notify(
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=["tls1.2", "tls1.3"])
+@pytest.mark.parametrize("size", [100, 50_000], ids=["one-record", "many-records"])
+async def test_close_notify_with_the_connection_left_open_is_b_empty_at_once(
+    certs: Certs, version: ssl.TLSVersion, size: int
+) -> None:
+    """The peer says close_notify but keeps TCP open (it waits for our close): every read
+    after it is ``b""`` at once, with nothing more arriving on the socket."""
+
+    async def server(peer: Peer) -> None:
+        await peer.send(PAYLOAD[:size], record=5000)
+        await peer.close_notify()
+        await peer.receive(1)  # until the client closes (both() bounds it at 20 s)
+
+    assert await both(certs, version, server) == [PAYLOAD[:size], "end", ("again", b"")]
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=["tls1.2", "tls1.3"])
 async def test_records_split_at_every_byte(certs: Certs, version: ssl.TLSVersion) -> None:
     async def server(peer: Peer) -> None:
         await peer.send(PAYLOAD[:2000], record=700, split=True)
@@ -296,4 +312,29 @@ async def test_aclose_sends_no_close_notify(certs: Certs) -> None:
             await server.receive_some()
     with pytest.raises(trio.ClosedResourceError):
         await client.receive_some()
+    await server.aclose()
+
+
+async def test_two_of_its_tasks_waiting_one_way_share_the_wait(certs: Certs) -> None:
+    """A read that must write (a renegotiation, a KeyUpdate's answer) while the writer waits
+    for room, or a write that must read while the reader waits: Trio allows one waiter per
+    direction and socket, so the second waits for the first's wake-up, then tries again."""
+    client, server = await _pair(certs)
+    woke: list[str] = []
+
+    async def wait(name: str) -> None:
+        await client._wait(ssl.SSLWantReadError)
+        woke.append(name)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait, "first")
+            await trio.sleep(0.05)
+            nursery.start_soon(wait, "second")  # would be trio.BusyResourceError
+            await trio.sleep(0.05)
+            assert woke == []
+            await server.send_all(b"x")  # readable: both wake
+    assert sorted(woke) == ["first", "second"]
+    assert await client.receive_some() == b"x"
+    await client.aclose()
     await server.aclose()

@@ -63,6 +63,7 @@ from __future__ import annotations
 import enum
 import errno
 import os
+import select
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -101,10 +102,6 @@ _ON = frozenset({"", "1", "true", "yes", "on"})
 #: The most one write hands OpenSSL: a record's worth, so that a write that waits reports its
 #: progress per record (and OpenSSL's retry rule, "the same data again", covers 16 KiB).
 PIECE = 16384
-#: A read that returned at least this much looks for more records without waiting (a bulk
-#: transfer then takes many per call); a shorter one, as a rule the end of what the peer sent,
-#: returns at once (the look would cost it a system call and an ``SSLWantReadError``).
-MORE_AFTER = 8192
 
 
 def enabled_by_env() -> bool:
@@ -210,8 +207,13 @@ class TLSSocketStream(trio.abc.Stream):
     OpenSSL doing the socket I/O. See the module's docstring for its guarantees."""
 
     __slots__ = (
+        "_decrypt",
+        "_encrypt",
         "_end",
         "_handshaken",
+        "_notified",
+        "_pending",
+        "_poll",
         "_read_waiting",
         "_read_wake",
         "_receive_size",
@@ -244,9 +246,19 @@ class TLSSocketStream(trio.abc.Stream):
         obj: Any = ssl.SSLObject.__new__(ssl.SSLObject)
         wrap: Callable[..., Any] = context._wrap_socket  # type: ignore[attr-defined]
         encode: Callable[[str | None], str | None] = context._encode_hostname  # type: ignore[attr-defined]
-        obj._sslobj = wrap(
+        tls = obj._sslobj = wrap(
             sock, False, server_hostname=encode(server_hostname), owner=obj, session=session
         )
+        # The TLS object's own calls, without SSLObject's Python layer around each (a frame
+        # per read and write).
+        self._decrypt: Callable[[int], bytes] = tls.read
+        self._encrypt: Callable[[bytes | memoryview], int] = tls.write
+        self._pending: Callable[[], int] = tls.pending
+        #: Whether the socket has bytes (``poll``): asked before a read that would otherwise
+        #: fail with ``SSLWantReadError`` (about twice a failed ``recv``'s cost: the
+        #: exception's attributes and message are built each time).
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
         #: The TLS object (``ssl.SSLObject``'s interface: ``version()``, ``cipher()``,
         #: ``getpeercert()``, ``session``, ``session_reused``...).
         self.ssl_object: ssl.SSLObject = obj
@@ -257,6 +269,9 @@ class TLSSocketStream(trio.abc.Stream):
         #: What the next ``receive_some`` reports without reading: an end or an error met
         #: after the bytes the previous one returned (OpenSSL reports either once).
         self._end: BaseException | bytes | None = None
+        #: The peer's close_notify was read: every read from then on is ``b""`` at once,
+        #: whether or not the socket has bytes (the peer may keep TCP open).
+        self._notified = False
         self._receive_size = DEFAULT_RECEIVE_SIZE
         # One waiter per direction and socket (Trio's rule): a second task of ours that
         # needs the same direction waits for the first to wake (``_wait``).
@@ -407,7 +422,7 @@ class TLSSocketStream(trio.abc.Stream):
     async def _write(self, piece: bytes | memoryview) -> bool:
         """Hand OpenSSL ``piece`` (at most a record) until it took it; whether it waited. A
         write that could not finish is retried with the same bytes, as OpenSSL requires."""
-        write = self.ssl_object.write
+        write = self._encrypt
         sock = self._sock
         waited = False
         while True:
@@ -484,8 +499,13 @@ class TLSSocketStream(trio.abc.Stream):
         waited = False
         try:
             await checkpoint_if_cancelled()
-            read = self.ssl_object.read
+            read = self._decrypt
             sock = self._sock
+            if sock.fileno() == -1:
+                raise _closed()
+            if not self._notified and not self._pending() and not self._poll.poll(0):
+                await self._wait(_WANT_READ)  # nothing received yet: no read to fail first
+                waited = True
             while True:
                 if sock.fileno() == -1:
                     raise _closed()
@@ -496,7 +516,9 @@ class TLSSocketStream(trio.abc.Stream):
                     await self._wait(type(want))
                     waited = True
             got = len(data)
-            if MORE_AFTER <= got < size:
+            if not got:
+                self._notified = True  # close_notify
+            elif got < size and self._poll.poll(0):
                 data = self._more(data, size)
                 got = len(data)
             if grow and got >= size:
@@ -521,9 +543,13 @@ class TLSSocketStream(trio.abc.Stream):
 
     def _more(self, data: bytes, size: int) -> bytes:
         """``data`` and the records that can be read now without waiting, up to ``size``
-        bytes in all. An end or an error met here is kept for the next read (``_end``)."""
-        read = self.ssl_object.read
+        bytes in all, while the socket has bytes (OpenSSL reads a record at a time: with 32
+        HTTP/2 streams nginx writes each response in a record of its own, and a read per
+        record would be a round through the reader per response). An end or an error met
+        here is kept for the next read (``_end``)."""
+        read = self._decrypt
         sock = self._sock
+        poll = self._poll.poll
         parts = [data]
         got = len(data)
         while got < size and sock.fileno() != -1:
@@ -545,9 +571,12 @@ class TLSSocketStream(trio.abc.Stream):
                 self._end = _stream_error(exc)
                 break
             if not more:  # close_notify: the next read returns b"" again
+                self._notified = True
                 break
             parts.append(more)
             got += len(more)
+            if not self._pending() and not poll(0):
+                break  # nothing more received: no read to fail
         return data if len(parts) == 1 else b"".join(parts)
 
     # --- closing ------------------------------------------------------------------------------
