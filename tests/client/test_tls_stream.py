@@ -31,6 +31,9 @@ from trio_retry.testing import (
     Respond,
 )
 
+from .proxy import LoopbackProxy
+from .socks_server import SocksServer
+
 ONCE = trio_retry.RetryPolicy(max_attempts=1)
 STREAMS = {"socket": TLSSocketStream, "sslstream": trio.SSLStream}
 
@@ -145,6 +148,27 @@ async def test_the_evidence_of_a_connection_that_breaks(
     assert ran.value.attempts[-1].evidence is Evidence.SENT_NO_RESPONSE
     assert cut.value.evidence is Evidence.PARTIAL_RESPONSE
     assert seen == [STREAMS[stream]] * 3  # each break ended its connection
+
+
+@pytest.mark.parametrize("proxy", ["http", "socks5h"])
+async def test_through_a_proxy_tls_stays_on_sslstream(
+    proxy: str, tls_server: FaultServer, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy's tunnel takes TLS over trio.SSLStream, the switch on or not."""
+    monkeypatch.setenv(ENV, "1")
+    server: LoopbackProxy | SocksServer = LoopbackProxy() if proxy == "http" else SocksServer()
+    await nursery.start(server.serve)
+    async with trio_retry.Client(
+        ssl_context=tls_server.client_ssl_context(),
+        retry=ONCE,
+        proxy=f"{proxy}://127.0.0.1:{server.port}",
+    ) as client:
+        seen = watch(client)
+        with trio.fail_after(10):
+            response = await client.get(tls_server.url + "/via")
+    assert response.status == 200
+    assert seen == [trio.SSLStream]
+    assert [r.path for r in tls_server.requests] == ["/via"]
 
 
 # --- a slow reader over TLS: the write bound counts from the last progress -------------------

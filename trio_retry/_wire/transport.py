@@ -394,8 +394,10 @@ async def open_transport(
     started = clock()
     # SNI and the certificate's name: the host without a trailing dot (DNS had it as given).
     # TLS on the socket itself where it can be (tlssock.py), else trio.SSLStream: the same
-    # errors either way.
-    tls = tls_stream(tcp, ssl_context, tls_name(host), fast=tls_fast_path)
+    # errors either way. Through a proxy's tunnel, always trio.SSLStream (the proxy's own TLS,
+    # or a SOCKS or CONNECT exchange, came first on that socket).
+    fast = tls_fast_path and proxy is None
+    tls = tls_stream(tcp, ssl_context, tls_name(host), fast=fast)
     try:
         with bound("tls", None, progress=progress, limit=tls_timeout, about=f"{host}:{port}"):
             await tls.do_handshake()
