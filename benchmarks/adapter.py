@@ -127,6 +127,8 @@ class Adapter(BenchmarkedClient):
     protocols: ClassVar[frozenset[str]]  # which of H1 / H2 / H3 it can be benchmarked on
     # Why an HTTP/2 scenario skips this client when H2 is not in ``protocols``.
     no_h2_reason: ClassVar[str] = "no HTTP/2 support"
+    # Why a cleartext scenario skips this client (None: it runs there).
+    tls_only: ClassVar[str | None] = None
 
     def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
         self.endpoint = endpoint

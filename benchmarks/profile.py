@@ -303,6 +303,9 @@ def make_adapters(
         if want not in cls.protocols:
             print(f"{name}: skipped ({cls.no_h2_reason if want == H2 else 'HTTP/2 only'})")
             continue
+        if cls.tls_only and not endpoint.tls:
+            print(f"{name}: skipped ({cls.tls_only})")
+            continue
         cls.check_available()
         # A row's own environment is not applied: in one process it would apply to every row.
         env_applied = all(os.environ.get(k) == v for k, v in cls.env.items())

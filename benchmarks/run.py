@@ -330,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                 return unavailable[client]
             if scenario.endpoint not in endpoints:
                 return "TLS unavailable (trustme not installed)"
+            if ADAPTERS[client].tls_only and endpoints[scenario.endpoint]["scheme"] != "https":
+                return ADAPTERS[client].tls_only
             want = H2 if endpoints[scenario.endpoint]["http2"] else H1
             if want not in ADAPTERS[client].protocols:
                 return ADAPTERS[client].no_h2_reason if want == H2 else "HTTP/2-only client"
