@@ -55,7 +55,12 @@ the TLS object through the ``ssl`` module's private ``SSLContext._wrap_socket`` 
 ``wrap_socket`` would move the file descriptor into an ``ssl.SSLSocket`` of its own, and a
 second owner of the descriptor would close it again after Trio did (possibly another
 connection's by then). :data:`AVAILABLE` is the probe; a Python without the names gets
-``trio.SSLStream``. ``TRIO_RETRY_TLS_FAST_PATH=0`` turns this off (:func:`enabled_by_env`).
+``trio.SSLStream``.
+
+Off by default: ``TRIO_RETRY_TLS_FAST_PATH=1`` turns it on (:func:`enabled_by_env`). It costs a
+small request a third less CPU than ``trio.SSLStream`` (HTTP/1.1 and HTTP/2), but a 50 MB upload
+to nginx took about twice the wall time (docs/benchmarks.md, "TLS on the socket"), and the
+project uses a speed-up by default only where it measures faster.
 """
 
 from __future__ import annotations
@@ -94,10 +99,11 @@ AVAILABLE = all(
 )
 #: OpenSSL 3 names a true end (``_reset``); 1.1.1 reports it as it reports a reset.
 _OPENSSL_3 = ssl.OPENSSL_VERSION_INFO >= (3,)
-#: ``0``, ``false``, ``no`` or ``off``: every connection uses ``trio.SSLStream``.
+#: ``1``, ``true``, ``yes`` or ``on``: TLS on the socket where :func:`supported`; unset (the
+#: default), ``0``, ``false``, ``no`` or ``off``: every connection uses ``trio.SSLStream``.
 ENV = "TRIO_RETRY_TLS_FAST_PATH"
-_OFF = frozenset({"0", "false", "no", "off"})
-_ON = frozenset({"", "1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+_ON = frozenset({"1", "true", "yes", "on"})
 
 #: The most one write hands OpenSSL: a record's worth, so that a write that waits reports its
 #: progress per record (and OpenSSL's retry rule, "the same data again", covers 16 KiB).
@@ -105,16 +111,16 @@ PIECE = 16384
 
 
 def enabled_by_env() -> bool:
-    """False when ``TRIO_RETRY_TLS_FAST_PATH`` turns this stream off (read once per client);
-    a value in neither set raises ``ValueError`` naming the variable."""
+    """True when ``TRIO_RETRY_TLS_FAST_PATH`` turns this stream on (read once per client; off
+    when unset); a value in neither set raises ``ValueError`` naming the variable."""
     value = os.environ.get(ENV, "").strip().lower()
     if value in _OFF:
         return False
     if value in _ON:
         return True
     raise ValueError(
-        f"{ENV} must be one of 0, false, no, off (TLS through trio.SSLStream) or 1, true, "
-        f"yes, on (the default), got {value!r}"
+        f"{ENV} must be one of 0, false, no, off (TLS through trio.SSLStream, the default) or "
+        f"1, true, yes, on (TLS on the socket), got {value!r}"
     )
 
 

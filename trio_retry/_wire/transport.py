@@ -311,7 +311,7 @@ async def open_transport(
     proxy_ssl_context: ssl.SSLContext | None = None,
     http2: bool = True,
     uds: str | None = None,
-    tls_fast_path: bool = True,
+    tls_fast_path: bool = False,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
