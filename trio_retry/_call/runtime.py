@@ -64,7 +64,7 @@ class Runtime:
         self.connector = Connector(config)
         #: The one owner of time (``_wire/clock.py``): the limits of every wait, kept on its
         #: lanes by its task in the client's background nursery.
-        self.timekeeper = Timekeeper(config.stage_timeouts)
+        self.timekeeper = Timekeeper(config.stage_timeouts, config.pool_timeout)
         self.connector.timekeeper = self.timekeeper
         self.upstreams = Upstreams(config.upstreams, config.default_upstream)
         self.pool = ConnectionPool(
@@ -93,7 +93,7 @@ class Runtime:
         this run's."""
         self.connector.nursery = nursery
         self.timekeeper.start(nursery)
-        self.pool.bind(nursery)  # HTTP/2 openings outlive their attempt
+        self.pool.bind(nursery, self.timekeeper)  # HTTP/2 openings outlive their attempt
         self.now = trio.lowlevel.current_clock().current_time
         self.lifecycle = Lifecycle.OPEN
 

@@ -21,9 +21,9 @@ asks this module, in one of these ways.
 - **The call deadline** around one attempt is a :class:`DeadlineBound` (the deadline lane, or
   a scope when the lane would go out of order), and every decision about the time a call has
   left reads :func:`effective_deadline` (the call's own, or trio's around the task if
-  earlier). A backoff, the hedging timer, the pool's wait for a connection and the next
-  address of a connect race wait with :func:`wait_for` / :func:`wait_until` (an event, or an
-  instant), a throttle with :func:`pause`.
+  earlier). A backoff, the hedging timer and the next address of a connect race wait with
+  :func:`wait_for` / :func:`wait_until` (an event, or an instant), a throttle with :func:`pause`;
+  a wait for a pooled connection is an entry of the timekeeper's pool lane (``pool.py``).
 - **A connection's own task** is bounded here too: the HTTP/2 writer's writes by a
   :class:`StallBound` (one scope re-armed per write and per progress), the QUIC driver's wait
   for datagrams by :func:`until` QUIC's own timer (its loss detection, handshake
@@ -188,8 +188,8 @@ def closing(by: float = math.inf) -> trio.CancelScope:
 def until(at: float) -> trio.CancelScope:
     """The scope of a wait that ends at the instant ``at`` unless woken first: the QUIC
     driver's for its socket, ``at`` QUIC's own timer (``http3/driver.py`` cancels it to be
-    woken; :func:`retime` when the timer moved); the pool's parked waiter, ``at`` its
-    ``pool_timeout`` (``pool.py``: resolving the wait wakes it)."""
+    woken; :func:`retime` when the timer moved); the pool's parked waiter when the pool lane
+    cannot keep its ``pool_timeout`` (``pool.py``: no timekeeper running, or out of order)."""
     return trio.CancelScope(deadline=at)
 
 

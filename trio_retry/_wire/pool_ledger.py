@@ -112,6 +112,10 @@ class Waiter:
             self.task = None
             trio.lowlevel.reschedule(task)
 
+    #: Its ``pool_timeout`` fell due on the timekeeper's pool lane (``pool.py``): its parked
+    #: task, if any, runs again and looks whether the wait is over (it is still waiting).
+    expire = wake
+
     def abort(self, _: object) -> trio.lowlevel.Abort:
         """The parked task is cancelled (its ``pool_timeout``, or its caller): it is no longer
         parked, and a later :meth:`wake` has nothing to do."""

@@ -5,9 +5,10 @@ a limit, a :class:`Lane`: an insertion-ordered dict from a bound to its due time
 since every wait of one kind has the same limit (call deadlines, which differ, have a
 :class:`DeadlineLane` that refuses one out of order). Its task (:meth:`Timekeeper.run`, in
 the client's nursery) sleeps until the earliest due entry of any lane and tells each bound
-that fell due (``clock.Bound.expire``). Why lanes rather than a cancel scope per wait, and how
-each wait is bounded, is ``clock.py``'s docstring: that module is the owner of time, this one
-the task it runs on (the only other place a deadline is set: the task's own sleep).
+that fell due (``clock.Bound.expire``; a waiter of the pool, ``pool_ledger.Waiter.expire``).
+Why lanes rather than a cancel scope per wait, and how each wait is bounded, is ``clock.py``'s
+docstring: that module is the owner of time, this one the task it runs on (the only other
+place a deadline is set: the task's own sleep).
 """
 
 from __future__ import annotations
@@ -110,12 +111,13 @@ class Timekeeper:
         "first_byte",
         "head_yields",
         "limits",
+        "pool",
         "read",
         "running",
         "write",
     )
 
-    def __init__(self, limits: Timeouts) -> None:
+    def __init__(self, limits: Timeouts, pool: float | None = None) -> None:
         self.limits = limits
         #: ``first_byte`` is ``Client()``'s default: a call with a deadline waits for its
         #: response head within that deadline instead (the module docstring).
@@ -126,6 +128,9 @@ class Timekeeper:
         )
         self.read = Lane("read", limits.read) if limits.read is not None else None
         self.deadline = DeadlineLane(self)
+        #: The pool's waits for a connection, ``pool_timeout`` (``Client(pool_timeout=)``):
+        #: each parked waiter of the pool is an entry (``pool.py``), woken when it falls due.
+        self.pool = Lane("pool", pool) if pool is not None else None
         #: The dark-connection watch's lanes (``contract.DarkWatch``), from ``clock.FIXED``.
         self.dark = (
             Lane("read_idle", clock.FIXED.read_idle),
@@ -137,7 +142,7 @@ class Timekeeper:
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
-        stages = (self.write, self.first_byte, self.read)
+        stages = (self.write, self.first_byte, self.read, self.pool)
         return (*(lane for lane in stages if lane), self.deadline, *self.dark)
 
     def wake_by(self, due: float) -> None:
