@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
@@ -209,12 +210,18 @@ class CheckedQuicConnection(QuicConnection):
         writes (one carrying a request), rather than in a packet of its own once aioquic's
         delay (1 ms) runs out: one datagram, and one wake-up, fewer per sequential request.
         Reads aioquic's ``_spaces`` and its ``ack_at``; where those are gone, nothing changes
-        (the acknowledgement then goes on its own, as before)."""
+        (the acknowledgement then goes on its own, as before).
+
+        The acknowledgement is made due just *before* ``now``: aioquic lets pacing hold back
+        an acknowledgement due at ``now`` exactly, and then its timer stays at ``now``, a
+        wait that ends at once and moves nothing. On a clock that does not move by itself
+        (trio's ``MockClock`` with autojump, which jumps only when every task waits) the
+        driver went round that loop forever."""
         spaces = self.__dict__.get("_spaces")
         space = spaces.get(Epoch.ONE_RTT) if isinstance(spaces, dict) else None
         ack_at = getattr(space, "ack_at", None)
         if isinstance(ack_at, float) and ack_at > now:
-            space.ack_at = now  # type: ignore[union-attr]
+            space.ack_at = math.nextafter(now, -math.inf)  # type: ignore[union-attr]
 
     def stream_written(self, stream_id: int) -> int:
         """How many bytes of stream ``stream_id`` QUIC has written into packets so far (the
