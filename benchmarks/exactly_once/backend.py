@@ -18,7 +18,15 @@ unknown length), the client's protocol at the proxy (``x-client-proto``), and th
   each key);
 - ``deduplicated``: a POST whose key was already executed; answered 200 with no new side
   effect (what the ``Idempotency-Key`` draft asks of a server; the draft's stored response is
-  not kept: no client here reads it).
+  not kept: no client here reads it);
+- ``fenced``: an attempt of a request id that a look-up (below) already answered "not
+  executed" for; answered ``409`` with no side effect, so that answer stays true when the
+  attempt reaches the backend late (held in nginx, or in the network, while it was asked).
+
+The look-up, ``GET /requests/{id}?attempt=N`` (``LOOKUP``, what a reconciler asks; not itself
+on the ledger): ``200`` with the execution's record (JSON) when that request id was executed,
+else ``404`` ``not executed``, after which attempts 1 to N of that id are fenced. A payments
+API's status look-up answers the first half; the fence is what makes its "not executed" final.
 
 The answer: ``200``, ``x-ledger`` the result, ``x-body-length`` the body read; its body the
 request's body echoed, or for a GET ``executed N`` (N: the entries so far, this one included).
@@ -41,6 +49,8 @@ from benchmarks.exactly_once.records import LedgerEntry
 
 EXECUTED = "executed"
 DEDUPLICATED = "deduplicated"
+FENCED = "fenced"
+LOOKUP = "/requests/"
 
 
 class Ledger:
@@ -52,6 +62,8 @@ class Ledger:
         self._lock = threading.Lock()
         self._keys: dict[str, str] = {}
         self._entries: list[LedgerEntry] = []
+        self._executed: dict[str, LedgerEntry] = {}  # request id -> its first execution
+        self._fenced: dict[str, int] = {}  # request id -> attempts up to this one are fenced
 
     @property
     def entries(self) -> list[LedgerEntry]:
@@ -64,7 +76,13 @@ class Ledger:
         the entry written and how many there are, this one included."""
         with self._lock:
             key = entry.key
-            result = DEDUPLICATED if key is not None and key in self._keys else EXECUTED
+            if _number(entry.attempt) <= self._fenced.get(entry.rid, 0):
+                result = FENCED
+            elif key is not None and key in self._keys:
+                result = DEDUPLICATED
+            else:
+                result = EXECUTED
+                self._executed.setdefault(entry.rid, entry)
             if key is not None and result == EXECUTED:
                 self._keys[key] = entry.rid
             entry = dataclasses.replace(entry, result=result, t=time.time())
@@ -74,12 +92,29 @@ class Ledger:
                 self._file.flush()
             return entry, len(self._entries)
 
+    def look_up(self, rid: str, attempt: int) -> LedgerEntry | None:
+        """The first execution of request id ``rid``, or ``None``: it was not executed, and
+        from now on its attempts 1 to ``attempt`` never will be (they are fenced)."""
+        with self._lock:
+            found = self._executed.get(rid)
+            if found is None:
+                self._fenced[rid] = max(attempt, self._fenced.get(rid, 0))
+            return found
+
+
+def _number(attempt: str) -> int:
+    """An ``x-attempt`` value as a number (1 when absent or not a number)."""
+    return int(attempt) if attempt.isdigit() else 1
+
 
 def make_handler(ledger: Ledger, seed: int, max_delay: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as a proxy's pool expects
 
         def _serve(self) -> None:
+            if self.command == "GET" and self.path.startswith(LOOKUP):
+                self._look_up()
+                return
             body = self._body()
             rid = self.headers.get("x-request-id") or "-"
             attempt = self.headers.get("x-attempt") or "-"
@@ -98,11 +133,25 @@ def make_handler(ledger: Ledger, seed: int, max_delay: float) -> type[BaseHTTPRe
             if max_delay > 0:
                 time.sleep(random.Random(f"{seed}:{rid}:{attempt}").uniform(0.0, max_delay))
             reply = b"%s %d" % (entry.result.encode(), count) if self.command == "GET" else body
-            self.send_response(200)
+            status = 409 if entry.result == FENCED else 200
+            self._answer(status, reply, {"x-ledger": entry.result, "x-body-length": len(body)})
+
+        def _look_up(self) -> None:
+            rid, _, query = self.path[len(LOOKUP) :].partition("?")
+            params = dict(p.partition("=")[::2] for p in query.split("&") if p)
+            found = ledger.look_up(rid, _number(params.get("attempt", "1")))
+            if found is None:
+                self._answer(404, b"not executed", {"x-ledger": "not executed"})
+            else:
+                record = json.dumps(dataclasses.asdict(found)).encode()
+                self._answer(200, record, {"x-ledger": EXECUTED})
+
+        def _answer(self, status: int, reply: bytes, headers: dict[str, object]) -> None:
+            self.send_response(status)
             self.send_header("content-type", "application/octet-stream")
             self.send_header("content-length", str(len(reply)))
-            self.send_header("x-ledger", entry.result)
-            self.send_header("x-body-length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name, str(value))
             self.end_headers()
             self.wfile.write(reply)
 

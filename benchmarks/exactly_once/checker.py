@@ -23,7 +23,9 @@ The violations, each with the request id it concerns (:data:`VIOLATIONS`):
     a POST executed more than once (with a key: executed, not deduplicated, more than once).
 ``false_failure``
     a POST without a key reported as a plain failure (``failed``, ``foreign`` or ``hung``) while
-    the ledger shows it executed: the caller was told it failed, and it happened. A failure
+    the ledger shows it executed: the caller was told it failed, and it happened. A POST that
+    reached the backend with a key (the workload's, or one the client added itself: trio_retry
+    ``idempotency_key=True``) is safe to send again with it: counted in ``info`` instead. A failure
     whose evidence says the request ran (trio_retry: ``PARTIAL_RESPONSE``, the response broke
     after its status line) is the truth, not counted here (``info["failed_saying_it_ran"]``).
 ``false_not_sent``
@@ -32,6 +34,12 @@ The violations, each with the request id it concerns (:data:`VIOLATIONS`):
     that number that may have been sent (attempt level), or a failure whose ``.evidence`` is
     NOT_SENT on a call the backend executed (call level: the caller reading ``exc.evidence``
     would conclude "it did not happen").
+``false_reconciled``
+    the call's reconciler (trio_retry ``reconcile=``) answered against the ledger: an attempt
+    reconciled as executed for a request id the ledger never executed, or as not executed when
+    the ledger shows that attempt (or an earlier one) executed. Its "not executed" answers are
+    checked at the end of the run, so an attempt that reached the backend after the look-up
+    counts too (the lab's backend fences it: see :mod:`.backend`).
 ``deadline_overrun``
     a call ended more than ``tolerance`` seconds after its deadline (``hung`` calls included).
 ``socket_leak``
@@ -48,13 +56,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.exactly_once.backend import EXECUTED
+from benchmarks.exactly_once.backend import EXECUTED, FENCED
 from benchmarks.exactly_once.records import GET, POST, POST_KEY, ClientRun, LedgerEntry
 
 VIOLATIONS = (
     "post_twice",
     "false_failure",
     "false_not_sent",
+    "false_reconciled",
     "deadline_overrun",
     "socket_leak",
     "foreign_exception",
@@ -91,6 +100,10 @@ class Score:
     violations: list[Violation] = field(default_factory=list)
     #: ambiguous calls split by the ledger: executed / deduplicated / not executed
     ambiguous_split: dict[str, int] = field(default_factory=dict)
+    #: the calls the caller was left not knowing about (ambiguous: hand work for the caller)
+    left_unknown: int = 0
+    #: the reconciler's answers (trio_retry ``reconcile=``), per ReconcileOutcome name
+    reconciled: dict[str, int] = field(default_factory=dict)
     overrun_max: float = 0.0
     overrun_p99: float = 0.0
     sockets_left: int = 0
@@ -114,6 +127,8 @@ class Score:
                 Counter(v.level for v in self.violations if v.kind == "false_not_sent")
             ),
             "ambiguous_split": self.ambiguous_split,
+            "left_unknown": self.left_unknown,
+            "reconciled": self.reconciled,
             "overrun_max": round(self.overrun_max, 4),
             "overrun_p99": round(self.overrun_p99, 4),
             "sockets_left": self.sockets_left,
@@ -150,6 +165,7 @@ def check(
     split: Counter[str] = Counter()
     info: Counter[str] = Counter()
     foreign: Counter[str] = Counter()
+    answers: Counter[str] = Counter()
     overruns: list[float] = []
     add = score.violations.append
     for call in run.calls:
@@ -163,7 +179,7 @@ def check(
         if call.outcome in _FAILURES and executed:
             if call.evidence in _RAN:
                 info["failed_saying_it_ran"] += 1
-            elif call.kind == POST:
+            elif call.kind == POST and not any(e.key for e in entries):
                 add(
                     Violation(
                         kind="false_failure",
@@ -171,7 +187,7 @@ def check(
                         detail=f"reported {call.outcome} ({call.error}), executed",
                     )
                 )
-            elif call.kind == POST_KEY:
+            elif call.kind != GET:  # it carried a key (the workload's, or the client's own)
                 info["keyed_post_failed_but_executed"] += 1
         if call.outcome == "ambiguous":
             if executed:
@@ -180,7 +196,12 @@ def check(
                 split["deduplicated"] += 1
             else:
                 split["not_executed"] += 1
-        _check_not_sent(call.rid, call.evidence, call.outcome, call.trail, entries, add)
+        reached = [e for e in entries if e.result != FENCED]  # a fenced one did not run
+        _check_not_sent(call.rid, call.evidence, call.outcome, call.trail, reached, add)
+        for attempt in call.trail:
+            if attempt.reconciled is not None:
+                answers[attempt.reconciled] += 1
+                _check_reconciled(call.rid, attempt.number, attempt.reconciled, executed, add)
         if call.elapsed > call.deadline + tolerance:
             add(
                 Violation(
@@ -203,6 +224,8 @@ def check(
             )
         )
     score.ambiguous_split = dict(split)
+    score.left_unknown = score.outcomes.get("ambiguous", 0)
+    score.reconciled = dict(answers)
     score.info = dict(info)
     score.foreign_types = dict(foreign)
     score.overrun_max = max(overruns, default=0.0)
@@ -243,5 +266,30 @@ def _check_not_sent(
                 rid=rid,
                 detail=f"the failure says NOT_SENT; the backend saw it {len(entries)}x "
                 f"(attempts {sorted(reached)})",
+            )
+        )
+
+
+def _check_reconciled(
+    rid: str, number: int, answer: str, executed: Sequence[LedgerEntry], add: Any
+) -> None:
+    """A reconciler's answer about attempt ``number`` against the ledger's executions of its
+    request id."""
+    if answer == "EXECUTED" and not executed:
+        add(
+            Violation(
+                kind="false_reconciled",
+                rid=rid,
+                detail=f"attempt {number} reconciled as executed; the ledger has no execution",
+            )
+        )
+    ran = sorted(e.attempt for e in executed if e.attempt.isdigit() and int(e.attempt) <= number)
+    if answer == "NOT_EXECUTED" and ran:
+        add(
+            Violation(
+                kind="false_reconciled",
+                rid=rid,
+                detail=f"attempt {number} reconciled as not executed; the ledger executed "
+                f"attempt(s) {ran}",
             )
         )

@@ -152,10 +152,17 @@ class Peer(BenchmarkedClient):
 
 
 class TrioRetryPeer(Peer):
+    """trio_retry at its defaults: the key-less POSTs carry no key, and nothing is reconciled
+    (its variants below set :attr:`auto_keys` or :attr:`reconciles`)."""
+
     name = label = "trio_retry"
     runtime = "trio"
     lanes = ("h1", "h2", "h2c")
     requires = ("trio_retry",)
+    #: ``idempotency_key=True`` on the POSTs that carry no key of the workload's
+    auto_keys: ClassVar[bool] = False
+    #: ``reconcile=`` on every call: the ledger's look-up (``GET /requests/{id}``)
+    reconciles: ClassVar[bool] = False
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[CallFn]:
@@ -178,18 +185,27 @@ class TrioRetryPeer(Peer):
 
             def trail(attempts: list[trio_retry.Attempt]) -> tuple[TrailAttempt, ...]:
                 return tuple(
-                    TrailAttempt(number=a.number, evidence=a.evidence.name, stage=a.stage.name)
+                    TrailAttempt(
+                        number=a.number,
+                        evidence=a.evidence.name,
+                        stage=a.stage.name,
+                        reconciled=None if a.reconciled is None else a.reconciled.outcome.name,
+                    )
                     for a in attempts
                 )
+
+            def look_up(call: Call) -> Any:
+                return ledger_reconciler(clients[call.proto], cfg.urls[call.proto])
 
             async def one(call: Call) -> CallRecord:
                 client = clients[call.proto]
                 headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
+                options: dict[str, Any] = {"reconcile": look_up(call)} if self.reconciles else {}
                 started = time.monotonic()
                 try:
                     if call.kind == GET:
                         response = await client.get(
-                            cfg.url(call), headers=headers, deadline=cfg.deadline
+                            cfg.url(call), headers=headers, deadline=cfg.deadline, **options
                         )
                     else:
                         response = await client.post(
@@ -197,7 +213,8 @@ class TrioRetryPeer(Peer):
                             content=BODY,
                             headers=headers,
                             deadline=cfg.deadline,
-                            idempotency_key=call.key,
+                            idempotency_key=call.key or self.auto_keys or None,
+                            **options,
                         )
                 except trio_retry.HttpAmbiguousExecutionError as exc:
                     return record(
@@ -218,6 +235,35 @@ class TrioRetryPeer(Peer):
                 )
 
             yield one
+
+
+class TrioRetryReconcilePeer(TrioRetryPeer):
+    name = label = "trio_retry_reconcile"
+    reconciles = True
+
+
+class TrioRetryKeysPeer(TrioRetryPeer):
+    name = label = "trio_retry_keys"
+    auto_keys = True
+
+
+def ledger_reconciler(client: Any, base: str) -> Any:
+    """The reconciler of :class:`TrioRetryReconcilePeer`, as a user writes one against a status
+    look-up: ask the ledger (``GET /requests/{id}?attempt=N``, through the same client) about
+    the call's request id; 200 is executed (the call returns the record), 404 not executed
+    (the attempts asked about are then fenced: see :mod:`.backend`), anything else unknown."""
+    import trio_retry
+
+    async def reconcile(report: trio_retry.AmbiguityReport) -> trio_retry.Reconciled:
+        attempt = report.attempts[-1].number if report.attempts else 1
+        found = await client.get(f"{base}/requests/{report.request_id}?attempt={attempt}")
+        if found.status == 200:
+            return trio_retry.Reconciled.executed(found)
+        if found.status == 404:
+            return trio_retry.Reconciled.not_executed()
+        return trio_retry.Reconciled.unknown()
+
+    return reconcile
 
 
 # --- httpx on Trio -----------------------------------------------------------------------------
@@ -389,6 +435,8 @@ PEERS: dict[str, type[Peer]] = {
     peer.name: peer
     for peer in (
         TrioRetryPeer,
+        TrioRetryReconcilePeer,
+        TrioRetryKeysPeer,
         HttpxPeer,
         HttpxRetriesPeer,
         HttpxTenacityPeer,

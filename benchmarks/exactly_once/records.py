@@ -30,6 +30,9 @@ class TrailAttempt:
     number: int
     evidence: str  # an Evidence name
     stage: str
+    #: what the call's reconciler answered about this attempt (a ReconcileOutcome name), if
+    #: it was asked
+    reconciled: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,12 +50,18 @@ class CallRecord:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["trail"] = [[a.number, a.evidence, a.stage] for a in self.trail]
+        out["trail"] = [
+            [a.number, a.evidence, a.stage] + ([a.reconciled] if a.reconciled else [])
+            for a in self.trail
+        ]
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CallRecord:
-        trail = tuple(TrailAttempt(number=n, evidence=e, stage=s) for n, e, s in data["trail"])
+        trail = tuple(
+            TrailAttempt(number=n, evidence=e, stage=s, reconciled=(r or [None])[0])
+            for n, e, s, *r in data["trail"]
+        )
         return cls(**{**data, "trail": trail})
 
 

@@ -2,8 +2,9 @@
 
 The chart is a grid, a row per client and a column per kind of lie or leak: a cell is green
 at 0 and red (darker with the count) otherwise, with the count written in it, so "who told the
-caller a falsehood, and how often" is read at a glance. A last column, in grey, gives the calls
-the client said it could not know about (trio_retry's ambiguous errors) and how many of them the
+caller a falsehood, and how often" is read at a glance. A last column, in grey, "left
+unknown", gives the calls the client said it could not know about (trio_retry's ambiguous
+errors, what a reconciler did not settle: hand work for the caller) and how many of them the
 ledger shows executed.
 """
 
@@ -17,6 +18,7 @@ COLUMNS = (
     ("post_twice", "POST\nexecuted twice"),
     ("false_failure", "reported failed,\nbut executed"),
     ("false_not_sent", "NOT_SENT\ncontradicted"),
+    ("false_reconciled", "reconciler's\nfalse answers"),
     ("deadline_overrun", "deadline\noverruns"),
     ("socket_leak", "sockets left\nafter close"),
     ("foreign_exception", "foreign\nexceptions"),
@@ -26,14 +28,15 @@ COLUMNS = (
 def _value(score: dict[str, Any], key: str) -> int:
     if key == "socket_leak":
         return int(score["sockets_left"])
-    return int(score["violations"][key])
+    return int(score["violations"].get(key, 0))  # a document from before the column: 0
 
 
 def table(doc: dict[str, Any]) -> str:
     head = (
         f"{'client':<16}{'calls':>6}{'ok':>6}{'fail':>6}{'ambig':>6}  "
         f"{'POST 2x':>8}{'false fail':>11}{'ambig exec/dedup/not':>22}{'false NOT_SENT':>15}"
-        f"{'overrun max/p99 s':>19}{'sockets':>8}{'foreign':>8}"
+        f"{'overrun max/p99 s':>19}{'sockets':>8}{'foreign':>8}{'unknown':>8}"
+        f"{'reconciled e/n/u':>17}{'false rec.':>11}"
     )
     lines = [head, "-" * len(head)]
     for entry in doc["clients"]:
@@ -49,9 +52,21 @@ def table(doc: dict[str, Any]) -> str:
             f"{run['client']:<16}{s['calls']:>6}{out.get('ok', 0):>6}{fails:>6}"
             f"{out.get('ambiguous', 0):>6}  {v['post_twice']:>8}{v['false_failure']:>11}"
             f"{amb:>22}{v['false_not_sent']:>15}{overrun:>19}{s['sockets_left']:>8}"
-            f"{v['foreign_exception']:>8}"
+            f"{v['foreign_exception']:>8}{_unknown(s):>8}{'/'.join(_answers(s)):>17}"
+            f"{v.get('false_reconciled', 0):>11}"
         )
     return "\n".join(lines)
+
+
+def _unknown(score: dict[str, Any]) -> int:
+    """The calls left unknown (a document from before the column: its ambiguous calls)."""
+    return int(score.get("left_unknown", score["outcomes"].get("ambiguous", 0)))
+
+
+def _answers(score: dict[str, Any]) -> list[str]:
+    """The reconciler's answers: executed, not executed, unknown."""
+    answers = score.get("reconciled") or {}
+    return [str(answers.get(k, 0)) for k in ("EXECUTED", "NOT_EXECUTED", "UNKNOWN")]
 
 
 def _figures(score: dict[str, Any]) -> tuple[dict[str, int], dict[str, int], int, list[str]]:
@@ -69,8 +84,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         "| client | calls | ok / failed / ambiguous | POST executed twice | reported failed, "
         "but executed | ambiguous: executed / dedup. / not executed | NOT_SENT contradicted "
-        "| overrun max / p99 (s) | sockets left | foreign exceptions |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| overrun max / p99 (s) | sockets left | foreign exceptions | left unknown "
+        "| reconciled: executed / not executed / unknown | reconciler's false answers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in doc["clients"]:
         s = entry.get("score")
@@ -83,7 +99,8 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {s['client']} | {s['calls']:,} | {out.get('ok', 0):,} / {fails:,} / "
             f"{out.get('ambiguous', 0)} | {v['post_twice']} | {v['false_failure']} | {amb} | "
             f"{v['false_not_sent']} | {s['overrun_max']:.2f} / {s['overrun_p99']:.2f} | "
-            f"{s['sockets_left']} | {v['foreign_exception']} |"
+            f"{s['sockets_left']} | {v['foreign_exception']} | {_unknown(s)} | "
+            f"{' / '.join(_answers(s))} | {v.get('false_reconciled', 0)} |"
         )
     return "\n".join(lines)
 
@@ -156,7 +173,7 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
             ax.add_patch(Rectangle((j, i), 0.96, 0.9, color=color))
             ax.text(j + 0.48, i + 0.45, str(value), ha="center", va="center", fontsize=10)
         split = score["ambiguous_split"]
-        amb = sum(split.values())
+        amb = _unknown(score)
         ax.add_patch(Rectangle((len(COLUMNS), i), 0.96, 0.9, color="#e6e6e6"))
         label = f"{amb} ({split.get('executed', 0)} ran)" if amb else "0"
         ax.text(len(COLUMNS) + 0.48, i + 0.45, label, ha="center", va="center", fontsize=9)
@@ -165,7 +182,7 @@ def chart(doc: dict[str, Any], path: Path) -> str | None:
     ax.set_yticks([i + 0.45 for i in range(len(rows))], names)
     ax.set_xticks(
         [j + 0.48 for j in range(ncols)],
-        [label for _, label in COLUMNS] + ['said "cannot know"\n(ambiguous)'],
+        [label for _, label in COLUMNS] + ['left unknown\n(said "cannot know")'],
         fontsize=8,
     )
     ax.xaxis.tick_top()

@@ -7,7 +7,7 @@ import http.client
 import io
 import json
 
-from benchmarks.exactly_once.backend import DEDUPLICATED, EXECUTED, Ledger
+from benchmarks.exactly_once.backend import DEDUPLICATED, EXECUTED, FENCED, Ledger
 from benchmarks.exactly_once.records import LedgerEntry
 from tests.support.backend import Backend
 
@@ -54,3 +54,27 @@ def test_over_a_socket_it_echoes_counts_and_reads_chunked_bodies() -> None:
         ("POST", "/echo", 5), ("PUT", "/echo", 5), ("GET", "/count", 0),
     ]  # fmt: skip
     assert (backend.count(request_id="p"), backend.count(request_id="g")) == (1, 1)
+
+
+def test_a_look_up_answers_by_request_id_and_fences_what_it_called_not_executed() -> None:
+    backend = Backend().start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", backend.port, timeout=5)
+
+        def send(method: str, path: str, attempt: str = "1") -> tuple[int, bytes]:
+            headers = {"x-request-id": "p", "x-attempt": attempt}
+            conn.request(method, path, body=b"pay" if method == "POST" else None, headers=headers)
+            answer = conn.getresponse()
+            return answer.status, answer.read()
+
+        assert send("GET", "/requests/p?attempt=1") == (404, b"not executed")
+        assert send("POST", "/r", attempt="1") == (409, b"pay")  # late: fenced, not executed
+        assert send("POST", "/r", attempt="2") == (200, b"pay")
+        status, record = send("GET", "/requests/p?attempt=2")
+        conn.close()
+    finally:
+        backend.stop()
+    assert (status, json.loads(record)["attempt"]) == (200, "2")
+    assert [(e.attempt, e.result) for e in backend.executions] == [
+        ("1", FENCED), ("2", EXECUTED),
+    ]  # fmt: skip

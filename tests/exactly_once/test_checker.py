@@ -4,8 +4,9 @@
 backend's ledger, from ``python -m benchmarks.exactly_once --smoke``). Judged as recorded it is
 clean. Each test plants exactly one violation of one kind (a second execution on the ledger, a
 failure reported for an executed POST, a NOT_SENT claim the ledger contradicts, an overrun, a
-leaked socket, a foreign exception) and requires the checker to report exactly that one, and
-nothing else. No root, no network: the checker is a pure function.
+reconciler's answer the ledger contradicts, a leaked socket, a foreign exception) and requires
+the checker to report exactly that one, and nothing else. No root, no network: the checker is a
+pure function.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.exactly_once.backend import EXECUTED
+from benchmarks.exactly_once.backend import EXECUTED, FENCED
 from benchmarks.exactly_once.checker import VIOLATIONS, Score, check
 from benchmarks.exactly_once.lab import rescore
 from benchmarks.exactly_once.records import (
@@ -93,6 +94,32 @@ def plant_false_not_sent_call(run: ClientRun, ledger: list[LedgerEntry]) -> Run:
     return failed, ledger
 
 
+def plant_false_reconciled_executed(run: ClientRun, ledger: list[LedgerEntry]) -> Run:
+    # the reconciler said attempt 1 of a POST ran; the ledger has no execution of it
+    call = _first(run, ledger, POST)
+    trail = (
+        TrailAttempt(
+            number=1, evidence="SENT_NO_RESPONSE", stage="AWAITING_RESPONSE", reconciled="EXECUTED"
+        ),
+    )
+    return _replace(run, call, trail=trail), [e for e in ledger if e.rid != call.rid]
+
+
+def plant_false_reconciled_not_executed(run: ClientRun, ledger: list[LedgerEntry]) -> Run:
+    # the reconciler said attempt 1 did not run, attempt 2 answered; the ledger executed 1 only
+    call = _first(run, ledger, POST)
+    trail = (
+        TrailAttempt(
+            number=1,
+            evidence="SENT_NO_RESPONSE",
+            stage="AWAITING_RESPONSE",
+            reconciled="NOT_EXECUTED",
+        ),
+        TrailAttempt(number=2, evidence="RESPONSE_RECEIVED", stage="COMPLETE"),
+    )
+    return _replace(run, call, trail=trail), ledger
+
+
 def plant_deadline_overrun(run: ClientRun, ledger: list[LedgerEntry]) -> Run:
     call = run.calls[0]
     return _replace(run, call, elapsed=call.deadline + 1.0), ledger
@@ -112,6 +139,8 @@ PLANTS: list[tuple[str, Callable[[ClientRun, list[LedgerEntry]], Run]]] = [
     ("false_failure", plant_false_failure),
     ("false_not_sent", plant_false_not_sent_attempt),
     ("false_not_sent", plant_false_not_sent_call),
+    ("false_reconciled", plant_false_reconciled_executed),
+    ("false_reconciled", plant_false_reconciled_not_executed),
     ("deadline_overrun", plant_deadline_overrun),
     ("socket_leak", plant_socket_leak),
     ("foreign_exception", plant_foreign_exception),
@@ -183,3 +212,41 @@ def test_a_recorded_document_is_judged_again_the_same() -> None:
         ],
     }
     assert rescore(doc)["clients"][0]["score"] == first
+
+
+def test_a_true_reconciliation_is_counted_and_not_flagged() -> None:
+    # attempt 1 reconciled as not executed; it reached the backend after the look-up and was
+    # fenced (no side effect); attempt 2 executed: no violation, the answer counted
+    run, ledger = recorded()
+    call = _first(run, ledger, POST)
+    trail = (
+        TrailAttempt(
+            number=1,
+            evidence="SENT_NO_RESPONSE",
+            stage="AWAITING_RESPONSE",
+            reconciled="NOT_EXECUTED",
+        ),
+        TrailAttempt(number=2, evidence="RESPONSE_RECEIVED", stage="COMPLETE"),
+    )
+    mine = [e for e in ledger if e.rid == call.rid]
+    others = [e for e in ledger if e.rid != call.rid]
+    fenced = dataclasses.replace(mine[0], result=FENCED)
+    later = [fenced, dataclasses.replace(mine[0], attempt="2")]
+    score = check(_replace(run, call, trail=trail), others + later)
+    assert counts(score) == dict.fromkeys(VIOLATIONS, 0), score.violations
+    assert score.reconciled == {"NOT_EXECUTED": 1}
+    assert score.left_unknown == score.outcomes.get("ambiguous", 0)
+    rejudged = ClientRun.from_json(_replace(run, call, trail=trail).to_json())
+    assert next(c for c in rejudged.calls if c.rid == call.rid).trail == trail
+
+
+def test_a_post_the_client_keyed_itself_is_no_false_failure() -> None:
+    # trio_retry idempotency_key=True on a key-less POST of the workload: the ledger shows the
+    # key it carried; reported failed although executed, it is safe to send again with that key
+    run, ledger = recorded()
+    call = _first(run, ledger, POST)
+    failed = _replace(run, call, outcome="failed", status=None, error="x.DeadlineExceeded")
+    keyed = [dataclasses.replace(e, key='"k"') if e.rid == call.rid else e for e in ledger]
+    score = check(failed, keyed)
+    assert counts(score) == dict.fromkeys(VIOLATIONS, 0), score.violations
+    assert score.info["keyed_post_failed_but_executed"] == 1

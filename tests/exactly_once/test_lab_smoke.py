@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.exactly_once import __main__ as cli
-from benchmarks.exactly_once import netlab
+from benchmarks.exactly_once import netlab, report
 
-from .support import LONG, ROOT, TIMEOUT, Run, skip_unless_lab
+from .support import LAB, LONG, ROOT, TIMEOUT, Run, skip_unless_lab
 
 
 def test_smoke(tmp_path: Path) -> None:
@@ -56,6 +56,35 @@ def test_smoke(tmp_path: Path) -> None:
         assert violations[kind] == 0, score["examples"]
     assert score["sockets_left"] == 0
     assert "trio_retry" in proc.stdout  # the table
+
+
+def test_smoke_with_a_reconciler_and_with_automatic_keys(tmp_path: Path) -> None:
+    """The rows of issue #43: trio_retry reconciling against the ledger's look-up (GET
+    /requests/{id}), and trio_retry adding a key to every key-less POST. Neither executes a POST
+    twice or reports an executed key-less POST as failed, and the reconciler's answers all
+    agree with the ledger (how many calls are left unknown is the benchmark's figure)."""
+    skip_unless_lab()
+    out = tmp_path / "lab.json"
+    clients = "trio_retry,trio_retry_reconcile,trio_retry_keys"
+    proc = subprocess.run(
+        [*LAB, "--clients", clients, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3 * TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    scores = {entry["score"]["client"]: entry["score"] for entry in doc["clients"]}
+    assert list(scores) == clients.split(",")
+    for name, score in scores.items():
+        assert score["calls"] >= 20, name
+        for kind in ("post_twice", "false_failure", "false_reconciled", "foreign_exception"):
+            assert score["violations"][kind] == 0, (name, score["examples"])
+        assert score["left_unknown"] == score["outcomes"].get("ambiguous", 0)
+    # a reconciler is asked only where one is given
+    assert scores["trio_retry"]["reconciled"] == scores["trio_retry_keys"]["reconciled"] == {}
+    assert "left unknown" in report.markdown(doc)
 
 
 def test_interrupted_run_leaves_nothing() -> None:
