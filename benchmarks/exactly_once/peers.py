@@ -28,6 +28,7 @@ its documentation names for timeouts); niquests ``RequestException``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 import random
@@ -194,13 +195,13 @@ class TrioRetryPeer(Peer):
                     for a in attempts
                 )
 
-            def look_up(call: Call) -> Any:
-                return ledger_reconciler(clients[call.proto], cfg.urls[call.proto])
-
             async def one(call: Call) -> CallRecord:
                 client = clients[call.proto]
                 headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
-                options: dict[str, Any] = {"reconcile": look_up(call)} if self.reconciles else {}
+                told: list[trio_retry.AmbiguityReport] = []  # what the reconciler was asked
+                options: dict[str, Any] = {}
+                if self.reconciles:
+                    options["reconcile"] = ledger_reconciler(client, cfg.urls[call.proto], told)
                 started = time.monotonic()
                 try:
                     if call.kind == GET:
@@ -230,6 +231,16 @@ class TrioRetryPeer(Peer):
                     return record(call, cfg, started, "failed", exc=exc)
                 except Exception as exc:
                     return record(call, cfg, started, "foreign", exc=exc)
+                if told and response.request.method != call.method:
+                    # the reconciler's look-up, returned as the call's answer (the reconciler
+                    # said "executed"): the call's own trail is what the reconciler was told,
+                    # the attempt in doubt last
+                    asked = trail(list(told[-1].attempts))
+                    executed = dataclasses.replace(asked[-1], reconciled="EXECUTED")
+                    return record(
+                        call, cfg, started, "ok", status=response.status,
+                        trail=(*asked[:-1], executed),
+                    )  # fmt: skip
                 return record(
                     call, cfg, started, "ok", status=response.status, trail=trail(response.attempts)
                 )
@@ -247,14 +258,17 @@ class TrioRetryKeysPeer(TrioRetryPeer):
     auto_keys = True
 
 
-def ledger_reconciler(client: Any, base: str) -> Any:
+def ledger_reconciler(client: Any, base: str, told: list[Any]) -> Any:
     """The reconciler of :class:`TrioRetryReconcilePeer`, as a user writes one against a status
     look-up: ask the ledger (``GET /requests/{id}?attempt=N``, through the same client) about
     the call's request id; 200 is executed (the call returns the record), 404 not executed
-    (the attempts asked about are then fenced: see :mod:`.backend`), anything else unknown."""
+    (the attempts asked about are then fenced: see :mod:`.backend`), anything else unknown.
+    Each report it is given is appended to ``told`` (the call's trail, when the call returns
+    the look-up's response, whose own ``.attempts`` are the look-up's)."""
     import trio_retry
 
     async def reconcile(report: trio_retry.AmbiguityReport) -> trio_retry.Reconciled:
+        told.append(report)
         attempt = report.attempts[-1].number if report.attempts else 1
         found = await client.get(f"{base}/requests/{report.request_id}?attempt={attempt}")
         if found.status == 200:

@@ -6,7 +6,9 @@ It runs in a thread (the standard library's `ThreadingHTTPServer`), not in the t
 loop, so a synchronous fixture can start it before the test's loop exists and it answers
 whatever the test awaits meanwhile. What it answers is the backend's: ``GET`` (any path)
 ``executed N`` (N: the requests it executed, this one included); anything else the body,
-echoed, with ``x-body-length`` its size.
+echoed, with ``x-body-length`` its size; and ``GET /requests/{id}?attempt=N``, the look-up a
+reconciler asks (200 with the record of that request id's execution, else 404, the attempts
+asked about then fenced: see the backend's docstring).
 """
 
 from __future__ import annotations
