@@ -25,7 +25,9 @@ The violations, each with the request id it concerns (:data:`VIOLATIONS`):
     a POST without a key reported as a plain failure (``failed``, ``foreign`` or ``hung``) while
     the ledger shows it executed: the caller was told it failed, and it happened. A POST that
     reached the backend with a key (the workload's, or one the client added itself: trio_retry
-    ``idempotency_key=True``) is safe to send again with it: counted in ``info`` instead. A failure
+    ``idempotency_key=True``) is not counted here: with the caller's key it is safe to send
+    again (``info``); with a key only the client held, a failure that may have run is *left
+    unknown* (as an ambiguous call is), one that says NOT_SENT is checked as such. A failure
     whose evidence says the request ran (trio_retry: ``PARTIAL_RESPONSE``, the response broke
     after its status line) is the truth, not counted here (``info["failed_saying_it_ran"]``).
 ``false_not_sent``
@@ -57,7 +59,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.exactly_once.backend import EXECUTED, FENCED
-from benchmarks.exactly_once.records import GET, POST, POST_KEY, ClientRun, LedgerEntry
+from benchmarks.exactly_once.records import (
+    GET,
+    POST,
+    POST_KEY,
+    CallRecord,
+    ClientRun,
+    LedgerEntry,
+)
 
 VIOLATIONS = (
     "post_twice",
@@ -179,6 +188,8 @@ def check(
         if call.outcome in _FAILURES and executed:
             if call.evidence in _RAN:
                 info["failed_saying_it_ran"] += 1
+            elif call.client_key:
+                pass  # left unknown (below): the caller has no key to send it again with
             elif call.kind == POST and not any(e.key for e in entries):
                 add(
                     Violation(
@@ -187,9 +198,9 @@ def check(
                         detail=f"reported {call.outcome} ({call.error}), executed",
                     )
                 )
-            elif call.kind != GET:  # it carried a key (the workload's, or the client's own)
+            elif call.kind != GET:  # it carried the caller's key: safe to send again
                 info["keyed_post_failed_but_executed"] += 1
-        if call.outcome == "ambiguous":
+        if call.outcome == "ambiguous" or _unknown_to_caller(call):
             if executed:
                 split["executed"] += 1
             elif entries:
@@ -224,7 +235,7 @@ def check(
             )
         )
     score.ambiguous_split = dict(split)
-    score.left_unknown = score.outcomes.get("ambiguous", 0)
+    score.left_unknown = sum(split.values())
     score.reconciled = dict(answers)
     score.info = dict(info)
     score.foreign_types = dict(foreign)
@@ -268,6 +279,18 @@ def _check_not_sent(
                 f"(attempts {sorted(reached)})",
             )
         )
+
+
+def _unknown_to_caller(call: CallRecord) -> bool:
+    """A failure that may have run (evidence not ``NOT_SENT``, nor saying it ran) of a request
+    whose only key was the client's own: the caller cannot send it again safely, nor knows
+    whether it ran. Left unknown, as an ambiguous call is."""
+    return (
+        call.client_key
+        and call.outcome in _FAILURES
+        and call.evidence != "NOT_SENT"
+        and call.evidence not in _RAN
+    )
 
 
 def _check_reconciled(

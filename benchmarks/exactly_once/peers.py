@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import trio
 
 from benchmarks.adapter import BenchmarkedClient, Endpoint
-from benchmarks.exactly_once.records import GET, CallRecord, TrailAttempt
+from benchmarks.exactly_once.records import GET, POST, CallRecord, TrailAttempt
 from benchmarks.exactly_once.workload import BODY, Call, CallFn, plan, run_asyncio, run_trio
 from benchmarks.worker import serve_config
 
@@ -84,6 +84,7 @@ def record(
     exc: BaseException | None = None,
     evidence: str | None = None,
     trail: tuple[TrailAttempt, ...] = (),
+    client_key: bool = False,
 ) -> CallRecord:
     return CallRecord(
         rid=call.rid,
@@ -96,6 +97,7 @@ def record(
         error=None if exc is None else f"{type(exc).__module__}.{type(exc).__qualname__}",
         evidence=evidence,
         trail=trail,
+        client_key=client_key,
     )
 
 
@@ -196,6 +198,12 @@ class TrioRetryPeer(Peer):
                 )
 
             async def one(call: Call) -> CallRecord:
+                judged = await made(call)
+                if self.auto_keys and call.kind == POST:
+                    return dataclasses.replace(judged, client_key=True)
+                return judged
+
+            async def made(call: Call) -> CallRecord:
                 client = clients[call.proto]
                 headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
                 told: list[trio_retry.AmbiguityReport] = []  # what the reconciler was asked

@@ -47,6 +47,9 @@ class CallRecord:
     error: str | None = None  # the exception's type name
     evidence: str | None = None  # trio_retry: the error's evidence
     trail: tuple[TrailAttempt, ...] = ()
+    #: the client added an ``Idempotency-Key`` of its own (trio_retry ``idempotency_key=True``),
+    #: which the caller does not hold
+    client_key: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

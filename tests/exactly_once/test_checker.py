@@ -240,13 +240,20 @@ def test_a_true_reconciliation_is_counted_and_not_flagged() -> None:
     assert next(c for c in rejudged.calls if c.rid == call.rid).trail == trail
 
 
-def test_a_post_the_client_keyed_itself_is_no_false_failure() -> None:
-    # trio_retry idempotency_key=True on a key-less POST of the workload: the ledger shows the
-    # key it carried; reported failed although executed, it is safe to send again with that key
+def test_a_post_keyed_by_the_client_that_may_have_run_is_left_unknown() -> None:
+    # trio_retry idempotency_key=True on a key-less POST of the workload: reported failed with
+    # SENT_NO_RESPONSE although executed. Not a false failure (the evidence says it may have
+    # run), but the caller holds no key to send it again with: left unknown, like an
+    # ambiguous call, and split by the ledger the same way
     run, ledger = recorded()
     call = _first(run, ledger, POST)
-    failed = _replace(run, call, outcome="failed", status=None, error="x.DeadlineExceeded")
+    before = check(run, ledger)
+    failed = _replace(
+        run, call, outcome="failed", status=None, error="x.DeadlineExceeded",
+        evidence="SENT_NO_RESPONSE", client_key=True,
+    )  # fmt: skip
     keyed = [dataclasses.replace(e, key='"k"') if e.rid == call.rid else e for e in ledger]
     score = check(failed, keyed)
     assert counts(score) == dict.fromkeys(VIOLATIONS, 0), score.violations
-    assert score.info["keyed_post_failed_but_executed"] == 1
+    assert score.left_unknown == before.left_unknown + 1
+    assert score.ambiguous_split.get("executed", 0) == before.ambiguous_split.get("executed", 0) + 1
