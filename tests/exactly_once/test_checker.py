@@ -105,18 +105,19 @@ def plant_false_reconciled_executed(run: ClientRun, ledger: list[LedgerEntry]) -
     return _replace(run, call, trail=trail), [e for e in ledger if e.rid != call.rid]
 
 
+#: attempt 1 in doubt, reconciled as not executed; attempt 2, sent again, answered
+RESENT_AFTER_NOT_EXECUTED = (
+    TrailAttempt(
+        number=1, evidence="SENT_NO_RESPONSE", stage="AWAITING_RESPONSE", reconciled="NOT_EXECUTED"
+    ),
+    TrailAttempt(number=2, evidence="RESPONSE_RECEIVED", stage="COMPLETE"),
+)
+
+
 def plant_false_reconciled_not_executed(run: ClientRun, ledger: list[LedgerEntry]) -> Run:
     # the reconciler said attempt 1 did not run, attempt 2 answered; the ledger executed 1 only
     call = _first(run, ledger, POST)
-    trail = (
-        TrailAttempt(
-            number=1,
-            evidence="SENT_NO_RESPONSE",
-            stage="AWAITING_RESPONSE",
-            reconciled="NOT_EXECUTED",
-        ),
-        TrailAttempt(number=2, evidence="RESPONSE_RECEIVED", stage="COMPLETE"),
-    )
+    trail = RESENT_AFTER_NOT_EXECUTED
     return _replace(run, call, trail=trail), ledger
 
 
@@ -219,15 +220,7 @@ def test_a_true_reconciliation_is_counted_and_not_flagged() -> None:
     # fenced (no side effect); attempt 2 executed: no violation, the answer counted
     run, ledger = recorded()
     call = _first(run, ledger, POST)
-    trail = (
-        TrailAttempt(
-            number=1,
-            evidence="SENT_NO_RESPONSE",
-            stage="AWAITING_RESPONSE",
-            reconciled="NOT_EXECUTED",
-        ),
-        TrailAttempt(number=2, evidence="RESPONSE_RECEIVED", stage="COMPLETE"),
-    )
+    trail = RESENT_AFTER_NOT_EXECUTED
     mine = [e for e in ledger if e.rid == call.rid]
     others = [e for e in ledger if e.rid != call.rid]
     fenced = dataclasses.replace(mine[0], result=FENCED)
