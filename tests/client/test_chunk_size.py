@@ -82,10 +82,27 @@ SHAPES = {
 }
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-async def test_streamed_bodies_come_in_exact_chunks(
+#: The shapes paced by the server's clock: virtual time (autojump) makes their pauses free.
+PACED = [shape for shape in SHAPES if shape.startswith("paced")]
+
+
+@pytest.mark.parametrize("shape", PACED)
+async def test_paced_bodies_come_in_exact_chunks(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, shape: str
 ) -> None:
+    await streamed_bodies_come_in_exact_chunks(nursery, shape)
+
+
+@pytest.mark.parametrize("shape", [shape for shape in SHAPES if shape not in PACED])
+async def test_streamed_bodies_come_in_exact_chunks(nursery: trio.Nursery, shape: str) -> None:
+    """On the real clock: a body sent at once has no pause to skip, and autojump moves
+    virtual time whenever every task waits, including for bytes the kernel still holds
+    (a 150 KB body through loopback, both ends waiting a moment): then the clock jumped to
+    this test's limit, about one run in twelve."""
+    await streamed_bodies_come_in_exact_chunks(nursery, shape)
+
+
+async def streamed_bodies_come_in_exact_chunks(nursery: trio.Nursery, shape: str) -> None:
     http2, action = SHAPES[shape]
     server = await _server(nursery, http2, action)
     async with trio_retry.Client(retry=FAST, http2_prior_knowledge=http2) as client:
