@@ -155,6 +155,37 @@ def tls_stream(
     )
 
 
+class _SharedWait:
+    """One waiter per direction and socket (Trio's rule): the first task waits on the socket,
+    a second one waits for the first to wake and then tries its call again."""
+
+    __slots__ = ("_wait", "_waiting", "_wake")
+
+    def __init__(self, wait: Callable[[Any], Any]) -> None:
+        self._wait = wait  # (trio's wait_readable or wait_writable)
+        self._waiting = False
+        self._wake: trio.Event | None = None
+
+    async def on(self, sock: Any) -> None:
+        """Wait until ``sock`` is ready this way, or until the task already waiting wakes.
+        A close of the socket raises ``trio.ClosedResourceError`` (``notify_closing``)."""
+        if self._waiting:
+            wake = self._wake
+            if wake is None:
+                wake = self._wake = trio.Event()
+            await wake.wait()
+            return
+        self._waiting = True
+        try:
+            await self._wait(sock)
+        finally:
+            self._waiting = False
+            wake = self._wake
+            if wake is not None:
+                self._wake = None
+                wake.set()
+
+
 class _State(enum.Enum):
     """``OK -> BROKEN`` (a TLS or socket error, a ragged end, a cancelled send or handshake),
     ``OK | BROKEN -> CLOSED`` (``aclose``). ``CLOSED`` is final."""
@@ -220,15 +251,13 @@ class TLSSocketStream(trio.abc.Stream):
         "_notified",
         "_pending",
         "_poll",
-        "_read_waiting",
-        "_read_wake",
+        "_readable",
         "_receive_size",
         "_receiving",
         "_sending",
         "_sock",
         "_state",
-        "_write_waiting",
-        "_write_wake",
+        "_writable",
         "ssl_object",
         "transport_stream",
     )
@@ -281,10 +310,8 @@ class TLSSocketStream(trio.abc.Stream):
         self._receive_size = DEFAULT_RECEIVE_SIZE
         # One waiter per direction and socket (Trio's rule): a second task of ours that
         # needs the same direction waits for the first to wake (``_wait``).
-        self._read_waiting = False
-        self._write_waiting = False
-        self._read_wake: trio.Event | None = None
-        self._write_wake: trio.Event | None = None
+        self._readable = _SharedWait(wait_readable)
+        self._writable = _SharedWait(wait_writable)
 
     # --- what trio.SSLStream forwards ---------------------------------------------------------
 
@@ -299,38 +326,8 @@ class TLSSocketStream(trio.abc.Stream):
         if another of this stream's tasks waits for that already, wait for it to wake
         instead (the caller then tries its call again). A close of the socket raises
         ``trio.ClosedResourceError`` (Trio's ``notify_closing``)."""
-        if want is _WANT_READ:
-            if self._read_waiting:
-                wake = self._read_wake
-                if wake is None:
-                    wake = self._read_wake = trio.Event()
-                await wake.wait()
-                return
-            self._read_waiting = True
-            try:
-                await wait_readable(self._sock)
-            finally:
-                self._read_waiting = False
-                wake = self._read_wake
-                if wake is not None:
-                    self._read_wake = None
-                    wake.set()
-            return
-        if self._write_waiting:
-            wake = self._write_wake
-            if wake is None:
-                wake = self._write_wake = trio.Event()
-            await wake.wait()
-            return
-        self._write_waiting = True
-        try:
-            await wait_writable(self._sock)
-        finally:
-            self._write_waiting = False
-            wake = self._write_wake
-            if wake is not None:
-                self._write_wake = None
-                wake.set()
+        shared = self._readable if want is _WANT_READ else self._writable
+        await shared.on(self._sock)
 
     def _check(self) -> None:
         state = self._state
