@@ -134,14 +134,6 @@ class Adapter(BenchmarkedClient):
         self.endpoint = endpoint
         self.concurrency = concurrency
 
-    def unsupported_reason(self) -> str | None:
-        if self.endpoint.http3:
-            return None if H3 in self.protocols else "HTTP/3 not supported"
-        want = H2 if self.endpoint.http2 else H1
-        if want not in self.protocols:
-            return "HTTP/2 not supported" if want == H2 else "HTTP/1.1 not in scope"
-        return None
-
     async def setup(self) -> None:
         pass
 

@@ -112,7 +112,7 @@ def start_caddy(workdir: Path, cert_chain: str, key: str, *, timeout: float = 10
         )
     except CaddyUnavailable as exc:
         running.stop()
-        log = (workdir / "caddy.log").read_text(errors="replace")[-2000:]
-        raise CaddyUnavailable(f"{exc}: {log}") from None
+        tail = (workdir / "caddy.log").read_text(errors="replace")[-2000:]
+        raise CaddyUnavailable(f"{exc}: {tail}") from None
     time.sleep(0.2)  # the UDP listener starts just after the TCP one
     return running

@@ -101,6 +101,8 @@ class TrioRetryAdapter(Adapter):
             ctx = self.endpoint.ssl_context([H2, H1] if self.endpoint.http2 else [H1])
         self._base = self.endpoint.base_url
         options = self.client_options()
+        if client_accepts("pool_timeout"):
+            options.setdefault("pool_timeout", 30.0)
         if self.endpoint.http3:
             if "upstreams" in options:
                 raise ClientUnavailable(f"{self.name} is not measured over HTTP/3")
@@ -111,7 +113,6 @@ class TrioRetryAdapter(Adapter):
             max_connections_per_origin=self.concurrency,
             ssl_context=ctx,
             http2=self.endpoint.http2,
-            **({"pool_timeout": 30.0} if client_accepts("pool_timeout") else {}),
             **options,
         ) as client:
             self._client: Any = client

@@ -45,6 +45,8 @@ def _niquests(config: dict[str, Any]) -> dict[str, Any]:
 
     url: str = config["url"]
     parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"niquests: the URL needs a host and a port: {url!r}")
     address = (parts.hostname, parts.port)
     with niquests.Session(retries=0, quic_cache_layer={address: address}) as session:
         warm = session.get(url + "/small", verify=config["ca"], timeout=config["timeout"])
