@@ -22,7 +22,8 @@ from tests.support.fixtures import StartNginx
 from tests.support.fixtures import nginx as nginx
 from tests.support.tls_peer import Certs
 from trio_retry import Evidence, FailureCategory, Stage, StageTimeouts
-from trio_retry._wire.tlssock import ENV, TLSSocketStream
+from trio_retry._wire.tlschoice import ENV
+from trio_retry._wire.tlssock import TLSSocketStream
 from trio_retry.testing import (
     CloseAfterBody,
     CloseBeforeRead,

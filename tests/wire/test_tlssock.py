@@ -10,6 +10,7 @@ What the stream adds on its own (its waits, cancellation, the write-progress rep
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 
 import pytest
@@ -242,6 +243,43 @@ async def test_a_cancelled_send_breaks_the_stream(certs: Certs) -> None:
             await client.send_all(PAYLOAD * 5)  # the server reads nothing: it waits
         with pytest.raises(trio.BrokenResourceError):
             await client.send_all(b"more")
+    await client.aclose()
+    await server.aclose()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's")
+async def test_a_write_of_many_records_corks_the_socket_only_while_it_runs(
+    certs: Certs,
+) -> None:
+    """The records of one ``send_all`` leave in full segments (``TCP_CORK``), and the cork
+    is off once it returns, whether it finished or was cancelled (tests/client/
+    test_tls_segments.py counts the segments)."""
+    client, server = await _pair(certs, buffer=16 * 1024)
+    raw = client.transport_stream.raw_socket
+
+    def corked() -> int:
+        return raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK)
+
+    seen: list[int] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def read_later() -> None:
+                await trio.sleep(0.05)  # the send waits for room meanwhile
+                seen.append(corked())
+                got = 0
+                while got < len(PAYLOAD):  # bounded by the fail_after
+                    got += len(await server.receive_some())
+
+            nursery.start_soon(read_later)
+            await client.send_all(PAYLOAD)
+        seen.append(corked())
+        await client.send_all(b"small")  # one record: never corked
+        assert await server.receive_some() == b"small"
+        with trio.move_on_after(0.1):
+            await client.send_all(PAYLOAD * 5)  # nobody reads: cancelled while corked
+        seen.append(corked())
+    assert seen == [1, 0, 0]
     await client.aclose()
     await server.aclose()
 

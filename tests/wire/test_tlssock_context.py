@@ -19,7 +19,8 @@ import trustme
 
 from tests.support.tls_peer import KINDS, Certs, ClientStream, Peer, connect, outcome, tls_object
 from trio_retry._wire.rawsock import RawSocketStream, open_socket
-from trio_retry._wire.tlssock import TLSSocketStream, supported, tls_stream
+from trio_retry._wire.tlschoice import supported, tls_stream
+from trio_retry._wire.tlssock import TLSSocketStream
 
 VERSIONS = [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]
 

@@ -25,7 +25,7 @@ from .._url import tls_name
 from .._wire.contract import PooledConnection
 from .._wire.progress import AttemptProgress
 from .._wire.timekeeper import Timekeeper
-from .._wire.tlssock import enabled_by_env as tls_enabled_by_env
+from .._wire.tlschoice import enabled_by_env as tls_enabled_by_env
 from .._wire.transport import ProxyRoute, Transport, open_transport
 from .config import ClientConfig
 

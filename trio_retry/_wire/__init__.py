@@ -16,7 +16,8 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
 - ``tlsread.py``      a TLS read that takes every record already received (trio's gives one)
-- ``tlssock.py``      TLS on the socket itself, opt-in (``TRIO_RETRY_TLS_FAST_PATH=1``)
+- ``tlssock.py``      TLS on the socket itself (OpenSSL reads and writes it)
+- ``tlschoice.py``    which TLS stream a connection gets: ``tlssock.py`` or ``trio.SSLStream``
 - ``socks.py``        the SOCKS5 handshake (extra ``socks``)
 - ``dialer.py``       the seam where ``Client(transport=...)`` supplies the byte stream
 - ``virtual.py``      what the HTTP layers need of a socket, for a connection that has none

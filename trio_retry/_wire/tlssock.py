@@ -46,21 +46,17 @@ The write-progress reports of the socket (``RawSocketStream.on_progress``, which
 bounds count from) keep working: each 16 KiB piece of a ``send_all`` that had to wait reports
 through the socket stream's hook, since the bytes leave through its socket.
 
-What it needs (:func:`supported`), else the caller uses ``trio.SSLStream``: a
-:class:`~.rawsock.RawSocketStream` (not a proxy's tunnel, not a caller's ``transport=``) and a
-plain ``ssl.SSLContext`` (a subclass, or a custom ``sslsocket_class``/``sslobject_class``, may
-change what wrapping does: truststore's context verifies in its ``wrap_*`` methods). It reaches
-the TLS object through the ``ssl`` module's private ``SSLContext._wrap_socket`` (what
-``SSLContext.wrap_socket`` calls), so that the socket stays the one Trio polls and closes:
-``wrap_socket`` would move the file descriptor into an ``ssl.SSLSocket`` of its own, and a
-second owner of the descriptor would close it again after Trio did (possibly another
-connection's by then). :data:`AVAILABLE` is the probe; a Python without the names gets
-``trio.SSLStream``.
+A ``send_all`` of more than a record corks the socket (``TCP_CORK``, where the platform has it)
+until it returns, however it returns: OpenSSL writes each record with a system call of its own,
+and the records then leave in full segments, as ``trio.SSLStream``'s one write of them all does
+(:meth:`TLSSocketStream._send_pieces` says why that matters).
 
-Off by default: ``TRIO_RETRY_TLS_FAST_PATH=1`` turns it on (:func:`enabled_by_env`). It costs a
-small request a third less CPU than ``trio.SSLStream`` (HTTP/1.1 and HTTP/2), but a 50 MB upload
-to nginx took about twice the wall time (docs/benchmarks.md, "TLS on the socket"), and the
-project uses a speed-up by default only where it measures faster.
+When it is used, and when ``trio.SSLStream`` is: ``tlschoice.py``. It reaches the TLS object
+through the ``ssl`` module's private ``SSLContext._wrap_socket`` (what ``SSLContext.wrap_socket``
+calls), so that the socket stays the one Trio polls and closes: ``wrap_socket`` would move the
+file descriptor into an ``ssl.SSLSocket`` of its own, and a second owner of the descriptor would
+close it again after Trio did (possibly another connection's by then). :data:`AVAILABLE` is the
+probe.
 """
 
 from __future__ import annotations
@@ -69,6 +65,7 @@ import enum
 import errno
 import os
 import select
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -84,75 +81,22 @@ from trio.lowlevel import (
 
 from .rawsock import DEFAULT_RECEIVE_SIZE, MAX_RECEIVE_SIZE, RawSocketStream, _stream_error
 
-__all__ = [
-    "AVAILABLE",
-    "ENV",
-    "TLSSocketStream",
-    "enabled_by_env",
-    "supported",
-    "tls_stream",
-]
+__all__ = ["AVAILABLE", "OPENSSL_3", "PIECE", "TLSSocketStream"]
 
 #: The ``ssl`` module's private names this relies on (see the module's docstring).
 AVAILABLE = all(
     callable(getattr(ssl.SSLContext, name, None)) for name in ("_wrap_socket", "_encode_hostname")
 )
 #: OpenSSL 3 names a true end (``_reset``); 1.1.1 reports it as it reports a reset.
-_OPENSSL_3 = ssl.OPENSSL_VERSION_INFO >= (3,)
-#: ``1``, ``true``, ``yes`` or ``on``: TLS on the socket where :func:`supported`; unset (the
-#: default), ``0``, ``false``, ``no`` or ``off``: every connection uses ``trio.SSLStream``.
-ENV = "TRIO_RETRY_TLS_FAST_PATH"
-_OFF = frozenset({"", "0", "false", "no", "off"})
-_ON = frozenset({"1", "true", "yes", "on"})
+OPENSSL_3 = ssl.OPENSSL_VERSION_INFO >= (3,)
 
 #: The most one write hands OpenSSL: a record's worth, so that a write that waits reports its
 #: progress per record (and OpenSSL's retry rule, "the same data again", covers 16 KiB).
 PIECE = 16384
-
-
-def enabled_by_env() -> bool:
-    """True when ``TRIO_RETRY_TLS_FAST_PATH`` turns this stream on (read once per client; off
-    when unset); a value in neither set raises ``ValueError`` naming the variable."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in _OFF:
-        return False
-    if value in _ON:
-        return True
-    raise ValueError(
-        f"{ENV} must be one of 0, false, no, off (TLS through trio.SSLStream, the default) or "
-        f"1, true, yes, on (TLS on the socket), got {value!r}"
-    )
-
-
-def supported(transport: trio.abc.Stream, context: ssl.SSLContext) -> bool:
-    """Whether :class:`TLSSocketStream` can carry TLS over ``transport`` with ``context``
-    exactly as ``trio.SSLStream`` would (see the module's docstring)."""
-    return (
-        AVAILABLE
-        and _OPENSSL_3
-        and type(transport) is RawSocketStream
-        and type(context) is ssl.SSLContext
-        and context.sslsocket_class is ssl.SSLSocket
-        and context.sslobject_class is ssl.SSLObject
-    )
-
-
-def tls_stream(
-    transport: trio.abc.Stream,
-    context: ssl.SSLContext,
-    server_hostname: str | None,
-    *,
-    fast: bool = True,
-) -> TLSSocketStream | trio.SSLStream[trio.abc.Stream]:
-    """The client-side TLS stream over ``transport``, its handshake not yet made: a
-    :class:`TLSSocketStream` when ``fast`` and :func:`supported`, else
-    ``trio.SSLStream(..., https_compatible=True)``. Either raises the same errors."""
-    if fast and supported(transport, context):
-        assert isinstance(transport, RawSocketStream)
-        return TLSSocketStream(transport, context, server_hostname)
-    return trio.SSLStream(
-        transport, context, server_hostname=server_hostname, https_compatible=True
-    )
+#: ``TCP_CORK`` where the platform has it (Linux): held during a write of more than a record,
+#: so that the records leave in full segments (see :meth:`TLSSocketStream._send_pieces`).
+_CORK: int | None = getattr(socket, "TCP_CORK", None)
+_INET = frozenset({socket.AF_INET, socket.AF_INET6})
 
 
 class _SharedWait:
@@ -210,7 +154,7 @@ def _reset(exc: ssl.SSLError) -> bool:
     end (``SSLEOFError``, "EOF occurred in violation of protocol"), a ``ECONNRESET``
     included: the kernel said "reset" once, to OpenSSL's ``recv``, and says "end" from then
     on. A true end is OpenSSL's own verdict (OpenSSL 3: the reason
-    ``UNEXPECTED_EOF_WHILE_READING``, which :func:`supported` requires); the failed call
+    ``UNEXPECTED_EOF_WHILE_READING``, which ``tlschoice.supported`` requires); the failed call
     leaves no reason. (Reading the socket's TCP state instead fails: OpenSSL answers a true
     end with a fatal alert, and a peer that closed answers that with a reset.)"""
     return getattr(exc, "reason", None) is None
@@ -244,6 +188,7 @@ class TLSSocketStream(trio.abc.Stream):
     OpenSSL doing the socket I/O. See the module's docstring for its guarantees."""
 
     __slots__ = (
+        "_cork",
         "_decrypt",
         "_encrypt",
         "_end",
@@ -308,6 +253,8 @@ class TLSSocketStream(trio.abc.Stream):
         #: whether or not the socket has bytes (the peer may keep TCP open).
         self._notified = False
         self._receive_size = DEFAULT_RECEIVE_SIZE
+        #: ``TCP_CORK`` for this socket (a TCP one), or ``None`` (none here, or it was refused).
+        self._cork = _CORK if sock.family in _INET else None
         # One waiter per direction and socket (Trio's rule): a second task of ours that
         # needs the same direction waits for the first to wake (``_wait``).
         self._readable = _SharedWait(wait_readable)
@@ -441,7 +388,39 @@ class TLSSocketStream(trio.abc.Stream):
     async def _send_pieces(self, data: bytes | memoryview, length: int) -> bool:
         """``data``, longer than a record, a record at a time; whether it waited. Once a
         piece had to wait, each piece written is reported as progress through the socket
-        stream's hook (``RawSocketStream.on_progress``: the bytes leave by its socket)."""
+        stream's hook (``RawSocketStream.on_progress``: the bytes leave by its socket).
+
+        The socket is corked meanwhile (``TCP_CORK``) and uncorked on the way out, whatever
+        the way (the last partial segment leaves then): OpenSSL writes each record with a
+        system call of its own, and with ``TCP_NODELAY`` each would leave as a segment of its
+        own, 16 KiB on loopback where ``trio.SSLStream``'s one write of many records leaves in
+        64 KiB ones. A peer then wakes per record (nginx reads one, finds no more, sleeps),
+        and over HTTP/2 answers with more WINDOW_UPDATE frames: a 50 MB upload to nginx made
+        2.3 times the client's and 4.5 times nginx's context switches, each a wait for a CPU
+        on a busy machine (the upload stall of docs/benchmarks.md, "TLS on the socket")."""
+        corked = self._set_cork(1)
+        try:
+            return await self._pieces(data, length)
+        finally:
+            if corked:
+                self._set_cork(0)
+
+    def _set_cork(self, value: int) -> bool:
+        """Set ``TCP_CORK`` to ``value``; whether it was set. A socket that refuses it (or is
+        closed) is left as it is, and a refusal turns corking off for this stream."""
+        cork = self._cork
+        sock = self._sock
+        if cork is None or sock.fileno() == -1:
+            return False
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, cork, value)
+        except OSError:
+            self._cork = None
+            return False
+        return True
+
+    async def _pieces(self, data: bytes | memoryview, length: int) -> bool:
+        """:meth:`_send_pieces`' loop: a record's worth at a time, progress reported."""
         transport = self.transport_stream
         waited = False
         sent = 0

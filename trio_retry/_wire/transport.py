@@ -32,7 +32,7 @@ from .._url import tls_name
 from .clock import FIXED, bound, wait_for
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
-from .tlssock import tls_stream
+from .tlschoice import tls_stream
 from .virtual import VirtualSocket
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
@@ -329,7 +329,7 @@ async def open_transport(
     it to such a client: see ``trio_retry._tls``).
 
     TLS to the origin runs on the socket itself (``tlssock.TLSSocketStream``) when
-    ``tls_fast_path`` and ``tlssock.supported`` allow it, else over ``trio.SSLStream`` (through
+    ``tls_fast_path`` and ``tlschoice.supported`` allow it, else over ``trio.SSLStream`` (through
     a proxy always): the same bytes and errors either way.
 
     Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed: reaching or
