@@ -5,8 +5,9 @@ An adapter is created for one scenario run against one endpoint. The driver ente
 concurrently from ``concurrency`` tasks. Each call returns ``(status, body_bytes)`` after the
 whole response body has been read; the driver checks both.
 
-Optional packages (httpx, aiohttp, trio_retry) are imported only inside the worker process that
-runs that client, so a missing one makes its client "not available", never the harness fail.
+Optional packages (httpx, aiohttp, niquests, trio_retry) are imported only inside the worker
+process that runs that client, so a missing one makes its client "not available", never the
+harness fail.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from benchmarks.loadgen import LOAD_GENERATORS
 
 __all__ = [
     "ADAPTERS",
-    "ALL_ADAPTERS",
     "BASELINE",
     "H1",
     "H2",
@@ -37,6 +37,7 @@ __all__ = [
     "HttpxAsyncioAdapter",
     "HttpxTrioAdapter",
     "NiquestsAdapter",
+    "NiquestsMultiplexedAdapter",
     "TRIO_RETRY_VARIANTS",
     "TrioRawAdapter",
     "TrioRetryAdapter",
@@ -361,8 +362,8 @@ class AiohttpAdapter(Adapter):
 
 
 # --------------------------------------------------------------------------------------------
-# niquests (asyncio; HTTP/2 and HTTP/3 too). Not a row of the throughput suite (not in
-# ADAPTERS' order below): benchmarks/scale.py measures it beside the others.
+# niquests (asyncio, like aiohttp; HTTP/2 and HTTP/3 too): at its defaults, and multiplexed
+# over HTTP/2 (the suite's HTTP/2 scenario is 32 streams on one connection).
 # --------------------------------------------------------------------------------------------
 
 
@@ -377,6 +378,10 @@ class NiquestsAdapter(Adapter):
         "flight; HTTP/3 known in advance through quic_cache_layer)"
     )
 
+    #: ``AsyncSession(multiplexed=True)`` on one connection: each call waits for its own (lazy)
+    #: response with ``gather``.
+    multiplexed: ClassVar[bool] = False
+
     async def setup(self) -> None:
         import niquests
 
@@ -385,29 +390,49 @@ class NiquestsAdapter(Adapter):
         address = (endpoint.host, endpoint.port)
         self._session = niquests.AsyncSession(
             retries=0,
+            multiplexed=self.multiplexed,
             pool_connections=1,
-            pool_maxsize=self.concurrency,
+            pool_maxsize=1 if self.multiplexed else self.concurrency,
             disable_http2=not endpoint.http2,
             disable_http3=not endpoint.http3,
             # Without it niquests speaks HTTP/3 only after an Alt-Svc seen over TCP.
             quic_cache_layer={address: address} if endpoint.http3 else None,
         )
         self._verify: str | bool = endpoint.ca_file or True
-        if endpoint.http3:
-            r = await self._session.get(self._base + "/small", verify=self._verify, timeout=30)
-            if r.http_version != 30:
-                raise ClientUnavailable(f"niquests went over HTTP/{r.http_version}, not 3")
+        # The row measures the protocol the scenario names, or none: niquests falls back
+        # quietly (to HTTP/1.1 without ALPN h2, to TCP without QUIC).
+        want = 30 if endpoint.http3 else 20 if endpoint.http2 else 11
+        r = await self._session.get(self._base + "/small", verify=self._verify, timeout=30)
+        if self.multiplexed:
+            await self._session.gather(r)
+        if r.http_version != want:
+            got = "?" if r.http_version is None else f"{r.http_version / 10:g}"
+            raise ClientUnavailable(f"{self.name} went over HTTP/{got}, not {want / 10:g}")
 
     async def teardown(self) -> None:
         await self._session.close()
 
     async def get(self, path: str) -> tuple[int, int]:
         r = await self._session.get(self._base + path, verify=self._verify, timeout=30)
+        if self.multiplexed:
+            await self._session.gather(r)
         return r.status_code or 0, len(r.content or b"")
 
     async def post(self, path: str, body: bytes) -> tuple[int, int]:
         r = await self._session.post(self._base + path, data=body, verify=self._verify, timeout=30)
+        if self.multiplexed:
+            await self._session.gather(r)
         return r.status_code or 0, len(r.content or b"")
+
+
+class NiquestsMultiplexedAdapter(NiquestsAdapter):
+    name = "niquests_multiplexed"
+    label = "niquests multiplexed"
+    protocols = frozenset({H2})
+    description = (
+        "niquests.AsyncSession(multiplexed=True, pool_maxsize=1): concurrent requests as "
+        "streams of one HTTP/2 connection; HTTP/2 scenarios only"
+    )
 
 
 # In display order: the project's own client, its variants, the others, then the C limits;
@@ -418,13 +443,12 @@ _ORDER: tuple[type[Adapter], ...] = (
     HttpxTrioAdapter,
     HttpxAsyncioAdapter,
     AiohttpAdapter,
+    NiquestsAdapter,
+    NiquestsMultiplexedAdapter,
     H11TrioAdapter,
     H2TrioAdapter,
     TrioRawAdapter,
     *LOAD_GENERATORS,  # the C limits (wrk, h2load): GET scenarios of the throughput suite
 )
 ADAPTERS: dict[str, type[Adapter]] = {a.name: a for a in _ORDER}
-#: Every adapter by name: the suite's, and those other benchmarks measure too
-#: (``benchmarks/scale.py``).
-ALL_ADAPTERS: dict[str, type[Adapter]] = {**ADAPTERS, NiquestsAdapter.name: NiquestsAdapter}
 BASELINE = HttpxTrioAdapter.name

@@ -117,7 +117,7 @@ def _thresholds(value: str) -> tuple[int, int, int]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from benchmarks.clients import ALL_ADAPTERS
+    from benchmarks.clients import ADAPTERS
 
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.scale",
@@ -171,8 +171,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--soak-clients", type=_csv, default=["trio_retry"], metavar="A,B")
     args = p.parse_args(argv)
     for value, known, option in (
-        (args.clients, ALL_ADAPTERS, "--clients"),
-        (args.soak_clients, ALL_ADAPTERS, "--soak-clients"),
+        (args.clients, ADAPTERS, "--clients"),
+        (args.soak_clients, ADAPTERS, "--soak-clients"),
         (args.protocols, PROTOCOLS, "--protocols"),
     ):
         for item in value:
@@ -299,11 +299,11 @@ def skip_reason(
     client: str, protocol: str, endpoints: dict[str, Any], missing: dict[str, str]
 ) -> str | None:
     """Why ``client`` is not measured over ``protocol`` at all, or None."""
-    from benchmarks.clients import ALL_ADAPTERS, H1, H2, H3
+    from benchmarks.clients import ADAPTERS, H1, H2, H3
 
     if protocol in missing:
         return missing[protocol]
-    cls = ALL_ADAPTERS[client]
+    cls = ADAPTERS[client]
     if (reason := cls.unavailable_reason()) is not None:
         return reason
     want = {"h1": H1, "h2": H2, "h3": H3}[protocol]

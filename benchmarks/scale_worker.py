@@ -250,10 +250,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         from benchmarks.checkout import import_trio_retry
 
         import_trio_retry(config["checkout"])
-    from benchmarks.clients import ALL_ADAPTERS, ClientUnavailable, Endpoint
+    from benchmarks.clients import ADAPTERS, ClientUnavailable, Endpoint
     from benchmarks.runtime import get_runtime
 
-    cls = ALL_ADAPTERS[config["client"]]
+    cls = ADAPTERS[config["client"]]
     os.environ.update(cls.env)
     try:
         cls.check_available()

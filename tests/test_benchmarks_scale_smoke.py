@@ -62,9 +62,9 @@ def test_scale_smoke(tmp_path: Path) -> None:
         assert row["gc_threshold"] == [5000, 10, 10], where  # set in the client's process
     # aiohttp speaks no HTTP/2; without the bench extra (.ci/run installs only the test one) it
     # is not there at all, and the row says which.
-    from benchmarks.clients import ALL_ADAPTERS
+    from benchmarks.clients import ADAPTERS
 
-    absent = ALL_ADAPTERS["aiohttp"].unavailable_reason()
+    absent = ADAPTERS["aiohttp"].unavailable_reason()
     assert rows[("h2", "10", "aiohttp")]["note"] == (absent or "no HTTP/2 support")
     h3 = rows[("h3", "10", "trio_retry")]
     assert h3["status"] == "ok" or "caddy" in h3["note"] or "aioquic" in h3["note"], h3

@@ -20,6 +20,7 @@ for a POST the server executed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -64,9 +65,13 @@ VARIANTS = {
 
 
 def _run_smoke(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    return _run_benchmarks(tmp_path, "--smoke", *extra)
+
+
+def _run_benchmarks(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out), *extra],
+        [sys.executable, "-m", "benchmarks", "--json", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -93,6 +98,8 @@ def _check_document(data: dict[str, Any]) -> None:
         "httpx_trio",
         "httpx_asyncio",
         "aiohttp",
+        "niquests",
+        "niquests_multiplexed",
         "h11_trio",
         "h2_trio",
         "trio_raw",
@@ -258,6 +265,45 @@ def test_benchmarks_smoke(tmp_path: Path, server: str) -> None:
     trio_retry = next(c for c in data["clients"] if c["name"] == "trio_retry")
     if not trio_retry["available"]:
         assert "trio_retry: not available" in output
+
+
+NIQUESTS_SCENARIOS = ("get_sequential", "h1_tls_concurrent_32", "h2_tls_streams_32")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("niquests") is None,
+    reason="niquests is in the bench extra (.ci/run installs only the test one)",
+)
+def test_niquests_rows(tmp_path: Path) -> None:
+    """niquests' rows of the throughput suite, each measured for a second (not a smoke count):
+    at its defaults over HTTP/1.1, HTTP/1.1 over TLS and HTTP/2 over TLS, multiplexed over
+    HTTP/2 only. A row that went over another protocol than its scenario's fails (the adapter
+    checks its first response), so "ok" means the protocol too."""
+    data, output = _run_benchmarks(
+        tmp_path,
+        *("--repeat", "1", "--min-time", "1", "--scale", "0.01"),
+        *("--quiet-wait", "0", "--noise-retries", "0"),
+        *("--scenarios", ",".join(NIQUESTS_SCENARIOS)),
+        *("--clients", "niquests,niquests_multiplexed"),
+    )
+    results = {(r["scenario"], r["client"]): r for r in data["results"]}
+    assert len(results) == 2 * len(NIQUESTS_SCENARIOS), output
+    for scenario in NIQUESTS_SCENARIOS:
+        rows = [results[(scenario, "niquests")]]
+        multiplexed = results[(scenario, "niquests_multiplexed")]
+        if scenario.startswith("h2"):
+            rows.append(multiplexed)
+        else:
+            assert multiplexed["status"] == "skipped", multiplexed
+            assert multiplexed["note"] == "HTTP/2-only client"
+        for row in rows:
+            where = f"{scenario} / {row['client']}: {row['note']}"
+            assert row["status"] == "ok", where
+            (run,) = row["runs"]
+            assert run["wall_s"] >= 1.0, where
+            assert run["requests"] > 0, where
+            assert run["errors"] == 0, where
+            assert run["cpu_ms_per_req"] > 0, where
 
 
 def test_benchmarks_list() -> None:
