@@ -178,3 +178,22 @@ async def test_a_keyed_request_is_not_sent_again_once_its_key_may_have_expired(
     assert len(server.requests) == 1
     assert caught.value.response is not None
     assert caught.value.response.status == 503
+
+
+async def test_a_keyed_call_that_failed_says_its_key_so_it_can_be_sent_again(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A keyed POST whose deadline ran out while the server held it (it may have run) fails
+    with ``DeadlineExceeded`` (the key made it retryable, so it is not ambiguous) and says the
+    key it generated: sent again with that key, the server can deduplicate it."""
+    server.script(Respond(201, delay=10.0), Respond(201, headers=[("idempotent-replayed", "true")]))
+    async with client(server) as c:
+        with pytest.raises(RequestFailed) as caught:
+            await c.post(server.url + "/pay", content=b"{}", idempotency_key=True, deadline=1.0)
+        assert caught.value.evidence is Evidence.SENT_NO_RESPONSE
+        key = caught.value.idempotency_key
+        assert key is not None
+        assert SF_UUID4.fullmatch(key), key
+        again = await c.post(server.url + "/pay", content=b"{}", idempotency_key=key)
+    assert again.replayed is True
+    assert keys(server) == [key, key]

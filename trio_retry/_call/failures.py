@@ -133,6 +133,7 @@ def key_reused(request: PreparedRequest, response: Response) -> RequestFailed:
         evidence=Evidence.RESPONSE_RECEIVED,
         attempts=response.attempts,
         decision=response.retry_decision,
+        idempotency_key=request.idempotency_key,
     )
     error.__cause__ = HTTPStatusError(
         f"client error 422 {response.reason} for {request.method} {request.url}",
@@ -200,10 +201,16 @@ def failure(
                 attempts=attempts,
                 decision=decision,
                 category=category,
+                idempotency_key=request.idempotency_key,
             )
         else:
             exc = kind(
-                message, evidence=evidence, attempts=attempts, decision=decision, category=category
+                message,
+                evidence=evidence,
+                attempts=attempts,
+                decision=decision,
+                category=category,
+                idempotency_key=request.idempotency_key,
             )
     # The underlying OS / protocol error when there is one; the wire's own error otherwise.
     cause = error.__cause__ if isinstance(error, WireError) else None

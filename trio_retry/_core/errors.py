@@ -52,7 +52,11 @@ class RequestFailed(TrioRetryError):
     non-idempotent request that may have run is never a ``RequestFailed``: that is
     :class:`HttpAmbiguousExecutionError`. ``.category`` and ``.attempts`` describe the last
     attempt and the whole trail; ``.decision`` is the engine's last decision (``None`` when it
-    was not consulted).
+    was not consulted). ``.idempotency_key`` is the ``Idempotency-Key`` the call's attempts
+    carried (``None``: none), as :class:`HttpAmbiguousExecutionError` says it: a key the client
+    generated (``idempotency_key=True``, ``Upstream(idempotency_keys="auto")``) is known to the
+    caller only from here, and sending the request again with ``idempotency_key=`` that value
+    lets the server deduplicate it (a keyed POST that timed out may have run).
     """
 
     def __init__(
@@ -63,12 +67,14 @@ class RequestFailed(TrioRetryError):
         attempts: Sequence[Attempt] = (),
         decision: Decision | None = None,
         category: FailureCategory | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         super().__init__(message)
         self.evidence = evidence
         self.attempts: list[Attempt] = list(attempts)
         self.decision = decision
         self.category = category
+        self.idempotency_key = idempotency_key
 
     def __str__(self) -> str:
         text = super().__str__()
@@ -145,9 +151,15 @@ class AdmissionRejected(RequestFailed):
         attempts: Sequence[Attempt] = (),
         decision: Decision | None = None,
         category: FailureCategory | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         super().__init__(
-            message, evidence=evidence, attempts=attempts, decision=decision, category=category
+            message,
+            evidence=evidence,
+            attempts=attempts,
+            decision=decision,
+            category=category,
+            idempotency_key=idempotency_key,
         )
         self.reason = reason
 
