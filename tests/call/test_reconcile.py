@@ -25,6 +25,7 @@ from trio_retry import (
     Reconciled,
     ReconcileOutcome,
     RetryAllowed,
+    RetryDenied,
     RetryPolicy,
     Upstream,
 )
@@ -48,9 +49,13 @@ class Asked:
         self.answer = answer
         self.reports: list[AmbiguityReport] = []
 
+        self.answers: list[Reconciled] = []
+
     async def __call__(self, report: AmbiguityReport) -> Reconciled:
         self.reports.append(report)
-        return await self.answer(report)
+        answer = await self.answer(report)
+        self.answers.append(answer)
+        return answer
 
 
 def fixed(reconciled: Reconciled) -> Asked:
@@ -90,6 +95,16 @@ async def test_executed_returns_the_response_the_reconciler_fetched(
         )
     assert response.status == 200
     assert response.json()["state"] == "executed"
+    # the call's trail, the attempt in doubt last; the look-up's own stays on its response
+    assert [(a.evidence, a.reconciled) for a in response.attempts] == [
+        (Evidence.SENT_NO_RESPONSE, asked.answers[0])
+    ]
+    (doubt,) = response.attempts
+    assert doubt.reconciled is not None
+    assert doubt.reconciled.outcome is ReconcileOutcome.EXECUTED
+    assert doubt.reconciled.response is not None
+    assert doubt.reconciled.response.request.method == "GET"
+    assert [a.status for a in doubt.reconciled.response.attempts] == [200]
     assert store.executions == ["pay-1"]
     assert len(server.requests) == 2  # the POST, once; the look-up
     (report,) = asked.reports
@@ -149,6 +164,29 @@ async def test_not_executed_with_no_attempt_left_is_a_plain_failure(
             await c.post(server.url + "/pay", content=b"{}")
     assert caught.value.evidence is Evidence.NOT_SENT
     assert server.executed_count() == 0
+
+
+async def test_not_executed_is_decided_on_the_time_left_after_reconciling(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The reconciler took 2 s of the call's 3 s: the engine decides again on the 1 s left
+    (below the 0.5 s backoff plus the 1 s an attempt needs: ``RetryDenied.deadline()``), not
+    on the 3 s there were when the attempt ended. Sent again, the POST would be in doubt at
+    the deadline, with no time left to reconcile it."""
+    server.script(CloseAfterHead(), Respond(201))
+
+    async def slowly(report: AmbiguityReport) -> Reconciled:
+        await trio.sleep(2.0)
+        return Reconciled.not_executed()
+
+    needs = RetryPolicy(backoff=QUICK.backoff, min_attempt_budget=1.0)
+    async with client(server, Asked(slowly), retry=needs) as c:
+        with pytest.raises(ConnectionBroken, match="reconciled as not executed") as caught:
+            await c.post(server.url + "/pay", content=b"{}", deadline=3.0)
+    assert trio.current_time() == pytest.approx(2.0, abs=0.01)
+    assert caught.value.decision == RetryDenied.deadline()
+    assert caught.value.evidence is Evidence.NOT_SENT
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("how", ["unknown", "raises", "not a Reconciled"])

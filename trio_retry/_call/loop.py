@@ -393,8 +393,18 @@ class _Retries:
             reconciler, self._request, [*attempts, doubt], context.status, self.deadline
         )
         if reconciled.outcome is ReconcileOutcome.NOT_EXECUTED:
+            # Decided on the time left now: the reconciler spent some of it (on the context's
+            # own, from when the attempt ended, a POST went again with too little left to
+            # be reconciled in turn, and was in doubt at the deadline).
+            now = self._ended = rt.now()
+            remaining = self.deadline - now
             decision = rt.config.engine.decide(
-                replace(context, reconciled=ReconcileOutcome.NOT_EXECUTED)
+                replace(
+                    context,
+                    reconciled=ReconcileOutcome.NOT_EXECUTED,
+                    remaining_deadline=remaining if math.isfinite(remaining) else None,
+                    budget_available=self._state.budget.available(now),
+                )
             )
         elif reconciled.outcome is ReconcileOutcome.EXECUTED:
             self.executed = True

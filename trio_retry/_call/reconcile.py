@@ -10,6 +10,7 @@ happened in ``Reconciled.detail``. Outer cancellation is not caught.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import trio
@@ -85,13 +86,21 @@ async def ask(
 
 def executed(request: PreparedRequest, attempts: Sequence[Attempt]) -> Response:
     """The answer of a call whose reconciler said its last attempt was executed: the response
-    the reconciler gave, else ``ExecutedWithoutResponse``."""
+    the reconciler gave, else ``ExecutedWithoutResponse``.
+
+    The response returned is a shallow copy of the reconciler's whose ``.attempts`` are the
+    call's trail (the attempt in doubt last, reconciled ``EXECUTED``), as any call's response
+    holds its own; the reconciler's response itself, with its look-up's attempts, stays in
+    that last attempt's ``.reconciled.response``. (Returned as it was, the caller lost the
+    call's trail: its ``.attempts`` were the look-up's.)"""
     last = attempts[-1]
     reconciled = reconciled_of(last)
     assert reconciled is not None
     assert reconciled.outcome is ReconcileOutcome.EXECUTED
     if reconciled.response is not None:
-        return reconciled.response
+        answer = copy.copy(reconciled.response)
+        answer.attempts = list(attempts)
+        return answer
     raise ExecutedWithoutResponse(
         f"{request.method} {request.url}: the server executed this request (its reconciler "
         f"said so after {last.evidence} at {last.stage}); it was not sent again, and there is "
