@@ -127,6 +127,45 @@ async def test_a_slow_server_that_answers_pings_keeps_its_connection(
     assert {r.connection_id for r in server.requests} == {1}
 
 
+async def test_a_request_that_gave_up_in_silence_leaves_its_connection_to_no_one(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A POST waits 1 s (``first_byte``) for its answer on a connection that then says nothing
+    at all: the connection is doubted at once (``DarkWatch.doubt``: no new stream, PINGed),
+    not after ``FIXED.read_idle``, so the reconciler's look-up goes on a new connection and
+    answers within the call's deadline; the silent connection, PINGed in vain, is closed."""
+    server.route("POST", "/order", StopReading(seconds=FOREVER))
+    server.route("GET", "/requests/o-1", Respond(200, body=b"paid"))
+    timeouts = trio_retry.StageTimeouts(first_byte=1.0)
+    async with client_for(server, retry=RetryPolicy(), stage_timeouts=timeouts) as client:
+        await client.get(server.url + "/warm")
+        start = trio.current_time()
+
+        async def look_up(report: trio_retry.AmbiguityReport) -> trio_retry.Reconciled:
+            found = await client.get(f"{server.url}/requests/{report.request_id}")
+            return trio_retry.Reconciled.executed(found)
+
+        with trio.fail_after(LIMIT):
+            response = await client.post(
+                server.url + "/order",
+                content=b"buy",
+                headers={"x-request-id": "o-1"},
+                deadline=3.0,
+                reconcile=look_up,
+            )
+        elapsed = trio.current_time() - start
+        await trio.sleep(PING + 1.0)  # the PING is not answered either: closed
+        after = await client.get(server.url + "/after")
+    assert response.content == b"paid"
+    assert elapsed == pytest.approx(1.0, abs=0.05)
+    (warm,) = connection_of(server, "/warm")
+    assert connection_of(server, "/order") == [warm]
+    (looked,) = connection_of(server, "/requests/o-1")
+    assert looked != warm
+    assert after.status == 200
+    assert connection_of(server, "/after") != [warm]  # the doubted one is gone
+
+
 # --- HTTP/3 ------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import trio
+
 from .._core.evidence import FailureCategory
 from .clock import FIXED, bound, seconds
 from .exchange import content_length
@@ -49,6 +51,7 @@ __all__ = [
     "PingPeer",
     "PooledConnection",
     "closed_while_connecting",
+    "gave_up",
     "interrupted",
     "request_headers",
     "unanswered_ping",
@@ -358,9 +361,33 @@ class DarkWatch:
             f"not even the answer to a PING sent after {silence.limit:g} s"
         )
 
+    def doubt(self) -> None:
+        """A request gave up waiting for its answer (a timeout, a cancellation: :func:`gave_up`)
+        with nothing received on the connection since it was sent: as telling as the
+        ``read_idle`` silence, so the same follows at once: the connection takes no new stream
+        (:attr:`suspect`) and is PINGed; anything received lifts that, nothing within
+        ``FIXED.read_idle_ping`` closes it. Without it, the request's retry or a reconciler's
+        look-up went on the same connection and waited in the same silence. Never blocks."""
+        peer = self._peer
+        timekeeper = peer.timekeeper
+        if self.suspect or peer.closed or timekeeper is None or not timekeeper.running:
+            return
+        self.stop()
+        self.suspect = True
+        peer.send_ping(0)
+        self._arm(timekeeper.dark[1])
+
     def _arm(self, lane: Lane) -> None:
         self._armed = lane
         lane.pending[self] = lane.now() + lane.limit
+
+
+def gave_up(exc: BaseException) -> bool:
+    """Whether a wait ended because the client stopped waiting (a timeout of its own, or a
+    cancellation), not because the connection said something."""
+    return isinstance(exc, trio.Cancelled) or (
+        isinstance(exc, WireError) and exc.category is FailureCategory.TIMEOUT
+    )
 
 
 def unanswered_ping(progress: AttemptProgress, protocol: str, limit: float) -> WireError:

@@ -53,6 +53,7 @@ from ..contract import (
     IdlePing,
     MultiplexedConnection,
     closed_while_connecting,
+    gave_up,
     request_headers,
 )
 from ..exchange import TRANSPORT_ERRORS, WireRequest, WireResponse
@@ -385,6 +386,7 @@ class HTTP2Connection:
             end_stream=isinstance(body, bytes) and not body,
             head_request=request.method == "HEAD",
         )
+        heard = self._idle.last_received  # (the last read before this request)
         try:
             # A request whose frames fit the windows is queued whole and not waited for
             # (``queue_whole``): its task wakes once, for the response. Its frames are the
@@ -392,8 +394,13 @@ class HTTP2Connection:
             if not (isinstance(body, bytes) and queue_whole(session, stream, body, progress)):
                 await write_body(session, stream, request, progress)
             return await read_head(stream, progress)
-        except BaseException:
+        except BaseException as exc:
             stream.abandon()
+            if self._idle.last_received == heard and gave_up(exc):
+                # It waited for its answer and gave up with nothing at all received since it
+                # was sent: the connection may have gone dark, and the next request (its
+                # retry, a reconciler's look-up) must not wait on it too (``DarkWatch.doubt``).
+                session.dark.doubt()
             raise
 
     # --- the reader and the writer -----------------------------------------------------------
