@@ -19,6 +19,10 @@ unknown length), the client's protocol at the proxy (``x-client-proto``), and th
 - ``deduplicated``: a POST whose key was already executed; answered 200 with no new side
   effect (what the ``Idempotency-Key`` draft asks of a server; the draft's stored response is
   not kept: no client here reads it);
+- ``in flight``: a POST whose key's first execution is still being answered (recorded, not
+  yet answered: its delay); answered ``409`` with no side effect and ``Retry-After: 0``, the
+  draft's "a request with the same key is still being processed" (§2.7), so a client sends it
+  again with the same key;
 - ``fenced``: an attempt of a request id that a look-up (below) already answered "not
   executed" for; answered ``409`` with no side effect, so that answer stays true when the
   attempt reaches the backend late (held in nginx, or in the network, while it was asked).
@@ -50,6 +54,7 @@ from benchmarks.exactly_once.records import LedgerEntry
 EXECUTED = "executed"
 DEDUPLICATED = "deduplicated"
 FENCED = "fenced"
+IN_FLIGHT = "in flight"
 LOOKUP = "/requests/"
 
 
@@ -64,6 +69,7 @@ class Ledger:
         self._entries: list[LedgerEntry] = []
         self._executed: dict[str, LedgerEntry] = {}  # request id -> its first execution
         self._fenced: dict[str, int] = {}  # request id -> attempts up to this one are fenced
+        self._in_flight: set[str] = set()  # keys whose first execution is not answered yet
 
     @property
     def entries(self) -> list[LedgerEntry]:
@@ -78,6 +84,8 @@ class Ledger:
             key = entry.key
             if _number(entry.attempt) <= self._fenced.get(entry.rid, 0):
                 result = FENCED
+            elif key is not None and key in self._in_flight:
+                result = IN_FLIGHT
             elif key is not None and key in self._keys:
                 result = DEDUPLICATED
             else:
@@ -85,12 +93,20 @@ class Ledger:
                 self._executed.setdefault(entry.rid, entry)
             if key is not None and result == EXECUTED:
                 self._keys[key] = entry.rid
+                self._in_flight.add(key)
             entry = dataclasses.replace(entry, result=result, t=time.time())
             self._entries.append(entry)
             if self._file is not None:
                 self._file.write(json.dumps(dataclasses.asdict(entry)) + "\n")
                 self._file.flush()
             return entry, len(self._entries)
+
+    def answered(self, entry: LedgerEntry) -> None:
+        """``entry`` (as :meth:`record` returned it) was answered, or its client went away: a
+        key it executed is no longer in flight."""
+        if entry.result == EXECUTED and entry.key is not None:
+            with self._lock:
+                self._in_flight.discard(entry.key)
 
     def look_up(self, rid: str, attempt: int) -> LedgerEntry | None:
         """The first execution of request id ``rid``, or ``None``: it was not executed, and
@@ -130,11 +146,19 @@ def make_handler(ledger: Ledger, seed: int, max_delay: float) -> type[BaseHTTPRe
                     client_proto=self.headers.get("x-client-proto"),
                 )
             )
-            if max_delay > 0:
-                time.sleep(random.Random(f"{seed}:{rid}:{attempt}").uniform(0.0, max_delay))
-            reply = b"%s %d" % (entry.result.encode(), count) if self.command == "GET" else body
-            status = 409 if entry.result == FENCED else 200
-            self._answer(status, reply, {"x-ledger": entry.result, "x-body-length": len(body)})
+            try:
+                if entry.result == IN_FLIGHT:
+                    headers = {"x-ledger": entry.result, "retry-after": 0}
+                    self._answer(409, b"in flight", headers)
+                    return
+                if max_delay > 0:
+                    time.sleep(random.Random(f"{seed}:{rid}:{attempt}").uniform(0.0, max_delay))
+                reply = b"%s %d" % (entry.result.encode(), count) if self.command == "GET" else body
+                status = 409 if entry.result == FENCED else 200
+                headers = {"x-ledger": entry.result, "x-body-length": len(body)}
+                self._answer(status, reply, headers)
+            finally:
+                ledger.answered(entry)
 
         def _look_up(self) -> None:
             rid, _, query = self.path[len(LOOKUP) :].partition("?")

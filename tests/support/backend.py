@@ -26,9 +26,11 @@ HOST = "127.0.0.1"
 class Backend:
     """Started by `start`, stopped by `stop`; `executions` is the ledger, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_delay: float = 0.0) -> None:
+        """``max_delay``: each answer comes after a delay drawn in [0, max_delay] s (the lab's
+        ``--max-delay``), once the request is on the ledger."""
         self._ledger = Ledger()
-        self._server = Server((HOST, 0), make_handler(self._ledger, seed=0, max_delay=0.0))
+        self._server = Server((HOST, 0), make_handler(self._ledger, seed=0, max_delay=max_delay))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
