@@ -26,8 +26,10 @@ The violations, each with the request id it concerns (:data:`VIOLATIONS`):
     the ledger shows it executed: the caller was told it failed, and it happened. A POST that
     reached the backend with a key (the workload's, or one the client added itself: trio_retry
     ``idempotency_key=True``) is not counted here: with the caller's key it is safe to send
-    again (``info``); with a key only the client held, a failure that may have run is *left
-    unknown* (as an ambiguous call is), one that says NOT_SENT is checked as such. A failure
+    again (``info``), and so when the failure handed the caller the key the client generated
+    (trio_retry ``RequestFailed.idempotency_key``); with a key only the client held, a failure
+    that may have run is *left unknown* (as an ambiguous call is), one that says NOT_SENT is
+    checked as such. A failure
     whose evidence says the request ran (trio_retry: ``PARTIAL_RESPONSE``, the response broke
     after its status line) is the truth, not counted here (``info["failed_saying_it_ran"]``).
 ``false_not_sent``
@@ -58,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.exactly_once.backend import EXECUTED, FENCED
+from benchmarks.exactly_once.backend import EXECUTED, FENCED, IN_FLIGHT
 from benchmarks.exactly_once.records import (
     GET,
     POST,
@@ -113,6 +115,9 @@ class Score:
     left_unknown: int = 0
     #: the reconciler's answers (trio_retry ``reconcile=``), per ReconcileOutcome name
     reconciled: dict[str, int] = field(default_factory=dict)
+    #: the calls left unknown after their reconciler was asked, each with why (what the
+    #: reconciler was given and got: :func:`_unsettled`); the lab adds the faults of its time
+    unsettled: list[dict[str, Any]] = field(default_factory=list)
     overrun_max: float = 0.0
     overrun_p99: float = 0.0
     sockets_left: int = 0
@@ -138,6 +143,7 @@ class Score:
             "ambiguous_split": self.ambiguous_split,
             "left_unknown": self.left_unknown,
             "reconciled": self.reconciled,
+            "unsettled": self.unsettled,
             "overrun_max": round(self.overrun_max, 4),
             "overrun_p99": round(self.overrun_p99, 4),
             "sockets_left": self.sockets_left,
@@ -185,6 +191,10 @@ def check(
             add(Violation(kind="post_twice", rid=call.rid, detail=f"executed {len(executed)}x"))
         if call.kind == GET and len(executed) > 1:
             info["get_executed_more_than_once"] += 1
+        in_flight = sum(1 for e in entries if e.result == IN_FLIGHT)
+        if in_flight:  # the draft's 409 "still being processed", and what the caller got
+            info["answered_409_in_flight"] += in_flight
+            info[f"409_in_flight_then_{call.outcome}"] += 1
         if call.outcome in _FAILURES and executed:
             if call.evidence in _RAN:
                 info["failed_saying_it_ran"] += 1
@@ -201,6 +211,8 @@ def check(
             elif call.kind != GET:  # it carried the caller's key: safe to send again
                 info["keyed_post_failed_but_executed"] += 1
         if call.outcome == "ambiguous" or _unknown_to_caller(call):
+            if any(a.reconciled for a in call.trail):
+                score.unsettled.append(_unsettled(call, executed))
             if executed:
                 split["executed"] += 1
             elif entries:
@@ -279,6 +291,26 @@ def _check_not_sent(
                 f"(attempts {sorted(reached)})",
             )
         )
+
+
+def _unsettled(call: CallRecord, executed: Sequence[LedgerEntry]) -> dict[str, Any]:
+    """A call left unknown although its reconciler was asked: when (the machine's clock, for
+    the faults of its time), how it went (each attempt: evidence at stage, and the
+    reconciler's answer with the seconds it was given and what its look-ups got) and what the
+    ledger says."""
+    return {
+        "rid": call.rid,
+        "kind": call.kind,
+        "proto": call.proto,
+        "started": round(call.started, 3),
+        "elapsed": round(call.elapsed, 3),
+        "ledger": f"executed {len(executed)}x",
+        "attempts": [
+            f"{a.number} {a.evidence}@{a.stage}"
+            + (f" -> {a.reconciled} in {a.time_left} s: {a.detail}" if a.reconciled else "")
+            for a in call.trail
+        ],
+    }
 
 
 def _unknown_to_caller(call: CallRecord) -> bool:

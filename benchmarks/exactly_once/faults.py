@@ -140,7 +140,9 @@ class Injector:
             except Exception as exc:
                 self.errors.append(f"undo {fault.describe()}: {exc}")
                 clear(self.lab)
-            self.applied.append({**asdict(fault), "began": round(began, 3)})
+            self.applied.append(
+                {**asdict(fault), "began": round(began, 3), "began_at": round(start + began, 3)}
+            )
 
     def _apply(self, fault: Fault, rng: random.Random) -> list[list[str]]:
         """Apply ``fault``; the commands that undo it."""
@@ -193,6 +195,23 @@ class Injector:
             run(lab.in_ns("ss", "-K", "-tn", "dst", lab.host_addr, "dport", "=", f":{port}"))
         else:
             run(["ss", "-K", "-tn", "dst", lab.server_addr, "sport", "=", f":{port}"])
+
+
+def during(applied: list[dict[str, Any]], started: float, elapsed: float) -> list[str]:
+    """The faults of ``applied`` (:attr:`Injector.applied`) in force at some moment of
+    [``started``, ``started + elapsed``] (the machine's monotonic clock), each as "kind for N
+    ms, from T s before (or after) the call's start"."""
+    out = []
+    for fault in applied:
+        began = fault.get("began_at")
+        if began is None:
+            continue
+        ended = began + fault["duration"]
+        if began <= started + elapsed and ended >= started:
+            out.append(
+                f"{fault['kind']} {fault['duration'] * 1000:.0f} ms from {began - started:+.2f} s"
+            )
+    return out
 
 
 def clear(lab: NetLab) -> None:

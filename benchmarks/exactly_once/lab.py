@@ -218,6 +218,8 @@ def run_lab(cfg: RunConfig, log: Callable[[str], None] = _print) -> dict[str, An
         }
         if run.available:
             entry["score"] = check(run, ledger, tolerance=cfg.tolerance, logged=logged).to_json()
+            for call in entry["score"]["unsettled"]:
+                call["faults"] = faults.during(applied, call["started"], call["elapsed"])
         clients.append(entry)
     binary = find_nginx()
     return {

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 import trio
 
 from benchmarks.adapter import BenchmarkedClient, Endpoint
+from benchmarks.exactly_once.reconciler import LedgerReconciler
 from benchmarks.exactly_once.records import GET, POST, CallRecord, TrailAttempt
 from benchmarks.exactly_once.workload import BODY, Call, CallFn, plan, run_asyncio, run_trio
 from benchmarks.worker import serve_config
@@ -51,6 +52,11 @@ from benchmarks.worker import serve_config
 RESULT_TAG = "EXACTLY-ONCE-RESULT "
 PATH = "/r"
 RETRY_ATTEMPTS = 3
+#: trio_retry_reconcile: the wait for an answer, as a share of the deadline (the backend
+#: answers within ``--max-delay``, 0.4 s; the rest of the deadline is the reconciler's), and
+#: the least share of it left for an attempt to start (``RetryPolicy(min_attempt_budget=)``)
+HEAD_SHARE = 0.3
+START_SHARE = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +104,7 @@ def record(
         evidence=evidence,
         trail=trail,
         client_key=client_key,
+        started=started,
     )
 
 
@@ -164,7 +171,10 @@ class TrioRetryPeer(Peer):
     requires = ("trio_retry",)
     #: ``idempotency_key=True`` on the POSTs that carry no key of the workload's
     auto_keys: ClassVar[bool] = False
-    #: ``reconcile=`` on every call: the ledger's look-up (``GET /requests/{id}``)
+    #: ``reconcile=`` on every call: the ledger's look-up (``GET /requests/{id}``,
+    #: :mod:`.reconciler`), each attempt's wait for its answer bounded to ``HEAD_SHARE`` of
+    #: the deadline (``StageTimeouts(first_byte=)``) so that the reconciler has time to ask,
+    #: and an attempt started only with ``START_SHARE`` of it left
     reconciles: ClassVar[bool] = False
 
     @asynccontextmanager
@@ -179,37 +189,56 @@ class TrioRetryPeer(Peer):
 
         hooks: trio_retry.EventHooks = {"request": [number_attempt]}
         ctx = cfg.context(["h2", "http/1.1"])
+        given: dict[str, Any] = {"event_hooks": hooks}
+        if self.reconciles:
+            # The guide's advice to a reconciler's user: leave it time, by bounding the wait
+            # for an answer below the deadline (a POST held to its deadline leaves none).
+            given["stage_timeouts"] = trio_retry.StageTimeouts(
+                connect=10, tls=10, write=30, first_byte=cfg.deadline * HEAD_SHARE, read=30
+            )
+            # ... and no attempt starts that could not leave it time in turn (a POST sent
+            # again after "not executed" with less left would be in doubt at the deadline)
+            given["retry"] = trio_retry.RetryPolicy(min_attempt_budget=cfg.deadline * START_SHARE)
         async with (
-            trio_retry.Client(event_hooks=hooks) as h1,
-            trio_retry.Client(http2=True, ssl_context=ctx, event_hooks=hooks) as h2,
-            trio_retry.Client(http2=True, http2_prior_knowledge=True, event_hooks=hooks) as h2c,
+            trio_retry.Client(**given) as h1,
+            trio_retry.Client(http2=True, ssl_context=ctx, **given) as h2,
+            trio_retry.Client(http2=True, http2_prior_knowledge=True, **given) as h2c,
         ):
             clients = {"h1": h1, "h2": h2, "h2c": h2c}
 
-            def trail(attempts: list[trio_retry.Attempt]) -> tuple[TrailAttempt, ...]:
+            def trail(
+                attempts: list[trio_retry.Attempt], asked: LedgerReconciler | None
+            ) -> tuple[TrailAttempt, ...]:
                 return tuple(
                     TrailAttempt(
                         number=a.number,
                         evidence=a.evidence.name,
                         stage=a.stage.name,
                         reconciled=None if a.reconciled is None else a.reconciled.outcome.name,
+                        **({} if a.reconciled is None or asked is None else asked.why(a)),
                     )
                     for a in attempts
                 )
 
             async def one(call: Call) -> CallRecord:
                 judged = await made(call)
-                if self.auto_keys and call.kind == POST:
+                if self.auto_keys and call.kind == POST and call.rid not in handed:
+                    # the key the client generated, which the caller does not hold
                     return dataclasses.replace(judged, client_key=True)
                 return judged
+
+            #: calls whose failure handed the caller the key the client generated
+            #: (RequestFailed.idempotency_key): the caller can send them again with it
+            handed: set[str] = set()
 
             async def made(call: Call) -> CallRecord:
                 client = clients[call.proto]
                 headers = {k: v for k, v in call.headers().items() if k != "idempotency-key"}
-                told: list[trio_retry.AmbiguityReport] = []  # what the reconciler was asked
                 options: dict[str, Any] = {}
+                asked = None
                 if self.reconciles:
-                    options["reconcile"] = ledger_reconciler(client, cfg.urls[call.proto], told)
+                    asked = LedgerReconciler(client, cfg.urls[call.proto])
+                    options["reconcile"] = asked
                 started = time.monotonic()
                 try:
                     if call.kind == GET:
@@ -228,30 +257,35 @@ class TrioRetryPeer(Peer):
                 except trio_retry.HttpAmbiguousExecutionError as exc:
                     return record(
                         call, cfg, started, "ambiguous", exc=exc, evidence=exc.evidence.name,
-                        trail=trail(exc.attempts),
+                        trail=trail(exc.attempts, asked),
                     )  # fmt: skip
                 except trio_retry.RequestFailed as exc:
+                    if exc.idempotency_key is not None:
+                        handed.add(call.rid)
                     return record(
                         call, cfg, started, "failed", exc=exc, evidence=exc.evidence.name,
-                        trail=trail(exc.attempts),
+                        trail=trail(exc.attempts, asked),
                     )  # fmt: skip
                 except trio_retry.TrioRetryError as exc:
                     return record(call, cfg, started, "failed", exc=exc)
                 except Exception as exc:
                     return record(call, cfg, started, "foreign", exc=exc)
-                if told and response.request.method != call.method:
+                if asked is not None and asked.told and response.request.method != call.method:
                     # the reconciler's look-up, returned as the call's answer (the reconciler
                     # said "executed"): the call's own trail is what the reconciler was told,
                     # the attempt in doubt last
-                    asked = trail(list(told[-1].attempts))
-                    executed = dataclasses.replace(asked[-1], reconciled="EXECUTED")
+                    told = trail(list(asked.told[-1].attempts), None)
+                    executed = dataclasses.replace(
+                        told[-1], reconciled="EXECUTED", **asked.why(asked.told[-1].attempts[-1])
+                    )
                     return record(
                         call, cfg, started, "ok", status=response.status,
-                        trail=(*asked[:-1], executed),
+                        trail=(*told[:-1], executed),
                     )  # fmt: skip
                 return record(
-                    call, cfg, started, "ok", status=response.status, trail=trail(response.attempts)
-                )
+                    call, cfg, started, "ok", status=response.status,
+                    trail=trail(response.attempts, asked),
+                )  # fmt: skip
 
             yield one
 
@@ -264,28 +298,6 @@ class TrioRetryReconcilePeer(TrioRetryPeer):
 class TrioRetryKeysPeer(TrioRetryPeer):
     name = label = "trio_retry_keys"
     auto_keys = True
-
-
-def ledger_reconciler(client: Any, base: str, told: list[Any]) -> Any:
-    """The reconciler of :class:`TrioRetryReconcilePeer`, as a user writes one against a status
-    look-up: ask the ledger (``GET /requests/{id}?attempt=N``, through the same client) about
-    the call's request id; 200 is executed (the call returns the record), 404 not executed
-    (the attempts asked about are then fenced: see :mod:`.backend`), anything else unknown.
-    Each report it is given is appended to ``told`` (the call's trail, when the call returns
-    the look-up's response, whose own ``.attempts`` are the look-up's)."""
-    import trio_retry
-
-    async def reconcile(report: trio_retry.AmbiguityReport) -> trio_retry.Reconciled:
-        told.append(report)
-        attempt = report.attempts[-1].number if report.attempts else 1
-        found = await client.get(f"{base}/requests/{report.request_id}?attempt={attempt}")
-        if found.status == 200:
-            return trio_retry.Reconciled.executed(found)
-        if found.status == 404:
-            return trio_retry.Reconciled.not_executed()
-        return trio_retry.Reconciled.unknown()
-
-    return reconcile
 
 
 # --- httpx on Trio -----------------------------------------------------------------------------

@@ -33,6 +33,12 @@ class TrailAttempt:
     #: what the call's reconciler answered about this attempt (a ReconcileOutcome name), if
     #: it was asked
     reconciled: str | None = None
+    #: why the answer was what it was, when the reconciler was asked: ``Reconciled.detail``
+    #: (the client's word: the reconciler raised, ran out of time...) or the lab reconciler's
+    #: own (what its look-ups got)
+    detail: str = ""
+    #: the seconds the reconciler was given (``AmbiguityReport.time_left``)
+    time_left: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +56,15 @@ class CallRecord:
     #: the client added an ``Idempotency-Key`` of its own (trio_retry ``idempotency_key=True``),
     #: which the caller does not hold
     client_key: bool = False
+    #: when the call started (``time.monotonic()``, the machine's clock: the faults'
+    #: ``began_at`` is on it too); 0.0 in a document from before it was recorded
+    started: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["trail"] = [
-            [a.number, a.evidence, a.stage] + ([a.reconciled] if a.reconciled else [])
+            [a.number, a.evidence, a.stage]
+            + ([a.reconciled, a.detail, a.time_left] if a.reconciled else [])
             for a in self.trail
         ]
         return out
@@ -62,7 +72,14 @@ class CallRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CallRecord:
         trail = tuple(
-            TrailAttempt(number=n, evidence=e, stage=s, reconciled=(r or [None])[0])
+            TrailAttempt(
+                number=n,
+                evidence=e,
+                stage=s,
+                reconciled=(r or [None])[0],
+                detail=r[1] if len(r) > 1 else "",
+                time_left=r[2] if len(r) > 2 else None,
+            )
             for n, e, s, *r in data["trail"]
         )
         return cls(**{**data, "trail": trail})

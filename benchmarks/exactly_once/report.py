@@ -121,6 +121,12 @@ def details(doc: dict[str, Any]) -> str:
             lines.append(f"{score['client']}: NOT_SENT contradicted by the ledger: {said}")
         for example in score["examples"][:5]:
             lines.append(f"{score['client']}: {example}")
+        for call in score.get("unsettled", ()):
+            lines.append(
+                f"{score['client']}: left unknown {call['rid']} {call['kind']} {call['proto']} "
+                f"({call['ledger']}, {call['elapsed']:.2f} s; faults: "
+                f"{', '.join(call.get('faults', ())) or 'none'}): {' | '.join(call['attempts'])}"
+            )
         if entry["fault_errors"]:
             lines.append(f"{score['client']}: faults that failed: {entry['fault_errors'][:3]}")
     return "\n".join(lines)

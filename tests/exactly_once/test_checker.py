@@ -250,3 +250,29 @@ def test_a_post_keyed_by_the_client_that_may_have_run_is_left_unknown() -> None:
     assert counts(score) == dict.fromkeys(VIOLATIONS, 0), score.violations
     assert score.left_unknown == before.left_unknown + 1
     assert score.ambiguous_split.get("executed", 0) == before.ambiguous_split.get("executed", 0) + 1
+
+
+def test_a_call_its_reconciler_left_unknown_is_recorded_with_why() -> None:
+    # what the reconciler was given and what its look-ups got, with when the call ran (the lab
+    # adds the faults of that time): the record of why it stayed unknown, kept in the score
+    run, ledger = recorded()
+    call = _first(run, ledger, POST)
+    doubt = TrailAttempt(
+        number=1,
+        evidence="SENT_NO_RESPONSE",
+        stage="AWAITING_RESPONSE",
+        reconciled="UNKNOWN",
+        detail="look-up DeadlineExceeded after 0.70 s",
+        time_left=1.4,
+    )
+    left = _replace(run, call, outcome="ambiguous", status=None, trail=(doubt,), started=12.5)
+    score = check(left, ledger)
+    (unsettled,) = [u for u in score.unsettled if u["rid"] == call.rid]
+    assert unsettled["started"] == 12.5
+    assert unsettled["ledger"] == "executed 1x"
+    assert unsettled["attempts"] == [
+        "1 SENT_NO_RESPONSE@AWAITING_RESPONSE -> UNKNOWN in 1.4 s: "
+        "look-up DeadlineExceeded after 0.70 s"
+    ]
+    rejudged = ClientRun.from_json(left.to_json())
+    assert next(c for c in rejudged.calls if c.rid == call.rid).trail == (doubt,)
