@@ -196,9 +196,9 @@ class TrioRetryPeer(Peer):
             given["stage_timeouts"] = trio_retry.StageTimeouts(
                 connect=10, tls=10, write=30, first_byte=cfg.deadline * HEAD_SHARE, read=30
             )
-            # ... and no attempt starts that could not leave it time in turn (a POST sent
-            # again after "not executed" with less left would be in doubt at the deadline)
-            given["retry"] = trio_retry.RetryPolicy(min_attempt_budget=cfg.deadline * START_SHARE)
+        # ... and no attempt of a POST starts that could not leave it time in turn (one sent
+        # again after "not executed" with less left would be in doubt at the deadline)
+        leaves_time = trio_retry.RetryPolicy(min_attempt_budget=cfg.deadline * START_SHARE)
         async with (
             trio_retry.Client(**given) as h1,
             trio_retry.Client(http2=True, ssl_context=ctx, **given) as h2,
@@ -252,6 +252,7 @@ class TrioRetryPeer(Peer):
                             headers=headers,
                             deadline=cfg.deadline,
                             idempotency_key=call.key or self.auto_keys or None,
+                            retry=leaves_time if self.reconciles else None,
                             **options,
                         )
                 except trio_retry.HttpAmbiguousExecutionError as exc:
