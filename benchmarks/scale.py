@@ -25,7 +25,9 @@ is stopped after three times that, and a client whose bursts would take longer a
 or need more memory than ``--max-memory-mb``, is not run at it: its row says so; a client that
 cannot take part (not installed, no such protocol) is a row saying why.
 ``--checkout PATH`` measures the trio_retry of another tree with this harness (before and
-after a change).
+after a change); ``--against PATH`` adds a tree measured in the same run, and ``--rounds R``
+measures every case R times, interleaved across the trees, and reports the medians
+(``benchmarks/scale_rounds.py``: the machine is shared and one run moves by ten per cent).
 
 ``--soak``: instead, each ``--soak-clients`` client makes a steady ``--soak-rate`` calls per
 second for ``--soak-seconds`` over ``--soak-protocol``; the runner samples the process's RSS
@@ -54,6 +56,7 @@ from benchmarks.child import spawn
 from benchmarks.memory import drift, fd_count, rss_mb
 from benchmarks.run import choose_cpus, machine_info
 from benchmarks.scale_report import chart, render_text, summarise
+from benchmarks.scale_rounds import render_rounds, run_rounds
 from benchmarks.scale_worker import RESULT_TAG
 from benchmarks.servers import (
     HOST,
@@ -162,6 +165,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--chart", metavar="PATH.svg", help="draw the figures (needs matplotlib)")
     p.add_argument("--checkout", metavar="PATH", default=str(PACKAGE_ROOT))
+    p.add_argument(
+        "--against",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="another tree's trio_retry, measured in the same run, interleaved round by round "
+        "with --checkout's (repeatable); see benchmarks/scale_rounds.py",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every case this many times, interleaved across the trees; the rows are "
+        "the medians (default 1)",
+    )
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--soak", action="store_true", help="the soak instead of the bursts")
     p.add_argument("--soak-seconds", type=float, default=180.0)
@@ -178,8 +196,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         for item in value:
             if item not in known:
                 p.error(f"{option}: unknown {item!r}; choose from {', '.join(known)}")
-    if not os.path.isfile(os.path.join(args.checkout, "trio_retry", "__init__.py")):
-        p.error(f"--checkout: no trio_retry package in {os.path.abspath(args.checkout)}")
+    for option, tree in (("--checkout", args.checkout), *(("--against", t) for t in args.against)):
+        if not os.path.isfile(os.path.join(tree, "trio_retry", "__init__.py")):
+            p.error(f"{option}: no trio_retry package in {os.path.abspath(tree)}")
+    if args.rounds < 1:
+        p.error(f"--rounds: at least 1, got {args.rounds}")
     if args.cases is None:
         args.cases = parse_cases(SMOKE_CASES if args.smoke else DEFAULT_CASES)
     if args.min_calls is None:
@@ -497,16 +518,23 @@ def main(argv: list[str] | None = None) -> int:
     _progress(f"scale: {mode}, {what}; {pin_note}; trio_retry from {checkout} ({revision})")
     runs: list[dict[str, Any]] = []
     soaks: list[dict[str, Any]] = []
+    interleaved: dict[str, Any] | None = None  # --rounds, --against (scale_rounds.py)
     try:
         with servers(args, server_cpu) as (endpoints, missing, versions):
             if args.soak or args.smoke:
                 soaks = run_soaks(args, endpoints, missing, client_cpu)
-            if not args.soak:
+            if not args.soak and (args.rounds > 1 or args.against):
+                interleaved = run_rounds(
+                    args, lambda one: run_bursts(one, endpoints, missing, client_cpu)
+                )
+            elif not args.soak:
                 runs = run_bursts(args, endpoints, missing, client_cpu)
     except ServerUnavailable as exc:
         print(f"benchmarks.scale needs nginx: {exc}", file=sys.stderr)
         return 2
-    rows = summarise(runs, args.reference)
+    rows = (
+        summarise(runs, args.reference) if interleaved is None else interleaved["trees"][0]["rows"]
+    )
     header = (
         f"scale ({mode}; nginx {versions.get('nginx', '-')} with {H2_STREAMS} streams per "
         f"HTTP/2 connection; caddy {versions.get('caddy', '-')}; {pin_note}); "
@@ -514,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print(render_text(rows, soaks, args.reference))
+    if interleaved is not None:
+        print(render_rounds(interleaved, args.rounds))
     if args.chart:
         print(chart(rows, soaks, args.chart, header))
     print(f"total time {time.monotonic() - started:.1f}s")
@@ -533,10 +563,14 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "soaks": soaks,
         }
+        if interleaved is not None:
+            document.update(rounds=args.rounds, trees=interleaved["trees"])
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, indent=1))
         print(f"JSON written to {path}")
+    if interleaved is not None:
+        rows = [row for tree in interleaved["trees"] for row in tree["rows"]]
     failed = [r for r in [*rows, *soaks] if r["status"] == "failed"]
     return 1 if failed else 0
 

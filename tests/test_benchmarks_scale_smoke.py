@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import scale
+from benchmarks import scale, scale_rounds
 from benchmarks.nginx import find_nginx
 from benchmarks.scale_report import summarise
 
@@ -121,3 +121,49 @@ def test_ratio_to_the_reference_case() -> None:
     ]
     ratios = [row["x_ref"] for row in summarise(runs, 1000)]
     assert ratios == [1.0, pytest.approx(1.2), pytest.approx(1.5), None, 1.0, 2.0]
+
+
+def test_rounds_are_reported_as_medians() -> None:
+    """--rounds: a row's figures are the medians of its rounds, its x ref the median of the
+    ratios each round measured (with their range); a row failed in any round is failed."""
+
+    def row(calls: int, cpu: float, gc: float, status: str = "ok") -> dict[str, Any]:
+        return {
+            "protocol": "h2",
+            "client": "trio_retry",
+            "case": str(calls),
+            "calls": calls,
+            "connections": calls,
+            "status": status,
+            "note": "" if status == "ok" else "boom",
+            "cpu_us_per_call": cpu,
+            "gc_us_per_call": gc,
+        }
+
+    rounds = [
+        summarise([row(1000, 100.0, 10.0), row(10000, 150.0, 50.0)], 1000),
+        summarise([row(1000, 80.0, 12.0), row(10000, 160.0, 40.0)], 1000),
+        summarise([row(1000, 90.0, 11.0), row(10000, 117.0, 45.0, "failed")], 1000),
+    ]
+    low, high = scale_rounds.medians(rounds)
+    assert (low["cpu_us_per_call"], low["gc_us_per_call"], low["x_ref"]) == (90.0, 11.0, 1.0)
+    assert low["cpu_us_per_call_rounds"] == [100.0, 80.0, 90.0]
+    assert (high["status"], high["note"]) == ("failed", "boom")
+    ok = scale_rounds.medians(rounds[:2])[1]
+    assert ok["cpu_us_per_call"] == 155.0
+    assert ok["x_ref"] == pytest.approx((1.5 + 2.0) / 2)
+    assert ok["x_ref_range"] == [1.5, 2.0]
+    assert "1.75x [1.50-2.00]" in scale_rounds.render_rounds(
+        {"trees": [{"checkout": "/a", "revision": "a", "rows": scale_rounds.medians(rounds[:2])}]},
+        2,
+    )
+
+
+def test_rounds_and_trees_parse(tmp_path: Path) -> None:
+    args = scale.parse_args(["--rounds", "3", "--against", str(ROOT), "--against", str(ROOT)])
+    assert args.rounds == 3
+    assert scale_rounds.trees(args) == [str(ROOT)] * 3
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--against", str(tmp_path)])  # no trio_retry there
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--rounds", "0"])
