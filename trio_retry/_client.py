@@ -15,11 +15,11 @@ from __future__ import annotations
 import inspect
 import math
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial, wraps
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
+    from ._call.answer import Closer
     from ._call.loop import send, send_following
     from ._call.sse import EventStream
 
@@ -248,54 +249,55 @@ class Client:
         ``trio.Cancelled`` propagates unchanged: an interrupted HTTP/1.1 connection is closed
         (never reused), an interrupted HTTP/2 stream is reset, and the pool stays consistent.
         """
-        return await self._call(method, url, options)
+        return (await self._call(method, url, options))[0]
 
-    async def _call(self, method: str, url: str | URL, options: RequestOptions) -> Response:
+    def _call(
+        self, method: str, url: str | URL, options: RequestOptions
+    ) -> Coroutine[Any, Any, tuple[Response, Closer | None]]:
         """:meth:`request` with its options as one dict: the verbs' path, so that
-        ``get(url, **options)`` does not unpack and pack them again on the way."""
+        ``get(url, **options)`` does not unpack and pack them again on the way. A plain method
+        that returns the retry loop's coroutine, for the verb to await (the response is the
+        first of its pair): no frame of its own while the call is in flight (issue #41)."""
         request = self._prepare(method, url, options)
-        # One coroutine layer less on every await of a call that does not follow redirects.
         if request.follow_redirects:
-            response, _ = await send_following(self._rt, request, streaming=False)
-        else:
-            response, _ = await send(self._rt, request, streaming=False, first_hop=True)
-        return response
+            return send_following(self._rt, request, streaming=False)
+        return send(self._rt, request, streaming=False, first_hop=True)
 
     async def get(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("GET", url, ...)``: retried on any evidence that allows it (GET is safe).
         Cancellation: as :meth:`request`."""
-        return await self._call("GET", url, options)
+        return (await self._call("GET", url, options))[0]
 
     async def head(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("HEAD", url, ...)``; the response has no body. Cancellation: as
         :meth:`request`."""
-        return await self._call("HEAD", url, options)
+        return (await self._call("HEAD", url, options))[0]
 
     async def options(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("OPTIONS", url, ...)``. Cancellation: as :meth:`request`."""
-        return await self._call("OPTIONS", url, options)
+        return (await self._call("OPTIONS", url, options))[0]
 
     async def post(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("POST", url, ...)``: not idempotent unless ``idempotency_key`` or
         ``idempotency`` says so, so a POST that may have run raises
         ``HttpAmbiguousExecutionError`` instead of being sent again. Cancellation: as
         :meth:`request` (the server may have received the request)."""
-        return await self._call("POST", url, options)
+        return (await self._call("POST", url, options))[0]
 
     async def put(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("PUT", url, ...)`` (idempotent by default). Cancellation: as
         :meth:`request`."""
-        return await self._call("PUT", url, options)
+        return (await self._call("PUT", url, options))[0]
 
     async def patch(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("PATCH", url, ...)``: not idempotent unless told otherwise (as
         :meth:`post`). Cancellation: as :meth:`request`."""
-        return await self._call("PATCH", url, options)
+        return (await self._call("PATCH", url, options))[0]
 
     async def delete(self, url: str | URL, **options: Unpack[RequestOptions]) -> Response:
         """``request("DELETE", url, ...)`` (idempotent by default). Cancellation: as
         :meth:`request`."""
-        return await self._call("DELETE", url, options)
+        return (await self._call("DELETE", url, options))[0]
 
     def stream(
         self, method: str, url: str | URL, **options: Unpack[RequestOptions]
@@ -450,7 +452,8 @@ def _load_the_call_loop() -> None:
     call pays a plain global lookup for them, as for any import."""
     global send, send_following
     if "send" not in globals():
-        from ._call.loop import send, send_following
+        pass
+    from ._call.loop import send, send_following
 
 
 def _unknown_option(

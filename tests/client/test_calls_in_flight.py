@@ -165,3 +165,73 @@ async def test_no_coroutine_of_a_call_connecting_keeps_closure_cells() -> None:
     finally:
         filler.close()
         listener.close()
+
+
+#: GC-tracked objects a call queued in the pool holds, its task and the test's own coroutine
+#: included (issue #41: 28.9 with the attempt's cancel scope and what it brings, the waiter's
+#: bound abort method, an opener object, the frames of Client._call and the pool's sleep, and
+#: the call's list of attempts before its first ended; 16.9 without them).
+QUEUED_OBJECTS = 17
+
+
+@pytest.mark.parametrize("protocol", ["h1", "h2"])
+async def test_a_call_queued_for_a_connection_holds_few_objects(
+    protocol: str, nursery: trio.Nursery
+) -> None:
+    """What a queued call holds, counted as the objects that ``QUEUED`` more calls queued
+    behind ``HELD`` add; among them no cancel scope: ``drain()`` and ``aclose()`` end its
+    wait through the pool (``tests/call/test_drain.py``)."""
+    release = trio.Event()
+
+    async def wait_for_word(request: RecordedRequest) -> Respond:
+        await release.wait()
+        return Respond(200, body=b"ok")
+
+    server = FaultServer(tls=protocol == "h2", max_concurrent_streams=HELD)
+    server.route("GET", "/held", wait_for_word)
+    await nursery.start(server.serve)
+    client = Client(
+        retry=ONE,
+        http2=protocol == "h2",
+        max_connections=HELD if protocol == "h1" else 1,
+        ssl_context=server.client_ssl_context() if protocol == "h2" else None,
+    )
+    queued = 40
+    census: list[dict[str, int]] = []
+
+    def take_census() -> None:
+        gc.collect()
+        counts: dict[str, int] = {}
+        for obj in gc.get_objects():
+            name = type(obj).__qualname__
+            counts[name] = counts.get(name, 0) + 1
+        census.append(counts)
+
+    async with client:
+
+        async def one() -> None:
+            assert (await client.get(server.url + "/held")).status == 200
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as calls:
+                for _ in range(HELD):
+                    calls.start_soon(one)
+                while len(server.requests) < HELD:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.05)
+                take_census()
+                for _ in range(queued):
+                    calls.start_soon(one)
+                while client.pool.waiting < queued:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.05)
+                take_census()
+                assert len(server.requests) == HELD
+                release.set()
+    before, after = census
+    grown = {name: after.get(name, 0) - count for name, count in before.items()}
+    grown.update({name: count for name, count in after.items() if name not in before})
+    per_call = sum(grown.values()) / queued
+    held = sorted((-count, name) for name, count in grown.items() if count > 0)
+    assert per_call <= QUEUED_OBJECTS, f"{per_call:.1f} per queued call: {held[:20]}"
+    assert grown.get("CancelScope", 0) <= 0, held

@@ -7,10 +7,11 @@ import trio
 import trio.testing
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
+from trio_retry._wire.contract import PooledConnection
 from trio_retry._wire.pool import ConnectionPool
-from trio_retry._wire.progress import WireError
+from trio_retry._wire.progress import AttemptProgress, WireError
 
-from .fakes import Driver
+from .fakes import Driver, FakeConnection
 
 
 def pool_of(max_connections: int, per_origin: int | None = None) -> ConnectionPool:
@@ -292,3 +293,86 @@ async def test_a_connection_that_takes_streams_again_serves_its_waiters_at_once(
     assert [(c.state, c.conn) for c in waiting] == [("holding", conn), ("holding", conn)]
     assert first.state == "holding"
     driver.check_invariants()
+
+
+def _draining() -> WireError:
+    return WireError(
+        "draining", stage=Stage.POOL, evidence=Evidence.NOT_SENT, category=FailureCategory.ADMISSION
+    )
+
+
+async def test_unscoped_acquire_ends_a_waiter_granted_just_before_fail_waiters(
+    nursery: trio.Nursery,
+) -> None:
+    """``acquire(scopes=...)`` (a caller with no cancel scope of its own): ``fail_waiters()``
+    also ends a waiter granted a connection that has not run since; it goes back."""
+    pool = pool_of(1)
+    pool.bind(nursery)
+    conn = FakeConnection("a", multiplexed=False)
+    scopes: dict[trio.CancelScope, AttemptProgress] = {}
+
+    async def opener(progress: AttemptProgress) -> PooledConnection:
+        return conn
+
+    held = await pool.acquire("a", AttemptProgress(trio.current_time()), opener, scopes=scopes)
+    assert held is conn
+    assert scopes == {}  # (its opening's scope, gone with it)
+    outcome: list[object] = []
+
+    async def second() -> None:
+        try:
+            progress = AttemptProgress(trio.current_time())
+            outcome.append(await pool.acquire("a", progress, opener, scopes=scopes))
+        except WireError as exc:
+            outcome.append(exc)
+
+    nursery.start_soon(second)
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.waiting == 1
+    pool.release(conn)  # handed to the waiter, which has not run since
+    assert pool.fail_waiters(_draining) == 0  # no one is waiting any more
+    await trio.testing.wait_all_tasks_blocked()
+    (error,) = outcome
+    assert isinstance(error, WireError), error
+    assert "draining" in str(error)
+    assert (error.evidence, error.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
+    assert "0 active, 1 idle, 0 waiting" in repr(pool)
+
+
+async def test_unscoped_acquire_opens_its_slot_in_a_scope_of_the_callers_registry(
+    nursery: trio.Nursery,
+) -> None:
+    """A slot granted through ``acquire(scopes=...)`` is opened in a cancel scope registered
+    in ``scopes`` while it opens; cancelled (``aclose()`` cancels them), it ends as a
+    ``WireError`` (``NOT_SENT``) and the slot is free again."""
+    pool = pool_of(1)
+    pool.bind(nursery)
+    scopes: dict[trio.CancelScope, AttemptProgress] = {}
+    opening = trio.Event()
+    progress = AttemptProgress(trio.current_time())
+    outcome: list[WireError] = []
+
+    async def opener(progress: AttemptProgress) -> PooledConnection:
+        opening.set()
+        await trio.sleep_forever()
+        raise AssertionError("not reached")
+
+    async def call() -> None:
+        try:
+            await pool.acquire("a", progress, opener, scopes=scopes)
+        except WireError as exc:
+            outcome.append(exc)
+
+    nursery.start_soon(call)
+    await opening.wait()
+    assert list(scopes.values()) == [progress]
+    assert "1 active, 0 idle, 0 waiting" in repr(pool)
+    next(iter(scopes)).cancel()
+    await trio.testing.wait_all_tasks_blocked()
+    (error,) = outcome
+    assert (error.evidence, error.category) == (
+        Evidence.NOT_SENT,
+        FailureCategory.CONNECTION_BROKEN,
+    )
+    assert scopes == {}
+    assert "0 active, 0 idle, 0 waiting" in repr(pool)

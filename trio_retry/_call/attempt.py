@@ -20,10 +20,13 @@ The call deadline (``request.deadline``) bounds the whole attempt through the on
 time (``_wire/clock.py``, :class:`~trio_retry._wire.clock.DeadlineBound`): on the client's
 deadline lane when the attempt runs on a pooled connection taken at once (the connection then
 ends the attempt's waits when it passes), in a cancel scope otherwise, which ``aclose()`` and
-``drain()`` may also cancel. The common case needs neither: with no call deadline and nothing
-to wait for but a pooled connection ready at once (no bulkhead wait, no auth callback, no
-hook, a body in memory), every wait is on that connection, and ``aclose()`` closing it ends
-those waits as promptly (a scope costs more than the rest of a small request's bookkeeping).
+``drain()`` may also cancel. The common case needs neither: with no call deadline and no wait
+to be admitted (no bulkhead wait, no auth callback, no hook, a body in memory), a wait for a
+connection is in the pool, which ``drain()`` and ``aclose()`` end there; a connection the
+attempt opens itself is opened in a scope ``aclose()`` cancels, for as long as it opens; and
+every later wait is on that connection, which ``aclose()`` closing ends as promptly (a scope
+costs more than the rest of a small request's bookkeeping, and at 10,000 calls at once it is
+a quarter of what a call queued in the pool holds: issue #41).
 
 The connection and the permit are given back before :meth:`AttemptRun.run` returns, except
 for a streamed response whose body the caller has yet to read: its result's ``held`` is the
@@ -35,8 +38,8 @@ write into it.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -50,7 +53,7 @@ from .._wire.contract import PooledConnection
 from .._wire.exchange import WireRequest, WireResponse
 from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
-from .connect import Dial
+from .connect import PoolKey
 from .failures import CLOSED_IN_FLIGHT
 from .headers import attempt_headers, fixed_headers
 from .prepare import PreparedRequest
@@ -68,6 +71,7 @@ __all__ = ["AttemptRun"]
 
 _BUFFERED_HINT = "; raise the limit or use client.stream() to read it in chunks"
 _INF = math.inf
+_ADM = FailureCategory.ADMISSION  # (a global: an enum attribute is slow on Python 3.11)
 
 
 class AttemptRun:
@@ -81,6 +85,7 @@ class AttemptRun:
         "_conn",
         "_error",
         "_held",
+        "_key",
         "_number",
         "_permit",
         "_progress",
@@ -94,6 +99,7 @@ class AttemptRun:
         "_state",
         "_streaming",
         "_traced_run",
+        "_unscoped",
     )
 
     def __init__(
@@ -135,6 +141,10 @@ class AttemptRun:
         self._proxy: ProxyConfig | None = None
         #: A continuation of a broken body: the byte it asks the rest from (``_call/resume.py``).
         self._range_start = range_start
+        #: The attempt runs in no cancel scope of its own (:meth:`_ready`).
+        self._unscoped = False
+        #: The pool it draws from (``Connector.key_for``), once it asks the pool.
+        self._key: PoolKey | None = None
 
     def run(self) -> Awaitable[AttemptResult]:
         """The attempt (see the module docstring), to be awaited once; its value says how it
@@ -206,9 +216,12 @@ class AttemptRun:
         return trace.current
 
     def _ready(self) -> bool:
-        """Whether the attempt goes without a bound of its own: no call deadline and a pooled
-        connection (with a bulkhead permit) taken at once. Also takes the connection (and
-        permit) for an attempt with a call deadline that may ride the deadline lane."""
+        """Whether the attempt goes without a cancel scope of its own (the module docstring):
+        no call deadline and no wait to be admitted (a bulkhead permit free now, no breaker or
+        throttle, no auth callback, no hook, a body in memory). Without a pooled connection
+        ready, it waits in the pool (``acquire(scopes=...)``): ``_unscoped``. Takes the
+        connection (and permit) at once where one is ready, also for an attempt with a call
+        deadline that may ride the deadline lane."""
         rt = self._rt
         request = self._request
         state = self._state
@@ -230,11 +243,13 @@ class AttemptRun:
                 self._conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self._progress)
             else:
                 self._permit = try_admit(state)
-                if self._permit is not None:
-                    self._conn = rt.pool.take_idle(
-                        rt.connector.key_for(origin, proxy), self._progress
-                    )
-        return unbounded and self._conn is not None
+                if self._permit is None:
+                    return False
+                self._conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self._progress)
+            if unbounded and self._conn is None:
+                self._unscoped = True
+            return unbounded
+        return False
 
     async def _bounded(self) -> AttemptResult:
         """The attempt within its call deadline (:class:`DeadlineBound`: the deadline lane on
@@ -335,13 +350,27 @@ class AttemptRun:
             conn = self._conn  # taken already by an attempt that found one ready
             if conn is None:
                 connector = rt.connector
-                key = connector.key_for(origin, proxy)
-                conn = await rt.pool.acquire(
-                    key,
-                    progress,
-                    Dial(connector, url, proxy, key),
-                    expect_multiplexed=connector.expect_multiplexed(origin, via_proxy, key),
-                )
+                key = self._key = connector.key_for(origin, proxy)
+                expect = connector.expect_multiplexed(origin, via_proxy, key)
+                draining = rt.draining
+                try:  # (the run itself is the pool's opener: __call__)
+                    if self._unscoped:  # (its wait is ended through the pool: _ready)
+                        conn = await rt.pool.acquire(
+                            key, progress, self, expect_multiplexed=expect, scopes=rt.scopes
+                        )
+                    else:
+                        conn = await rt.pool.acquire(key, progress, self, expect_multiplexed=expect)
+                except WireError as exc:
+                    if self._unscoped and (
+                        (rt.draining and not draining and exc.category is _ADM)
+                        or (rt.drained and progress in rt.drained)
+                    ):
+                        # drain() or aclose() ended its wait in the pool (or the opening of a
+                        # slot still at POOL): as its scope's cancellation would have (_bounded).
+                        rt.drained.discard(progress)
+                        self._error = _drained(request, progress, closed=rt.closed)
+                        return self._result()
+                    raise
                 self._conn = conn
                 if rt.drained and progress in rt.drained:
                     # drain() cancelled the wait just as a connection was granted: stop before
@@ -412,6 +441,15 @@ class AttemptRun:
             if not (finished and self._held):
                 self._give_back()
         return self._result()
+
+    def __call__(self, progress: AttemptProgress) -> Coroutine[Any, Any, PooledConnection]:
+        """The pool's opener (``contract.Opener``) for this attempt: a new connection to its
+        origin, through its proxy, for its pool. The run itself, which its waiter holds
+        anyway, rather than an object of its own held while it waits (issue #41)."""
+        assert self._key is not None
+        return self._rt.connector.open(
+            progress, url=self._request.url, proxy=self._proxy, pool_key=self._key
+        )
 
     def end(self, read_to_end: bool = False) -> None:
         """Give back what a streamed response still holds (idempotent): when ``read_to_end``,

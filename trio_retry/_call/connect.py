@@ -13,8 +13,7 @@ from __future__ import annotations
 import ssl
 import time
 import warnings
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import trio
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from .._wire.http11 import HTTP11Connection
     from .h3route import QuicRoutes
 
-__all__ = ["Connector", "Dial", "PoolKey", "TransportOpener", "pool_key"]
+__all__ = ["Connector", "PoolKey", "TransportOpener", "pool_key"]
 
 #: What a pool is keyed by: an origin, or (cleartext through a proxy) the proxy's address.
 PoolKey: TypeAlias = "Origin | tuple[str, str, str, int]"
@@ -71,28 +70,6 @@ def pool_key(origin: Origin, proxy: ProxyConfig | None) -> PoolKey:
     if proxy is not None and proxy.forwards and not origin.tls:
         return ("proxy", proxy.scheme, proxy.host, proxy.port)
     return origin
-
-
-class Dial:
-    """The pool's opener for one attempt (``contract.Opener``): ``dial(progress)`` is
-    ``connector.open(progress, url=url, proxy=proxy, pool_key=key)``.
-
-    One object, held while the attempt waits in the pool. ``functools.partial`` of the bound
-    method was three (the partial, its keywords' dict, the bound method), each visited by every
-    pass of the garbage collector, for each of thousands of calls queued at once (issue #41)."""
-
-    __slots__ = ("connector", "key", "proxy", "url")
-
-    def __init__(
-        self, connector: Connector, url: URL, proxy: ProxyConfig | None, key: PoolKey
-    ) -> None:
-        self.connector = connector
-        self.url = url
-        self.proxy = proxy
-        self.key = key
-
-    def __call__(self, progress: AttemptProgress) -> Coroutine[Any, Any, PooledConnection]:
-        return self.connector.open(progress, url=self.url, proxy=self.proxy, pool_key=self.key)
 
 
 class Connector:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -83,6 +83,9 @@ __all__ = ["send", "send_following"]
 #: (a global: on Python 3.11 an enum class attribute costs a ``__getattr__`` hook)
 _RECEIVED = Evidence.RESPONSE_RECEIVED
 _NOT_SENT = Evidence.NOT_SENT
+#: A call's trail before its first attempt ended (``send``): empty, and never written to (a
+#: tuple: an append would fail loudly, not add to every call's).
+_NONE_YET = cast("list[Attempt]", ())
 
 
 async def send_following(
@@ -139,7 +142,9 @@ async def send(
     hedged = request.hedging is not None or state.upstream.hedging is not None
     ledger = hedge_ledger(request, state, started) if hedged else None
     guarded = state.guarded or ledger is not None
-    attempts: list[Attempt] = []
+    # The call's trail, made when its first attempt ends (a hedged call's at once: its copies
+    # add to it), so that a call waiting for its first connection holds no list (issue #41).
+    attempts = [] if ledger is not None else _NONE_YET
     retries: _Retries | None = None  # the failure path's state, made at the first failure
 
     while True:
@@ -154,6 +159,8 @@ async def send(
             )
         else:
             result = await AttemptRun(rt, request, state, progress, streaming, number).run()
+            if attempts is _NONE_YET:
+                attempts = []
         ended = rt.now()
         wire = result.response
         if wire is not None and result.error is None and wire.status < FINAL_BELOW:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .._core.evidence import Stage
+from .._core.errors import RejectReason
+from .._core.evidence import Evidence, FailureCategory, Stage
 from .._wire.pool import ConnectionPool
-from .._wire.progress import AttemptProgress
+from .._wire.progress import AttemptProgress, WireError
 from .._wire.timekeeper import Timekeeper
 from .config import ClientConfig
 from .connect import Connector
@@ -117,3 +118,19 @@ class Runtime:
             if progress.stage <= Stage.POOL:
                 self.drained.add(progress)
                 scope.cancel()
+        # The attempts waiting in the pool with no scope of their own (``AttemptRun._ready``):
+        # each sees an error it reports as drained. (After the scopes: an attempt whose scope
+        # was just cancelled is no longer parked, and reports its cancellation.)
+        self.pool.fail_waiters(_drained_wait)
+
+
+def _drained_wait() -> WireError:
+    """What ``drain()`` ends a wait in the pool with: nothing was sent (the attempt reports
+    it with its own request's words, ``attempt._drained``)."""
+    return WireError(
+        "the client is draining",
+        stage=Stage.POOL,
+        evidence=Evidence.NOT_SENT,
+        category=FailureCategory.ADMISSION,
+        reason=RejectReason.DRAINING,
+    )

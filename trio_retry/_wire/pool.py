@@ -189,21 +189,123 @@ class ConnectionPool:
         opener: Opener,
         *,
         expect_multiplexed: bool = False,
+        scopes: dict[trio.CancelScope, AttemptProgress] | None = None,
     ) -> PooledConnection:
         """A connection for ``origin``: a usable pooled one, a shared or new one.
 
         Waits at most ``pool_timeout`` in the queue (then ``WireError(POOL_TIMEOUT)``,
         ``NOT_SENT``); the wait for an HTTP/2 connection being opened is bounded by the
-        opening itself (its connect and TLS timeouts) and the caller's deadline.
+        opening itself (its connect and TLS timeouts) and the caller's deadline: a waiter's
+        ``pool_timeout`` counts from its arrival or from the end of the last opening it
+        shared, whichever came later. The limit is kept on the client's timekeeper (its pool
+        lane: the waiter is the entry, woken by :meth:`.Waiter.expire` when it falls due), not
+        by a cancel scope per waiter (at 10,000 calls at once, 9,000 wait for an HTTP/2
+        stream, and a scope each was about a fifth of their cost, issue #41); in a scope
+        (``clock.until``) when there is no timekeeper running, or when a restarted limit would
+        fall due before waits armed since (the lane stays in due order). An opening does not
+        touch its waiters' timers (one per waiter: the cost of an opening would be its number
+        of waiters); each waiter looks when its own runs out (:func:`_restart`).
         ``progress.connection_reused`` says whether the connection served a request before.
         Failures of the opening are raised as :class:`WireError` (``NOT_SENT``), to every
         attempt that waited for it.
+
+        ``scopes``: the caller runs in no cancel scope that ``drain()`` or ``aclose()`` would
+        cancel. They end its wait with :meth:`fail_waiters` (or :meth:`close`), also when it
+        was granted a connection or slot just before and has not run since (it gives it back
+        and raises that error); a connection it opens itself (a slot) is opened in a cancel
+        scope registered in ``scopes`` (the client's, which ``aclose()`` cancels), whose
+        cancellation is raised as a ``WireError`` (``CONNECTION_BROKEN``, ``NOT_SENT``). At
+        10,000 calls at once, 9,000 of which queue for an HTTP/2 stream, a scope each was a
+        quarter of what a queued call held, visited by every full pass of the garbage
+        collector (issue #41).
 
         If cancelled, anything granted meanwhile is given back and an HTTP/2 opening carries on
         for the others: the counts stay exact. The connection must be given back with
         :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
         """
-        progress.advance(Stage.POOL)
+        got = self._arrive(origin, progress, opener, expect_multiplexed)
+        if not isinstance(got, Waiter):
+            return got
+        waiter = got
+        if waiter.state == WAITING:
+            # The wait, here rather than in a coroutine of its own: one frame less for each of
+            # thousands of calls queued at once (issue #41).
+            ledger = self._ledger
+            failures = ledger.failures
+            book = self._book
+            limit = book.pool_timeout
+            arrived = book.now()
+            deadline = math.inf if limit is None else arrived + limit
+            keeper = self._timekeeper
+            lane = keeper.pool if keeper is not None and keeper.running else None
+            if lane is not None and lane.limit != limit:
+                lane = None
+            on_lane = True  # the limit falls due limit seconds from now (the lane's one limit)
+            try:
+                while True:
+                    # Parked until resolve() wakes it (Waiter.wake), or its pool_timeout (the
+                    # lane: Waiter.expire; a scope: the waiter's abort, Waiter.__call__) or the
+                    # caller cancels the park: it is WAITING each time here.
+                    waiter.task = trio.lowlevel.current_task()
+                    if limit is None:
+                        await trio.lowlevel.wait_task_rescheduled(waiter)
+                    elif on_lane and lane is not None and keeper is not None and keeper.running:
+                        lane.arm(waiter)
+                        try:
+                            await trio.lowlevel.wait_task_rescheduled(waiter)
+                        finally:
+                            lane.disarm(waiter)
+                    else:
+                        with until(deadline):
+                            await trio.lowlevel.wait_task_rescheduled(waiter)
+                    if waiter.state != WAITING or limit is None:
+                        break
+                    now = book.now()
+                    later = _restart(waiter, arrived, limit, now)
+                    if later is None:
+                        break
+                    deadline = later
+                    on_lane = later == now + limit  # (else earlier than waits armed since)
+            except BaseException:
+                book.abandon(waiter)
+                raise
+            if waiter.state == WAITING:
+                why = self._ledger.why_full(waiter.origin)  # (before it forgets the waiter)
+                book.abandon(waiter)
+                raise WireError(
+                    timeout_message("pool", limit, why),
+                    stage=Stage.POOL,
+                    evidence=Evidence.NOT_SENT,
+                    category=FailureCategory.POOL_TIMEOUT,
+                )
+            if scopes is not None and ledger.failures != failures and waiter.state != FAILED:
+                # fail_waiters() came after it was granted, before it ran: it ends too.
+                self._book.abandon(waiter)
+                waiter.error = ledger.failed_with()
+                waiter.opened = None
+        if waiter.state != SLOT:
+            return self._outcome(waiter, progress)
+        if scopes is None:
+            return await self._open_slot(waiter, progress)
+        scope = trio.CancelScope()
+        scopes[scope] = progress
+        try:
+            with scope:
+                return await self._open_slot(waiter, progress)
+        finally:
+            del scopes[scope]
+        raise WireError(
+            "the client closed while connecting",
+            stage=progress.stage,
+            evidence=Evidence.NOT_SENT,
+            category=FailureCategory.CONNECTION_BROKEN,
+        )
+
+    def _arrive(
+        self, origin: object, progress: AttemptProgress, opener: Opener, expect_multiplexed: bool
+    ) -> PooledConnection | Waiter:
+        """Rule 1 at once (a connection), else the caller's :class:`Waiter` (rules 2 to 4)."""
+        progress.advance(_POOL)
         book = self._book
         if book.closed:
             raise closed_error()
@@ -211,10 +313,7 @@ class ConnectionPool:
         if conn is not None:
             progress.connection_reused = True
             return conn
-        waiter = book.join(origin, opener, expect_multiplexed)
-        if waiter.state == WAITING:
-            await self._sleep(waiter)
-        return await self._outcome(waiter, progress)
+        return book.join(origin, opener, expect_multiplexed)
 
     def take_idle(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
         """A connection for ``origin`` at once, or ``None``. Never blocks.
@@ -274,71 +373,9 @@ class ConnectionPool:
 
     # --- the awaits -----------------------------------------------------------------------
 
-    async def _sleep(self, waiter: Waiter) -> None:
-        """Sleep until ``waiter`` is resolved, at most ``pool_timeout``; but not while it shares
-        the HTTP/2 connection its origin is opening (that wait is bounded by the opening's own
-        connect and TLS limits): its ``pool_timeout`` counts from its arrival or from the end
-        of the last such opening, whichever came later.
-
-        The limit is kept on the client's timekeeper (its pool lane: the waiter is the entry,
-        woken by :meth:`.Waiter.expire` when it falls due), not by a cancel scope per waiter:
-        at 10,000 calls at once, 9,000 wait for an HTTP/2 stream, and a scope each was
-        about a fifth of their cost (issue #41). In a scope (``clock.until``) when there is
-        no timekeeper running, or when a restarted limit would fall due before waits armed
-        since (the lane stays in due order).
-
-        The opening does not touch its waiters' timers (one per waiter: the cost of an opening
-        would be its number of waiters); each waiter looks when its own runs out
-        (:func:`_restart`)."""
-        book = self._book
-        limit = book.pool_timeout
-        arrived = book.now()
-        deadline = math.inf if limit is None else arrived + limit
-        keeper = self._timekeeper
-        lane = keeper.pool if keeper is not None and keeper.running else None
-        if lane is not None and lane.limit != limit:
-            lane = None
-        on_lane = True  # the limit falls due limit seconds from now (the lane's one limit)
-        try:
-            while True:
-                # Parked until resolve() wakes it (Waiter.wake), or its pool_timeout (the
-                # lane: Waiter.expire; a scope: Waiter.abort) or the caller cancels the park:
-                # it is WAITING each time here.
-                waiter.task = trio.lowlevel.current_task()
-                if limit is None:
-                    await trio.lowlevel.wait_task_rescheduled(waiter.abort)
-                elif on_lane and lane is not None and keeper is not None and keeper.running:
-                    lane.arm(waiter)
-                    try:
-                        await trio.lowlevel.wait_task_rescheduled(waiter.abort)
-                    finally:
-                        lane.disarm(waiter)
-                else:
-                    with until(deadline):
-                        await trio.lowlevel.wait_task_rescheduled(waiter.abort)
-                if waiter.state != WAITING or limit is None:
-                    break
-                now = book.now()
-                later = _restart(waiter, arrived, limit, now)
-                if later is None:
-                    break
-                deadline = later
-                on_lane = later == now + limit  # (else earlier than waits armed since)
-        except BaseException:
-            book.abandon(waiter)
-            raise
-        if waiter.state == WAITING:
-            why = self._ledger.why_full(waiter.origin)  # (before it forgets the waiter)
-            book.abandon(waiter)
-            raise WireError(
-                timeout_message("pool", limit, why),
-                stage=Stage.POOL,
-                evidence=Evidence.NOT_SENT,
-                category=FailureCategory.POOL_TIMEOUT,
-            )
-
-    async def _outcome(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
-        """What a waiter was given, as :meth:`acquire` returns it."""
+    def _outcome(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
+        """What a waiter was given (a connection, or an error, raised), as :meth:`acquire`
+        returns it."""
         if waiter.state == CONN:
             conn = waiter.conn
             assert conn is not None
@@ -347,27 +384,26 @@ class ConnectionPool:
             else:
                 progress.connection_reused = True
             return conn
-        if waiter.state == FAILED:
-            error = waiter.error
-            assert error is not None
-            if waiter.opened is not None:  # an opening failed: its try was of its protocol
-                progress.http_version = waiter.opened.http_version
-            if isinstance(error, WireError):
-                progress.advance(error.stage)
-                raise WireError(
-                    str(error),
-                    stage=error.stage,
-                    evidence=error.evidence,
-                    category=error.category,
-                    # (a QUIC handshake that failed: every waiter goes again over TCP, uncounted)
-                    reconnect=error.reconnect,
-                ) from error
-            raise error
-        assert waiter.state == SLOT
-        return await self._open_inline(waiter, progress)
+        assert waiter.state == FAILED
+        error = waiter.error
+        assert error is not None
+        if waiter.opened is not None:  # an opening failed: its try was of its protocol
+            progress.http_version = waiter.opened.http_version
+        if isinstance(error, WireError):
+            progress.advance(error.stage)
+            raise WireError(
+                str(error),
+                stage=error.stage,
+                evidence=error.evidence,
+                category=error.category,
+                # (a QUIC handshake that failed: every waiter goes again over TCP, uncounted)
+                reconnect=error.reconnect,
+            ) from error
+        raise error
 
-    async def _open_inline(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
-        """Open a connection in the calling task, under the slot ``waiter`` holds."""
+    async def _open_slot(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
+        """Open a connection in the calling task, under the slot ``waiter`` holds. If it fails
+        or is cancelled, the slot goes to the next waiter."""
         try:
             conn = await waiter.opener(progress)
         except BaseException:

@@ -116,9 +116,11 @@ class Waiter:
     #: task, if any, runs again and looks whether the wait is over (it is still waiting).
     expire = wake
 
-    def abort(self, _: object) -> trio.lowlevel.Abort:
-        """The parked task is cancelled (its ``pool_timeout``, or its caller): it is no longer
-        parked, and a later :meth:`wake` has nothing to do."""
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """Its parked task's abort function (``wait_task_rescheduled(waiter)``): the task is
+        cancelled (its ``pool_timeout``, or its caller): it is no longer parked, and a later
+        :meth:`wake` has nothing to do. The waiter itself rather than its bound ``abort``
+        method: that was one more object per parked call (issue #41)."""
         self.task = None
         return trio.lowlevel.Abort.SUCCEEDED
 
@@ -207,6 +209,8 @@ class Ledger:
 
     __slots__ = (
         "_seq",
+        "failed_with",
+        "failures",
         "held",
         "idle",
         "max_connections",
@@ -240,6 +244,9 @@ class Ledger:
         #: whose body the caller reads in a ``stream()`` block: counted only, for the message
         #: of a wait that ran out (:meth:`why_full`).
         self.held: dict[object, int] = {}
+        #: :meth:`fail_all` calls so far, and the error maker of the last.
+        self.failures = 0
+        self.failed_with: Callable[[], BaseException] = closed_error
 
     # --- counts -------------------------------------------------------------------------------
 
@@ -455,7 +462,11 @@ class Ledger:
 
     def fail_all(self, make_error: Callable[[], BaseException]) -> int:
         """End every waiter with ``make_error()`` (one each); return how many. The openings
-        themselves carry on."""
+        themselves carry on. Counted (:attr:`failures`), ``make_error`` kept
+        (:attr:`failed_with`): for a waiter granted something just before, that has not run
+        since and ends too (``ConnectionPool.wait``)."""
+        self.failures += 1
+        self.failed_with = make_error
         failed = 0
         for state in list(self.origins.values()):
             for queue in (state.mux, state.plain):
