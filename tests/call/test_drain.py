@@ -3,7 +3,6 @@ connection — at once, NOT_SENT, category ADMISSION; attempts already on the wi
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ import trio
 import trio.testing
 
 import trio_retry
+from tests.support.loopback import connects_waiting
 from trio_retry import Evidence, FailureCategory, RetryPolicy, Stage, Upstream
 from trio_retry.testing import FaultServer, Stall
 
@@ -141,12 +141,7 @@ async def test_closing_ends_a_connecting_call_at_once(deadline: float | None) ->
     """aclose() ends a call still connecting, at once, as closed in flight: in the attempt's
     scope, or (no call deadline: the attempt has no scope of its own) in the one its opening
     runs in. A listener whose backlog is full leaves the connect waiting for its handshake."""
-    listener, filler = socket.socket(), socket.socket()
-    try:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        filler.connect(("127.0.0.1", port))  # the backlog's one place, taken
+    with connects_waiting() as port:
         outcomes: list[BaseException] = []
         async with trio_retry.Client(retry=SINGLE) as client:
 
@@ -169,6 +164,3 @@ async def test_closing_ends_a_connecting_call_at_once(deadline: float | None) ->
         assert "closed while the request was in flight" in str(error)
         assert error.evidence is Evidence.NOT_SENT
         assert [a.stage for a in error.attempts] == [Stage.CONNECT]
-    finally:
-        filler.close()
-        listener.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import socket
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.support.loopback import connects_waiting
 from trio_retry import Client, RetryPolicy, Upstream
 from trio_retry.testing import FaultServer, RecordedRequest, Respond
 
@@ -138,13 +138,7 @@ async def test_a_call_queued_for_a_connection_holds_no_event_and_no_partial(
 async def test_no_coroutine_of_a_call_connecting_keeps_closure_cells() -> None:
     """The connect stage too (where 10,000 HTTP/1.1 calls at once all are at their peak): a
     listener whose backlog is full leaves the calls' connects waiting for the handshake."""
-    listener = socket.socket()
-    filler = socket.socket()
-    try:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        port = listener.getsockname()[1]
-        filler.connect(("127.0.0.1", port))  # the backlog's one place, taken
+    with connects_waiting() as port:
         seen: list[str] = []
         async with Client(retry=ONE) as client:
             with trio.move_on_after(10) as waited:
@@ -162,9 +156,6 @@ async def test_no_coroutine_of_a_call_connecting_keeps_closure_cells() -> None:
             assert not waited.cancelled_caught
         assert seen.count("_connect") == HELD  # every call was connecting
         assert with_cells == []
-    finally:
-        filler.close()
-        listener.close()
 
 
 #: GC-tracked objects a call queued in the pool holds, its task and the test's own coroutine

@@ -1,10 +1,13 @@
 """Wire-test helpers shared by several test files: a connected pair of our socket streams over
-127.0.0.1, and a stand-in for the HTTP/2 machine the writer takes its bytes from."""
+127.0.0.1, a port whose connects never complete, and a stand-in for the HTTP/2 machine the
+writer takes its bytes from."""
 
 from __future__ import annotations
 
 import socket
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -31,6 +34,18 @@ async def socket_pair(buffer: int | None = None) -> tuple[RawSocketStream, RawSo
         accepted, _ = listener.accept()  # queued already: connect() returned
     server = trio.socket.from_stdlib_socket(accepted)
     return RawSocketStream(sock, raw), RawSocketStream(server, accepted)
+
+
+@contextmanager
+def connects_waiting() -> Iterator[int]:
+    """A port on 127.0.0.1 whose connects wait for their handshake until the block ends: a
+    listener whose backlog's one place is taken (and never accepted)."""
+    with socket.socket() as listener, socket.socket() as filler:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port: int = listener.getsockname()[1]
+        filler.connect(("127.0.0.1", port))  # the backlog's one place, taken
+        yield port
 
 
 class QueuedOutput:

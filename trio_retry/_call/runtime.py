@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._core.errors import RejectReason
-from .._core.evidence import Evidence, FailureCategory, Stage
+from .._core.evidence import Stage
 from .._wire.pool import ConnectionPool
+from .._wire.pool_ledger import not_admitted
 from .._wire.progress import AttemptProgress, WireError
 from .._wire.timekeeper import Timekeeper
 from .config import ClientConfig
@@ -127,10 +128,4 @@ class Runtime:
 def _drained_wait() -> WireError:
     """What ``drain()`` ends a wait in the pool with: nothing was sent (the attempt reports
     it with its own request's words, ``attempt._drained``)."""
-    return WireError(
-        "the client is draining",
-        stage=Stage.POOL,
-        evidence=Evidence.NOT_SENT,
-        category=FailureCategory.ADMISSION,
-        reason=RejectReason.DRAINING,
-    )
+    return not_admitted("the client is draining", RejectReason.DRAINING)

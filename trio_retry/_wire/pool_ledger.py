@@ -62,6 +62,7 @@ __all__ = [
     "Origin",
     "Waiter",
     "closed_error",
+    "not_admitted",
 ]
 
 
@@ -480,10 +481,16 @@ class Ledger:
 
 def closed_error() -> WireError:
     """The error of an attempt that meets a closed pool: nothing was sent."""
+    return not_admitted("the client is closed", RejectReason.CLOSED)
+
+
+def not_admitted(message: str, reason: RejectReason) -> WireError:
+    """An attempt turned away at the pool (``reason``: the client closed, or drains):
+    ``ADMISSION``, nothing was sent."""
     return WireError(
-        "the client is closed",
+        message,
         stage=Stage.POOL,
         evidence=Evidence.NOT_SENT,
         category=FailureCategory.ADMISSION,
-        reason=RejectReason.CLOSED,
+        reason=reason,
     )
