@@ -13,7 +13,8 @@ streams unchanged. What the copy gives up, so its figures are an upper bound of 
   nothing is sent early);
 - address-validation tokens (qh3's ``QuicConfiguration`` and ``QuicConnection`` take none);
 - the acknowledgement riding with the next request (qh3 has no ``_spaces``: a no-op);
-- upload pacing by acknowledged offsets (``connection._offsets`` finds no ``_streams``).
+- upload pacing by acknowledged offsets (``shims.CheckedQuicConnection.stream_offsets`` finds no
+  ``_streams``).
 
 The server's chain is still checked by the client's ``ssl.SSLContext`` (qh3's certificates are
 turned into DER with their own ``public_bytes()``). Each substitution must apply: one that

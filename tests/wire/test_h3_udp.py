@@ -72,7 +72,7 @@ async def test_an_icmp_error_names_the_path_it_concerns_and_is_read_once() -> No
 
 
 async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -> None:
-    """The driver's judgement (``QuicDriver._bounced``): port unreachable from an address QUIC
+    """The pump's judgement (``DatagramPump.bounced``): port unreachable from an address QUIC
     was only probing (a server's preferred address) leaves the connection to QUIC; from the
     address it is on, it fails the handshake at once (the origin then goes over TCP)."""
     from aioquic.h3.connection import H3_ALPN, H3Connection
@@ -103,7 +103,7 @@ async def test_an_icmp_error_ends_the_handshake_only_on_the_connections_path() -
                 await trio.lowlevel.wait_readable(paths.sock)
             with pytest.raises(ConnectionRefusedError) as refused:
                 paths.receive_many()
-            driver._bounced(refused.value)
+            driver.pump.bounced(refused.value)
             assert (driver.state is H3State.CLOSED) is fails
             assert bool(failed) is fails
         assert driver.handshake_failure is not None

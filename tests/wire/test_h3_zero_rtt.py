@@ -179,6 +179,25 @@ def test_a_stream_never_opened_has_written_nothing(endpoints: Endpoints) -> None
     assert endpoints.pair().client.stream_written(8) == 0
 
 
+def test_a_streams_offsets_say_what_was_handed_and_what_acknowledged(
+    endpoints: Endpoints,
+) -> None:
+    """``stream_offsets`` (an upload's pacing and its bytes sent, ``sending.py``): bytes handed
+    to QUIC count at once, and as acknowledged once the server's acknowledgement arrives; a
+    stream never opened, or a sender without aioquic's names, reads ``(0, 0)``."""
+    pair = endpoints.pair()
+    pair.handshake()
+    _settle(pair)
+    client = pair.client
+    client.send_stream_data(0, b"x" * 5000)
+    assert client.stream_offsets(0) == (0, 5000)
+    _settle(pair)
+    assert client.stream_offsets(0) == (5000, 5000)
+    assert client.stream_offsets(8) == (0, 0)
+    del client._streams[0].sender._buffer_start
+    assert client.stream_offsets(0) == (0, 0)
+
+
 def _settle(pair: Pair) -> None:
     """Datagrams both ways, the clock past every delay, until neither side has any to send."""
     for _ in range(10):

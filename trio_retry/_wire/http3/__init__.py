@@ -15,11 +15,15 @@ and a connection the pool sees; what every multiplexed protocol shares is ``_wir
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
 - ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path,
                     datagrams in batches (GSO, GRO) where the kernel has them
+- ``datagrams.py``  QUIC's datagrams to and from the socket in rounds: a caller's flush, an
+                    ICMP error judged by path, the last CONNECTION_CLOSE
 - ``handshake.py``  a handshake still going on: its limit, the requests handed over during
                     it, which went in its early data (0-RTT), what its end means for each
 - ``events.py``     what each aioquic event means to a connection, and their one dispatch
 - ``driver.py``     the connection's state and its one task: the UDP socket, QUIC and HTTP/3,
                     the streams, QUIC's timer
+- ``sending.py``    a request stream's sending side: its head and body handed to QUIC, an
+                    upload paced by what the server acknowledged
 - ``connection.py`` the connection as the pool and a request see it (opening, hooks, requests)
 
 Imported only by a client with HTTP/3 configured: aioquic is never imported otherwise. The

@@ -3,8 +3,9 @@ request path (head, body, the response head), the idle check.
 
 An :class:`HTTP3Connection` holds one :class:`~.driver.QuicDriver` (the UDP socket, QUIC's and
 HTTP/3's state, the streams, the connection's one task and timer), as ``HTTP2Connection`` holds
-its session. A request writes into the driver's HTTP/3 state machine synchronously and kicks
-the driver's task, which sends; it then waits on its own stream (``stream.py``).
+its session. A request writes into the driver's HTTP/3 state machine synchronously, through its
+stream's sender (``sending.py``), and the driver sends; it then waits on its own stream
+(``stream.py``).
 
 Wire stages, as SPEC §16 maps them: ``DNS``; the UDP socket's connect is ``CONNECT``; the QUIC
 handshake is ``TLS``; handing the request's HEADERS to QUIC is ``REQUEST_HEAD`` (from then on a
@@ -39,7 +40,7 @@ with ``"unconfirmed"`` early data.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -47,11 +48,12 @@ import trio
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import FIXED, bound, limit_of, quic_handshake_limit
 from ..contract import Failure, MultiplexedConnection, closed_while_connecting, request_headers
-from ..exchange import WireRequest, WireResponse, closing_body
+from ..exchange import WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
 from ..timekeeper import Timekeeper
 from .driver import H3State, QuicDriver
 from .headers import HTTP_VERSION
+from .sending import StreamSender
 from .stream import H3Stream
 from .udp import UdpPaths
 
@@ -61,10 +63,6 @@ if TYPE_CHECKING:
     from .shims import CheckedQuicConnection
 
 __all__ = ["HTTP3Connection"]
-
-#: Bytes a streamed upload may have handed to QUIC and not yet seen acknowledged before the
-#: caller waits (QUIC itself buffers without limit).
-SEND_HIGH_WATER = 1024 * 1024
 
 
 class HTTP3Connection:
@@ -426,15 +424,16 @@ class HTTP3Connection:
         early = driver.state is H3State.HANDSHAKING  # (it may go in 0-RTT)
         try:
             progress.advance(Stage.REQUEST_HEAD)
-            self._send(stream, progress, headers, isinstance(body, bytes) and not body)
+            sender = StreamSender(driver, stream, progress)
+            sender.send(headers, isinstance(body, bytes) and not body)
             if isinstance(body, bytes):
                 if body:
                     progress.advance(Stage.REQUEST_BODY)
-                    self._send(stream, progress, body, True)
+                    sender.send(body, True)
             else:
                 if early:  # a streamed body waits for the handshake (its head may go early)
                     await self._early_handshake(stream, progress)
-                await self._stream_body(stream, body, progress)
+                await sender.upload(body)
             progress.advance(Stage.AWAITING_RESPONSE)
             if early:
                 await self._early_handshake(stream, progress)
@@ -460,90 +459,6 @@ class HTTP3Connection:
         if stream.failed:
             raise stream.error(progress)
         await self.wait_handshake(progress)  # (over: raises the handshake's failure, if any)
-
-    async def _stream_body(self, stream: H3Stream, body: object, progress: AttemptProgress) -> None:
-        """Hand a streamed body to QUIC, waiting (within the write bound) while more than
-        :data:`SEND_HIGH_WATER` bytes of it are unacknowledged."""
-        assert isinstance(body, AsyncIterable)
-        timekeeper = self.timekeeper
-        limit = limit_of(timekeeper, "write")
-        driver = self.driver
-        stream_id = stream.stream_id
-        async with closing_body(body):
-            async for chunk in body:
-                if stream.failed:
-                    raise stream.error(progress)
-                if stream.send_stopped:
-                    return  # the server wants no more of it (its response says why)
-                if not chunk:
-                    continue
-                progress.advance(Stage.REQUEST_BODY)
-                self._send(stream, progress, bytes(chunk), False)
-                while self._unacknowledged(stream_id) > SEND_HIGH_WATER:
-                    if stream.failed:
-                        raise stream.error(progress)
-                    if stream.send_stopped:
-                        return
-                    # Every waiting upload shares the driver's current event; the driver sets
-                    # it after each round and puts a fresh one in its place.
-                    with bound("write", timekeeper, progress=progress, limit=limit):
-                        await driver.progressed.wait()
-        self._send(stream, progress, b"", True)
-
-    def _send(
-        self,
-        stream: H3Stream,
-        progress: AttemptProgress,
-        what: bytes | list[tuple[bytes, bytes]],
-        end: bool,
-    ) -> None:
-        """Hand ``what`` (the head's fields, or body bytes) to HTTP/3 and QUIC, and send what
-        QUIC made of it (``QuicDriver.flush``). Nothing is handed once the server stopped the
-        stream's sending side (its response, or its reset, tells the caller the rest). aioquic
-        refusing it (the stream or the connection is over) is this stream's ``WireError``,
-        with the evidence of the stage reached: no aioquic exception leaves the connection."""
-        if stream.send_stopped:
-            return
-        h3 = self.driver.h3
-        try:
-            if isinstance(what, bytes):
-                h3.send_data(stream.stream_id, what, end_stream=end)
-            else:
-                h3.send_headers(stream.stream_id, what, end_stream=end)
-        except Exception as exc:
-            if stream.failed:
-                raise stream.error(progress) from None
-            raise WireError.at(
-                progress,
-                FailureCategory.CONNECTION_BROKEN,
-                f"the HTTP/3 stream no longer takes data: {exc!r}",
-            ) from None
-        progress.bytes_sent = self._handed(stream.stream_id)
-        self.driver.flush()
-
-    def _offsets(self, stream_id: int) -> tuple[int, int]:
-        """``(acknowledged, handed)``: the offsets in ``stream_id`` up to which the server
-        acknowledged what QUIC sent, and up to which we handed bytes (HTTP/3 frames) to QUIC.
-
-        Read from aioquic's stream sender (``_buffer_start``/``_buffer_stop``, the bounds of
-        its unacknowledged buffer): aioquic has no public measure of either. A change there
-        shows as ``(0, 0)``: no waiting and no byte count, never a hang."""
-        stream = getattr(self.driver.quic, "_streams", {}).get(stream_id)
-        sender = getattr(stream, "sender", None)
-        start = getattr(sender, "_buffer_start", None)
-        stop = getattr(sender, "_buffer_stop", None)
-        if isinstance(start, int) and isinstance(stop, int):
-            return start, stop
-        return 0, 0
-
-    def _unacknowledged(self, stream_id: int) -> int:
-        """Bytes of ``stream_id`` handed to QUIC and not yet acknowledged by the server."""
-        acknowledged, handed = self._offsets(stream_id)
-        return handed - acknowledged
-
-    def _handed(self, stream_id: int) -> int:
-        """Bytes of ``stream_id`` handed to QUIC so far (``Attempt.bytes_sent``)."""
-        return self._offsets(stream_id)[1]
 
     def __repr__(self) -> str:
         driver = self.driver

@@ -1,9 +1,10 @@
 """One QUIC connection's state, its moves, and the one task that drives it.
 
 A :class:`QuicDriver` owns, from its constructor on, everything of one QUIC connection: the
-UDP socket, aioquic's QUIC and HTTP/3 state machines, the GOAWAY reader (``control.py``), the
-request streams (``stream.py``), the count of body bytes waiting for their callers, the
-handshake's outcome, the idle check's PINGs (``contract.IdlePing``) and the one timer. The
+UDP socket and the pump that moves QUIC's datagrams through it (``datagrams.py``), aioquic's
+QUIC and HTTP/3 state machines, the GOAWAY reader (``control.py``), the request streams
+(``stream.py``), the count of body bytes waiting for their callers, the handshake's outcome,
+the idle check's PINGs (``contract.IdlePing``) and the one timer. The
 connection the pool sees (``connection.py``) holds a driver, as ``HTTP2Connection`` holds its
 session: it reads the driver's fields (and writes a request into its HTTP/3 state machine, as
 HTTP/2's request side writes into h2's) and changes the connection's state only through the
@@ -12,7 +13,8 @@ or failed, a GOAWAY, a stream error, a connection error, the connection's end).
 
 The task (:meth:`QuicDriver.run`, in the client's nursery) owns the socket: it sends what QUIC
 has to send, waits for datagrams or QUIC's timer (whichever comes first; the timer is the bound
-of every wait of QUIC's own, re-armed after each round), feeds what arrived to QUIC, and
+of every wait of QUIC's own, re-armed after each round), feeds what arrived to QUIC (the
+pump tells the driver what arrived, and what failed: ``datagrams.PumpOwner``), and
 dispatches QUIC's events, then HTTP/3's, in one place (``events.dispatch``): each kind of
 event has one function there, which works through the driver's fields and moves. A caller's
 task never waits on the socket: it writes into the state machine synchronously and, while the
@@ -37,16 +39,17 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..._core.evidence import FailureCategory
-from ..clock import FIXED, closing, retime, until
+from ..clock import FIXED, retime, until
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
 from .codes import H3_INTERNAL_ERROR, H3_NO_ERROR, H3_REQUEST_CANCELLED
 from .control import ControlReader
+from .datagrams import DatagramPump
 from .events import dispatch
 from .handshake import PendingHandshake
 from .shims import HandshakeRefused
 from .stream import H3Stream
-from .udp import Address, UdpPaths, send_datagrams
+from .udp import UdpPaths
 
 if TYPE_CHECKING:
     from aioquic.h3.connection import H3Connection
@@ -64,9 +67,6 @@ __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 #: control slow the server down (a pause of the whole connection, which a fast reader of
 #: another stream shares).
 BUFFER_LIMIT = 16 * 1024 * 1024
-#: Datagrams taken from the socket per round of the driver, at most (then QUIC acknowledges
-#: them, and the next round takes more).
-_BATCH = 256
 #: Streams lent at once when the server's limit is not known yet (before the handshake).
 DEFAULT_STREAMS = 100
 
@@ -96,7 +96,6 @@ class QuicDriver:
         "_on_handshake_done",
         "_on_handshake_failed",
         "_room",
-        "_unsent",
         "_wait_scope",
         "attempts",
         "buffered",
@@ -112,6 +111,7 @@ class QuicDriver:
         "paths",
         "pending",
         "progressed",
+        "pump",
         "quic",
         "state",
         "streams",
@@ -134,10 +134,13 @@ class QuicDriver:
         on_slow: Callable[[], None] | None = None,
     ) -> None:
         #: The UDP socket (``udp.py``: each datagram on the path QUIC chose): only :meth:`run`
-        #: reads or writes it.
+        #: waits on it, and closes it.
         self.paths = paths
         self.quic = quic
         self.h3 = h3
+        #: QUIC's datagrams to and from the socket (``datagrams.py``); it tells :meth:`arrived`,
+        #: :meth:`lost` and :meth:`unreadable`.
+        self.pump = DatagramPump(paths, quic, self)
         #: The server's GOAWAY, read from its control stream (``control.py``).
         self.control = ControlReader()
         #: The client's timekeeper (``timekeeper.py``): the limits of the waits on this connection's
@@ -172,10 +175,8 @@ class QuicDriver:
         self.dark = DarkWatch(self)
         #: The task's one wait (datagrams, or QUIC's timer as its deadline), while it waits.
         self._wait_scope: trio.CancelScope | None = None
-        #: Kicked since its last send (its next wait ends at once); what a caller's
-        #: :meth:`flush` could not send (the task sends it first).
+        #: Kicked since its last send (its next wait ends at once).
         self._kicked = False
-        self._unsent: list[tuple[bytes, Address]] = []
         self._on_dead = on_dead
         self._on_handshake_failed = on_handshake_failed
         self._on_handshake_done = on_handshake_done
@@ -412,19 +413,8 @@ class QuicDriver:
         scope = self._wait_scope
         if scope is None or self.state is not H3State.OPEN or len(self.streams) > 1:
             return self.kick()
-        now = trio.current_time()
-        try:
-            self.quic.acknowledge_with_next(now)
-            datagrams = self.quic.datagrams_to_send(now=now)
-        except Exception:  # (aioquic broke: the task meets it too, and ends the connection)
+        if not self.pump.send_now():  # (the socket is full, or failed: the task sends)
             return self.kick()
-        index, total = 0, len(datagrams)
-        while index < total:
-            try:
-                index += self.paths.send_many(datagrams, index)
-            except OSError:
-                self._unsent = datagrams[index:]
-                return self.kick()
         retime(scope, self._wake_at())  # (QUIC's timer moved: a new packet is in flight)
 
     def _wake_at(self) -> float:
@@ -439,26 +429,26 @@ class QuicDriver:
         connection ends. Never raises but ``Cancelled``: whatever ends it fails the open
         streams with the evidence of their stages and closes the socket.
 
-        The socket is a non-blocking stdlib socket read and written directly after trio says
-        it is ready (``wait_readable``/``wait_writable``): every datagram already received is
-        taken in one round (up to :data:`_BATCH`, read in batches where the kernel coalesces
-        them, ``udp.py``) and QUIC's events handled once for all of them, then what QUIC has
-        to send (its acknowledgements of all of them) sent at once, in batches too. Through
-        ``trio.socket``, each datagram cost a checkpoint and a round of the loop: a 10 MB
-        download ran at a twentieth of HTTP/2's speed, mostly in that loop. Each datagram goes
-        on the path QUIC chose (``udp.py``).
-
-        However it ends (the connection closed, or the client's nursery cancelled as the client
-        exits), its last act is to send QUIC's CONNECTION_CLOSE (:meth:`_last_words`): without
-        it the server keeps the connection, and probes it, until its idle timeout."""
+        Each round takes every datagram already received, and sends what QUIC made of them,
+        in batches (``datagrams.py``: the socket is read and written directly once trio says
+        it is ready). However it ends (the connection closed, or the client's nursery
+        cancelled as the client exits), its last act is to send QUIC's CONNECTION_CLOSE
+        (``DatagramPump.last_words``): without it the server keeps the connection, and probes
+        it, until its idle timeout."""
         paths = self.paths
         sock = paths.sock
         quic = self.quic
+        pump = self.pump
         pending = self.pending
         pending.start(trio.current_time())
         try:
             while True:
-                await self._send_pending()
+                # What a caller's flush left, then every datagram QUIC has ready (noting what
+                # went in 0-RTT, ``handshake.py``), waiting for the socket only when it is full.
+                self._kicked = False
+                datagrams = pump.take(trio.current_time())
+                pending.written(quic)
+                await pump.send(datagrams)
                 if self.state is H3State.CLOSED:
                     return  # (its CONNECTION_CLOSE, if any, has just been sent)
                 with until(self._wake_at()) as scope:
@@ -471,7 +461,7 @@ class QuicDriver:
                 self._wait_scope = None
                 now = trio.current_time()
                 timer = quic.get_timer()
-                self._receive(now, scope.cancelled_caught)
+                pump.receive(now, scope.cancelled_caught)
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 dispatch(self)
@@ -487,88 +477,24 @@ class QuicDriver:
         finally:
             self._wait_scope = None
             self.die(FailureCategory.CONNECTION_BROKEN, "the client closed")
-            await self._last_words()
+            await pump.last_words()
             paths.close()
 
-    def _receive(self, now: float, woken: bool) -> None:
-        """Hand QUIC every datagram queued (up to :data:`_BATCH`). ``woken``: the wait ended
-        by a kick or the timer, not because the socket is readable."""
-        paths = self.paths
-        quic = self.quic
-        taken = 0
-        while taken < _BATCH:
-            try:
-                datagrams, address = paths.receive_many()
-            except BlockingIOError:
-                if taken == 0 and not woken:
-                    self._bounced(None)  # readable with nothing to read: errors queued
-                return
-            except OSError as exc:
-                return self._bounced(exc)
-            for data in datagrams:
-                try:
-                    quic.receive_datagram(data, address, now=now)
-                except Exception as exc:  # the client refused the server, or aioquic broke
-                    return self._unreadable(exc)
-            taken += len(datagrams)
-            self.idle.last_received = now
-            self.dark.received()
+    # --- what the datagram pump tells (``datagrams.PumpOwner``) -------------------------------
 
-    async def _send_pending(self) -> None:
-        """Send what a caller's :meth:`flush` left, then every datagram QUIC has ready, each
-        on its path (noting what went in 0-RTT, ``handshake.py``), in batches, waiting for the
-        socket only when it is full."""
-        self._kicked = False
-        unsent, self._unsent = self._unsent, []
-        datagrams = self.quic.datagrams_to_send(now=trio.current_time())
-        self.pending.written(self.quic)
-        await send_datagrams(self.paths, unsent + datagrams, self._send_failed)
+    def arrived(self, now: float) -> None:
+        """Datagrams arrived: the idle check and the dark-connection watch hear of it."""
+        self.idle.last_received = now
+        self.dark.received()
 
-    def _send_failed(self, exc: OSError) -> bool:
-        """A send failed: judged as :meth:`_bounced` judges it; true if that ended the
-        connection (nothing more is sent). One on a path QUIC only probes is QUIC's to give
-        up."""
-        self._bounced(exc)
-        return self.state is H3State.CLOSED
-
-    async def _last_words(self) -> None:
-        """QUIC's CONNECTION_CLOSE, sent as the task ends however it ends (H3_NO_ERROR unless
-        a close with a reason is already under way): at once, for a socket that takes it, or
-        within ``clock.closing()``'s bound under a shield (the task may be ending because the
-        client's nursery was cancelled). A close that cannot be sent is the server's idle
-        timeout, as before."""
-        quic = self.quic
-        paths = self.paths
-        try:
-            quic.close(error_code=H3_NO_ERROR)  # (nothing if one is under way, or it is over)
-            datagrams = quic.datagrams_to_send(now=trio.current_time())
-        except Exception:
-            return
-        with closing():
-            await send_datagrams(paths, datagrams, lambda exc: True)
-
-    def _bounced(self, exc: OSError | None) -> None:
-        """The socket reported an error (``exc``), or has errors queued (``None``): an ICMP
-        error for a datagram sent. One for the connection's path (or, where the system does
-        not say which, any) loses the connection (:meth:`_lost`); one for a path QUIC was only
-        probing (a server's preferred address) is QUIC's to give up (``udp.py``)."""
-        bounced = self.paths.refused()
-        if bounced is None:
-            if exc is not None:
-                self._lost(exc)
-            return
-        current = self.quic.get_peer_address()
-        if any(address == current for address in bounced) or (exc is not None and not bounced):
-            self._lost(exc or ConnectionRefusedError("ICMP: the server's UDP port is closed"))
-
-    def _lost(self, exc: OSError) -> None:
+    def lost(self, exc: OSError) -> None:
         """The socket failed (ICMP unreachable, typically): during the handshake, its failure,
         early data or not (the origin is then reached over TCP)."""
         if self.state is H3State.HANDSHAKING:
             self.handshake_failed(FailureCategory.CONNECT, f"UDP: {exc}")
         self.die(FailureCategory.CONNECTION_BROKEN, f"the QUIC connection's socket failed: {exc}")
 
-    def _unreadable(self, exc: Exception) -> None:
+    def unreadable(self, exc: Exception) -> None:
         """``receive_datagram`` raised: the client's check refused the server
         (``shims.HandshakeRefused``), or aioquic failed on what arrived. During the handshake
         that is the handshake's failure (the origin is then reached over TCP); after it, the

@@ -20,6 +20,11 @@ each behind a probe that fails closed (the dependency is pinned below 2 in ``pyp
   aioquic's ``_cryptos`` (each key's ``send.is_valid()``) and ``_streams``; if those names are
   gone (:attr:`~CheckedQuicConnection.zero_rtt_visible` is false), the connection sends nothing
   early: no request's evidence then rests on a guess.
+- :class:`CheckedQuicConnection` says how far a stream's bytes were handed to QUIC and
+  acknowledged by the server (:meth:`~CheckedQuicConnection.stream_offsets`: the bounds of its
+  sender's unacknowledged buffer, ``_buffer_start`` and ``_buffer_stop``), which paces an
+  upload and counts its bytes sent; if those names are gone, both read 0 (no pacing, no count,
+  never a hang).
 - :class:`PushlessH3Connection` advertises no MAX_PUSH_ID (aioquic's client sends 8, though
   this client never takes a push): a server may then push nothing (RFC 9114 §4.6), and a
   PUSH_PROMISE is a connection error H3_ID_ERROR (§7.2.5; ``frames.py`` refuses it at its
@@ -230,6 +235,19 @@ class CheckedQuicConnection(QuicConnection):
             return 0
         stream = self._streams.get(stream_id)
         return 0 if stream is None else stream.sender.highest_offset
+
+    def stream_offsets(self, stream_id: int) -> tuple[int, int]:
+        """``(acknowledged, handed)``: the offsets in stream ``stream_id`` up to which the
+        server acknowledged what QUIC sent, and up to which bytes (HTTP/3 frames) were handed
+        to QUIC. Read from aioquic's stream sender (the bounds of its unacknowledged buffer):
+        aioquic has no public measure of either. A change there reads ``(0, 0)``."""
+        stream = getattr(self, "_streams", {}).get(stream_id)
+        sender = getattr(stream, "sender", None)
+        start = getattr(sender, "_buffer_start", None)
+        stop = getattr(sender, "_buffer_stop", None)
+        if isinstance(start, int) and isinstance(stop, int):
+            return start, stop
+        return 0, 0
 
     def _check_handshake(self) -> None:
         tls = self.tls
