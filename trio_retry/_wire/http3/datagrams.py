@@ -120,7 +120,11 @@ class DatagramPump:
         along, ``shims.CheckedQuicConnection.acknowledge_with_next``) without waiting. False
         if the task must send instead (the socket is full or reports an error, which the task
         judges; what was not sent is kept for it, in order), or aioquic failed (the task meets
-        that too, and ends the connection). Never waits, never raises."""
+        that too, and ends the connection). Never waits, never raises. While an earlier
+        flush's leftovers wait for the task, False at once: nothing overtakes them, and they
+        are never overwritten."""
+        if self._unsent:
+            return False
         now = trio.current_time()
         quic = self.quic
         try:

@@ -1,0 +1,70 @@
+"""``_wire/http3/datagrams.py``: what a caller's flush (``DatagramPump.send_now``) could not send
+leaves before anything newer, and is never overwritten by a second flush in the same turn of the
+scheduler (before the connection's task has sent it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("aioquic")
+
+from trio_retry._wire.http3.datagrams import DatagramPump  # noqa: E402
+
+Address = tuple[str, int]
+PEER: Address = ("127.0.0.1", 4433)
+
+
+class _Quic:
+    """QUIC with one batch of datagrams ready per flush."""
+
+    def __init__(self, *batches: list[bytes]) -> None:
+        self._batches = list(batches)
+
+    def acknowledge_with_next(self, now: float) -> None:
+        pass
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Address]]:
+        batch = self._batches.pop(0) if self._batches else []
+        return [(data, PEER) for data in batch]
+
+
+class _Paths:
+    """A socket that is full (``BlockingIOError``) for its first ``full`` sends."""
+
+    def __init__(self, full: int) -> None:
+        self.full = full
+        self.wire: list[bytes] = []
+
+    def send_many(self, datagrams: Sequence[tuple[bytes, Address]], start: int) -> int:
+        if self.full:
+            self.full -= 1
+            raise BlockingIOError
+        self.wire.append(datagrams[start][0])
+        return 1
+
+
+def _pump(paths: _Paths, quic: _Quic) -> DatagramPump:
+    return DatagramPump(cast(Any, paths), cast(Any, quic), cast(Any, None))
+
+
+@pytest.mark.parametrize("full", [1, 2], ids=["socket-free-again", "socket-still-full"])
+async def test_a_second_flush_leaves_the_first_ones_leftovers_to_the_task_in_order(
+    full: int,
+) -> None:
+    paths = _Paths(full)
+    pump = _pump(paths, _Quic([b"a", b"b"], [b"c"]))
+    assert pump.send_now() is False  # the socket was full: a and b kept for the task
+    assert pump.send_now() is False  # the task has not sent them yet: nothing overtakes them
+    assert paths.wire == []
+    assert [data for data, _ in pump.take(0.0)] == [b"a", b"b", b"c"]
+
+
+async def test_a_flush_with_nothing_left_over_sends_at_once() -> None:
+    paths = _Paths(0)
+    pump = _pump(paths, _Quic([b"a", b"b"]))
+    assert pump.send_now() is True
+    assert paths.wire == [b"a", b"b"]
+    assert pump.take(0.0) == []
