@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("aioquic")
 
-from trio_retry._wire.http3.datagrams import DatagramPump  # noqa: E402
+from trio_retry._wire.http3.datagrams import DatagramPump
 
 Address = tuple[str, int]
 PEER: Address = ("127.0.0.1", 4433)
