@@ -5,9 +5,10 @@ Nothing is measured here: each chart is drawn from recorded JSON only. The throu
 charts name the date and the revision of their run in their title (docs/benchmarks.md gives
 the command beside each chart). The charts and their sources (:data:`CHARTS`):
 
-- ``small-requests.svg``: client CPU per small request, trio_retry beside httpx, the bare
-  h11/h2 loops and the C limits (wrk, h2load), and beside aiohttp and the bare loops, from the
-  throughput suite's JSON (``python -m benchmarks --json``);
+- ``small-requests.svg``: client CPU per small request, trio_retry beside httpx, aiohttp,
+  niquests and the bare h11/h2 loops (and the C limits, wrk and h2load, when the run has them),
+  and beside aiohttp and the bare loops with more scenarios, from the throughput suite's JSON
+  (``python -m benchmarks --json``);
 - ``bulk-50mb.svg``: 50 MB transfers, each client's MB/s over curl's (x curl), trio_retry,
   httpx, aiohttp and niquests per protocol and direction, from the bulk figures;
 - ``exactly-once-seed31.svg``, ``exactly-once-seed7.svg``: the exactly-once scoreboard, drawn
@@ -39,10 +40,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 OUT = ROOT / "docs"
 
+SMALL_REQUESTS_PEERS = "2026-12-06-small-requests-peers-1.json"
 #: chart file -> the result files it is drawn from (in docs/results/).
 CHARTS: dict[str, tuple[str, ...]] = {
     "small-requests.svg": (
-        "2026-12-02-small-requests-httpx-c-limits-0b90bff.json",
+        SMALL_REQUESTS_PEERS,
         "2026-12-01-small-requests-variants-aiohttp-b63ebc2.json",
     ),
     "bulk-50mb.svg": ("2026-12-02-bulk-50mb-x-curl-3f14847.json",),
@@ -54,7 +56,7 @@ CHARTS: dict[str, tuple[str, ...]] = {
 #: (run date, trio_retry's revision) of each throughput source: the runner's JSON records
 #: neither the revision nor the command line (docs/benchmarks.md gives the command).
 RUNS: dict[str, tuple[str, str]] = {
-    "2026-12-02-small-requests-httpx-c-limits-0b90bff.json": ("2026-12-02", "0b90bff"),
+    SMALL_REQUESTS_PEERS: ("2026-12-06", "0a75674"),
     "2026-12-01-small-requests-variants-aiohttp-b63ebc2.json": ("2026-12-01", "b63ebc2"),
 }
 
@@ -74,6 +76,7 @@ COLOURS = {
     "httpx_trio": "#e07b39",
     "aiohttp": "#5a9e4b",
     "niquests": "#8e6bb8",
+    "niquests_multiplexed": "#c4b0dd",
     "floor": "#9a9a9a",
     "limit": "#3d3d3d",
 }
@@ -140,7 +143,7 @@ def _legend(ax: Any, entries: list[tuple[str, str]]) -> None:
     ax.legend(
         handles=[Patch(color=colour, label=label) for label, colour in entries],
         fontsize=7,
-        ncol=len(entries),
+        ncol=min(len(entries), 4),
         loc="upper center",
         bbox_to_anchor=(0.5, -0.13),
         frameon=False,
@@ -148,11 +151,12 @@ def _legend(ax: Any, entries: list[tuple[str, str]]) -> None:
 
 
 def small_requests(plt: Any, sources: list[dict[str, Any]], names: tuple[str, ...]) -> Any:
-    """Two panels: CPU per request against httpx and the C limits (log scale), and against
-    aiohttp and the bare loops, each titled with its run."""
+    """Two panels: CPU per request against the peers (log scale), and against aiohttp and the
+    bare loops, each titled with its run. A client the run did not measure has no bar and no
+    legend entry."""
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.6))
-    httpx_doc, aiohttp_doc = sources
-    cpu = _cpu_us(httpx_doc)
+    peers_doc, aiohttp_doc = sources
+    cpu = _cpu_us(peers_doc)
     scenarios = [
         s
         for s in (
@@ -165,17 +169,28 @@ def small_requests(plt: Any, sources: list[dict[str, Any]], names: tuple[str, ..
     ]
     if not scenarios:
         raise ChartError(f"{names[0]} has no trio_retry row")
-    series: list[tuple[str, str, list[float | None]]] = [
-        ("trio_retry", COLOURS["trio_retry"], [cpu.get((s, "trio_retry")) for s in scenarios]),
-        ("httpx (Trio)", COLOURS["httpx_trio"], [cpu.get((s, "httpx_trio")) for s in scenarios]),
-        ("bare h11 / h2 loop", COLOURS["floor"], [cpu.get((s, _floor(s))) for s in scenarios]),
-        ("wrk / h2load (C)", COLOURS["limit"], [cpu.get((s, _limit(s))) for s in scenarios]),
+    peers = (
+        ("trio_retry", "trio_retry"),
+        ("httpx (Trio)", "httpx_trio"),
+        ("aiohttp (no HTTP/2)", "aiohttp"),
+        ("niquests", "niquests"),
+        ("niquests multiplexed", "niquests_multiplexed"),
+    )
+    rows = [
+        (label, COLOURS[name], [cpu.get((s, name)) for s in scenarios]) for label, name in peers
     ]
+    rows.append(
+        ("bare h11 / h2 loop", COLOURS["floor"], [cpu.get((s, _floor(s))) for s in scenarios])
+    )
+    rows.append(
+        ("wrk / h2load (C)", COLOURS["limit"], [cpu.get((s, _limit(s))) for s in scenarios])
+    )
+    series = [row for row in rows if any(v is not None for v in row[2])]
     _bars(axes[0], scenarios, series, fmt="{:.0f}")
     axes[0].set_xscale("log")
     axes[0].set_xlabel("client CPU µs per request (log scale; lower is better)")
     date, revision = RUNS[names[0]]
-    axes[0].set_title(f"against httpx and the C limits\n{date}, trio_retry {revision}", fontsize=9)
+    axes[0].set_title(f"against the peers\n{date}, trio_retry {revision}", fontsize=9)
 
     cpu = _cpu_us(aiohttp_doc)
     order = (

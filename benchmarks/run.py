@@ -41,6 +41,8 @@ PACKAGES = (
     "httpcore",
     "anyio",
     "aiohttp",
+    "niquests",
+    "urllib3-future",
     "trustme",
     "matplotlib",
 )
