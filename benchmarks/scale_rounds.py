@@ -51,7 +51,7 @@ def run_rounds(
     """Every round of every tree, interleaved, each measured by ``run_bursts(args)`` (one
     tree's cases, ``scale.run_bursts``); the rows of each (with its ``x_ref``) and the
     medians: ``{"trees": [{"checkout", "revision", "rounds": [rows], "rows": [medians]}]}``."""
-    measured = [
+    measured: list[dict[str, Any]] = [
         {"checkout": tree, "revision": describe_checkout(tree), "rounds": []}
         for tree in trees(args)
     ]

@@ -341,7 +341,8 @@ class HttpxPeer(Peer):
                 response = await client.request(
                     call.method, cfg.url(call), headers=call.headers(attempt), content=content
                 )
-                return response.status_code
+                status: int = response.status_code
+                return status
 
             async def one(call: Call) -> CallRecord:
                 return await judged(
@@ -395,7 +396,8 @@ class AiohttpPeer(Peer):
                     call.method, urls[call.proto] + PATH, headers=call.headers(attempt), data=data
                 ) as response:
                     await response.read()
-                    return response.status
+                    status: int = response.status
+                    return status
 
             async def one(call: Call) -> CallRecord:
                 return await judged(
