@@ -284,6 +284,56 @@ async def test_a_write_of_many_records_corks_the_socket_only_while_it_runs(
     await server.aclose()
 
 
+async def test_a_read_that_finds_nothing_after_one_that_found_bytes_waits(certs: Certs) -> None:
+    """A read after one that found bytes at once tries OpenSSL first (no ``poll``); when
+    nothing came, it waits, and a cancellation there consumed nothing."""
+    client, server = await _pair(certs)
+    with trio.fail_after(10):
+        await server.send_all(b"first")
+        await trio.sleep(0.05)  # (received before the read)
+        assert await client.receive_some() == b"first"
+        with trio.move_on_after(0.05) as waited:
+            await client.receive_some()  # nothing comes: cancelled while it waits
+        assert waited.cancelled_caught
+        await server.send_all(b"second")
+        assert await client.receive_some() == b"second"
+        await client.send_all(b"still")
+        assert await server.receive_some() == b"still"
+    await client.aclose()
+    await server.aclose()
+
+
+@pytest.mark.parametrize("alpn", [None, "http/1.1", "h2"])
+async def test_short_records_already_received_are_joined_over_http2_only(
+    certs: Certs, alpn: str | None
+) -> None:
+    """Over HTTP/2 a read takes every record already received (each stream's response
+    comes in records of its own); otherwise a short record ends a read, as a response sent
+    at once ends there (and a full one is followed: see the same-bytes tests)."""
+
+    async def server(peer: Peer) -> None:
+        await peer.send(b"r" * 300, record=100)  # three records, one send
+        await trio.sleep(1)
+
+    async def client(stream: ClientStream) -> list[object]:
+        sizes: list[object] = []
+        got = 0
+        while got < 300:  # bounded by the fail_after
+            got += len(chunk := await stream.receive_some())
+            sizes.append(len(chunk))
+        return sizes
+
+    protocols = None if alpn is None else [alpn]
+    seen = await outcome(
+        "socket",
+        certs.server_context(alpn=protocols),
+        certs.client_context(alpn=protocols),
+        server,
+        client,
+    )
+    assert seen == ([300] if alpn == "h2" else [100, 100, 100])
+
+
 async def test_a_socket_closed_under_a_wait_is_closed(certs: Certs) -> None:
     client, server = await _pair(certs)
     with trio.fail_after(10):

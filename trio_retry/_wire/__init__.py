@@ -17,6 +17,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
 - ``tlsread.py``      a TLS read that takes every record already received (trio's gives one)
 - ``tlssock.py``      TLS on the socket itself (OpenSSL reads and writes it)
+- ``tlserrors.py``    OpenSSL's reports on its own socket as trio.SSLStream's errors
 - ``tlschoice.py``    which TLS stream a connection gets: ``tlssock.py`` or ``trio.SSLStream``
 - ``socks.py``        the SOCKS5 handshake (extra ``socks``)
 - ``dialer.py``       the seam where ``Client(transport=...)`` supplies the byte stream

@@ -62,8 +62,6 @@ probe.
 from __future__ import annotations
 
 import enum
-import errno
-import os
 import select
 import socket
 import ssl
@@ -80,6 +78,7 @@ from trio.lowlevel import (
 )
 
 from .rawsock import DEFAULT_RECEIVE_SIZE, MAX_RECEIVE_SIZE, RawSocketStream, _stream_error
+from .tlserrors import closed_error, is_eof, is_reset, reset_error, tls_error
 
 __all__ = ["AVAILABLE", "OPENSSL_3", "PIECE", "TLSSocketStream"]
 
@@ -87,12 +86,16 @@ __all__ = ["AVAILABLE", "OPENSSL_3", "PIECE", "TLSSocketStream"]
 AVAILABLE = all(
     callable(getattr(ssl.SSLContext, name, None)) for name in ("_wrap_socket", "_encode_hostname")
 )
-#: OpenSSL 3 names a true end (``_reset``); 1.1.1 reports it as it reports a reset.
+#: OpenSSL 3 names a true end (``tlserrors.is_reset``); 1.1.1 reports it as it reports a reset.
 OPENSSL_3 = ssl.OPENSSL_VERSION_INFO >= (3,)
 
 #: The most one write hands OpenSSL: a record's worth, so that a write that waits reports its
 #: progress per record (and OpenSSL's retry rule, "the same data again", covers 16 KiB).
 PIECE = 16384
+#: Outside HTTP/2, a read looks for more records after a record of at least this many bytes
+#: (a ``poll``): a server answering one request at a time sends a small response in one
+#: record, after which nothing is there; a large one in full records, which are joined.
+LOOK_AFTER = 8192
 #: ``TCP_CORK`` where the platform has it (Linux): held during a write of more than a record,
 #: so that the records leave in full segments (see :meth:`TLSSocketStream._send_pieces`).
 _CORK: int | None = getattr(socket, "TCP_CORK", None)
@@ -147,42 +150,6 @@ _WANT_WRITE = ssl.SSLWantWriteError
 _WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
-def _reset(exc: ssl.SSLError) -> bool:
-    """Whether an end OpenSSL reported (``_is_eof``) was a failed system call: a reset.
-
-    Python reads with ``SSL_read_ex`` and reports any failed system call of such a read as an
-    end (``SSLEOFError``, "EOF occurred in violation of protocol"), a ``ECONNRESET``
-    included: the kernel said "reset" once, to OpenSSL's ``recv``, and says "end" from then
-    on. A true end is OpenSSL's own verdict (OpenSSL 3: the reason
-    ``UNEXPECTED_EOF_WHILE_READING``, which ``tlschoice.supported`` requires); the failed call
-    leaves no reason. (Reading the socket's TCP state instead fails: OpenSSL answers a true
-    end with a fatal alert, and a peer that closed answers that with a reset.)"""
-    return getattr(exc, "reason", None) is None
-
-
-def _reset_error() -> trio.BrokenResourceError | trio.ClosedResourceError:
-    """What ``RawSocketStream`` raises for a reset, as ``trio.SSLStream`` lets it through."""
-    return _stream_error(ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)))
-
-
-def _is_eof(exc: BaseException) -> bool:
-    """A TCP end without close_notify (``SSLEOFError``; some Pythons report it as a plain
-    ``SSLError`` naming it), between records or inside one."""
-    return isinstance(exc, ssl.SSLEOFError) or "UNEXPECTED_EOF_WHILE_READING" in str(
-        getattr(exc, "reason", "") or ""
-    )
-
-
-def _tls_error(exc: BaseException) -> trio.BrokenResourceError:
-    broken = trio.BrokenResourceError()
-    broken.__cause__ = exc
-    return broken
-
-
-def _closed() -> trio.ClosedResourceError:
-    return trio.ClosedResourceError("this TLS stream's socket was closed")
-
-
 class TLSSocketStream(trio.abc.Stream):
     """TLS (client side) over the socket of a connected :class:`~.rawsock.RawSocketStream`,
     OpenSSL doing the socket I/O. See the module's docstring for its guarantees."""
@@ -193,10 +160,12 @@ class TLSSocketStream(trio.abc.Stream):
         "_encrypt",
         "_end",
         "_handshaken",
+        "_look_after",
         "_notified",
         "_pending",
         "_poll",
         "_readable",
+        "_ready",
         "_receive_size",
         "_receiving",
         "_sending",
@@ -253,6 +222,12 @@ class TLSSocketStream(trio.abc.Stream):
         #: whether or not the socket has bytes (the peer may keep TCP open).
         self._notified = False
         self._receive_size = DEFAULT_RECEIVE_SIZE
+        #: The previous read found bytes without waiting: the next one reads at once (a read
+        #: that finds nothing costs an exception); else it asks the socket first (``poll``).
+        self._ready = False
+        #: A read looks for more records after one of at least this many bytes: any (``0``)
+        #: over HTTP/2, :data:`LOOK_AFTER` otherwise (set by the handshake, from ALPN).
+        self._look_after = LOOK_AFTER
         #: ``TCP_CORK`` for this socket (a TCP one), or ``None`` (none here, or it was refused).
         self._cork = _CORK if sock.family in _INET else None
         # One waiter per direction and socket (Trio's rule): a second task of ours that
@@ -305,7 +280,7 @@ class TLSSocketStream(trio.abc.Stream):
             sock = self._sock
             while True:
                 if sock.fileno() == -1:
-                    raise _closed()
+                    raise closed_error()
                 try:
                     handshake()
                     break
@@ -314,7 +289,7 @@ class TLSSocketStream(trio.abc.Stream):
                     waited = True
         except ssl.SSLError as exc:
             self._state = _BROKEN
-            raise _tls_error(exc) from exc
+            raise tls_error(exc) from exc
         except OSError as exc:
             self._state = _BROKEN
             raise _stream_error(exc) from exc
@@ -324,6 +299,8 @@ class TLSSocketStream(trio.abc.Stream):
         finally:
             self._sending = self._receiving = False
         self._handshaken = True
+        if self.ssl_object.selected_alpn_protocol() == "h2":
+            self._look_after = 0
         if not waited:
             await cancel_shielded_checkpoint()
 
@@ -334,7 +311,8 @@ class TLSSocketStream(trio.abc.Stream):
         cancellation or a failure leaves: the stream broken)."""
         if self._sending:
             raise trio.BusyResourceError("another task is currently sending on this stream")
-        self._check()
+        if self._state is not _OK:
+            self._check()
         if not self._handshaken:
             await self.do_handshake()
         self._sending = True
@@ -346,17 +324,25 @@ class TLSSocketStream(trio.abc.Stream):
             length = len(data)
             if not length:  # (SSL_write of nothing is refused; trio sends nothing either)
                 if self._sock.fileno() == -1:
-                    raise _closed()
+                    raise closed_error()
                 await cancel_shielded_checkpoint()
                 return
             started = True
             if length <= PIECE:
-                waited = await self._write(data)
+                if self._sock.fileno() == -1:
+                    raise closed_error()
+                try:  # (the common case, a record the socket has room for: no coroutine)
+                    self._encrypt(data)
+                    waited = False
+                except _WANT as want:
+                    await self._wait(type(want))
+                    await self._write(data)
+                    waited = True
             else:
                 waited = await self._send_pieces(data, length)
         except ssl.SSLError as exc:
             self._state = _BROKEN
-            raise _tls_error(exc) from exc
+            raise tls_error(exc) from exc
         except OSError as exc:
             self._state = _BROKEN
             raise _stream_error(exc) from exc
@@ -377,7 +363,7 @@ class TLSSocketStream(trio.abc.Stream):
         waited = False
         while True:
             if sock.fileno() == -1:
-                raise _closed()
+                raise closed_error()
             try:
                 write(piece)
                 return waited
@@ -443,7 +429,7 @@ class TLSSocketStream(trio.abc.Stream):
             raise trio.BusyResourceError("another task is currently sending on this stream")
         self._check()
         if self._sock.fileno() == -1:
-            raise _closed()
+            raise closed_error()
         self._sending = True
         try:
             await self._wait(_WANT_WRITE)
@@ -474,7 +460,8 @@ class TLSSocketStream(trio.abc.Stream):
             if isinstance(end, BaseException):
                 raise end
             return b""
-        self._check()
+        if self._state is not _OK:
+            self._check()
         if not self._handshaken:
             await self.do_handshake()
         self._receiving = True
@@ -484,33 +471,37 @@ class TLSSocketStream(trio.abc.Stream):
             read = self._decrypt
             sock = self._sock
             if sock.fileno() == -1:
-                raise _closed()
-            if not self._notified and not self._pending() and not self._poll.poll(0):
+                raise closed_error()
+            if self._ready or self._notified or self._pending() or self._poll.poll(0):
+                self._ready = True
+            else:
+                self._ready = False
                 await self._wait(_WANT_READ)  # nothing received yet: no read to fail first
                 waited = True
             while True:
                 if sock.fileno() == -1:
-                    raise _closed()
+                    raise closed_error()
                 try:
                     data = read(size)
                     break
                 except _WANT as want:
+                    self._ready = False
                     await self._wait(type(want))
                     waited = True
             got = len(data)
             if not got:
                 self._notified = True  # close_notify
-            elif got < size and self._poll.poll(0):
+            elif got < size and got >= self._look_after and self._poll.poll(0):
                 data = self._more(data, size)
                 got = len(data)
             if grow and got >= size:
                 self._receive_size = size * 2
         except ssl.SSLError as exc:
-            if not _is_eof(exc):
+            if not is_eof(exc):
                 self._state = _BROKEN
-                raise _tls_error(exc) from exc
-            if _reset(exc):  # (the state stays: the next read finds the end, as trio's)
-                raise _reset_error()  # noqa: B904 (its cause is the reset)
+                raise tls_error(exc) from exc
+            if is_reset(exc):  # (the state stays: the next read finds the end, as trio's)
+                raise reset_error()  # noqa: B904 (its cause is the reset)
             self._state = _BROKEN
             if not waited:
                 await cancel_shielded_checkpoint()
@@ -540,11 +531,11 @@ class TLSSocketStream(trio.abc.Stream):
             except _WANT:
                 break
             except ssl.SSLError as exc:
-                if not _is_eof(exc):
-                    self._end = _tls_error(exc)
+                if not is_eof(exc):
+                    self._end = tls_error(exc)
                     self._state = _BROKEN
-                elif _reset(exc):
-                    self._end = _reset_error()
+                elif is_reset(exc):
+                    self._end = reset_error()
                 else:
                     self._end = b""
                     self._state = _BROKEN
