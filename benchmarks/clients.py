@@ -236,25 +236,25 @@ class TrioRetryBulkheadAdapter(TrioRetryAdapter):
         return {"upstreams": {self.endpoint.base_url: bulkhead}}
 
 
-TLS_STREAM_ENV = "TRIO_RETRY_TLS_FAST_PATH"  # "1": TLS on the socket (tlssock.py)
+TLS_STREAM_ENV = "TRIO_RETRY_TLS_FAST_PATH"  # "0": trio.SSLStream (the default: tlssock.py)
 
 
-class TrioRetryTLSSocketAdapter(TrioRetryAdapter):
-    name = "trio_retry_tlssock"
-    label = "trio_retry, TLS on its socket"
+class TrioRetrySSLStreamAdapter(TrioRetryAdapter):
+    name = "trio_retry_sslstream"
+    label = "trio_retry, TLS on trio.SSLStream"
     description = (
-        "trio_retry with TLS on the connection's socket instead of trio.SSLStream "
-        f"({TLS_STREAM_ENV}=1 in the worker's environment); TLS scenarios only"
+        "trio_retry with TLS on trio.SSLStream instead of the connection's socket "
+        f"({TLS_STREAM_ENV}=0 in the worker's environment); TLS scenarios only"
     )
-    env: ClassVar[dict[str, str]] = {TLS_STREAM_ENV: "1"}
+    env: ClassVar[dict[str, str]] = {TLS_STREAM_ENV: "0"}
     protocols = frozenset({H1, H2})
     tls_only = "TLS only (in cleartext the same as the trio_retry row)"
 
     @classmethod
     def setup_note(cls, env_applied: bool = True) -> str | None:
         if env_applied:
-            return f"{TLS_STREAM_ENV}=1"
-        return f"{TLS_STREAM_ENV}=1 is not set in this process (--env sets it for every row)"
+            return f"{TLS_STREAM_ENV}=0"
+        return f"{TLS_STREAM_ENV}=0 is not set in this process (--env sets it for every row)"
 
 
 TRIO_RETRY_VARIANTS: tuple[type[TrioRetryAdapter], ...] = (
@@ -263,7 +263,7 @@ TRIO_RETRY_VARIANTS: tuple[type[TrioRetryAdapter], ...] = (
     TrioRetryNoFastAdapter,
     TrioRetryOnAttemptAdapter,
     TrioRetryBulkheadAdapter,
-    TrioRetryTLSSocketAdapter,
+    TrioRetrySSLStreamAdapter,
 )
 
 

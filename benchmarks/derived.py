@@ -67,7 +67,7 @@ COSTS = (
     ("trio_retry_on_attempt", "+on_att"),
     ("trio_retry_bulkhead", "+bulkh"),
     ("trio_retry_no_fast", "fast off"),
-    ("trio_retry_tlssock", "TLS sock"),
+    ("trio_retry_sslstream", "SSLStream"),
 )
 
 # The four cases (sequential, 32 concurrent, TLS at 32; HTTP/2 at 32 streams).

@@ -60,7 +60,7 @@ VARIANTS = {
     "trio_retry_no_fast",
     "trio_retry_on_attempt",
     "trio_retry_bulkhead",
-    "trio_retry_tlssock",
+    "trio_retry_sslstream",
 }
 
 
@@ -182,15 +182,15 @@ def _check_variants(data: dict[str, Any]) -> None:
             if variant == "trio_retry_no_fast" and scenario == "h2_tls_streams_32":
                 assert r["status"] == "skipped"
                 assert "HTTP/1.1 only" in r["note"]
-            elif variant == "trio_retry_tlssock" and scenario != "h2_tls_streams_32":
+            elif variant == "trio_retry_sslstream" and scenario != "h2_tls_streams_32":
                 assert r["status"] == "skipped"  # (cleartext: the trio_retry row's code)
                 assert "TLS only" in r["note"]
             else:
                 assert r["status"] == "ok", (scenario, variant, r["note"])
     # The fast-path row says how it was turned off in this checkout; the TLS one too.
     assert "TRIO_RETRY_HTTP1_FAST_PATH=0" in clients["trio_retry_no_fast"]["note"]
-    assert "TRIO_RETRY_TLS_FAST_PATH=1" in clients["trio_retry_tlssock"]["note"]
-    assert results[("h1_tls_concurrent_32", "trio_retry_tlssock")]["status"] == "ok"
+    assert "TRIO_RETRY_TLS_FAST_PATH=0" in clients["trio_retry_sslstream"]["note"]
+    assert results[("h1_tls_concurrent_32", "trio_retry_sslstream")]["status"] == "ok"
     for scenario in RESILIENCE | ENGINE_COST:  # those suites keep to their own rows
         for variant in VARIANTS:
             assert results[(scenario, variant)]["status"] == "skipped"

@@ -1,5 +1,6 @@
 """The client over TLS on its socket (``_wire/tlssock.py``) and over ``trio.SSLStream``
-(``TRIO_RETRY_TLS_FAST_PATH=1`` and unset): the same stages, evidence and bounds, end to end.
+(``TRIO_RETRY_TLS_FAST_PATH`` unset or ``1``, and ``0``): the same stages, evidence and bounds,
+end to end.
 
 Each test runs with the switch on and off; the stream the connection used is checked, so a
 test cannot pass on the other one by accident. FaultServer's faults prove the evidence; nginx
@@ -98,15 +99,15 @@ async def test_a_client_that_owns_its_context_uses_it_too(
     assert seen == [STREAMS[stream]]
 
 
-async def test_trio_sslstream_unless_the_switch_says_otherwise(
+async def test_tls_on_the_socket_unless_the_switch_says_otherwise(
     tls_server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Off by default: a client made without the variable uses trio.SSLStream."""
+    """On by default: a client made without the variable puts TLS on its socket."""
     monkeypatch.delenv(ENV, raising=False)
     async with trio_retry.Client(ssl_context=tls_server.client_ssl_context(), retry=ONCE) as c:
         seen = watch(c)
         assert (await c.get(tls_server.url + "/")).status == 200
-    assert seen == [trio.SSLStream]
+    assert seen == [TLSSocketStream]
 
 
 async def test_a_wrong_switch_value_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

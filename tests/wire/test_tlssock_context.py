@@ -10,6 +10,8 @@ Renegotiation needs a server that asks for one, which Python's ``ssl`` cannot: p
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 from collections.abc import Callable
 
@@ -296,3 +298,84 @@ async def test_used_only_with_a_plain_context_over_our_socket(certs: Certs) -> N
     assert isinstance(tls_stream(transport, plain, "localhost", fast=False), trio.SSLStream)
     assert isinstance(tls_stream(transport, custom, "localhost"), trio.SSLStream)
     sock.close()
+
+
+async def _renegotiation_during_upload(kind: str, certs: Certs, size: int) -> list[object]:
+    """A TLS 1.2 server (16 KiB receive buffer) that reads a ``size``-byte upload slowly,
+    asks for a renegotiation after its first bytes, and once it has all of it and the
+    renegotiation is done answers "done" and closes; what the client saw."""
+    from OpenSSL import SSL
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    listeners[0].socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    port = listeners[0].socket.getsockname()[1]
+    server: list[object] = []
+
+    async def serve() -> None:
+        stream = await listeners[0].accept()
+        conn = SSL.Connection(_renegotiating_context(certs), None)  # type: ignore[arg-type]
+        conn.set_accept_state()
+        got = 0
+        asked = False
+        try:
+            for _ in range(20_000):  # bounded: about 125 rounds of 8 KiB per MB
+                with contextlib.suppress(SSL.WantReadError):
+                    conn.do_handshake()
+                with contextlib.suppress(SSL.WantReadError):
+                    for _ in range(100):  # what was received, decrypted
+                        got += len(conn.recv(65536))
+                if got and not asked:  # the upload has begun: the client's write waits
+                    conn.renegotiate()
+                    asked = True
+                    with contextlib.suppress(SSL.WantReadError):
+                        conn.do_handshake()
+                with contextlib.suppress(SSL.WantReadError):
+                    await stream.send_all(conn.bio_read(65536))
+                if got >= size and not conn.renegotiate_pending():
+                    server.append(conn.total_renegotiations())
+                    conn.send(b"done")
+                    conn.shutdown()
+                    await stream.send_all(conn.bio_read(65536))
+                    return
+                await trio.sleep(0.0005)  # a slow reader
+                data = await stream.receive_some(8192)
+                if not data:
+                    return
+                conn.bio_write(data)
+        except (SSL.Error, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            server.append(type(exc).__name__)
+        finally:
+            server.append(got)
+            await trio.aclose_forcefully(stream)
+            await listeners[0].aclose()
+
+    seen: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        with trio.fail_after(30):
+            client = await connect(kind, port, certs.client_context())
+            try:
+                await client.do_handshake()
+                await client.send_all(b"u" * size)
+                data = b""
+                for _ in range(100):  # bounded
+                    chunk = await client.receive_some()
+                    if not chunk:
+                        break
+                    data += chunk
+                seen.append(data)
+            except trio.BrokenResourceError as exc:
+                seen.append(("error", type(exc.__cause__).__name__))
+            finally:
+                await trio.aclose_forcefully(client)
+    return [*seen, server]
+
+
+async def test_a_renegotiation_asked_for_during_an_upload_completes(certs: Certs) -> None:
+    """The HelloRequest arrives while the client's write waits for room; the client answers
+    it at its next read, after the upload, on either stream (OpenSSL's one unfinished record
+    is never in the way: the client writes no handshake message until then)."""
+    pytest.importorskip("OpenSSL.SSL")
+    size = 1_000_000
+    seen = [await _renegotiation_during_upload(kind, certs, size) for kind in KINDS]
+    assert seen[0] == seen[1] == [b"done", [1, size]]

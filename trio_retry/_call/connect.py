@@ -119,8 +119,8 @@ class Connector:
             )
             self._tickets = TicketStore(self.memory)
         self.open_transport: TransportOpener = opener
-        #: TLS on the socket itself where it can be (``_wire/tlssock.py``) when
-        #: ``TRIO_RETRY_TLS_FAST_PATH`` turns it on (read here, once per client; off by default).
+        #: TLS on the socket itself where it can be (``_wire/tlschoice.py``) unless
+        #: ``TRIO_RETRY_TLS_FAST_PATH=0`` turns it off (read here, once per client; on by default).
         self._tls_fast_path = tls_enabled_by_env()
         self.nursery: trio.Nursery | None = None  # set when the client is entered
         #: The client's timekeeper (``_wire/timekeeper.py``), handed to each connection it opens.

@@ -37,10 +37,13 @@ exception during an exchange, so neither is ever reused.
 A read that needs to write (a renegotiation, a TLS 1.3 KeyUpdate asking for ours) or a write
 that needs to read waits for the socket in the other direction; when the connection's other
 task already waits there (HTTP/2 has a reader and a writer), it waits for that one to wake and
-tries again, since Trio allows one waiter per direction and socket. One known difference with
-memory BIOs: OpenSSL keeps one unfinished record per connection, so a handshake message it must
-write while a large write waits for room (a renegotiation or a KeyUpdate request arriving then)
-breaks the connection with a TLS error where ``trio.SSLStream`` would go on.
+tries again, since Trio allows one waiter per direction and socket. OpenSSL keeps one unfinished
+record per connection: a handshake message it had to write while a record of ours waits for
+room could only follow that record. A renegotiation asked for during an upload is answered at
+the next read, after it, on either stream (``tests/wire/test_tlssock_context.py``); HTTP/2
+forbids renegotiation; a TLS 1.3 KeyUpdate request read by HTTP/2's reader while its writer
+waits is the one case no test here can stage (Python's ``ssl`` cannot send one), and where a
+difference would show (``TRIO_RETRY_TLS_FAST_PATH=0``, ``tlschoice.py``, is the way back).
 
 The write-progress reports of the socket (``RawSocketStream.on_progress``, which the write
 bounds count from) keep working: each 16 KiB piece of a ``send_all`` that had to wait reports
