@@ -415,7 +415,7 @@ class AttemptRun:
                 )
             if (streaming and response.status < 400) or (
                 response.status == 200
-                and resumable(request, state, 200, response.headers, buffered=True)
+                and resumable(request, state, 200, response.headers, True, response.content_length)
             ):
                 # The caller reads the body: the connection stays lent until the block ends
                 # (a PoolTimeout meanwhile says so, ConnectionPool.hold). A buffered body that

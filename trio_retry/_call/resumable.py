@@ -2,7 +2,11 @@
 (``GET``, replay-safe, resuming on) and the head's (``_resume.validator_of``). Asked for every
 response of a ``GET`` answered ``200``, so it is cheap: the request's side first, then one pass
 over the head's fields, keeping only the six ``validator_of`` reads (a plain dict, no
-:class:`~trio_retry.Headers`).
+:class:`~trio_retry.Headers`). A buffered call's body is continued only from
+:data:`BUFFERED_FROM` bytes on, and most buffered bodies are shorter: for it the length is asked
+first, before both, and costs least: the ``Content-Length`` the wire framed the body by, when it
+says (``WireResponse.content_length``), else a pass over the names that lowers and decodes
+nothing (:func:`_may_be_long`).
 
 A buffered call reads a body that can be continued through the same path as a streamed one
 (``_call/resume.py``), which costs more per response than reading it whole in one go
@@ -32,6 +36,8 @@ BUFFERED_FROM = 1 << 20
 _FIELDS = frozenset(
     (b"accept-ranges", b"content-length", b"content-encoding", b"etag", b"last-modified", b"date")
 )
+#: The fewest characters a ``Content-Length`` of :data:`BUFFERED_FROM` or more can have.
+_LONG_DIGITS = len(str(BUFFERED_FROM))
 
 
 def resumable(
@@ -40,15 +46,24 @@ def resumable(
     status: int,
     wire_headers: Sequence[tuple[bytes, bytes]],
     buffered: bool = False,
+    content_length: int | None = None,
 ) -> Validator | None:
     """The validator the body of this response can be continued with, or ``None``: not
     a replay-safe request (``SAFE``, or ``IDEMPOTENT`` with an ``Idempotency-Key``), resuming
     off (``resume=False`` for the call, else the upstream's ``Upstream(resume=False)``), not
     a ``GET`` (range requests are defined for ``GET`` alone, RFC 9110 §14.2: a server ignores
     ``Range`` on another method and would run it again), a head that promises nothing
-    (``_resume.validator_of``), or, ``buffered``, a body shorter than :data:`BUFFERED_FROM`."""
+    (``_resume.validator_of``), or, ``buffered``, a body shorter than :data:`BUFFERED_FROM`.
+    ``content_length``: the ``Content-Length`` the wire framed the body by, when it says
+    (``WireResponse.content_length``; the same field the head holds)."""
     if request.method != "GET" or status != 200:
         return None
+    if buffered and (
+        content_length < BUFFERED_FROM
+        if content_length is not None
+        else not _may_be_long(wire_headers)
+    ):
+        return None  # (the length refuses most buffered bodies: asked first, it costs least)
     resume = request.resume if request.resume is not None else state.upstream.resume
     if not resume:
         return None
@@ -72,3 +87,16 @@ def resumable(
         return validator
     length = validator.length
     return validator if length is not None and length >= BUFFERED_FROM else None
+
+
+def _may_be_long(wire_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether the head may declare a body of :data:`BUFFERED_FROM` bytes or more: it has a
+    ``Content-Length`` field (any case) whose value has at least :data:`_LONG_DIGITS`
+    characters. ``False`` is certain (``validator_of`` reads the same field: a shorter value,
+    stripped or not, is a smaller number or none); ``True`` is only a maybe, which the full
+    read then settles. Only a name of that length is lowered: a usual head costs a ``len``
+    or two a field, and nothing else."""
+    for name, value in wire_headers:
+        if len(name) == 14 and len(value) >= _LONG_DIGITS and name.lower() == b"content-length":
+            return True
+    return False

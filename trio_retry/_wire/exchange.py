@@ -96,9 +96,14 @@ class BodySource(Protocol):
 
 
 class WireResponse:
-    """Response head plus the source its body is read from."""
+    """Response head plus the source its body is read from.
 
-    __slots__ = ("headers", "http_version", "reason", "source", "status")
+    ``content_length``: the ``Content-Length`` the body is framed by, when the wire parsed it
+    to read the body (HTTP/1.1's fast parser does); ``None`` when the body is framed otherwise
+    or the parser did not say (the head's fields still hold whatever the server sent). A
+    reader of the head that only needs the length is spared a pass over the fields."""
+
+    __slots__ = ("content_length", "headers", "http_version", "reason", "source", "status")
 
     def __init__(
         self,
@@ -107,12 +112,14 @@ class WireResponse:
         headers: list[tuple[bytes, bytes]],
         http_version: str,
         source: BodySource,
+        content_length: int | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
         self.http_version = http_version
         self.source = source
+        self.content_length = content_length
 
 
 def content_length(request: WireRequest) -> bytes | None:
