@@ -379,3 +379,26 @@ async def test_server_eof_fails_open_streams_with_their_stage(
     )
     assert conn.closed
     assert not conn.is_reusable()
+
+
+async def test_the_response_carries_the_content_length_its_head_was_checked_by(
+    pair: tuple[HTTP2Connection, Server],
+) -> None:
+    conn, server = pair
+    lengths = []
+    with trio.fail_after(LIMIT):
+        for fields in ([(b"content-length", b"5")], []):
+            progress = progress_at_pool()
+
+            async def answer(fields: list[tuple[bytes, bytes]] = fields) -> None:
+                received = await server.next(h2.events.RequestReceived)
+                server.h2.send_headers(received.stream_id or 0, [(b":status", b"200"), *fields])
+                server.h2.send_data(received.stream_id or 0, b"hello", end_stream=True)
+                await server.flush()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(answer)
+                response = await conn.send_request(get("/sized"), progress)
+                assert await response.source.receive_body(progress) == b"hello"
+            lengths.append(response.content_length)
+    assert lengths == [5, None]  # (None: no Content-Length; the head's fields say so)

@@ -98,10 +98,11 @@ class BodySource(Protocol):
 class WireResponse:
     """Response head plus the source its body is read from.
 
-    ``content_length``: the ``Content-Length`` the body is framed by, when the wire parsed it
-    to read the body (HTTP/1.1's fast parser does); ``None`` when the body is framed otherwise
-    or the parser did not say (the head's fields still hold whatever the server sent). A
-    reader of the head that only needs the length is spared a pass over the fields."""
+    ``content_length``: the ``Content-Length`` the body is framed (or, HTTP/2, checked) by, when
+    the wire parsed it to read the body (HTTP/1.1's fast parser, HTTP/2's head check); ``None``
+    when the body has none, or the parser did not say (the head's fields still hold whatever
+    the server sent). A reader of the head that only needs the length is spared a pass over
+    the fields."""
 
     __slots__ = ("content_length", "headers", "http_version", "reason", "source", "status")
 

@@ -293,4 +293,6 @@ async def read_head(stream: Stream, progress: AttemptProgress) -> WireResponse:
     # headers.malformed let through only heads that start with their one :status.
     head = stream.head
     status = int(head[0][1])
-    return WireResponse(status, REASONS.get(status, ""), head[1:], HTTP_VERSION, stream)
+    return WireResponse(
+        status, REASONS.get(status, ""), head[1:], HTTP_VERSION, stream, stream.expected_length
+    )
