@@ -211,9 +211,12 @@ class Pair:
         assert self.ref.open_outbound_streams == self.fast.open_outbound_streams
         if self.fast.handed_over:  # h2 was given the fast path's streams: as its own
             for stream_id, stream in self.ref.streams.items():
-                given = self.fast._h2.streams[stream_id].state_machine
+                adopted = self.fast._h2.streams[stream_id]
+                given = adopted.state_machine
                 for field in ("state", "headers_received", "trailers_received", "headers_sent"):
                     assert getattr(given, field) == getattr(stream.state_machine, field), field
+                for field in ("request_method", "_authority"):  # (its checks of the response)
+                    assert getattr(adopted, field) == getattr(stream, field), field
         for stream_id in range(1, self.ref.highest_outbound_stream_id + 1, 2):
             assert call(self.fast, "local_flow_control_window", stream_id) == call(
                 self.ref, "local_flow_control_window", stream_id

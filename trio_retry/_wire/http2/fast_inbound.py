@@ -28,13 +28,12 @@ class FastStream:
     have seen, and the stream's windows (``window``: ours, ``out_window``: the server's)."""
 
     __slots__ = (
-        "authority",
         "headers_received",
         "informational",
         "local_ended",
-        "method",
         "out_window",
         "remote_ended",
+        "request_headers",
         "stream_id",
         "trailers_received",
         "window",
@@ -54,18 +53,30 @@ class FastStream:
         self.headers_received = False
         self.trailers_received = False
         self.informational = False
-        # As h2's stream: the method and the authority of the request, the first of each.
-        self.method: bytes | None = None
-        self.authority: bytes | None = None
-        for name, value in headers:
-            if name == b":method":
-                if self.method is None:
-                    self.method = value
-            elif name == b":authority":
-                if self.authority is None:
-                    self.authority = value
-            elif name[:1] != b":":
+        #: The request's header block as sent (read only if the fast path hands over).
+        self.request_headers = headers
+
+    # As h2's stream: the method and the authority of the request, the first of each. Read
+    # only when the fast path hands the stream to h2 (``FastMachine.handover``, once in a
+    # connection's life at most), so worked out then, not for every request.
+
+    @property
+    def method(self) -> bytes | None:
+        return self._pseudo(b":method")
+
+    @property
+    def authority(self) -> bytes | None:
+        return self._pseudo(b":authority")
+
+    def _pseudo(self, wanted: bytes) -> bytes | None:
+        """The first value of the pseudo-header ``wanted`` in the request's block (they come
+        before the regular fields), or ``None``."""
+        for name, value in self.request_headers:
+            if name == wanted:
+                return value  # type: ignore[no-any-return]
+            if name[:1] != b":":
                 break
+        return None
 
     def inputs(self) -> list[StreamInputs]:
         """The inputs that take h2's stream state machine where this stream is."""
