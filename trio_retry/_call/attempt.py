@@ -122,7 +122,8 @@ class AttemptRun:
         self._traced_run = traced
         #: The attempt's number, 1-based, given as it starts (its hooks, its span, its record).
         self._number = number
-        if rt.timekeeper.head_yields and request.deadline != _INF:
+        # (the deadline asked first: the common call has none, and then nothing more is asked)
+        if request.deadline != _INF and rt.timekeeper.head_yields:
             progress.deadline_bounds_head = True  # (``clock.py``'s rule)
         self._progress = progress
         self._response: WireResponse | None = None
