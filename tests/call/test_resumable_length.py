@@ -142,12 +142,12 @@ def test_a_long_body_with_a_validator_is_continued_and_a_short_one_is_not() -> N
 
 
 def _head(data: bytes, *, fast: bool) -> tuple[int, bytes, list[tuple[bytes, bytes]], int | None]:
-    reader = ResponseReader(h11.Connection(h11.CLIENT), 65536, fast=fast)
+    reader = ResponseReader(65536, fast=fast)
     request = WireRequest("GET", "/", [(b"Host", b"h")], b"", None)
     head = reader.begin(request)
     if head is None:  # h11 has the exchange: it writes the request
-        reader.h11.send(h11.Request(method="GET", target="/", headers=[("Host", "h")]))
-        reader.h11.send(h11.EndOfMessage())
+        reader.machine().send(h11.Request(method="GET", target="/", headers=[("Host", "h")]))
+        reader.machine().send(h11.EndOfMessage())
     event = reader.next_event(AttemptProgress(0.0), data)
     assert event is not NEED
     assert isinstance(event, tuple)

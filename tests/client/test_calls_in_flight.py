@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import socket
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,28 @@ def _library_coroutines() -> list[types.CoroutineType[object, object, object]]:
 
 def _count(kind: type) -> int:
     return sum(1 for obj in gc.get_objects() if type(obj) is kind)
+
+
+def _census() -> dict[str, int]:
+    """How many GC-tracked objects of each type there are, after a full collection."""
+    gc.collect()
+    counts: dict[str, int] = {}
+    for obj in gc.get_objects():
+        name = type(obj).__qualname__
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _growth(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Per type, how many more objects ``after`` counts than ``before``."""
+    grown = {name: after.get(name, 0) - count for name, count in before.items()}
+    grown.update({name: count for name, count in after.items() if name not in before})
+    return grown
+
+
+def _per_call(grown: dict[str, int], calls: int) -> tuple[float, list[tuple[int, str]]]:
+    """Objects per call, and the types that grew (most first), for a failure's message."""
+    return sum(grown.values()) / calls, sorted((-n, name) for name, n in grown.items() if n > 0)
 
 
 async def _held_in_flight(
@@ -190,14 +213,6 @@ async def test_a_call_queued_for_a_connection_holds_few_objects(
     queued = 40
     census: list[dict[str, int]] = []
 
-    def take_census() -> None:
-        gc.collect()
-        counts: dict[str, int] = {}
-        for obj in gc.get_objects():
-            name = type(obj).__qualname__
-            counts[name] = counts.get(name, 0) + 1
-        census.append(counts)
-
     async with client:
 
         async def one() -> None:
@@ -210,19 +225,64 @@ async def test_a_call_queued_for_a_connection_holds_few_objects(
                 while len(server.requests) < HELD:
                     await trio.sleep(0.01)
                 await trio.sleep(0.05)
-                take_census()
+                census.append(_census())
                 for _ in range(queued):
                     calls.start_soon(one)
                 while client.pool.waiting < queued:
                     await trio.sleep(0.01)
                 await trio.sleep(0.05)
-                take_census()
+                census.append(_census())
                 assert len(server.requests) == HELD
                 release.set()
-    before, after = census
-    grown = {name: after.get(name, 0) - count for name, count in before.items()}
-    grown.update({name: count for name, count in after.items() if name not in before})
-    per_call = sum(grown.values()) / queued
-    held = sorted((-count, name) for name, count in grown.items() if count > 0)
+    grown = _growth(*census)
+    per_call, held = _per_call(grown, queued)
     assert per_call <= QUEUED_OBJECTS, f"{per_call:.1f} per queued call: {held[:20]}"
     assert grown.get("CancelScope", 0) <= 0, held
+
+
+#: GC-tracked objects an HTTP/1.1 call holds while it waits for its response head, its
+#: connection's included (and its task and the test's coroutine): issue #41, 47.0 with an h11
+#: state machine per connection (five objects, though the fast path had every exchange), a
+#: write, a read and a no-limit head bound (of four), the write bound's ``renew`` method and a
+#: bound method of the clock's; 37.0 without.
+WAITING_OBJECTS = 37
+
+
+async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
+    """What a call and its connection hold while the server has not answered, counted as the
+    objects that ``waiting`` more calls add: a listener that never accepts (the kernel
+    completes the handshakes and takes the requests; nothing answers). A connection whose
+    exchanges the fast path has makes no h11 state machine, and no read or write bound until
+    a read or write must wait under one."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+        waiting = 40
+        census: list[dict[str, int]] = []
+
+        def heads_awaited() -> int:
+            return [c.cr_code.co_qualname for c in _library_coroutines()].count(
+                "HTTP11Connection._events"
+            )
+
+        async with Client(retry=ONE, max_connections=2 * waiting) as client:
+            with trio.move_on_after(10) as waited:
+                async with trio.open_nursery() as calls:
+                    for _ in range(HELD):
+                        calls.start_soon(client.get, url)
+                    while heads_awaited() < HELD:
+                        await trio.sleep(0.01)
+                    census.append(_census())
+                    for _ in range(waiting):
+                        calls.start_soon(client.get, url)
+                    while heads_awaited() < HELD + waiting:
+                        await trio.sleep(0.01)
+                    census.append(_census())
+                    calls.cancel_scope.cancel()
+            assert not waited.cancelled_caught
+    grown = _growth(*census)
+    per_call, held = _per_call(grown, waiting)
+    assert per_call <= WAITING_OBJECTS, f"{per_call:.1f} per waiting call: {held[:20]}"
+    assert grown.get("Connection", 0) <= 0, held  # (h11's)
+    assert grown.get("Bound", 0) <= waiting, held  # the head's, and no other

@@ -103,6 +103,11 @@ _READING = "while reading the response"
 #: The ``chunks`` of a head's read (:meth:`HTTP11Connection._events`): nothing is appended to
 #: it (the head comes before any body data, and ends that read).
 _HEAD_ONLY: list[bytes] = []
+#: The head's bound when the call's deadline bounds the head instead (``clock.py``): no limit,
+#: so nothing of it is per connection or per request (every connection shares it).
+_HEAD_IN_DEADLINE = Bound(None, "first_byte", None)
+#: The read bound a body's read is given before the connection's was made (``_events``).
+_UNMADE = Bound(None, "read", None)
 
 
 class HTTP11Connection:
@@ -113,8 +118,6 @@ class HTTP11Connection:
 
     __slots__ = (
         "_first_byte",
-        "_h11",
-        "_head_in_deadline",
         "_more",
         "_now",
         "_poller",
@@ -123,6 +126,7 @@ class HTTP11Connection:
         "_slice",
         "_socket",
         "_stream",
+        "_timekeeper",
         "_virtual",
         "_write_bound",
         "expires_at",
@@ -146,24 +150,26 @@ class HTTP11Connection:
         self._socket = transport.socket
         sock = transport.socket  # (VirtualSocket is an ABC: an isinstance is a call, made once)
         self._virtual = sock if isinstance(sock, VirtualSocket) else None
-        self._now = trio.lowlevel.current_clock().current_time
-        #: h11 writes the requests the fast path does not; the reader reads every response.
-        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
-        self._reader = ResponseReader(self._h11, max_header_bytes, fast=fast_path)
-        self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
-        #: The bounds of this connection's waits (``clock.py``), one per kind: one request at
-        #: a time, so each is reused, its ``progress`` set per request.
         if timekeeper is None:
             timekeeper = Timekeeper(NO_LIMITS)
-        self._write_bound = bound("write", timekeeper, target=self)
-        raw = raw_stream_of(self._stream)
-        if raw is not None:  # a write that waits for a reading server renews its bound
-            raw.on_progress = self._write_bound.renew
-        self._slice = WRITE_SLICE if raw is not None else WRITE_SLICE_UNREPORTED
+        self._timekeeper = timekeeper
+        self._now = timekeeper.now  # (the client's: no bound method of the clock's each)
+        #: The reader reads every response, and has h11 (made when first needed: the requests
+        #: the fast path does not write are written with it, ``ResponseReader.machine``).
+        self._reader = ResponseReader(max_header_bytes, fast=fast_path)
+        self._poller: select.poll | None = None  # made on the first reuse (peer_closed)
+        #: The bounds of this connection's waits (``clock.py``), one per kind: one request at
+        #: a time, so each is reused, its ``progress`` set per request. The write and read
+        #: bounds are made when a write or a body's read first needs one (:meth:`_writes`,
+        #: :meth:`_reads`): a small exchange bounds its write with the head's, and its body
+        #: comes with its head; at 10,000 connections at once, each object a connection keeps
+        #: is one more for every full pass of the garbage collector to visit (issue #41).
+        self._write_bound: Bound | None = None
+        self._read: Bound | None = None
+        self._slice = (
+            WRITE_SLICE if raw_stream_of(self._stream) is not None else WRITE_SLICE_UNREPORTED
+        )
         self._first_byte = bound("first_byte", timekeeper, target=self)
-        #: The head's wait when the call's deadline bounds it instead (``clock.py``): none.
-        self._head_in_deadline = bound("first_byte", timekeeper, target=self, limit=None)
-        self._read = bound("read", timekeeper, target=self)
         self.origin_key = origin_key
         self.state = _IDLE
         self.expires_at = float("inf")
@@ -243,20 +249,23 @@ class HTTP11Connection:
         self.requests += 1
         progress.http_version = self.http_version
         # The head's bound: first_byte's, unless the call's deadline bounds the head.
-        first_byte = self._head_in_deadline if progress.deadline_bounds_head else self._first_byte
-        first_byte.progress = progress  # (the write and read bounds: where used)
+        if progress.deadline_bounds_head:
+            first_byte = _HEAD_IN_DEADLINE  # (no limit: it never reads its progress)
+        else:
+            first_byte = self._first_byte
+            first_byte.progress = progress  # (the write and read bounds: where used)
         try:
             body = request.body
             if isinstance(body, bytes):
                 head = self._reader.begin(request)  # the fast path's head, or None: h11's
                 if head is None:
-                    head, body = encode_whole(self._h11, request, body, progress)
+                    head, body = encode_whole(self._reader.machine(), request, body, progress)
                 if len(body) <= COALESCE_LIMIT:
                     # One send_all (the body leaves with the head), counted in the first-byte
                     # bound, as an HTTP/2 request queued whole is: so few bytes wait for the
                     # socket only behind a server that stopped reading, which that bound ends.
                     # (Without a first-byte limit, the write bound keeps the write.)
-                    write = None if first_byte.limit is not None else self._write_bound
+                    write = None if first_byte.limit is not None else self._writes()
                     with first_byte:
                         if body:
                             await self._send(head + body, progress, _REQUEST_BODY, write)
@@ -265,8 +274,9 @@ class HTTP11Connection:
                         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
                         got = await self._events(progress, None, _HEAD_ONLY, None)
                 else:
-                    await self._send(head, progress, _REQUEST_HEAD, self._write_bound)
-                    await self._send(body, progress, _REQUEST_BODY, self._write_bound)
+                    write = self._writes()
+                    await self._send(head, progress, _REQUEST_HEAD, write)
+                    await self._send(body, progress, _REQUEST_BODY, write)
                     got = await self._head(progress, first_byte)
             else:
                 await self._send_streamed(request, body, progress)
@@ -325,8 +335,8 @@ class HTTP11Connection:
     ) -> None:
         """The head, then each chunk of a streamed body as it comes, then the body's end
         (chunked framing unless the caller gave a length), all encoded by h11."""
-        conn = self._h11
-        bound = self._write_bound
+        conn = self._reader.machine()
+        bound = self._writes()
         head = encode(conn, h11_request(request, progress), progress)
         await self._send(head, progress, _REQUEST_HEAD, bound)
         async with closing_body(body):
@@ -337,6 +347,23 @@ class HTTP11Connection:
         end = encode(conn, END_OF_MESSAGE, progress)
         if end:
             await self._send(end, progress, _REQUEST_BODY, bound)
+
+    def _writes(self) -> Bound:
+        """The write bound, made on first use: from then on, a write that waits for a reading
+        server renews it (``RawSocketStream.on_progress``; unmade, there was nothing to
+        renew)."""
+        write = self._write_bound
+        if write is None:
+            write = self._write_bound = bound("write", self._timekeeper, target=self)
+            raw = raw_stream_of(self._stream)
+            if raw is not None:
+                raw.on_progress = write.renew
+        return write
+
+    def _reads(self, progress: AttemptProgress) -> Bound:
+        """The read bound, made the first time a body's read must wait for bytes."""
+        read = self._read = bound("read", self._timekeeper, target=self, progress=progress)
+        return read
 
     def _transport_failure(
         self, progress: AttemptProgress, when: str, exc: BaseException
@@ -356,9 +383,13 @@ class HTTP11Connection:
         closed); each read within the read bound. On any exception, cancellation included,
         the connection is closed (never reused)."""
         chunks: list[bytes] = []
-        self._read.progress = progress
+        read = self._read
+        if read is None:
+            read = _UNMADE
+        else:
+            read.progress = progress
         try:
-            await self._events(progress, self._read, chunks, 0)  # (past 0 bytes: one chunk)
+            await self._events(progress, read, chunks, 0)  # (past 0 bytes: one chunk)
         except BaseException:
             self.close()
             raise
@@ -369,9 +400,13 @@ class HTTP11Connection:
         bytes (see ``BodySource``); each read within the read bound. On any exception,
         cancellation included, the connection is closed (never reused)."""
         chunks: list[bytes] = []
-        self._read.progress = progress
+        read = self._read
+        if read is None:
+            read = _UNMADE
+        else:
+            read.progress = progress
         try:
-            await self._events(progress, self._read, chunks, limit)
+            await self._events(progress, read, chunks, limit)
         except BaseException:
             self.close()
             raise
@@ -392,8 +427,9 @@ class HTTP11Connection:
         - the end of the body: the stage is ``COMPLETE`` and the connection idle again, or
           closed when it may not carry another request.
 
-        Each read is within ``bound``, the read bound; ``None`` for the reads of the head,
-        which the caller bounds as a whole (the first-byte bound). The head's loop reads
+        Each read is within ``bound``, the read bound (:data:`_UNMADE`: made by the first read
+        that waits, :meth:`_reads`); ``None`` for the reads of the head, which the caller
+        bounds as a whole (the first-byte bound). The head's loop reads
         before its first look: an exchange starts with nothing buffered (a connection with
         bytes left over is not reused). Raises :class:`WireError`; the caller closes the
         connection on any exception."""
@@ -408,6 +444,8 @@ class HTTP11Connection:
                     if bound is None:
                         data = self._more(await self._stream.receive_some())
                     else:
+                        if bound is _UNMADE:
+                            bound = self._reads(progress)
                         with bound:
                             data = self._more(await self._stream.receive_some())
                 except TRANSPORT_ERRORS as exc:

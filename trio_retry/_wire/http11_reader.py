@@ -59,11 +59,15 @@ class ResponseReader:
     writer) no longer matches the wire: the connection is closed, never reused.
     """
 
-    __slots__ = ("fast", "h11", "max_header_bytes", "parser", "request", "reusable")
+    __slots__ = ("_h11", "fast", "max_header_bytes", "parser", "request", "reusable")
 
-    def __init__(self, conn: h11.Connection, max_header_bytes: int, *, fast: bool) -> None:
-        #: h11, shared with the connection (it writes the requests the fast path does not).
-        self.h11 = conn
+    def __init__(self, max_header_bytes: int, *, fast: bool) -> None:
+        #: h11's state machine, made by :meth:`machine` when first needed: a connection whose
+        #: exchanges the fast path has whole never makes one (five objects each of thousands
+        #: of connections would keep for their life, visited by every full pass of the garbage
+        #: collector: issue #41). One made late is the one made early: the fast path leaves
+        #: h11 where it started (``IDLE``), and only :meth:`handover` moves it, from there.
+        self._h11: h11.Connection | None = None
         self.max_header_bytes = max_header_bytes
         #: The fast path's switch (``Client(http1_fast_path=...)``).
         self.fast = fast
@@ -72,6 +76,16 @@ class ResponseReader:
         self.request: WireRequest | None = None
         #: At ``END``: whether the connection may carry the next request.
         self.reusable = False
+
+    def machine(self) -> h11.Connection:
+        """h11's state machine for this connection (made now if it was not yet), shared with
+        the connection, which writes with it the requests the fast path does not."""
+        conn = self._h11
+        if conn is None:
+            conn = self._h11 = h11.Connection(
+                h11.CLIENT, max_incomplete_event_size=self.max_header_bytes
+            )
+        return conn
 
     def begin(self, request: WireRequest) -> bytes | None:
         """The request head the fast path writes for ``request`` (its body in memory), the
@@ -104,12 +118,12 @@ class ResponseReader:
         parser = self.parser
         if received is not None:
             if parser is None:
-                self.h11.receive_data(bytes(received))
+                self.machine().receive_data(bytes(received))
             elif received:
                 parser.buf += received
             else:  # an EOF mid-body: h11 says what it means
                 self.handover()
-                self.h11.receive_data(b"")
+                self.machine().receive_data(b"")
                 parser = None
         if parser is not None:
             event = parser.next_event()
@@ -131,7 +145,7 @@ class ResponseReader:
         return self._h11_event(progress)
 
     def _h11_event(self, progress: AttemptProgress) -> Event:
-        conn = self.h11
+        conn = self.machine()
         while True:
             try:
                 event = conn.next_event()
@@ -166,7 +180,7 @@ class ResponseReader:
     def _refused(self, progress: AttemptProgress, exc: h11.RemoteProtocolError) -> WireError:
         """What h11 refusing the server's bytes means: an EOF inside the response is
         ``CONNECTION_BROKEN``, anything else ``REMOTE_PROTOCOL``."""
-        if self.h11.their_state is h11.ERROR and eof_error(exc):
+        if self.machine().their_state is h11.ERROR and eof_error(exc):
             return WireError.at(
                 progress,
                 FailureCategory.CONNECTION_BROKEN,
@@ -186,7 +200,7 @@ class ResponseReader:
         assert parser is not None
         assert request is not None
         self.parser = self.request = None
-        conn = self.h11
+        conn = self.machine()
         conn.send(request.h11_event or request_event(request, content_length(request)))
         assert isinstance(request.body, bytes)
         if request.body:
@@ -207,7 +221,7 @@ class ResponseReader:
         to the next request as if the server had answered it (a response desync), so it is
         closed instead. (Bytes arriving later are caught by the connection's
         ``peer_closed``.) Likewise when the response asked to close (keep-alive off)."""
-        conn = self.h11
+        conn = self.machine()
         if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
             if not conn.trailing_data[0]:
                 conn.start_next_cycle()

@@ -111,6 +111,7 @@ class Timekeeper:
         "first_byte",
         "head_yields",
         "limits",
+        "now",
         "pool",
         "read",
         "running",
@@ -136,6 +137,9 @@ class Timekeeper:
             Lane("read_idle", clock.FIXED.read_idle),
             Lane("read_idle_ping", clock.FIXED.read_idle_ping),
         )
+        #: The run's clock (``trio.current_time`` until :meth:`start` reads it directly): one
+        #: function for the client's connections to read it with, none of their own.
+        self.now: Callable[[], float] = trio.current_time
         #: True while :meth:`run` runs: only then are the lanes used.
         self.running = False
         self._sleep: trio.CancelScope | None = None  # the task's current sleep
@@ -154,7 +158,7 @@ class Timekeeper:
     def start(self, nursery: trio.Nursery) -> None:
         """Run the lanes in ``nursery`` from now on (they are used at once: the task's first
         look at the lanes comes before anything armed now can fall due)."""
-        now = trio.lowlevel.current_clock().current_time
+        now = self.now = trio.lowlevel.current_clock().current_time
         for lane in self.lanes:
             lane.now = now
         self.running = True
