@@ -105,9 +105,9 @@ _READING = "while reading the response"
 _HEAD_ONLY: list[bytes] = []
 #: The head's bound when the call's deadline bounds the head instead (``clock.py``): no limit,
 #: so nothing of it is per connection or per request (every connection shares it).
-_HEAD_IN_DEADLINE = Bound(None, "first_byte", None)
+_HEAD_IN_DEADLINE = bound("first_byte", None, limit=None)
 #: The read bound a body's read is given before the connection's was made (``_events``).
-_UNMADE = Bound(None, "read", None)
+_UNMADE = bound("read", None, limit=None)
 
 
 class HTTP11Connection:
