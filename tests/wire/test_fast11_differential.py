@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from trio_retry._call.body import decoder_for
 from trio_retry._wire.fast11 import DEFER, END, NEED, FastParser, ResponseHead, request_head
 from trio_retry._wire.http11_rules import eof_error, protocol_message
 
@@ -435,3 +436,29 @@ def test_request_head_takes_the_usual_request() -> None:
     assert request_head("GET", "/", [*headers, (b"expect", b"100-continue")], None) is None
     assert request_head("GET", "/", [(b"accept", b"*/*")], None) is None
     assert request_head("GET", "/a b", headers, None) is None
+
+
+#: Fields of Content-Encoding's length, the field itself in several cases among them.
+SIXTEEN = [b"Content-Encoding", b"content-encoding", b"CONTENT-ENCODING", b"Content-Language"]
+
+
+@SETTINGS
+@given(canonical(), st.lists(st.sampled_from(SIXTEEN), max_size=3), st.integers(0, 6))
+def test_the_head_says_whether_it_has_a_content_encoding(
+    data: bytes, extra: list[bytes], where: int
+) -> None:
+    # WireResponse.encoded: False spares decoder_for its pass over the fields, so it must be
+    # False exactly when there is no Content-Encoding field, in any case.
+    end = data.index(b"\r\n") + 2
+    fields = b"".join(name + b": gzip\r\n" for name in extra)
+    parser = FastParser(65536)
+    parser.buf = data[:end] + fields + data[end:]
+    head = parser.next_event()
+    assume(isinstance(head, ResponseHead))  # (a Content-Length of 19 digits and more: h11's)
+    assert isinstance(head, ResponseHead)
+    present = any(name.lower() == b"content-encoding" for name, _ in head.headers)
+    assert head.encoded is present
+    for method in ("GET", "HEAD"):
+        told = decoder_for(method, head.headers, None, head.encoded)
+        read = decoder_for(method, head.headers, None)
+        assert type(told) is type(read)

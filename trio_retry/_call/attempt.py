@@ -425,7 +425,9 @@ class AttemptRun:
                 self._held = True
             else:
                 limit = config.max_body_bytes
-                decoder = decoder_for(request.method, response.headers, limit)  # (before the read)
+                decoder = decoder_for(  # (before the read)
+                    request.method, response.headers, limit, response.encoded
+                )
                 source = response.source
                 chunks = await source.receive_all(progress, limit)
                 self._body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)

@@ -40,10 +40,15 @@ __all__ = [
 
 
 def decoder_for(
-    method: str, headers: Sequence[tuple[bytes, bytes]], limit: int | None
+    method: str,
+    headers: Sequence[tuple[bytes, bytes]],
+    limit: int | None,
+    encoded: bool | None = None,
 ) -> Decoder | None:
-    """The decoder of a response's ``Content-Encoding`` (``None``: nothing to decode)."""
-    if method == "HEAD":
+    """The decoder of a response's ``Content-Encoding`` (``None``: nothing to decode).
+    ``encoded``: whether the head has such a field, when the wire looked
+    (``WireResponse.encoded``; ``False`` spares the pass over the fields)."""
+    if method == "HEAD" or encoded is False:
         return None
     # Every Content-Encoding field, in order (a coding list may span several fields).
     codings: list[str] = []

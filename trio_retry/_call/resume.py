@@ -115,7 +115,7 @@ def carry(
     limit = rt.config.max_body_bytes
     validator = resumable(request, state, wire.status, wire.headers)
     carried = Continuation(rt, request, state, result, attempts, validator, retrier, limit)
-    decoder = decoder_for(request.method, wire.headers, limit)
+    decoder = decoder_for(request.method, wire.headers, limit, wire.encoded)
     body = StreamedBody(
         carried.reader(),
         request.deadline,

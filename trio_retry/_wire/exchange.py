@@ -101,10 +101,19 @@ class WireResponse:
     ``content_length``: the ``Content-Length`` the body is framed (or, HTTP/2, checked) by, when
     the wire parsed it to read the body (HTTP/1.1's fast parser, HTTP/2's head check); ``None``
     when the body has none, or the parser did not say (the head's fields still hold whatever
-    the server sent). A reader of the head that only needs the length is spared a pass over
-    the fields."""
+    the server sent). ``encoded``: whether the head has a ``Content-Encoding`` field, when the
+    wire looked (HTTP/1.1's fast parser); ``None`` when it did not. A reader of the head that
+    only needs these is spared a pass over the fields."""
 
-    __slots__ = ("content_length", "headers", "http_version", "reason", "source", "status")
+    __slots__ = (
+        "content_length",
+        "encoded",
+        "headers",
+        "http_version",
+        "reason",
+        "source",
+        "status",
+    )
 
     def __init__(
         self,
@@ -114,6 +123,7 @@ class WireResponse:
         http_version: str,
         source: BodySource,
         content_length: int | None = None,
+        encoded: bool | None = None,
     ) -> None:
         self.status = status
         self.reason = reason
@@ -121,6 +131,7 @@ class WireResponse:
         self.http_version = http_version
         self.source = source
         self.content_length = content_length
+        self.encoded = encoded
 
 
 def content_length(request: WireRequest) -> bytes | None:

@@ -120,9 +120,10 @@ class ResponseHead:
     """A canonical final response head, as h11 would give it: ``headers`` as
     ``h11.Response.headers.raw_items()`` (raw names, OWS-stripped values), ``reason`` as bytes,
     ``length`` the Content-Length or :data:`CHUNKED`, ``keep_alive`` h11's decision (false when
-    a ``Connection`` header lists ``close``)."""
+    a ``Connection`` header lists ``close``), ``encoded`` whether a ``Content-Encoding`` field
+    is among the headers (any case: the reader of the body need not look for one when not)."""
 
-    __slots__ = ("headers", "keep_alive", "length", "reason", "status")
+    __slots__ = ("encoded", "headers", "keep_alive", "length", "reason", "status")
 
     def __init__(
         self,
@@ -131,12 +132,14 @@ class ResponseHead:
         headers: list[tuple[bytes, bytes]],
         length: int,
         keep_alive: bool,
+        encoded: bool = False,
     ) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers
         self.length = length
         self.keep_alive = keep_alive
+        self.encoded = encoded
 
 
 class FastParser:
@@ -206,6 +209,7 @@ class FastParser:
         length = None
         chunked = False
         keep_alive = True
+        encoded = False
         for name, value in _FIELD.findall(buf, match.start(3), match.end(3)):
             if value and value[-1] == 32:
                 value = value.rstrip(b" ")
@@ -225,13 +229,15 @@ class FastParser:
                     # h11: close iff a comma-separated, stripped, lower-cased token is "close"
                     if b"close" in [token.strip() for token in value.lower().split(b",")]:
                         keep_alive = False
+            elif size == 16 and name.lower() == b"content-encoding":
+                encoded = True
         if chunked:
             if length is not None:
                 return DEFER  # TE + CL: refused on the h11 path (http11_rules.framing_conflict)
             length = CHUNKED
         elif length is None:
             return DEFER  # read until close: h11's
-        self.head = ResponseHead(status, match[2] or b"", headers, length, keep_alive)
+        self.head = ResponseHead(status, match[2] or b"", headers, length, keep_alive, encoded)
         self.keep_alive = keep_alive
         self.buf = buf[end:]
         self.left = 0 if chunked else length

@@ -282,11 +282,13 @@ class HTTP11Connection:
                 await self._send_streamed(request, body, progress)
                 got = await self._head(progress, first_byte)
             assert got is not None  # (the reader gives the head before anything else)
-            status, reason, headers, length = got
+            status, reason, headers, length, encoded = got
             progress.stage = _RESPONSE_BODY  # (from RESPONSE_HEAD)
             # The version set above, or the one the head gave ("HTTP/1.0": ResponseReader).
             version: str = progress.http_version
-            return WireResponse(status, reason.decode("latin-1"), headers, version, self, length)
+            return WireResponse(
+                status, reason.decode("latin-1"), headers, version, self, length, encoded
+            )
         except BaseException:
             self.close()
             raise

@@ -40,10 +40,11 @@ from .progress import AttemptProgress, WireError
 
 __all__ = ["END", "NEED", "Head", "ResponseReader"]
 
-#: A final response head: status, reason (as received), raw header names and values, and the
-#: ``Content-Length`` the body is framed by when the fast parser read the head (``None``:
-#: framed otherwise, or read by h11, which does not say: ``WireResponse.content_length``).
-Head: TypeAlias = tuple[int, bytes, list[tuple[bytes, bytes]], int | None]
+#: A final response head: status, reason (as received), raw header names and values, and, when
+#: the fast parser read the head, the ``Content-Length`` the body is framed by (``None``: framed
+#: otherwise) and whether it has a ``Content-Encoding`` field; h11 says neither (``None``, the
+#: head's fields hold it: ``WireResponse.content_length``, ``WireResponse.encoded``).
+Head: TypeAlias = tuple[int, bytes, list[tuple[bytes, bytes]], int | None, bool | None]
 #: What :meth:`ResponseReader.next_event` answers.
 Event: TypeAlias = Head | bytes | Signal
 
@@ -140,7 +141,13 @@ class ResponseReader:
                 if progress.bytes_received > self.max_header_bytes:  # cheap bound first
                     check_head_size(progress, event.headers, self.max_header_bytes)
                 length = event.length
-                return (event.status, event.reason, event.headers, length if length >= 0 else None)
+                return (
+                    event.status,
+                    event.reason,
+                    event.headers,
+                    length if length >= 0 else None,
+                    event.encoded,
+                )
             self.handover()  # DEFER
         return self._h11_event(progress)
 
@@ -175,7 +182,7 @@ class ResponseReader:
             raise WireError.at(progress, FailureCategory.REMOTE_PROTOCOL, framing)
         if event.http_version != b"1.1":  # an HTTP/1.0 server (the fast parser defers those)
             progress.http_version = "HTTP/" + event.http_version.decode("ascii")
-        return (event.status_code, event.reason, headers, None)
+        return (event.status_code, event.reason, headers, None, None)
 
     def _refused(self, progress: AttemptProgress, exc: h11.RemoteProtocolError) -> WireError:
         """What h11 refusing the server's bytes means: an EOF inside the response is
