@@ -61,6 +61,7 @@ class TransportOpener(Protocol):
         http2: bool = True,
         uds: str | None = None,
         tls_fast_path: bool = False,
+        timekeeper: Timekeeper | None = None,
     ) -> Transport: ...
 
 
@@ -241,6 +242,7 @@ class Connector:
                 http2=config.http2,
                 uds=config.uds,
                 tls_fast_path=self._tls_fast_path,
+                timekeeper=self.timekeeper,
             )
         if transport.alpn == "h2" or h2c:
             # The reader task lives in the client's nursery: no task outlives the client.

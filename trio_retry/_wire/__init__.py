@@ -8,6 +8,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``timeout_words.py`` what a timeout says: the bound that fired, as the caller sets it
 - ``clock.py``        the one owner of time: every wait's bound (lanes or cancel scopes), the
                       fixed limits (``FIXED``), the call's effective deadline
+- ``clock_shapes.py`` the shapes the bounds are written against (a target, limits, a timekeeper)
 - ``timekeeper.py``   the client's timekeeper: its lanes of armed waits and the task expiring them
 - ``exchange.py``     the contract HTTP/1.1, HTTP/2 and HTTP/3 share: the wire request and response,
                       body framing, Trio's errors as ``WireError``

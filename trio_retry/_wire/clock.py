@@ -66,14 +66,21 @@ scope otherwise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
 
 import trio
 
 from .._core.evidence import FailureCategory
+from .clock_shapes import (
+    NO_LIMITS,
+    AttemptHolder,
+    DeadlineLaneLike,
+    Keeper,
+    LaneLike,
+    StageTarget,
+    Timeouts,
+)
 from .progress import AttemptProgress, WireError
 from .timeout_words import Default, deadline_message, seconds, timeout_message
 
@@ -96,6 +103,7 @@ __all__ = [
     "deadline_message",
     "effective_deadline",
     "limit_of",
+    "opening",
     "pause",
     "quic_handshake_limit",
     "retime",
@@ -333,69 +341,6 @@ def timed_out(
     return WireError.at(progress, FailureCategory.TIMEOUT, timeout_message(which, limit, about))
 
 
-class StageTarget(Protocol):
-    """What a lane can interrupt: told that the wait ``which`` of ``progress``'s attempt ran
-    out, it ends that wait at once (unless what it waited for has arrived). It must not raise
-    or block: the timekeeper's task calls it."""
-
-    def stage_expired(self, which: str, progress: AttemptProgress) -> None: ...
-
-
-class Timeouts(Protocol):
-    """The limits a timekeeper keeps (``trio_retry.StageTimeouts`` is one)."""
-
-    @property
-    def connect(self) -> float | None: ...
-    @property
-    def tls(self) -> float | None: ...
-    @property
-    def write(self) -> float | None: ...
-    @property
-    def first_byte(self) -> float | None: ...
-    @property
-    def read(self) -> float | None: ...
-
-
-class _NoLimits:
-    """Limits of nothing: a connection made without a client's timekeeper waits unbounded."""
-
-    __slots__ = ()
-    connect = tls = write = first_byte = read = None
-
-
-NO_LIMITS: Timeouts = _NoLimits()
-
-
-class LaneLike(Protocol):
-    """What a bound arms: one of a ``timekeeper.Timekeeper``'s lanes."""
-
-    @property
-    def limit(self) -> float: ...
-    @property
-    def pending(self) -> dict[Any, float]: ...
-    @property
-    def now(self) -> Callable[[], float]: ...
-
-
-class DeadlineLaneLike(LaneLike, Protocol):
-    """The timekeeper's lane of call deadlines (``timekeeper.DeadlineLane``)."""
-
-    def arm_at(self, bound: Any, due: float) -> bool: ...
-
-
-class Keeper(Protocol):
-    """What the bounds read of the client's ``timekeeper.Timekeeper`` (which imports this
-    module: the bounds know it by this shape). Its lanes are its attributes named as the
-    waits (``write``, ``first_byte``, ``read``: ``None`` without a limit)."""
-
-    @property
-    def limits(self) -> Timeouts: ...
-    @property
-    def running(self) -> bool: ...
-    @property
-    def deadline(self) -> DeadlineLaneLike: ...
-
-
 class _OwnLimit:
     """:func:`bound`'s default ``limit``: the client's own for the wait."""
 
@@ -519,9 +464,12 @@ class Bound:
         if lane is not None:
             self._armed = None
             lane.pending.pop(self, None)  # (Lane.disarm, without its call)
-            if self.expired and exc is not None and not isinstance(exc, trio.Cancelled):
+            if self.expired:
                 assert self.progress is not None
-                raise timed_out(self.progress, self.which, self.limit, self.about) from exc
+                if exc is not None and not isinstance(exc, trio.Cancelled):
+                    raise timed_out(self.progress, self.which, self.limit, self.about) from exc
+                if self.target is _OPENING:  # it cancelled the opening: that cannot go on
+                    raise timed_out(self.progress, self.which, self.limit, self.about)
             return
         scope = self._scope
         if scope is None:
@@ -532,6 +480,31 @@ class Bound:
             self.expired = True
             assert self.progress is not None
             raise timed_out(self.progress, self.which, self.limit, self.about)
+
+
+class _Opening:
+    """The target of an opening's bounds (:func:`opening`): the expiry cancels the opening's
+    scope, which ends whatever it waits for (a name, a connect race, a proxy, a handshake)."""
+
+    __slots__ = ()
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        if progress.opening is not None:
+            progress.opening.cancel()
+
+
+_OPENING = _Opening()
+
+
+def opening(progress: AttemptProgress) -> StageTarget | None:
+    """The target of a bound of ``progress``'s opening (connect, TLS: ``transport.py``):
+    when the opening has a cancel scope of its own (``AttemptProgress.opening``, the pool's),
+    the bound keeps its limit on the timekeeper's lane and, run out, cancels that scope; it
+    then reports its ``TIMEOUT`` (:meth:`Bound.__exit__`), also for a wait that ended just as
+    the limit did (the opening cannot go on). ``None`` (a scope of the bound's own) otherwise.
+    Two scopes, the opening's and its connect's, were a sixth of what an HTTP/1.1 call held
+    while connecting, visited by every full pass of the garbage collector (issue #41)."""
+    return _OPENING if progress.opening is not None else None
 
 
 class DeadlineBound:
@@ -551,7 +524,7 @@ class DeadlineBound:
         timekeeper: Keeper | None,
         due: float,
         progress: AttemptProgress,
-        conn: _AttemptHolder | None,
+        conn: AttemptHolder | None,
     ) -> None:
         self.due = due
         self.progress = progress
@@ -594,7 +567,3 @@ class DeadlineBound:
         handled = bool(scope.__exit__(etype, exc, tb))
         self.expired = scope.cancelled_caught
         return handled
-
-
-class _AttemptHolder(Protocol):
-    def attempt_expired(self, progress: AttemptProgress) -> None: ...

@@ -12,8 +12,13 @@ guess, and nothing upstream may "upgrade" it (only the wire proves ``NOT_SENT``)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage, evidence_for_stage
+
+if TYPE_CHECKING:
+    import trio
 
 __all__ = ["AttemptProgress", "WireError"]
 
@@ -39,6 +44,7 @@ class AttemptProgress:
         "http_version",
         "interrupted",
         "late_only",
+        "opening",
         "proven_not_sent",
         "stage",
         "started",
@@ -67,6 +73,10 @@ class AttemptProgress:
         #: was answered ``425 Too Early`` (RFC 8470 §5.2: send it after the handshake).
         self.late_only = False
         self.proven_not_sent = False
+        #: The cancel scope the attempt opens its connection in, while it does, when that
+        #: scope is its own (the pool's, which ``aclose()`` cancels): the opening's bounds
+        #: end their waits by cancelling it (``clock.opening``), no scope of their own.
+        self.opening: trio.CancelScope | None = None
         self.started = started
         self.timings: dict[str, float] = {}
 

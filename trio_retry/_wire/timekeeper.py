@@ -106,6 +106,7 @@ class Timekeeper:
 
     __slots__ = (
         "_sleep",
+        "connect",
         "dark",
         "deadline",
         "first_byte",
@@ -115,6 +116,7 @@ class Timekeeper:
         "pool",
         "read",
         "running",
+        "tls",
         "write",
     )
 
@@ -123,6 +125,10 @@ class Timekeeper:
         #: ``first_byte`` is ``Client()``'s default: a call with a deadline waits for its
         #: response head within that deadline instead (the module docstring).
         self.head_yields = isinstance(limits.first_byte, Default)
+        #: An opening's waits (``transport.py``), on a lane when the opening has a scope of
+        #: its own to cancel (``clock.opening``).
+        self.connect = Lane("connect", limits.connect) if limits.connect is not None else None
+        self.tls = Lane("tls", limits.tls) if limits.tls is not None else None
         self.write = Lane("write", limits.write) if limits.write is not None else None
         self.first_byte = (
             Lane("first_byte", limits.first_byte) if limits.first_byte is not None else None
@@ -146,7 +152,7 @@ class Timekeeper:
 
     @property
     def lanes(self) -> tuple[Lane, ...]:
-        stages = (self.write, self.first_byte, self.read, self.pool)
+        stages = (self.connect, self.tls, self.write, self.first_byte, self.read, self.pool)
         return (*(lane for lane in stages if lane), self.deadline, *self.dark)
 
     def wake_by(self, due: float) -> None:

@@ -21,7 +21,7 @@ import os
 import socket as _stdlib_socket
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -29,7 +29,7 @@ import trio
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .._url import tls_name
-from .clock import FIXED, bound, wait_for
+from .clock import FIXED, Keeper, bound, opening, wait_for
 from .progress import AttemptProgress, WireError
 from .rawsock import open_socket, socket_stream
 from .tlschoice import tls_stream
@@ -109,18 +109,21 @@ def _why(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno is not None else str(exc)
 
 
-async def _connect(infos: Sequence[AddrInfo]) -> Sockets:
-    """Happy eyeballs over ``infos``; raises ``OSError`` if none connects.
+def _connect(infos: Sequence[AddrInfo]) -> Awaitable[Sockets]:
+    """Happy eyeballs over ``infos``, to be awaited; raises ``OSError`` if none connects.
 
     With one address its own error is raised. With several, every address's error is kept,
     as ``trio.open_tcp_stream`` does: the ``OSError`` names each address and why it failed,
     and its ``__cause__`` is an ``ExceptionGroup`` of the individual errors (in address
     order). Raising only the last error would hide why the others failed: an IPv6 address
     that is unreachable and an IPv4 one that refuses are two different stories.
+
+    (A plain function returning the awaitable of the way it chose: no frame of its own held
+    while thousands of connections to one address each connect, issue #41.)
     """
     if len(infos) == 1:
-        return await _connect_one(infos[0])
-    return await _race(infos)
+        return _connect_one(infos[0])
+    return _race(infos)
 
 
 async def _race(infos: Sequence[AddrInfo]) -> Sockets:
@@ -312,6 +315,7 @@ async def open_transport(
     http2: bool = True,
     uds: str | None = None,
     tls_fast_path: bool = False,
+    timekeeper: Keeper | None = None,
 ) -> Transport:
     """Resolve, connect and (when ``ssl_context`` is given) handshake.
 
@@ -334,7 +338,9 @@ async def open_transport(
 
     Raises :class:`WireError` (always ``NOT_SENT``) with the stage that failed: reaching or
     negotiating with a proxy is ``CONNECT``. On cancellation nothing is left open.
-    ``progress`` records the stage and the ``connect``/``tls`` timings.
+    ``progress`` records the stage and the ``connect``/``tls`` timings. The ``connect`` and
+    ``tls`` limits are kept on ``timekeeper``'s lanes when the opening has a cancel scope of
+    its own to end (``clock.opening``), else each in a scope.
     """
     clock = trio.current_time
     progress.advance(Stage.DNS)
@@ -346,8 +352,9 @@ async def open_transport(
     # Every path cancelled inside the bound has already closed its socket.
     with bound(
         "connect",
-        None,
+        timekeeper,
         progress=progress,
+        target=opening(progress),
         limit=connect_timeout,
         about=f"{peer_host}:{peer_port}{via}",
     ):
@@ -399,7 +406,14 @@ async def open_transport(
     fast = tls_fast_path and proxy is None
     tls = tls_stream(tcp, ssl_context, tls_name(host), fast=fast)
     try:
-        with bound("tls", None, progress=progress, limit=tls_timeout, about=f"{host}:{port}"):
+        with bound(
+            "tls",
+            timekeeper,
+            progress=progress,
+            target=opening(progress),
+            limit=tls_timeout,
+            about=f"{host}:{port}",
+        ):
             await tls.do_handshake()
     except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
         sock.close()
