@@ -240,6 +240,33 @@ async def test_a_call_queued_for_a_connection_holds_few_objects(
     assert grown.get("CancelScope", 0) <= 0, held
 
 
+#: Calls added to the ``HELD`` ones and counted, in the HTTP/1.1 tests below.
+ADDED = 40
+
+
+async def _grown_by_http11_calls(url: str, at: str) -> dict[str, int]:
+    """How the objects grew when ``ADDED`` more calls to ``url`` (besides ``HELD`` first)
+    reached the library's coroutine named ``at``, and stayed there (a census each time)."""
+    census: list[dict[str, int]] = []
+
+    def there() -> int:
+        return [c.cr_code.co_qualname for c in _library_coroutines()].count(at)
+
+    async with Client(retry=ONE, max_connections=2 * ADDED) as client:
+        with trio.move_on_after(8) as waited:  # (within Client()'s 10 s connect limit)
+            async with trio.open_nursery() as calls:
+                for count in (HELD, ADDED):
+                    before = there()
+                    for _ in range(count):
+                        calls.start_soon(client.get, url)
+                    while there() < before + count:
+                        await trio.sleep(0.01)
+                    census.append(_census())
+                calls.cancel_scope.cancel()
+        assert not waited.cancelled_caught
+    return _growth(*census)
+
+
 #: GC-tracked objects an HTTP/1.1 call holds while it waits for its response head, its
 #: connection's included (and its task and the test's coroutine): issue #41, 47.0 with an h11
 #: state machine per connection (five objects, though the fast path had every exchange), a
@@ -251,7 +278,7 @@ WAITING_OBJECTS = 35
 
 async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
     """What a call and its connection hold while the server has not answered, counted as the
-    objects that ``waiting`` more calls add: a listener that never accepts (the kernel
+    objects that ``ADDED`` more calls add: a listener that never accepts (the kernel
     completes the handshakes and takes the requests; nothing answers). A connection whose
     exchanges the fast path has makes no h11 state machine, and no read or write bound until
     a read or write must wait under one."""
@@ -259,71 +286,27 @@ async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen(128)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
-        waiting = 40
-        census: list[dict[str, int]] = []
-
-        def heads_awaited() -> int:
-            return [c.cr_code.co_qualname for c in _library_coroutines()].count(
-                "HTTP11Connection._events"
-            )
-
-        async with Client(retry=ONE, max_connections=2 * waiting) as client:
-            with trio.move_on_after(10) as waited:
-                async with trio.open_nursery() as calls:
-                    for _ in range(HELD):
-                        calls.start_soon(client.get, url)
-                    while heads_awaited() < HELD:
-                        await trio.sleep(0.01)
-                    census.append(_census())
-                    for _ in range(waiting):
-                        calls.start_soon(client.get, url)
-                    while heads_awaited() < HELD + waiting:
-                        await trio.sleep(0.01)
-                    census.append(_census())
-                    calls.cancel_scope.cancel()
-            assert not waited.cancelled_caught
-    grown = _growth(*census)
-    per_call, held = _per_call(grown, waiting)
+        grown = await _grown_by_http11_calls(url, "HTTP11Connection._events")
+    per_call, held = _per_call(grown, ADDED)
     assert per_call <= WAITING_OBJECTS, f"{per_call:.1f} per waiting call: {held[:20]}"
     assert grown.get("Connection", 0) <= 0, held  # (h11's)
-    assert grown.get("Bound", 0) <= waiting, held  # the head's, and no other
+    assert grown.get("Bound", 0) <= ADDED, held  # the head's, and no other
 
 
 #: GC-tracked objects an HTTP/1.1 call holds while it connects (its task and the test's
 #: coroutine included): issue #41, 48.0 with two cancel scopes (its opening's and its
 #: connect's, each with its status and two sets; the connect's deadline in trio's heap) and the
-#: frames of ``ConnectionPool._open_slot`` and ``transport._connect``; 41.0 without.
-CONNECTING_OBJECTS = 41
+#: frames of ``ConnectionPool._open_slot`` and ``transport._connect``; 41.0 without; 39.0
+#: once the connect no longer held its addresses (their list and its address-info tuple).
+CONNECTING_OBJECTS = 39
 
 
 async def test_an_http11_call_connecting_holds_few_objects() -> None:
     """What a call holds while its connect waits for the handshake, counted as the objects
-    that ``connecting`` more calls add: one cancel scope (its opening's, which ``aclose()``
+    that ``ADDED`` more calls add: one cancel scope (its opening's, which ``aclose()``
     cancels and the connect limit's lane entry cancels too), no other."""
     with connects_waiting() as port:
-        url = f"http://127.0.0.1:{port}/"
-        connecting = 40
-        census: list[dict[str, int]] = []
-
-        def opening() -> int:
-            return [c.cr_code.co_qualname for c in _library_coroutines()].count("open_transport")
-
-        async with Client(retry=ONE, max_connections=2 * connecting) as client:
-            with trio.move_on_after(8) as waited:  # (within the 10 s connect limit)
-                async with trio.open_nursery() as calls:
-                    for _ in range(HELD):
-                        calls.start_soon(client.get, url)
-                    while opening() < HELD:
-                        await trio.sleep(0.01)
-                    census.append(_census())
-                    for _ in range(connecting):
-                        calls.start_soon(client.get, url)
-                    while opening() < HELD + connecting:
-                        await trio.sleep(0.01)
-                    census.append(_census())
-                    calls.cancel_scope.cancel()
-            assert not waited.cancelled_caught
-    grown = _growth(*census)
-    per_call, held = _per_call(grown, connecting)
+        grown = await _grown_by_http11_calls(f"http://127.0.0.1:{port}/", "open_transport")
+    per_call, held = _per_call(grown, ADDED)
     assert per_call <= CONNECTING_OBJECTS, f"{per_call:.1f} per connecting call: {held[:20]}"
-    assert grown.get("CancelScope", 0) <= connecting, held
+    assert grown.get("CancelScope", 0) <= ADDED, held

@@ -87,8 +87,9 @@ async def _resolve(host: str, port: int) -> list[AddrInfo]:
     return infos
 
 
-async def _connect_one(info: AddrInfo) -> Sockets:
-    family, type_, proto, _, sockaddr = info
+async def _connect_one(family: int, type_: int, proto: int, sockaddr: Any) -> Sockets:
+    """A connect to one address, given its parts rather than its address-info tuple, which
+    each of thousands of connects at once would otherwise hold (issue #41)."""
     sock, raw = open_socket(family, type_, proto)
     try:
         await sock.connect(sockaddr)
@@ -122,7 +123,8 @@ def _connect(infos: Sequence[AddrInfo]) -> Awaitable[Sockets]:
     while thousands of connections to one address each connect, issue #41.)
     """
     if len(infos) == 1:
-        return _connect_one(infos[0])
+        family, type_, proto, _, sockaddr = infos[0]
+        return _connect_one(family, type_, proto, sockaddr)
     return _race(infos)
 
 
@@ -137,7 +139,7 @@ async def _race(infos: Sequence[AddrInfo]) -> Sockets:
         index: int, info: AddrInfo, failed: trio.Event, nursery: trio.Nursery
     ) -> None:
         try:
-            sock = await _connect_one(info)
+            sock = await _connect_one(info[0], info[1], info[2], info[4])
         except OSError as exc:
             errors[index] = exc
             failed.set()
@@ -362,10 +364,11 @@ async def open_transport(
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
             sock, raw = await _connect_unix(uds)
         else:
-            infos = await _resolve(peer_host, peer_port)
+            # (the addresses are not kept here while the connect waits: _connect_one's parts)
+            connecting = _connect(await _resolve(peer_host, peer_port))
             progress.advance(Stage.CONNECT)
             try:
-                sock, raw = await _connect(infos)
+                sock, raw = await connecting
             except OSError as exc:
                 raise _fail(
                     Stage.CONNECT,
