@@ -111,8 +111,13 @@ class FastMachine:
         conn.pending += take_unread(machine)
         return True
 
-    def handover(self) -> None:
-        """From now on h2 handles everything: give it the state the fast path kept."""
+    def handover(self, closing: bool = False) -> None:
+        """From now on h2 handles everything: give it the state the fast path kept.
+
+        ``closing``: the hand-over of :meth:`close_connection`, whose GOAWAY leaves h2's state
+        CLOSED; h2 is then given no record of how the streams the fast path forgot were
+        closed (up to 65,536 of them): the session feeds h2 no frame after its close, and h2
+        would look a closed stream up only to answer a frame received."""
         conn = self._conn
         if conn is None:
             return
@@ -134,7 +139,8 @@ class FastMachine:
                 kept.authority,
                 kept.inputs(),
             )
-        adopt_closed(machine, conn.closed)
+        if not closing:
+            adopt_closed(machine, conn.closed)
         if conn.pending:
             machine.incoming_buffer.add_data(bytes(conn.pending))
 
@@ -243,7 +249,7 @@ class FastMachine:
         connection's last frame: h2 writes it, after a hand-over (nothing follows it)."""
         if self._h2.state_machine.state is ConnectionState.CLOSED:
             return
-        self.handover()
+        self.handover(closing=True)
         self._h2.close_connection(error_code, last_stream_id=0)
 
     def acknowledge_received_data(self, acknowledged_size: int, stream_id: int) -> None:
