@@ -231,21 +231,27 @@ class InboundFrames:
                 and kind <= _CONTINUATION
                 and kind != _PRIORITY
             )
+            # What this kind of frame asks to go on in a run (the common kinds asked first):
+            # DATA, not of a stream awaiting its head (unless that head is earlier in the run);
+            # HEADERS, ending its field block; a SETTINGS ACK, empty; never GOAWAY or
+            # CONTINUATION.
+            if kind == _DATA:
+                whole = stream_id not in self.awaiting_head or (
+                    heads is not None and stream_id in heads
+                )
+            elif kind == _HEADERS:
+                whole = flags & _END_HEADERS != 0
+            elif kind == _SETTINGS:
+                whole = not (flags & _ACK and length)
+            else:
+                whole = kind != _GOAWAY and kind != _CONTINUATION
             if (
-                end - pos >= _FRAME_HEADER + length
+                whole
+                and end - pos >= _FRAME_HEADER + length
                 and length <= MAX_FRAME
-                and kind != _GOAWAY
                 and not idle
                 and not block
-                and kind != _CONTINUATION
-                and (kind != _SETTINGS or not (flags & _ACK and length))
-                and (kind != _HEADERS or flags & _END_HEADERS)
                 and not self._preface
-                and not (
-                    kind == _DATA
-                    and stream_id in self.awaiting_head
-                    and (heads is None or stream_id not in heads)
-                )
             ):
                 if run < 0:
                     run = pos
