@@ -169,7 +169,7 @@ class MemoDecoder(hpack.Decoder):
         headers = kept.get(key)
         if headers is not None:
             return list(headers)
-        decoded = list(super().decode(data, raw))
+        decoded = self._decode_new(data, raw)
         # Kept even if this decoding changed the table: the next call then forgets it.
         if len(data) <= MAX_BLOCK:
             if len(kept) >= MAX_KEPT:
@@ -177,6 +177,11 @@ class MemoDecoder(hpack.Decoder):
             kept[key] = decoded
             return list(decoded)
         return decoded
+
+    def _decode_new(self, data: bytes, raw: bool) -> list[hpack.HeaderTuple]:
+        """A block not kept, decoded by hpack (a block answered from what is kept was decoded
+        so once, and raises nothing)."""
+        return list(super().decode(data, raw))
 
 
 class CompressionError(ProtocolError):
@@ -191,9 +196,9 @@ class ConnectionDecoder(MemoDecoder):
     :class:`CompressionError` (see the module docstring). A head over the header list limit
     stays hpack's ``OversizedHeaderListError``, which h2 reports as a head too large."""
 
-    def decode(self, data: bytes, raw: bool = False) -> Iterable[hpack.HeaderTuple]:
+    def _decode_new(self, data: bytes, raw: bool) -> list[hpack.HeaderTuple]:
         try:
-            return super().decode(data, raw)
+            return super()._decode_new(data, raw)
         except hpack.OversizedHeaderListError:
             raise
         except (hpack.HPACKError, IndexError, TypeError, UnicodeDecodeError) as exc:
