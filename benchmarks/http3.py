@@ -2,9 +2,11 @@
 
 caddy (the OS package, ``benchmarks/caddy.py``) serves both protocols on one port; trio_retry
 reaches it over HTTP/2 (TCP, ALPN ``h2``) and over HTTP/3 (QUIC, ``Upstream(http3=True)``),
-with the same client options otherwise. Each case runs in a process of its own (this module
-with ``--child``), which measures its own wall time and CPU time (``time.process_time``: all of
-its threads) around the workload only, after one warm-up request on the same connection:
+with the same client options otherwise, over each QUIC library installed (``--quic``: qh3,
+aioquic, or both, in one run; the client's ``TRIO_RETRY_QUIC``). Each case runs in a process
+of its own (this module with ``--child``), which measures its own wall time and CPU time
+(``time.process_time``: all of its threads) around the workload only, after one warm-up
+request on the same connection:
 
 - **sequential**: ``--requests`` small GETs (``/small``, 13 bytes) one after the other;
 - **concurrent**: the same number of small GETs, 32 at a time on one connection;
@@ -16,9 +18,14 @@ same warm-up, as the peer of the download row.
 
 Reported per case: requests per second (or MB/s) and client CPU per request (or per MB), and
 HTTP/3 over HTTP/2 for both, measured in the same run; for the download, HTTP/3 over
-niquests' HTTP/3 too. Every response is checked (status, size,
-the protocol asked for). What it does not show: loss and latency (loopback has neither, and
-they are where QUIC differs most), and the server's CPU. See docs/benchmarks.md, "HTTP/3".
+niquests' HTTP/3 too. What bounds the download is printed beside it: **the server's CPU** per
+MB for each process (caddy's, read from ``/proc``: on a machine of two cores, a server that
+needs more CPU per MB than the client caps the download whatever the client does), the UDP
+datagrams the kernel dropped for a full receive buffer while it ran (``RcvbufErrors``, the
+whole machine's count), and caddy's complaints about its UDP buffers if it logged any (quic-go
+asks for bigger ones than ``net.core.rmem_max`` may allow). Every response is checked
+(status, size, the protocol asked for). What it does not show: loss and latency (loopback has
+neither, and they are where QUIC differs most). See docs/benchmarks.md, "HTTP/3".
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ def _niquests(config: dict[str, Any]) -> dict[str, Any]:
         warm = session.get(url + "/small", verify=config["ca"], timeout=config["timeout"])
         if warm.status_code != 200 or warm.http_version != 30:
             raise RuntimeError(f"niquests: {warm.status_code} HTTP/{warm.http_version}")
+        start = _beside(config["server_pid"])
         wall, cpu = time.perf_counter(), time.process_time()
         received = 0
         response = session.get(
@@ -63,7 +71,8 @@ def _niquests(config: dict[str, Any]) -> dict[str, Any]:
             received += len(chunk)
         if received != config["size"]:
             raise RuntimeError(f"niquests: {received} bytes, expected {config['size']}")
-        return {"download": (time.perf_counter() - wall, time.process_time() - cpu)}
+        timed = (time.perf_counter() - wall, time.process_time() - cpu)
+        return {"download": timed, **_since(config["server_pid"], start)}
 
 
 def _child(config: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +123,7 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
                     nursery.start_soon(worker)
             results["concurrent"] = (time.perf_counter() - wall, time.process_time() - cpu)
 
+            start = _beside(config["server_pid"])
             wall, cpu = time.perf_counter(), time.process_time()
             received = 0
             async with client.stream("GET", url + "/bulk/file") as response:
@@ -124,18 +134,23 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
             if received != config["size"]:
                 raise RuntimeError(f"download: {received} bytes, expected {config['size']}")
             results["download"] = (time.perf_counter() - wall, time.process_time() - cpu)
+            results.update(_since(config["server_pid"], start))
             return results
 
     return trio.run(run)
 
 
-def _measure(config: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _measure(config: dict[str, Any], timeout: float, quic: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if quic is not None:
+        env["TRIO_RETRY_QUIC"] = quic
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.http3", "--child", json.dumps(config)],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(TAG):
@@ -144,27 +159,122 @@ def _measure(config: dict[str, Any], timeout: float) -> dict[str, Any]:
     raise RuntimeError(f"{config['protocol']} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-def _rows(results: dict[str, dict[str, Any]], requests: int, size: int) -> list[dict[str, Any]]:
+Beside = tuple[float | None, int | None]
+
+
+def _beside(pid: int) -> Beside:
+    """The server's CPU seconds and the machine's UDP receive-buffer drops so far."""
+    return _cpu_seconds(pid), _rcvbuf_errors()
+
+
+def _since(pid: int, start: Beside) -> dict[str, Any]:
+    """What the server used, and the kernel dropped, since ``start`` (``None``: not known)."""
+    cpu, drops = _beside(pid)
+    return {
+        "server_cpu": None if cpu is None or start[0] is None else cpu - start[0],
+        "rcvbuf_drops": None if drops is None or start[1] is None else drops - start[1],
+    }
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system) process ``pid`` used so far (Linux ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rcvbuf_errors() -> int | None:
+    """UDP datagrams the kernel dropped so far for a full receive buffer (this network
+    namespace, every socket: Linux ``/proc/net/snmp``)."""
+    try:
+        rows = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()]
+    except OSError:
+        return None
+    names, values = [row for row in rows if row and row[0] == "Udp:"][:2]
+    counts = dict(zip(names[1:], values[1:], strict=True))
+    return int(counts["RcvbufErrors"]) if "RcvbufErrors" in counts else None
+
+
+def _per(value: float | None, amount: float, scale: float) -> float | None:
+    return None if value is None else value / amount * scale
+
+
+def _rows(
+    results: dict[str, dict[str, Any]], libraries: list[str], requests: int, size: int
+) -> list[dict[str, Any]]:
+    """One row per case and QUIC library: HTTP/2's figures and HTTP/3's over that library,
+    from the same run; CPU per request in µs (per MB in ms for the download), the server's
+    beside the client's."""
     rows = []
-    for case in ("sequential", "concurrent", "download"):
-        row: dict[str, Any] = {"case": case}
-        for protocol in ("h2", "h3"):
-            wall, cpu = results[protocol][case]
-            if case == "download":
-                row[f"{protocol}_rate"] = size / 1e6 / wall  # MB/s
-                row[f"{protocol}_cpu"] = cpu / (size / 1e6) * 1e3  # ms per MB
-            else:
-                row[f"{protocol}_rate"] = requests / wall  # requests/s
-                row[f"{protocol}_cpu"] = cpu / requests * 1e6  # us per request
-        row["rate_ratio"] = row["h3_rate"] / row["h2_rate"]
-        row["cpu_ratio"] = row["h3_cpu"] / row["h2_cpu"]
-        if case == "download" and "niquests" in results:
-            wall, cpu = results["niquests"][case]
-            row["niquests_rate"] = size / 1e6 / wall
-            row["niquests_cpu"] = cpu / (size / 1e6) * 1e3
-            row["niquests_ratio"] = row["h3_rate"] / row["niquests_rate"]
-        rows.append(row)
+    megabytes = size / 1e6
+    for library in libraries:
+        for case in ("sequential", "concurrent", "download"):
+            row: dict[str, Any] = {"case": case, "quic": library}
+            amount, scale = (megabytes, 1e3) if case == "download" else (requests, 1e6)
+            for protocol, key in (("h2", "h2"), ("h3", f"h3:{library}")):
+                wall, cpu = results[key][case]
+                row[f"{protocol}_rate"] = amount / wall  # MB/s, or requests/s
+                row[f"{protocol}_cpu"] = cpu / amount * scale
+                if case == "download":
+                    row[f"{protocol}_server_cpu"] = _per(results[key]["server_cpu"], amount, scale)
+                    row[f"{protocol}_rcvbuf_drops"] = results[key]["rcvbuf_drops"]
+            row["rate_ratio"] = row["h3_rate"] / row["h2_rate"]
+            row["cpu_ratio"] = row["h3_cpu"] / row["h2_cpu"]
+            if case == "download" and "niquests" in results:
+                wall, cpu = results["niquests"][case]
+                row["niquests_rate"] = megabytes / wall
+                row["niquests_cpu"] = cpu / megabytes * 1e3
+                row["niquests_server_cpu"] = _per(results["niquests"]["server_cpu"], megabytes, 1e3)
+                row["niquests_ratio"] = row["h3_rate"] / row["niquests_rate"]
+            rows.append(row)
     return rows
+
+
+def _libraries(asked: str) -> list[str]:
+    """The QUIC libraries to run HTTP/3 over (``--quic``): those installed of the asked."""
+    import importlib.util
+
+    wanted = ["qh3", "aioquic"] if asked == "both" else [asked]
+    return [name for name in wanted if importlib.util.find_spec(name) is not None]
+
+
+def _report(rows: list[dict[str, Any]], caddy_version: str, args: argparse.Namespace) -> None:
+    print(f"caddy {caddy_version.split()[0]}, {args.requests} requests, {args.size_mb:g} MB")
+    for row in rows:
+        unit = "MB/s" if row["case"] == "download" else "r/s"
+        cpu_unit = "ms/MB" if row["case"] == "download" else "us/req"
+        label = f"{row['case']} ({row['quic']})"
+        print(
+            f"{label:<22} HTTP/2 {row['h2_rate']:>6.0f} {unit:<4} HTTP/3 {row['h3_rate']:>6.0f}"
+            f" {unit:<4} h3/h2 {row['rate_ratio']:>5.2f}   CPU: HTTP/2 {row['h2_cpu']:>6.1f}"
+            f"  HTTP/3 {row['h3_cpu']:>6.1f}  h3/h2 {row['cpu_ratio']:>5.2f} {cpu_unit}"
+        )
+        if row["case"] != "download":
+            continue
+        if "niquests_rate" in row:
+            print(
+                f"{'':<22} niquests' HTTP/3 {row['niquests_rate']:.0f} MB/s, "
+                f"{row['niquests_cpu']:.1f} ms/MB CPU; trio_retry's HTTP/3 "
+                f"{row['niquests_ratio']:.2f}x its MB/s"
+            )
+        server = [
+            f"{name} {row[key]:.1f}"
+            for name, key in (
+                ("HTTP/2", "h2_server_cpu"),
+                ("HTTP/3", "h3_server_cpu"),
+                ("niquests' HTTP/3", "niquests_server_cpu"),
+            )
+            if row.get(key) is not None
+        ]
+        if server:
+            print(f"{'':<22} the server's CPU per MB: {', '.join(server)} ms")
+        if row.get("h3_rcvbuf_drops"):
+            print(
+                f"{'':<22} {row['h3_rcvbuf_drops']} UDP datagrams dropped for a full receive "
+                "buffer during the HTTP/3 download (the machine's count)"
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -172,6 +282,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--size-mb", type=float, default=20.0)
     parser.add_argument("--json", type=Path, help="write the rows there too")
+    parser.add_argument(
+        "--quic",
+        choices=("both", "qh3", "aioquic"),
+        default="both",
+        help="the QUIC library (libraries) HTTP/3 runs over, those installed (default: both)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="per case, in seconds")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -179,22 +295,22 @@ def main(argv: list[str]) -> int:
         result = _child(json.loads(args.child))
         print("\n" + TAG + json.dumps(result), flush=True)
         return 0
-    try:
-        import aioquic  # noqa: F401
-    except ImportError:
+    libraries = _libraries(args.quic)
+    if "aioquic" not in _libraries("aioquic") or not libraries:
         print("benchmarks.http3: needs the http3 extra (pip install 'trio_retry[http3]')")
         return 2
     from benchmarks.caddy import CaddyUnavailable, start_caddy
     from benchmarks.servers import make_tls_files
 
     size = int(args.size_mb * 1e6)
-    protocols = ["h2", "h3"]
+    runs: list[tuple[str, str, str | None]] = [("h2", "h2", None)]
+    runs += [(f"h3:{library}", "h3", library) for library in libraries]
     try:
         import niquests  # noqa: F401
     except ImportError:
         print("benchmarks.http3: no niquests row (pip install niquests, or the bench extra)")
     else:
-        protocols.append("niquests")
+        runs.append(("niquests", "niquests", None))
     with tempfile.TemporaryDirectory(prefix="bench-h3-") as tmp:
         workdir = Path(tmp)
         tls = make_tls_files(workdir)
@@ -210,7 +326,7 @@ def main(argv: list[str]) -> int:
             with open(caddy.bulk_dir / "file", "wb") as f:
                 f.write(os.urandom(size))
             results = {}
-            for protocol in protocols:
+            for key, protocol, quic in runs:
                 config = {
                     "url": caddy.url,
                     "ca": tls.ca,
@@ -218,29 +334,23 @@ def main(argv: list[str]) -> int:
                     "requests": args.requests,
                     "size": size,
                     "timeout": args.timeout,
+                    "server_pid": caddy.process.pid,
                 }
-                results[protocol] = _measure(config, args.timeout + 30)
+                results[key] = _measure(config, args.timeout + 30, quic)
         finally:
             caddy.stop()
-    rows = _rows(results, args.requests, size)
-    print(f"caddy {caddy.version.split()[0]}, {args.requests} requests, {args.size_mb:g} MB")
-    print(f"{'case':<11} {'HTTP/2':>10} {'HTTP/3':>10} {'h3/h2':>6}   CPU: HTTP/2  HTTP/3  h3/h2")
-    for row in rows:
-        unit = "MB/s" if row["case"] == "download" else "r/s"
-        cpu_unit = "ms/MB" if row["case"] == "download" else "us/req"
-        print(
-            f"{row['case']:<11} {row['h2_rate']:>8.0f}{unit:>2} {row['h3_rate']:>8.0f}"
-            f"{'':>2} {row['rate_ratio']:>6.2f}   {row['h2_cpu']:>8.1f}{row['h3_cpu']:>8.1f}"
-            f"{row['cpu_ratio']:>7.2f} {cpu_unit}"
-        )
-        if "niquests_rate" in row:
-            print(
-                f"{'':<11} niquests' HTTP/3 {row['niquests_rate']:.0f} MB/s, "
-                f"{row['niquests_cpu']:.1f} ms/MB CPU; trio_retry's HTTP/3 "
-                f"{row['niquests_ratio']:.2f}x its MB/s"
-            )
+        complaints = [
+            line
+            for line in (workdir / "caddy.log").read_text(errors="replace").splitlines()
+            if "buffer size" in line
+        ]
+    rows = _rows(results, libraries, args.requests, size)
+    _report(rows, caddy.version, args)
+    for line in complaints:
+        print(f"caddy: {line[:300]}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"caddy": caddy.version, "rows": rows}, indent=2))
+        document = {"caddy": caddy.version, "caddy_buffer_warnings": complaints, "rows": rows}
+        args.json.write_text(json.dumps(document, indent=2))
     return 0
 
 

@@ -42,6 +42,7 @@ from trio_retry import (
     StageTimeouts,
     Upstream,
 )
+from trio_retry._wire.http3 import backend
 from trio_retry.testing import FaultServer, Respond
 
 #: The handshake limit of these tests (``StageTimeouts(tls=...)``, below the 3 s cap).
@@ -207,7 +208,13 @@ async def test_the_limit_is_the_connection_s_not_each_request_s(origin: Origin) 
             joined = await client.get(f"{origin.url}/joined")
             finished = trio.current_time() - started
             later = await client.get(f"{origin.url}/later")
-    early_try_then_tcp(joined)
+    if backend.NAME == "qh3" and joined.attempts[0].early_data is None:
+        # qh3 writes no more early data after its first loss-recovery timeout of a stalled
+        # handshake (shims_qh3.py): the request handed then never left, and says so.
+        quic, _ = joined.attempts
+        assert (quic.http_version, quic.evidence) == ("HTTP/3", Evidence.NOT_SENT)
+    else:
+        early_try_then_tcp(joined)
     # By the connection's limit (2 s), not the joined call's own (0.9 * 2 + 2 = 3.8 s).
     assert limit <= finished < limit + SLACK
     assert [a.http_version for a in later.attempts] == ["HTTP/2"]
@@ -331,8 +338,16 @@ async def test_the_first_flight_carries_the_early_request(origin: Origin) -> Non
         [attempt] = response.attempts
         assert (attempt.http_version, attempt.early_data) == ("HTTP/3", "accepted")
     assert [origin.ran(f"/early{i}") for i in range(6)] == [[("HTTP/3", True)]] * 6
-    first_flights = [packet_types(datagram) for datagram in relay.first_datagrams[1::2]]
-    assert first_flights == [[QuicPacketType.INITIAL, QuicPacketType.ZERO_RTT]] * 6
+    # Each resumed connection's first flight: its ClientHello (one Initial packet, or two
+    # where it is larger than a datagram: qh3's post-quantum key share), then the request in
+    # a 0-RTT packet (aioquic's in the same datagram, qh3's in the next).
+    first_flights = [
+        [kind for datagram in flight for kind in packet_types(datagram)]
+        for flight in relay.first_flights[1::2]
+    ]
+    for flight in first_flights:
+        assert flight[-1] is QuicPacketType.ZERO_RTT, first_flights
+        assert set(flight[:-1]) == {QuicPacketType.INITIAL}, first_flights
 
 
 async def test_calls_that_wait_for_a_quic_opening_say_http3_in_their_trail(

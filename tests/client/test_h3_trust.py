@@ -343,7 +343,7 @@ async def test_aioquic_failing_on_a_handshake_datagram_falls_back_to_tcp(
     """Whatever aioquic raises on a datagram during the handshake is the handshake's failure:
     the origin is marked and the request goes over TCP (it was "internal error", unmarked,
     and the same QUIC try again)."""
-    from trio_retry._wire.http3.shims import CheckedQuicConnection
+    from trio_retry._wire.http3.backend import CheckedQuicConnection
 
     def broken_datagram(*args: object, **kwargs: object) -> None:
         raise RuntimeError("aioquic could not read this")

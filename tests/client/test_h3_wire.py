@@ -177,7 +177,7 @@ async def test_aioquic_failing_as_a_request_is_sent_fails_that_call_in_words(
     aioquic raises there, the caller gets the client's own error with the evidence of its
     stage, never aioquic's exception (the connection's task meets the same failure and ends
     the connection)."""
-    from trio_retry._wire.http3.shims import CheckedQuicConnection
+    from trio_retry._wire.http3.backend import CheckedQuicConnection
 
     server = FaultServer(tls=True, http3=True)
     await nursery.start(server.serve)

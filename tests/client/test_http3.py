@@ -447,17 +447,17 @@ def quick_idle_check(monkeypatch: pytest.MonkeyPatch) -> None:
 def count_pings(monkeypatch: pytest.MonkeyPatch, *, answered: bool) -> list[int]:
     """The PINGs our QUIC connections send (dropped before they leave when not ``answered``:
     a peer that answers nothing more)."""
-    from aioquic.quic.connection import QuicConnection
+    from trio_retry._wire.http3.backend import CheckedQuicConnection
 
     pings: list[int] = []
-    send_ping = QuicConnection.send_ping
+    send_ping = CheckedQuicConnection.send_ping
 
-    def counted(self: QuicConnection, uid: int) -> None:
+    def counted(self: CheckedQuicConnection, uid: int) -> None:
         pings.append(uid)
         if answered:
             send_ping(self, uid)
 
-    monkeypatch.setattr(QuicConnection, "send_ping", counted)
+    monkeypatch.setattr(CheckedQuicConnection, "send_ping", counted)
     return pings
 
 

@@ -96,11 +96,14 @@ class Counts:
 class _Flow:
     """One client address and the socket that stands for it towards the server."""
 
-    __slots__ = ("client", "upstream")
+    __slots__ = ("answered", "client", "flight", "upstream")
 
     def __init__(self, client: tuple[object, ...], upstream: trio.socket.SocketType) -> None:
         self.client = client
         self.upstream = upstream
+        #: The client's datagrams until the server's first reached the relay.
+        self.flight: list[bytes] = []
+        self.answered = False
 
 
 class UdpRelay:
@@ -123,9 +126,11 @@ class UdpRelay:
         #: Every client address seen, in order (one per QUIC connection of a client that
         #: opens a socket per connection): the number of connections attempted.
         self.clients: list[tuple[object, ...]] = []
-        #: The first datagram of each client, in the same order: its connection's first
-        #: flight (what a client sent before hearing from the server).
+        #: The first datagram of each client, in the same order.
         self.first_datagrams: list[bytes] = []
+        #: Each client's first flight, in the same order: what it sent before the server's
+        #: first datagram (a ClientHello may take two, before any 0-RTT packet).
+        self.first_flights: list[list[bytes]] = []
         #: Rebindings done so far (each moved every flow to a new socket).
         self.rebindings = 0
         #: The server's datagrams received at the client's new address since the last
@@ -241,7 +246,10 @@ class UdpRelay:
                 flow = self._flows[client] = _Flow(client, self._upstream(None))
                 self.clients.append(client)
                 self.first_datagrams.append(data)
+                self.first_flights.append(flow.flight)
                 self._nursery.start_soon(self._from_server, flow, flow.upstream)
+            if not flow.answered:
+                flow.flight.append(data)
             self._pass("to_server", data, flow.upstream, self.target)
 
     async def _from_server(self, flow: _Flow, upstream: trio.socket.SocketType) -> None:
@@ -258,6 +266,7 @@ class UdpRelay:
                 return
             if rebound:
                 self.answered_after_rebind += 1
+            flow.answered = True
             self._pass("to_client", data, self._sock, flow.client)
 
     def _pass(

@@ -1,6 +1,7 @@
-"""Which packets carried a stream's bytes, as ``shims.CheckedQuicConnection`` reads it from
-aioquic (SPEC §16: ``Attempt.early_data`` is ``"accepted"`` only for a request whose bytes
-really went in 0-RTT packets).
+"""Which packets carried a stream's bytes, as the client's ``CheckedQuicConnection`` reads it
+from the QUIC library in use (``backend.py``: qh3 or aioquic, ``TRIO_RETRY_QUIC``; SPEC §16:
+``Attempt.early_data`` is ``"accepted"`` only for a request whose bytes really went in 0-RTT
+packets).
 
 Sans-IO: the client's QUIC connection (built as the connector builds it) and an aioquic
 server connection hand datagrams to each other in memory, in an order the test chooses, on
@@ -23,8 +24,9 @@ from aioquic.quic.events import HandshakeCompleted, QuicEvent, StreamDataReceive
 from aioquic.quic.packet import pull_quic_header
 from aioquic.tls import SessionTicket
 
+from trio_retry._wire.http3 import backend
+from trio_retry._wire.http3.backend import CheckedQuicConnection
 from trio_retry._wire.http3.quic import TicketStore, quic_configuration, quic_trust
-from trio_retry._wire.http3.shims import CheckedQuicConnection
 
 CLIENT = ("127.0.0.1", 40000)
 SERVER = ("127.0.0.1", 443)
@@ -194,8 +196,9 @@ def test_a_streams_offsets_say_what_was_handed_and_what_acknowledged(
     _settle(pair)
     assert client.stream_offsets(0) == (5000, 5000)
     assert client.stream_offsets(8) == (0, 0)
-    del client._streams[0].sender._buffer_start
-    assert client.stream_offsets(0) == (0, 0)
+    if backend.NAME == "aioquic":  # (qh3's first figure is what was sent: shims_qh3.py)
+        del client._streams[0].sender._buffer_start
+        assert client.stream_offsets(0) == (0, 0)
 
 
 def _settle(pair: Pair) -> None:
@@ -211,10 +214,11 @@ def _settle(pair: Pair) -> None:
 def test_an_acknowledgement_due_later_rides_in_the_next_packet(
     endpoints: Endpoints, with_next: bool
 ) -> None:
-    """A response arrives; the next request is handed before aioquic's acknowledgement delay
-    runs out. With ``acknowledge_with_next`` the acknowledgement goes in the request's packet
-    and nothing is left to send once the delay is over; without it, a packet of its own
-    follows (the driver's flush asks for the first: one datagram per sequential request)."""
+    """A response arrives; the next request is handed before the acknowledgement delay runs
+    out. With ``acknowledge_with_next`` the acknowledgement goes in the request's packet and
+    nothing is left to send once the delay is over; without it, over aioquic, a packet of its
+    own follows (the driver's flush asks for the first: one datagram per sequential request).
+    qh3 puts the acknowledgement it owes in the next packet by itself."""
     pair = endpoints.pair()
     pair.handshake()
     _settle(pair)
@@ -228,4 +232,4 @@ def test_an_acknowledgement_due_later_rides_in_the_next_packet(
         client.acknowledge_with_next(pair.now)
     assert pair.to_server() == 1
     later = client.datagrams_to_send(now=pair.now + 0.01)  # (past aioquic's 1 ms delay)
-    assert len(later) == (0 if with_next else 1)
+    assert len(later) == (0 if with_next or backend.NAME == "qh3" else 1)

@@ -278,8 +278,8 @@ class Connector:
         *pending* (TCP meanwhile): once it completes, the next opening here is that
         connection, at once; if it fails, the origin is broken then."""
         from .._wire.http3 import HTTP3Connection
+        from .._wire.http3.backend import CheckedQuicConnection
         from .._wire.http3.quic import allows_early_data, quic_configuration
-        from .._wire.http3.shims import CheckedQuicConnection
 
         config = self._config
         routes, tickets = self.quic_routes, self._tickets
@@ -301,10 +301,11 @@ class Connector:
         assert trust is not None
         token = tickets.take_token(where)
         quic = CheckedQuicConnection(
-            configuration=quic_configuration(trust, tls_name(origin.host), ticket, token),
+            configuration=quic_configuration(trust, tls_name(origin.host), ticket),
             trust=trust,
             session_ticket_handler=lambda new: tickets.keep(where, new),
             token_handler=lambda new: tickets.keep_token(where, new),
+            token=token,
         )
         timeouts = config.stage_timeouts
         conn: HTTP3Connection = await HTTP3Connection.open(

@@ -1,11 +1,14 @@
-"""HTTP/3 (SPEC §16, extra ``http3``): QUIC and HTTP/3 from aioquic's sans-IO state machines,
-on HTTP/2's shape: a session of streams, one task that owns the socket and the protocol state,
-and a connection the pool sees; what every multiplexed protocol shares is ``_wire/contract.py``
-(nothing here imports ``_wire/http2``). Imports go one way, down this list:
+"""HTTP/3 (SPEC §16, extra ``http3``): sans-IO state machines for QUIC (qh3's or aioquic's,
+the backend below) and HTTP/3 (aioquic's), on HTTP/2's shape: a session of streams, one task
+that owns the socket and the protocol state, and a connection the pool sees; what every
+multiplexed protocol shares is ``_wire/contract.py`` (nothing here imports ``_wire/http2``).
+Imports go one way, down this list:
 
-- ``quic.py``       the QUIC configuration (trust from the client's TLS settings), tickets
 - ``verify.py``     a server's certificate chain checked with the client's own ``SSLContext``
 - ``shims.py``      aioquic's classes as the client runs them, and the private names they read
+- ``shims_qh3.py``  qh3's QUIC connection as the client runs it (aioquic's HTTP/3 over it)
+- ``backend.py``    the QUIC library in use: qh3 where installed, else aioquic
+- ``quic.py``       the QUIC configuration (trust from the client's TLS settings), tickets
 - ``codes.py``      QUIC, TLS and HTTP/3 error codes in words
 - ``qpack.py``      how large a QPACK field section decodes to, known before it is decoded
 - ``frames.py``     a request stream's frames read before aioquic keeps them: the limits
@@ -43,6 +46,7 @@ try:
 except ImportError as exc:
     raise MissingExtra(MISSING_EXTRA) from exc
 
+from . import backend  # noqa: E402, F401  (the QUIC library: TRIO_RETRY_QUIC, or qh3)
 from .connection import HTTP3Connection as HTTP3Connection  # noqa: E402
 
 __all__ = ["MISSING_EXTRA", "HTTP3Connection"]

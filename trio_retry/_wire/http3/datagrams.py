@@ -78,29 +78,48 @@ class DatagramPump:
         self._unsent: list[tuple[bytes, Address]] = []
 
     def receive(self, now: float, woken: bool) -> None:
-        """Hand QUIC every datagram queued (up to :data:`BATCH`), telling the owner of each
-        batch that arrived, and of an error. ``woken``: the wait before this ended by a kick
-        or QUIC's timer, not because the socket is readable."""
+        """Hand QUIC every datagram queued (up to :data:`BATCH`), those from one address in
+        one call (``receive_datagrams``: qh3 takes them in one call of its core), telling the
+        owner that they arrived, and of an error (after what was read before it). ``woken``:
+        the wait before this ended by a kick or QUIC's timer, not because the socket is
+        readable."""
         paths = self.paths
-        quic = self.quic
-        owner = self._owner
-        taken = 0
-        while taken < BATCH:
+        taken: list[bytes] = []
+        source: Address | None = None
+        failed: OSError | None = None
+        empty = False
+        while len(taken) < BATCH:
             try:
                 datagrams, address = paths.receive_many()
             except BlockingIOError:
-                if taken == 0 and not woken:
-                    self.bounced(None)  # readable with nothing to read: errors queued
-                return
+                empty = not taken and not woken
+                break
             except OSError as exc:
-                return self.bounced(exc)
-            for data in datagrams:
-                try:
-                    quic.receive_datagram(data, address, now=now)
-                except Exception as exc:  # the client refused the server, or aioquic broke
-                    return owner.unreadable(exc)
-            taken += len(datagrams)
-            owner.arrived(now)
+                failed = exc
+                break
+            if taken and address != source:
+                if not self._hand(taken, source, now):
+                    return
+                taken = []
+            taken += datagrams
+            source = address
+        if taken and not self._hand(taken, source, now):
+            return
+        if failed is not None:
+            self.bounced(failed)
+        elif empty:
+            self.bounced(None)  # readable with nothing to read: errors queued
+
+    def _hand(self, datagrams: list[bytes], address: Address | None, now: float) -> bool:
+        """Hand QUIC ``datagrams`` from ``address``; false if QUIC refused one (the owner was
+        told: the client refused the server, or QUIC failed on what arrived)."""
+        try:
+            self.quic.receive_datagrams(datagrams, address, now)
+        except Exception as exc:
+            self._owner.unreadable(exc)
+            return False
+        self._owner.arrived(now)
+        return True
 
     def take(self, now: float) -> list[tuple[bytes, Address]]:
         """What :meth:`send_now` left, then every datagram QUIC has ready (the caller notes

@@ -232,6 +232,7 @@ class QuicDriver:
             except Exception:
                 pass
             self.kick()
+        self.quic.forget_stream(stream.stream_id)
         if self.state is H3State.DRAINING and not self.streams:
             self.close()
 
@@ -272,11 +273,9 @@ class QuicDriver:
         and each request sent in early data learns whether the server accepted it."""
         if self.state is H3State.HANDSHAKING:
             self.state = H3State.OPEN
-        # The server's initial MAX_STREAMS for request streams: aioquic keeps it in a private
-        # attribute and has no getter; if it is gone, DEFAULT_STREAMS stays the limit (aioquic
-        # holds back a stream beyond the server's limit itself, so nothing breaks).
-        limit = getattr(self.quic, "_remote_max_streams_bidi", None)
-        if isinstance(limit, int) and limit > 0:
+        # The server's initial MAX_STREAMS for request streams (unknown: DEFAULT_STREAMS).
+        limit = self.quic.peer_max_streams()
+        if limit is not None:
             self.max_streams = min(limit, 1000)
         self.pending.completed(early_accepted)
         self.handshake.set()
@@ -336,6 +335,7 @@ class QuicDriver:
                 end(stream_id, code)
             except ValueError:
                 pass  # (aioquic forgot a stream that ended both ways: nothing is left to end)
+        self.quic.forget_stream(stream_id)
         self.kick()
         if self.state is H3State.DRAINING and not self.streams:
             self.close()

@@ -29,7 +29,6 @@ import re
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
@@ -37,14 +36,13 @@ import trio
 from ..._state.file import Entry
 from ..._tls import CertTypes
 from ..clock import FIXED
+from .verify import ClientCertificate, QuicTrust
 
 if TYPE_CHECKING:
-    from aioquic.quic.configuration import QuicConfiguration
-    from aioquic.tls import SessionTicket
-    from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 
     from ..._state.memory import ProtocolMemory
+    from .backend import QuicConfiguration, SessionTicket
 
     PrivateKey: TypeAlias = CertificateIssuerPrivateKeyTypes
 
@@ -64,31 +62,6 @@ CONNECTION_WINDOW = 8 * 1024 * 1024
 STREAM_WINDOW = 2 * 1024 * 1024
 
 _PRIVATE_KEY = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?-----END \1-----", re.S)
-
-
-@dataclass(frozen=True, slots=True)
-class ClientCertificate:
-    """``cert=`` loaded for QUIC: the certificate, the rest of its chain, its key."""
-
-    certificate: x509.Certificate
-    chain: tuple[x509.Certificate, ...]
-    key: PrivateKey
-
-
-@dataclass(frozen=True, slots=True)
-class QuicTrust:
-    """What every QUIC connection of a client verifies and presents with (:func:`quic_trust`,
-    worked out once, when the client is built)."""
-
-    #: The client's TLS context: the one that checks every server chain.
-    context: ssl.SSLContext
-    #: Whether the context checks the server's chain at all (``verify=False``: no).
-    verify: bool
-    #: ``cert=``, loaded; ``None`` for none (or one inside a caller's context).
-    client_certificate: ClientCertificate | None
-    #: Whether what the client presents over QUIC is what it presents over TCP: true for a
-    #: context the client built; false for a caller's, whose certificate cannot be read back.
-    presents_as_tcp: bool
 
 
 def quic_trust(context: ssl.SSLContext, cert: CertTypes, *, owns_context: bool) -> QuicTrust:
@@ -193,17 +166,15 @@ def _load_key(pem: bytes, secret: bytes | None) -> tuple[PrivateKey | None, str]
 
 
 def quic_configuration(
-    trust: QuicTrust,
-    server_name: str,
-    ticket: SessionTicket | None,
-    token: bytes = b"",
+    trust: QuicTrust, server_name: str, ticket: SessionTicket | None
 ) -> QuicConfiguration:
     """A client configuration for one connection to ``server_name`` (SNI, as over TCP; none
-    for an IP address, RFC 6066 §3), resuming ``ticket`` if given, presenting the server's
-    address-validation ``token`` if any. aioquic's own certificate check is off:
-    ``shims.CheckedQuicConnection`` runs the client's context's instead."""
+    for an IP address, RFC 6066 §3), resuming ``ticket`` if given, of the QUIC library in
+    use (``backend.py``). The library's own certificate check is off: its
+    ``CheckedQuicConnection`` runs the client's context's instead."""
     from aioquic.h3.connection import H3_ALPN
-    from aioquic.quic.configuration import QuicConfiguration
+
+    from .backend import QuicConfiguration
 
     config = QuicConfiguration(
         is_client=True,
@@ -213,16 +184,41 @@ def quic_configuration(
         max_data=CONNECTION_WINDOW,
         max_stream_data=STREAM_WINDOW,
         idle_timeout=FIXED.quic_idle,
-        token=token,
     )
     presented = trust.client_certificate
     if presented is not None:
-        config.certificate = presented.certificate
-        config.certificate_chain = list(presented.chain)
-        config.private_key = presented.key
+        _present(config, presented)
     if ticket is not None:
         config.session_ticket = ticket
     return config
+
+
+def _present(config: QuicConfiguration, presented: ClientCertificate) -> None:
+    """``config`` presents ``presented`` (``cert=``, loaded with the ``cryptography`` package)
+    when a server asks for a client certificate: aioquic signs with those objects; qh3 with
+    its own, made from the certificates' DER and the key's PKCS#8 form (kept in memory)."""
+    from .backend import NAME
+
+    if NAME == "aioquic":
+        config.certificate = presented.certificate
+        config.certificate_chain = list(presented.chain)
+        config.private_key = presented.key
+        return
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+    )
+    from qh3._hazmat import Certificate
+    from qh3.tls import load_pem_private_key
+
+    native: Any = config  # (qh3's configuration: its own certificate and key types)
+    chain = [presented.certificate, *presented.chain]
+    der = [certificate.public_bytes(Encoding.DER) for certificate in chain]
+    native.certificate = Certificate(der[0])
+    native.certificate_chain = [Certificate(item) for item in der[1:]]
+    pem = presented.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    native.private_key = load_pem_private_key(pem, None)
 
 
 #: How long an address-validation token (RFC 9000 §8.1.3, a NEW_TOKEN frame) is kept: the
@@ -281,7 +277,7 @@ class TicketStore:
         entry = Entry(
             origin[0],
             origin[1],
-            expires=ticket.not_valid_after.timestamp(),
+            expires=_seconds(ticket.not_valid_after),
             learned=time.time(),
             value=ticket_record(ticket),
         )
@@ -314,10 +310,10 @@ def ticket_record(ticket: SessionTicket) -> dict[str, Any]:
     return {
         "age_add": ticket.age_add,
         "cipher_suite": int(ticket.cipher_suite),
-        "not_valid_before": ticket.not_valid_before.timestamp(),
-        "not_valid_after": ticket.not_valid_after.timestamp(),
+        "not_valid_before": _seconds(ticket.not_valid_before),
+        "not_valid_after": _seconds(ticket.not_valid_after),
         "resumption_secret": b64(ticket.resumption_secret),
-        "server_name": ticket.server_name,
+        "server_name": ticket.server_name or "",  # (qh3's for an IP address: none)
         "ticket": b64(ticket.ticket),
         "max_early_data_size": ticket.max_early_data_size,
         "other_extensions": [[kind, b64(data)] for kind, data in ticket.other_extensions],
@@ -328,7 +324,7 @@ def ticket_from_record(record: Mapping[str, Any]) -> SessionTicket | None:
     """The ticket :func:`ticket_record` made, or ``None`` if it is not one aioquic can use
     (a cipher suite it does not know) or no longer valid. The shapes were checked when the
     file was read (``_state/file.py``)."""
-    from aioquic.tls import CipherSuite, SessionTicket
+    from .backend import CipherSuite, SessionTicket
 
     try:
         suite = CipherSuite(record["cipher_suite"])
@@ -340,7 +336,7 @@ def ticket_from_record(record: Mapping[str, Any]) -> SessionTicket | None:
         not_valid_after=_utc(record["not_valid_after"]),
         not_valid_before=_utc(record["not_valid_before"]),
         resumption_secret=base64.b64decode(record["resumption_secret"]),
-        server_name=record["server_name"],
+        server_name=record["server_name"] or _NO_NAME,
         ticket=base64.b64decode(record["ticket"]),
         max_early_data_size=record["max_early_data_size"],
         other_extensions=[
@@ -350,8 +346,24 @@ def ticket_from_record(record: Mapping[str, Any]) -> SessionTicket | None:
     return ticket if ticket.is_valid else None
 
 
+#: The server name of qh3's ticket for an IP address (none was sent: ``shims_qh3.py``).
+_NO_NAME: Any = None
+
+
 def _utc(seconds: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    """``seconds`` as a ticket's time: in UTC, with its zone for aioquic, without for qh3
+    (which compares its tickets' times with a UTC time that has none)."""
+    from .backend import NAME
+
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return moment.replace(tzinfo=None) if NAME == "qh3" else moment
+
+
+def _seconds(moment: datetime.datetime) -> float:
+    """A ticket's time as seconds since the epoch (one without a zone is in UTC: qh3's)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
 
 
 def allows_early_data(ticket: SessionTicket | None) -> bool:

@@ -77,27 +77,27 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import pylsqpack
 from aioquic.h3.connection import H3Connection, MessageError, Setting
 from aioquic.h3.connection import H3Stream as AioquicStream
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.connection import NetworkAddress, QuicConnection
-from aioquic.quic.packet import QuicErrorCode, QuicFrameType
-from aioquic.tls import Epoch, State
+from aioquic.quic.packet import QuicErrorCode
+from aioquic.tls import Epoch
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from ..._core.evidence import FailureCategory
-from .verify import check_chain
+from .verify import HandshakeChecks
+from .verify import HandshakeRefused as HandshakeRefused
 
 if TYPE_CHECKING:
     from aioquic.quic.configuration import QuicConfiguration
     from aioquic.quic.events import QuicEvent
     from aioquic.tls import SessionTicketHandler
 
-    from .quic import QuicTrust
+    from .verify import QuicTrust
 
 __all__ = [
     "CheckedQuicConnection",
@@ -108,11 +108,6 @@ __all__ = [
     "StreamErrorsH3Connection",
     "client_h3",
 ]
-
-_MISSING = object()
-#: TLS alerts sent when the client refuses (RFC 8446 §6.2).
-_BAD_CERTIFICATE = 42
-_HANDSHAKE_FAILURE = 40
 
 
 def _zero_rtt_names() -> bool:
@@ -132,16 +127,7 @@ def _zero_rtt_names() -> bool:
 _ZERO_RTT_NAMES = _zero_rtt_names()
 
 
-class HandshakeRefused(Exception):
-    """The client refused the server's side of the QUIC handshake: ``category`` and words."""
-
-    def __init__(self, category: FailureCategory, message: str) -> None:
-        super().__init__(message)
-        self.category = category
-        self.message = message
-
-
-class CheckedQuicConnection(QuicConnection):
+class CheckedQuicConnection(HandshakeChecks, QuicConnection):
     """A client ``QuicConnection`` whose server is checked by the client's TLS context; see
     the module docstring."""
 
@@ -152,19 +138,17 @@ class CheckedQuicConnection(QuicConnection):
         trust: QuicTrust,
         session_ticket_handler: SessionTicketHandler | None = None,
         token_handler: Callable[[bytes], None] | None = None,
+        token: bytes = b"",
     ) -> None:
         #: The first close asked for: ``(error_code, frame_type, reason_phrase)``.
         self.close_asked: tuple[int, int | None, str] | None = None
+        configuration.token = token  # (the server's address-validation token, if any)
         super().__init__(
             configuration=configuration,
             session_ticket_handler=session_ticket_handler,
             token_handler=token_handler,
         )
-        self._trust_source = trust
-        self._trust_host = configuration.server_name
-        self._trust_chain_checked = not trust.verify
-        self._trust_settled = False  # the handshake is past every check
-        self._trust_refused = False
+        self._trust_start(trust, configuration.server_name)
         #: Whether :meth:`sends_zero_rtt` and :meth:`stream_written` can be read here (else
         #: nothing goes early on this connection).
         self.zero_rtt_visible = (
@@ -191,6 +175,11 @@ class CheckedQuicConnection(QuicConnection):
         super().receive_datagram(data, addr, now)
         if not self._trust_settled and not self._trust_refused:
             self._check_handshake()
+
+    def receive_datagrams(self, datagrams: list[bytes], addr: NetworkAddress, now: float) -> None:
+        """:meth:`receive_datagram` for each of ``datagrams`` (all from ``addr``)."""
+        for data in datagrams:
+            self.receive_datagram(data, addr, now)
 
     def next_event(self) -> QuicEvent | None:
         """aioquic's next event; none once the client refused the server."""
@@ -249,56 +238,20 @@ class CheckedQuicConnection(QuicConnection):
             return start, stop
         return 0, 0
 
-    def _check_handshake(self) -> None:
-        tls = self.tls
-        request = getattr(tls, "_certificate_request", _MISSING)
-        leaf = getattr(tls, "_peer_certificate", _MISSING)
-        chain = getattr(tls, "_peer_certificate_chain", _MISSING)
-        if request is _MISSING or leaf is _MISSING or not isinstance(chain, list):
-            self._refuse(
-                FailureCategory.TLS_HANDSHAKE,
-                "this aioquic version does not show the server's certificate, so HTTP/3 "
-                "cannot check it",
-                _HANDSHAKE_FAILURE,
-            )
-        trust = self._trust_source
-        if request is not None and not trust.presents_as_tcp:
-            self._refuse(
-                FailureCategory.TLS_HANDSHAKE,
-                "the server asks for a client certificate, and one loaded into the "
-                "ssl.SSLContext given to the client cannot be presented over QUIC (Python "
-                "cannot read it back); pass cert= instead to present it over HTTP/3",
-                _HANDSHAKE_FAILURE,
-            )
-        if not self._trust_chain_checked and isinstance(leaf, x509.Certificate):
-            der = [cert.public_bytes(Encoding.DER) for cert in [leaf, *chain]]
-            verdict = check_chain(trust.context, self._trust_host, der)
-            if not verdict.accepted:
-                self._refuse(
-                    FailureCategory.TLS_CERTIFICATE
-                    if verdict.certificate
-                    else FailureCategory.TLS_HANDSHAKE,
-                    f"the server's certificate was refused: {verdict.reason}",
-                    _BAD_CERTIFICATE if verdict.certificate else _HANDSHAKE_FAILURE,
-                )
-            self._trust_chain_checked = True
-        if tls.state is State.CLIENT_POST_HANDSHAKE:
-            if not self._trust_chain_checked and not tls.session_resumed:
-                self._refuse(
-                    FailureCategory.TLS_CERTIFICATE,
-                    "the handshake ended without a certificate to check",
-                    _BAD_CERTIFICATE,
-                )
-            self._trust_settled = True  # (a resumed session's server was checked before)
+    def peer_max_streams(self) -> int | None:
+        """The server's initial limit on request streams, once the handshake says it: aioquic
+        keeps it in a private attribute and has no getter; ``None`` if it is gone (aioquic
+        holds back a stream beyond the server's limit itself, so nothing breaks)."""
+        limit = self.__dict__.get("_remote_max_streams_bidi")
+        return limit if isinstance(limit, int) and limit > 0 else None
 
-    def _refuse(self, category: FailureCategory, message: str, alert: int) -> NoReturn:
-        self._trust_refused = True
-        self.close(
-            error_code=QuicErrorCode.CRYPTO_ERROR + alert,
-            frame_type=QuicFrameType.CRYPTO,
-            reason_phrase="",
-        )
-        raise HandshakeRefused(category, message)
+    def forget_stream(self, stream_id: int) -> None:
+        """The client is done with ``stream_id`` (aioquic forgets it by itself)."""
+
+    def _der(self, leaf: object, chain: list[x509.Certificate]) -> list[bytes] | None:
+        if not isinstance(leaf, x509.Certificate):
+            return None
+        return [cert.public_bytes(Encoding.DER) for cert in [leaf, *chain]]
 
 
 class LimitsUnsupported(Exception):

@@ -33,12 +33,26 @@ import os
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cryptography.hazmat.primitives.asymmetric import ec, x448, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-__all__ = ["ChainVerdict", "check_chain"]
+from ..._core.evidence import FailureCategory
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+
+__all__ = [
+    "ChainVerdict",
+    "ClientCertificate",
+    "HandshakeChecks",
+    "HandshakeRefused",
+    "QuicTrust",
+    "check_chain",
+]
 
 _HANDSHAKE = 22
 _APPLICATION_DATA = 23
@@ -80,6 +94,31 @@ class ChainVerdict:
 
 class _Unanswerable(Exception):
     """The context's ClientHello offers nothing the stand-in can answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCertificate:
+    """``cert=`` loaded for QUIC: the certificate, the rest of its chain, its key."""
+
+    certificate: x509.Certificate
+    chain: tuple[x509.Certificate, ...]
+    key: CertificateIssuerPrivateKeyTypes
+
+
+@dataclass(frozen=True, slots=True)
+class QuicTrust:
+    """What every QUIC connection of a client verifies and presents with (:func:`quic_trust`,
+    worked out once, when the client is built)."""
+
+    #: The client's TLS context: the one that checks every server chain.
+    context: ssl.SSLContext
+    #: Whether the context checks the server's chain at all (``verify=False``: no).
+    verify: bool
+    #: ``cert=``, loaded; ``None`` for none (or one inside a caller's context).
+    client_certificate: ClientCertificate | None
+    #: Whether what the client presents over QUIC is what it presents over TCP: true for a
+    #: context the client built; false for a caller's, whose certificate cannot be read back.
+    presents_as_tcp: bool
 
 
 def check_chain(
@@ -290,3 +329,105 @@ class _Reader:
 
     def int(self, size: int) -> int:
         return int.from_bytes(self.take(size), "big")
+
+
+class HandshakeRefused(Exception):
+    """The client refused the server's side of the QUIC handshake: ``category`` and words."""
+
+    def __init__(self, category: FailureCategory, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+        self.message = message
+
+
+_MISSING = object()
+#: TLS alerts sent when the client refuses (RFC 8446 §6.2), as QUIC's CRYPTO_ERROR + alert
+#: in a CONNECTION_CLOSE of frame type CRYPTO (RFC 9001 §4.8).
+_BAD_CERTIFICATE = 42
+_HANDSHAKE_FAILURE = 40
+_CRYPTO_ERROR = 0x100
+_CRYPTO_FRAME = 0x06
+
+
+class HandshakeChecks:
+    """The client's checks of a QUIC handshake as it progresses, mixed into each library's
+    client connection ahead of the library's class (``shims.py``, ``shims_qh3.py``), which
+    calls :meth:`_check_handshake` after each datagram until it is settled: the server's
+    chain checked by the client's ``ssl.SSLContext`` (:func:`check_chain`) before the client
+    sends anything more, a CertificateRequest the client cannot answer as over TCP refused, a
+    handshake ended with nothing checked refused. Reads the library's TLS state
+    (``_peer_certificate``, ``_peer_certificate_chain``, ``_certificate_request``, ``state``,
+    ``session_resumed``: aioquic's names, which qh3's TLS keeps); where they are gone, every
+    handshake is refused in words, never accepted unchecked. A refusal closes the connection
+    with the TLS alert and raises :class:`HandshakeRefused`."""
+
+    #: The library's name, in a refusal's words.
+    _library = "aioquic"
+    _trust_source: QuicTrust
+    _trust_host: str | None
+    _trust_chain_checked: bool
+    _trust_settled: bool
+    _trust_refused: bool
+
+    def _trust_start(self, trust: QuicTrust, host: str | None) -> None:
+        self._trust_source = trust
+        self._trust_host = host
+        self._trust_chain_checked = not trust.verify
+        self._trust_settled = False  # the handshake is past every check
+        self._trust_refused = False
+
+    def _der(self, leaf: Any, chain: list[Any]) -> list[bytes] | None:
+        """The server's chain as DER, its certificate first (``None``: none arrived yet)."""
+        raise NotImplementedError
+
+    def _check_handshake(self) -> None:
+        tls: Any = getattr(self, "tls", None)
+        if tls is None:
+            return  # (nothing of the server's handshake has arrived)
+        request = getattr(tls, "_certificate_request", _MISSING)
+        leaf = getattr(tls, "_peer_certificate", _MISSING)
+        chain = getattr(tls, "_peer_certificate_chain", _MISSING)
+        if request is _MISSING or leaf is _MISSING or not isinstance(chain, list):
+            self._refuse(
+                FailureCategory.TLS_HANDSHAKE,
+                f"this {self._library} version does not show the server's certificate, so "
+                "HTTP/3 cannot check it",
+                _HANDSHAKE_FAILURE,
+            )
+        trust = self._trust_source
+        if request is not None and not trust.presents_as_tcp:
+            self._refuse(
+                FailureCategory.TLS_HANDSHAKE,
+                "the server asks for a client certificate, and one loaded into the "
+                "ssl.SSLContext given to the client cannot be presented over QUIC (Python "
+                "cannot read it back); pass cert= instead to present it over HTTP/3",
+                _HANDSHAKE_FAILURE,
+            )
+        der = None if self._trust_chain_checked else self._der(leaf, chain)
+        if der is not None:
+            verdict = check_chain(trust.context, self._trust_host, der)
+            if not verdict.accepted:
+                self._refuse(
+                    FailureCategory.TLS_CERTIFICATE
+                    if verdict.certificate
+                    else FailureCategory.TLS_HANDSHAKE,
+                    f"the server's certificate was refused: {verdict.reason}",
+                    _BAD_CERTIFICATE if verdict.certificate else _HANDSHAKE_FAILURE,
+                )
+            self._trust_chain_checked = True
+        if getattr(tls.state, "name", None) == "CLIENT_POST_HANDSHAKE":
+            if not self._trust_chain_checked and not tls.session_resumed:
+                self._refuse(
+                    FailureCategory.TLS_CERTIFICATE,
+                    "the handshake ended without a certificate to check",
+                    _BAD_CERTIFICATE,
+                )
+            self._trust_settled = True  # (a resumed session's server was checked before)
+
+    def _refuse(self, category: FailureCategory, message: str, alert: int) -> NoReturn:
+        self._trust_refused = True
+        connection: Any = self  # (the library's connection: its close, the client's own)
+        connection.close(
+            error_code=_CRYPTO_ERROR + alert, frame_type=_CRYPTO_FRAME, reason_phrase=""
+        )
+        raise HandshakeRefused(category, message)
