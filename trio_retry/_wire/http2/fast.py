@@ -271,7 +271,8 @@ class FastMachine:
         ``fast_frames.KEPT_PAYLOAD``); returns their total size. The writer (``writer.py``)
         joins pieces once, into each buffer it writes: a large upload's bytes are copied once
         here, not three times."""
-        size = self._queue.take(into)
+        queue = self._queue
+        size = queue.take(into) if queue.out or queue.pieces else 0  # (often nothing queued)
         if self._conn is None:
             data = self._h2.data_to_send()
             if data:
