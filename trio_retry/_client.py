@@ -142,11 +142,16 @@ class Client:
         # nursery out of order.
         self._nursery_cm = trio.open_nursery()
         outer = await self._nursery_cm.__aenter__()
-        self._nursery = await outer.start(self._keep_background)
-        self._rt.open(self._nursery)
-        if self._config.instrumentation is not None:
-            self._config.instrumentation.watch_pool(self._rt.pool)
-        await self._rt.connector.recall()  # state=: what earlier processes learned
+        try:
+            self._nursery = await outer.start(self._keep_background)
+            self._rt.open(self._nursery)
+            if self._config.instrumentation is not None:
+                self._config.instrumentation.watch_pool(self._rt.pool)
+            await self._rt.connector.recall()  # state=: what earlier processes learned
+        except BaseException:
+            # (a step failed or was cancelled: close what was opened, the nurseries in order)
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def _keep_background(
@@ -165,12 +170,16 @@ class Client:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
-        if self._nursery_cm is not None:
-            # The caller's own exception (if any) is not passed in: the nursery must never wrap
-            # it in an ExceptionGroup. Our background tasks never raise.
-            cm, self._nursery_cm = self._nursery_cm, None
-            await cm.__aexit__(None, None, None)
+        try:
+            await self.aclose()
+        finally:
+            # Also when closing failed or was cancelled: aclose() has ended the background
+            # either way, and a nursery left open would corrupt trio's nursery stack.
+            if self._nursery_cm is not None:
+                # The caller's own exception (if any) is not passed in: the nursery must never
+                # wrap it in an ExceptionGroup. Our background tasks never raise.
+                cm, self._nursery_cm = self._nursery_cm, None
+                await cm.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Close the client: stop admitting calls, end in-flight ones, close every connection.
@@ -178,7 +187,9 @@ class Client:
         Calls still in flight end with an error carrying the evidence of their stage; when
         this returns, the client's background tasks have ended. Safe to call twice, and from
         inside the ``async with`` block. With ``state=``, the file is written last, shielded
-        from cancellation: the old file or the new one, never half of one.
+        from cancellation: the old file or the new one, never half of one. Cancelled part-way,
+        or if a step fails, the background tasks have still ended when it raises, and
+        ``async with`` still leaves its nurseries in order.
         """
         rt = self._rt
         if rt.lifecycle is Lifecycle.CLOSED:
@@ -189,12 +200,15 @@ class Client:
         rt.drain()
         for scope in list(rt.scopes):
             scope.cancel()
-        await rt.connector.settle()  # state=: resumed HTTP/3 connections' next tickets
-        rt.pool.close()
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-            with trio.CancelScope(shield=True):
-                await self._background_done.wait()
+        try:
+            await rt.connector.settle()  # state=: resumed HTTP/3 connections' next tickets
+        finally:
+            # (also when settling failed or the caller's cancellation came in it)
+            rt.pool.close()
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await self._background_done.wait()
         await rt.connector.remember()  # state=: for the next process (shielded, atomic)
 
     def drain(self) -> None:
