@@ -281,3 +281,27 @@ def test_credentials_go_through_the_protocols_sensitive_form_only() -> None:
     ]
     plain = request_headers(request([(b"Authorization", b"x")]), scheme=b"https", authority=b"a")
     assert type(plain[4]) is tuple
+
+
+def test_a_field_section_made_again_for_the_same_request_is_the_one_for_its_connection() -> None:
+    """A template's calls share one WireRequest: its field section is kept, but only for the
+    scheme, authority and credential form it was made for; each call gets its own list."""
+
+    def never_indexed(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+        return (name, b"hidden:" + value)
+
+    shared = request([(b"Authorization", b"Bearer t"), (b"Accept", b"*/*")])
+    first = request_headers(shared, scheme=b"https", authority=b"a.example")
+    first.append((b"x-mine", b"1"))  # a caller's list is its own
+    again = request_headers(shared, scheme=b"https", authority=b"a.example")
+    assert again == first[:-1]
+    other = request_headers(shared, scheme=b"http", authority=b"b.example")
+    assert other[1:3] == [(b":scheme", b"http"), (b":authority", b"b.example")]
+    hidden = request_headers(
+        shared, scheme=b"http", authority=b"b.example", sensitive=never_indexed
+    )
+    assert hidden[4] == (b"authorization", b"hidden:Bearer t")
+    assert request_headers(shared, scheme=b"http", authority=b"b.example")[4] == (
+        b"authorization",
+        b"Bearer t",
+    )

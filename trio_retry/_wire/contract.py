@@ -440,7 +440,25 @@ def request_headers(
     ``sensitive`` makes the field of a credential (``authorization``, ``proxy-authorization``,
     a short ``cookie``), given its name and value: HTTP/2 passes HPACK's never-indexed tuple,
     which keeps it out of the compression tables (RFC 7541 §7.1.3), as h2's own normalisation
-    does, so that a compression oracle cannot guess it byte by byte."""
+    does, so that a compression oracle cannot guess it byte by byte.
+
+    Made once per request value for a scheme, authority and ``sensitive`` (a template's calls
+    share their ``WireRequest``, which is never changed: ``request.fields``); each call gets a
+    list of its own."""
+    kept = request.fields
+    if kept is not None and kept[0] == scheme and kept[1] == authority and kept[2] is sensitive:
+        return list(kept[3])
+    section = _field_section(request, scheme, authority, sensitive)
+    request.fields = (scheme, authority, sensitive, section)
+    return list(section)
+
+
+def _field_section(
+    request: WireRequest,
+    scheme: bytes,
+    authority: bytes,
+    sensitive: Callable[[bytes, bytes], tuple[bytes, bytes]],
+) -> list[tuple[bytes, bytes]]:
     fields: list[tuple[bytes, bytes]] = []
     has_length = False
     given = authority

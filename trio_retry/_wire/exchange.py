@@ -52,9 +52,19 @@ class WireRequest:
 
     Not changed once built: a call without options reuses its template's (see
     ``_call/prepare.WireMemo``), so the HTTP/1.1 connection keeps what it encoded from it
-    here (``h11_event``, ``fast_head``) for the next call on any connection."""
+    here (``h11_event``, ``fast_head``) for the next call on any connection, and HTTP/2 and
+    HTTP/3 their field section (``fields``)."""
 
-    __slots__ = ("body", "content_length", "fast_head", "h11_event", "headers", "method", "target")
+    __slots__ = (
+        "body",
+        "content_length",
+        "fast_head",
+        "fields",
+        "h11_event",
+        "headers",
+        "method",
+        "target",
+    )
 
     def __init__(
         self,
@@ -73,6 +83,9 @@ class WireRequest:
         self.h11_event: h11.Request | None = None
         #: The head the HTTP/1.1 fast path writes for it (``fast11.request_head``), once built.
         self.fast_head: bytes | None = None
+        #: The HTTP/2 or HTTP/3 field section (``contract.request_headers``) once made, with
+        #: the scheme, authority and credential form it was made for.
+        self.fields: tuple[bytes, bytes, object, list[tuple[bytes, bytes]]] | None = None
 
 
 class BodySource(Protocol):
