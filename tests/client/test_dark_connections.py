@@ -228,6 +228,42 @@ async def test_http3_a_dark_connection_takes_no_new_call_then_closes(
     assert {r.path: r.http_version for r in server.requests}["/later"] == "HTTP/2"
 
 
+async def test_http3_a_request_that_gave_up_in_silence_leaves_its_connection_to_no_one(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP/3 as HTTP/2 above: a GET gives up waiting for its answer (``first_byte``, 1 s) with
+    not a datagram received since it was sent (the relay drops everything once the connection
+    is warm): the connection is doubted at once (``DarkWatch.doubt``), not after ``read_idle``'s
+    5 s, so the next call waits for its PING to go unanswered (0.4 s here) and then goes on a
+    successor (QUIC gets through no more: HTTP/2 over TCP). Without the doubt it went on the
+    dark connection and timed out there too."""
+    pytest.importorskip("aioquic", reason="needs the http3 extra")
+    monkeypatch.setattr(clock, "FIXED", dataclasses.replace(clock.FIXED, read_idle_ping=0.4))
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    relay = UdpRelay(("127.0.0.1", server.port), tcp=True)
+    await nursery.start(relay.run)
+    url = f"https://127.0.0.1:{relay.port}"
+    server.route("GET", "/slow", Stall(30.0))
+    client = trio_retry.Client(
+        ssl_context=server.client_ssl_context(),
+        upstreams={url: Upstream(http3=True)},
+        retry=RetryPolicy(max_attempts=1),
+        stage_timeouts=trio_retry.StageTimeouts(first_byte=1.0),
+    )
+    with trio.fail_after(20):
+        async with client:
+            assert (await client.get(url + "/warm")).http_version == "HTTP/3"
+            relay.faults = Faults(blackhole=True)
+            with pytest.raises(trio_retry.RequestFailed) as info:
+                await client.get(url + "/slow")
+            later = await client.get(url + "/later")
+    (attempt,) = info.value.attempts
+    assert (attempt.http_version, attempt.category) == ("HTTP/3", FailureCategory.TIMEOUT)
+    assert (later.status, later.http_version) == (200, "HTTP/2")
+    assert {r.path: r.http_version for r in server.requests}["/later"] == "HTTP/2"
+
+
 async def test_http3_a_deadline_finds_its_stream_without_looking_at_the_others(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:

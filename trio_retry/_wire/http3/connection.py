@@ -47,7 +47,13 @@ import trio
 
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import FIXED, bound, limit_of, quic_handshake_limit
-from ..contract import Failure, MultiplexedConnection, closed_while_connecting, request_headers
+from ..contract import (
+    Failure,
+    MultiplexedConnection,
+    closed_while_connecting,
+    gave_up,
+    request_headers,
+)
 from ..exchange import WireRequest, WireResponse
 from ..progress import AttemptProgress, WireError
 from ..timekeeper import Timekeeper
@@ -422,6 +428,7 @@ class HTTP3Connection:
         self.requests += 1
         body = request.body
         early = driver.state is H3State.HANDSHAKING  # (it may go in 0-RTT)
+        heard = driver.idle.last_received  # (the last datagram before this request)
         try:
             progress.advance(Stage.REQUEST_HEAD)
             sender = StreamSender(driver, stream, progress)
@@ -441,8 +448,13 @@ class HTTP3Connection:
             return await stream.receive_head(
                 progress, limit_of(self.timekeeper, "first_byte", progress)
             )
-        except BaseException:
+        except BaseException as exc:
             stream.abandon()
+            if driver.idle.last_received == heard and driver.state is H3State.OPEN and gave_up(exc):
+                # It gave up waiting with not a datagram received since it was sent (not even
+                # QUIC's acknowledgement of its bytes): the next request (its retry, a
+                # reconciler's look-up) must not wait on it too (``DarkWatch.doubt``).
+                driver.dark.doubt()
             raise
 
     async def _early_handshake(self, stream: H3Stream, progress: AttemptProgress) -> None:
