@@ -277,3 +277,20 @@ def test_a_stream_given_up_is_stopped_and_reset(
     assert ("StopSendingReceived", 0x10C) in ends
     if not whole:  # (aioquic's server reports no reset of a stream it has whole)
         assert ("StreamReset", 0x10C) in ends
+
+
+def test_a_server_s_close_is_noted_at_debug_not_warning(
+    pki: tuple[trustme.CA, Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """qh3 notes a server's CONNECTION_CLOSE at WARNING on the ``quic`` logger, which a
+    program with no logging configured printed on stderr at every ordinary close: it goes on
+    at DEBUG."""
+    caplog.set_level("DEBUG", logger="quic")
+    pair = Pair(pki, TicketStore())
+    pair.rounds()
+    pair.server.close(error_code=0x100, reason_phrase="done")  # H3_NO_ERROR
+    pair.to_client()
+    notes = [r for r in caplog.records if r.name == "quic" and "peer close" in r.getMessage()]
+    assert notes, caplog.records  # (qh3 2.1 notes it: if that changes, so may this filter)
+    assert {r.levelname for r in notes} == {"DEBUG"}
+    assert not [r for r in caplog.records if r.name == "quic" and r.levelno >= 30]

@@ -67,6 +67,12 @@ in ``pyproject.toml``), the same needs as ``shims.CheckedQuicConnection`` of aio
   the server acknowledged; :meth:`~CheckedQuicConnection.stream_offsets` says the bytes sent
   (handed less queued) where aioquic's says the bytes acknowledged. An upload then waits on
   what QUIC has not sent yet; what is in flight is bounded by QUIC's congestion window.
+- **Its logging**: qh3 2.1 logs each CONNECTION_CLOSE a server sends ("Native peer close",
+  a server's ordinary close among them) and each protocol error its core reports at WARNING
+  on the ``quic`` logger, so a program that configured no logging printed them on stderr
+  (Python's last-resort handler). The client reports how a connection ended itself (the
+  attempt's error and evidence); those two records go on at DEBUG (:class:`_NativeNotes`, a
+  filter on that logger; every other record of it is untouched).
 
 Rejected: qh3's whole stack (its HTTP/3 layer too). Its QPACK decoder is Rust, but its HTTP/3
 frames are parsed in Python as aioquic's are, so it is not faster there, and every rule of
@@ -79,6 +85,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +124,21 @@ _EVENTS: dict[type[Any], type[Any]] = {
     )
 }
 #: What qh3 2.1 raises writing a probe of early data before it has the 1-RTT key.
+class _NativeNotes(logging.Filter):
+    """qh3's notes of a peer's close and of its core's protocol errors, at DEBUG instead of
+    WARNING (the module docstring says why). Passes every record on."""
+
+    NOTES = frozenset({"Native peer close: %r", "Native protocol error: %r"})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.msg in self.NOTES:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+if not any(isinstance(f, _NativeNotes) for f in logging.getLogger("quic").filters):
+    logging.getLogger("quic").addFilter(_NativeNotes())
+
 _NO_ONE_RTT_KEY = "missing OneRtt packet key"
 _QH3_DATA = qh3_events.StreamDataReceived
 _AIOQUIC_DATA = aioquic_events.StreamDataReceived
