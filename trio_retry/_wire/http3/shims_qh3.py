@@ -123,6 +123,8 @@ _EVENTS: dict[type[Any], type[Any]] = {
         "StreamReset",
     )
 }
+
+
 #: What qh3 2.1 raises writing a probe of early data before it has the 1-RTT key.
 class _NativeNotes(logging.Filter):
     """qh3's notes of a peer's close and of its core's protocol errors, at DEBUG instead of
