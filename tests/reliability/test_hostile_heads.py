@@ -376,7 +376,7 @@ async def test_a_stream_given_up_is_read_no_more(
     frame announced at 1 GiB and 32 MiB of it, the server ignoring STOP_SENDING), while the
     connection carries the next call."""
     attack = H3Attack(
-        request=frame_header(H3_HEADERS, 1 << 30), trickle=64 * MIB, ahead=8 * MIB, after_reset=True
+        request=frame_header(H3_HEADERS, 1 << 30), trickle=32 * MIB, ahead=8 * MIB, after_reset=True
     )
     record = hostile_h3(monkeypatch, {"/attack": attack})
     server = FaultServer(tls=True, http3=True)
