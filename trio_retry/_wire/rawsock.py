@@ -25,6 +25,7 @@ connection from another task.
 from __future__ import annotations
 
 import errno
+import os
 import socket as _stdlib_socket
 from collections.abc import Callable
 
@@ -40,6 +41,7 @@ from trio.lowlevel import (
 __all__ = [
     "DEFAULT_RECEIVE_SIZE",
     "RawSocketStream",
+    "connect_socket",
     "open_socket",
     "raw_stream_of",
     "socket_stream",
@@ -50,6 +52,8 @@ DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
 MAX_RECEIVE_SIZE = 256 * 1024
 
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+#: A non-blocking connect under way (``EAGAIN``: a Unix socket's listener's queue was full).
+_CONNECTING_ERRNOS = frozenset({errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK})
 _INET_FAMILIES = frozenset({_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6})
 
 
@@ -73,6 +77,50 @@ def open_socket(
         return trio.socket.socket(family, type_, proto), None
     raw = _stdlib_socket.socket(family, type_, proto)
     try:
+        return trio.socket.from_stdlib_socket(raw), raw
+    except BaseException:
+        raw.close()
+        raise
+
+
+async def connect_socket(
+    family: int, type_: int, proto: int, sockaddr: object
+) -> tuple[trio.socket.SocketType, _stdlib_socket.socket | None]:
+    """A new socket connected to ``sockaddr`` (an address from ``getaddrinfo``, given as its
+    parts rather than its address-info tuple), as :func:`open_socket` gives it; raises
+    ``OSError`` (its ``strerror`` the reason alone) if the connect fails. On any exception,
+    cancellation included, the socket is closed: nothing is left open.
+
+    The non-blocking connect is made on the stdlib socket here, with one
+    ``trio.lowlevel.wait_writable`` for the handshake (the schedule point, and the cancellation
+    point while it waits; a connect done at once still passes a schedule point); the Trio
+    socket is made once it is connected. ``trio.socket.SocketType.connect`` would hold a
+    coroutine and a Trio socket more for each of thousands of calls connecting at once, each
+    visited by every full pass of the garbage collector (issue #41). With a custom socket
+    factory installed, its socket connects itself."""
+    factory = trio.socket.set_custom_socket_factory(None)  # (as open_socket reads it)
+    if factory is not None:
+        trio.socket.set_custom_socket_factory(factory)
+        sock = trio.socket.socket(family, type_, proto)
+        try:
+            await sock.connect(sockaddr)
+        except BaseException:
+            sock.close()
+            raise
+        return sock, None
+    raw = _stdlib_socket.socket(family, type_, proto)
+    try:
+        raw.setblocking(False)
+        # connect_ex: the errno as a value. A BlockingIOError caught around the wait would be
+        # held by the frame, with its traceback, for as long as the connect waits.
+        error = raw.connect_ex(sockaddr)  # type: ignore[arg-type]
+        if error in _CONNECTING_ERRNOS:
+            await wait_writable(raw)
+            error = raw.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_ERROR)
+        elif not error:
+            await cancel_shielded_checkpoint()
+        if error:
+            raise OSError(error, os.strerror(error))
         return trio.socket.from_stdlib_socket(raw), raw
     except BaseException:
         raw.close()

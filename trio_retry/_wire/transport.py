@@ -31,7 +31,7 @@ from .._tls import check_alpn
 from .._url import tls_name
 from .clock import FIXED, Keeper, bound, opening, wait_for
 from .progress import AttemptProgress, WireError
-from .rawsock import open_socket, socket_stream
+from .rawsock import connect_socket, open_socket, socket_stream
 from .tlschoice import tls_stream
 from .virtual import VirtualSocket
 
@@ -87,18 +87,6 @@ async def _resolve(host: str, port: int) -> list[AddrInfo]:
     return infos
 
 
-async def _connect_one(family: int, type_: int, proto: int, sockaddr: Any) -> Sockets:
-    """A connect to one address, given its parts rather than its address-info tuple, which
-    each of thousands of connects at once would otherwise hold (issue #41)."""
-    sock, raw = open_socket(family, type_, proto)
-    try:
-        await sock.connect(sockaddr)
-    except BaseException:
-        sock.close()
-        raise
-    return sock, raw
-
-
 def _address(sockaddr: Any) -> str:
     """``host:port`` of a socket address (``[host]:port`` for IPv6)."""
     host, port = sockaddr[0], sockaddr[1]
@@ -106,7 +94,8 @@ def _address(sockaddr: Any) -> str:
 
 
 def _why(exc: OSError) -> str:
-    """The reason alone (trio's connect error repeats the address in its ``strerror``)."""
+    """The reason alone (trio's connect, a custom socket factory's, repeats the address in its
+    ``strerror``)."""
     return os.strerror(exc.errno) if exc.errno is not None else str(exc)
 
 
@@ -124,7 +113,7 @@ def _connect(infos: Sequence[AddrInfo]) -> Awaitable[Sockets]:
     """
     if len(infos) == 1:
         family, type_, proto, _, sockaddr = infos[0]
-        return _connect_one(family, type_, proto, sockaddr)
+        return connect_socket(family, type_, proto, sockaddr)
     return _race(infos)
 
 
@@ -139,7 +128,7 @@ async def _race(infos: Sequence[AddrInfo]) -> Sockets:
         index: int, info: AddrInfo, failed: trio.Event, nursery: trio.Nursery
     ) -> None:
         try:
-            sock = await _connect_one(info[0], info[1], info[2], info[4])
+            sock = await connect_socket(info[0], info[1], info[2], info[4])
         except OSError as exc:
             errors[index] = exc
             failed.set()
@@ -364,7 +353,7 @@ async def open_transport(
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
             sock, raw = await _connect_unix(uds)
         else:
-            # (the addresses are not kept here while the connect waits: _connect_one's parts)
+            # (the addresses are not kept here while the connect waits: connect_socket's parts)
             connecting = _connect(await _resolve(peer_host, peer_port))
             progress.advance(Stage.CONNECT)
             try:
