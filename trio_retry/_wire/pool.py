@@ -300,8 +300,18 @@ class ConnectionPool:
             if scope is None:
                 conn = await waiter.opener(progress)
             else:
-                with scope:
+                # Entered and left by hand: a `with` statement's frame would hold the scope's
+                # bound __exit__ while the opening waits, one object more for each of
+                # thousands of calls connecting at once (issue #41). The same semantics:
+                # the scope's own Cancelled (aclose()) is swallowed, leaving conn None.
+                scope.__enter__()
+                try:
                     conn = await waiter.opener(progress)
+                except BaseException as exc:
+                    if not scope.__exit__(type(exc), exc, exc.__traceback__):
+                        raise
+                else:
+                    scope.__exit__(None, None, None)
         except BaseException:
             self._book.abandon(waiter)
             raise

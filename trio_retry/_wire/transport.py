@@ -340,15 +340,20 @@ async def open_transport(
     via = f" via proxy {peer_host}:{peer_port}" if proxy is not None else ""
     if uds is not None:
         via = f" via Unix socket {uds!r}"
-    # Every path cancelled inside the bound has already closed its socket.
-    with bound(
+    # Every path cancelled inside the bound has already closed its socket. The bound is
+    # entered and left by hand, not by a `with` statement, whose frame would hold the bound's
+    # __exit__ method while the connect waits: one object more for each of thousands of calls
+    # connecting at once (issue #41). It never swallows what the connect raised.
+    limited = bound(
         "connect",
         timekeeper,
         progress=progress,
         target=opening(progress),
         limit=connect_timeout,
         about=f"{peer_host}:{peer_port}{via}",
-    ):
+    )
+    limited.__enter__()
+    try:
         if uds is not None:
             progress.advance(Stage.CONNECT)  # no name to resolve: the path is the address
             sock, raw = await _connect_unix(uds)
@@ -385,6 +390,10 @@ async def open_transport(
             except BaseException:
                 sock.close()
                 raise
+    except BaseException as exc:
+        limited.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    limited.__exit__(None, None, None)
     progress.timings["connect"] = clock() - started
     if ssl_context is None:
         return Transport(tcp, sock, None)
