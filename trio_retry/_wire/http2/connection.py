@@ -65,7 +65,7 @@ from .fast import FastMachine
 from .headers import head_size
 from .hpack_memo import ConnectionDecoder, MemoEncoder
 from .inbound import receive
-from .outbound import HTTP_VERSION, open_stream, queue_whole, read_head, write_body
+from .outbound import HTTP_VERSION, open_stream, queue_whole, response_head, write_body
 from .session import Session
 
 __all__ = ["HTTP2Connection", "client_machine"]
@@ -393,7 +393,22 @@ class HTTP2Connection:
             # writer's, whose stall bound (``writer.py``) ends a connection that stops reading.
             if not (isinstance(body, bytes) and queue_whole(session, stream, body, progress)):
                 await write_body(session, stream, request, progress)
-            return await read_head(stream, progress)
+            # The final response head, within the first-byte bound, whose expiry fails the
+            # stream. Waited for here, and the bound entered and left by hand, rather than in
+            # a coroutine of its own and a `with` statement: those held a frame and the
+            # bound's __exit__ method more for each of thousands of streams waiting at once,
+            # each visited by every full pass of the garbage collector (issue #41).
+            first_byte = stream.bound("first_byte", progress)
+            first_byte.__enter__()
+            try:
+                while stream.head is None:
+                    stream.check(progress)
+                    await stream.wait()
+            except BaseException as exc:
+                first_byte.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            first_byte.__exit__(None, None, None)
+            return response_head(stream)
         except BaseException as exc:
             stream.abandon()
             if self._idle.last_received == heard and gave_up(exc):

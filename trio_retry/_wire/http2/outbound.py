@@ -26,7 +26,7 @@ __all__ = [
     "HTTP_VERSION",
     "open_stream",
     "queue_whole",
-    "read_head",
+    "response_head",
     "write_body",
 ]
 
@@ -284,14 +284,12 @@ async def send(
     stream.check(progress)
 
 
-async def read_head(stream: Stream, progress: AttemptProgress) -> WireResponse:
-    """The final response head, within the first-byte bound."""
-    with stream.bound("first_byte", progress):  # a bound that runs out fails the stream
-        while stream.head is None:
-            stream.check(progress)
-            await stream.wait()
+def response_head(stream: Stream) -> WireResponse:
+    """The final response head of ``stream``, which has it (``stream.head``): the caller
+    waited for it within the first-byte bound (``HTTP2Connection.send_request``)."""
     # headers.malformed let through only heads that start with their one :status.
     head = stream.head
+    assert head is not None
     status = int(head[0][1])
     return WireResponse(
         status, REASONS.get(status, ""), head[1:], HTTP_VERSION, stream, stream.expected_length

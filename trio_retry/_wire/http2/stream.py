@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Awaitable
 from typing import Protocol
 
 import trio
@@ -106,8 +107,9 @@ class Stream:
         self.failure: Failure | None = None
         self.expected_length: int | None = None
         self.received = 0
-        #: DATA payloads (``bytes``, or views of an immutable read) and their flow lengths.
-        self._chunks: deque[tuple[bytes | memoryview, int]] = deque()
+        #: DATA payloads (``bytes``, or views of an immutable read) and their flow lengths;
+        #: made by the first (a stream waiting for its head holds no deque, issue #41).
+        self._chunks: deque[tuple[bytes | memoryview, int]] | None = None
         #: The task waiting on this stream (see :meth:`wait`); ``_others`` is made only if a
         #: second task waits at the same time.
         self._waiter: trio.lowlevel.Task | None = None
@@ -157,7 +159,10 @@ class Stream:
         self.progress.advance(Stage.RESPONSE_BODY)
 
     def on_data(self, data: bytes | memoryview, flow_controlled: int) -> None:
-        self._chunks.append((data, flow_controlled))
+        chunks = self._chunks
+        if chunks is None:
+            chunks = self._chunks = deque()
+        chunks.append((data, flow_controlled))
         self.received += len(data)
         if self.expected_length is not None and self.received > self.expected_length:
             self._owner.stream_error(
@@ -214,28 +219,32 @@ class Stream:
         if self.failure is not None:
             raise self.failure.error(progress)
 
-    async def wait(self) -> None:
-        """Until the reader next changes something for this stream (:meth:`wake`).
+    def wait(self) -> Awaitable[object]:
+        """Until the reader next changes something for this stream (:meth:`wake`): to be
+        awaited at once.
 
         One task waits on a stream at a time, as a rule: the request's own, then the body's
         reader. It parks itself, with no parking lot (a lot and its bookkeeping per stream
         were 1.5 % of a request). A second task waiting at the same time (two readers of one
         body) waits in a lot made for it, and is woken with the first. Cancellable like any
-        park: a cancelled waiter is simply forgotten."""
+        park: a cancelled waiter is simply forgotten.
+
+        (A plain method returning the park, with the stream itself as its abort function
+        (:meth:`__call__`): a coroutine of this method and a bound ``_abort`` method were two
+        more objects for each of thousands of streams waiting for their heads at once, each
+        visited by every full pass of the garbage collector, issue #41.)"""
         if self._waiter is not None:
             others = self._others
             if others is None:
                 others = self._others = trio.lowlevel.ParkingLot()
-            await others.park()
-            return
+            return others.park()
         self._waiter = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return trio.lowlevel.wait_task_rescheduled(self)  # noqa: ASYNC105 (awaited by the caller)
 
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
-        """The parked :meth:`wait` is cancelled: forget its task. (A bound method, not a
-        closure: the closure's cells, held by every call in flight, were visited by each of the
-        garbage collector's passes.) The task parked is :attr:`_waiter` until it is woken, and
-        a woken task is not aborted: there is no other task to tell apart."""
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """The parked :meth:`wait` is cancelled: forget its task. The task parked is
+        :attr:`_waiter` until it is woken, and a woken task is not aborted: there is no
+        other task to tell apart."""
         self._waiter = None
         return trio.lowlevel.Abort.SUCCEEDED
 
@@ -333,8 +342,11 @@ class Stream:
         """Stop the exchange: reset the stream (``CANCEL``) unless it already ended, give its
         unread bytes' credit back, and free its slot. The connection carries on."""
         if self.state is not StreamState.DONE:
-            unread = sum(flow for _, flow in self._chunks)
-            self._chunks.clear()
+            chunks = self._chunks
+            unread = 0
+            if chunks:
+                unread = sum(flow for _, flow in chunks)
+                chunks.clear()
             self._finish(unread)
 
     def _finish(self, unread: int) -> None:
