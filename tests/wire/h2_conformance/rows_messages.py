@@ -8,10 +8,12 @@ from __future__ import annotations
 from h2.errors import ErrorCodes
 
 from tests.support.h2_frames import (
+    DATA_MAX,
     Kind,
     continuation_frame,
     data_frame,
     headers_frame,
+    padded,
     raw_headers_frame,
     rst_stream_frame,
     settings_frame,
@@ -252,19 +254,44 @@ ROWS: list[Row] = [
     ),
     Row(
         id="5.1 frames after the client's RST_STREAM are ignored",
-        clause="§5.1",
-        says="frames the server sent before it saw the client's reset are ignored, not answered",
-        play=play(Wait(Kind.RST_STREAM, SID), head() + data_frame(SID, b"late")),
+        clause="§5.1, §6.9",
+        says="frames the server sent before it saw the client's reset are ignored, not "
+        "answered; their DATA is credited back to the connection's window",
+        play=play(
+            Wait(Kind.RST_STREAM, SID),
+            head()
+            + data_frame(SID, b"x" * DATA_MAX) * 3
+            + data_frame(SID, b"late", end_stream=True),
+        ),
         deadline=0.3,
         expect=broken_stream(
             SENT,
             category=FailureCategory.TIMEOUT,
             error=DeadlineExceeded,
             resets=((SID, E.CANCEL),),
+            window_kept=True,
         ),
-        xfail="h2 (and the fast path, which keeps to it) answers each frame on a stream the "
-        "client reset with RST_STREAM(STREAM_CLOSED); RFC 9113 §5.1 says such frames MUST be "
-        "ignored",
+    ),
+    Row(
+        id="5.1 frames after the client's RST_STREAM are ignored: CONTINUATION, padding",
+        clause="§5.1, §6.9, §6.10",
+        says="a late head in HEADERS and CONTINUATION, and padded DATA, are ignored alike "
+        "(the fast path hands them to h2)",
+        play=play(
+            Wait(Kind.RST_STREAM, SID),
+            raw_headers_frame(SID, SPLIT_HEAD[:2], flags=0)
+            + continuation_frame(SID, SPLIT_HEAD[2:], end_headers=True)
+            + padded(Kind.DATA, 0, SID, b"x" * 1000, 200)
+            + data_frame(SID, b"late", end_stream=True),
+        ),
+        deadline=0.3,
+        expect=broken_stream(
+            SENT,
+            category=FailureCategory.TIMEOUT,
+            error=DeadlineExceeded,
+            resets=((SID, E.CANCEL),),
+            window_kept=True,
+        ),
     ),
     Row(
         id="8.1 a response split over many frames",

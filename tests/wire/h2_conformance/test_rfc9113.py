@@ -23,6 +23,7 @@ import pytest
 import trio
 
 import trio_retry
+from tests.support.h2_fast_path import machines_made as machines_made
 from tests.support.h2_frames import (
     ACK,
     DATA_MAX,
@@ -34,6 +35,8 @@ from tests.support.h2_frames import (
 )
 from tests.support.h2_peer import LIMIT, Peer, ScriptedServer
 from trio_retry import HttpAmbiguousExecutionError
+from trio_retry._wire.http2.fast import FastMachine
+from trio_retry._wire.http2.h2_private import connection_window
 from trio_retry.testing._certs import ServerCertificates
 
 from . import rows_frames, rows_messages, rows_streams
@@ -69,7 +72,11 @@ def test_the_table_holds_each_row_once() -> None:
 
 @pytest.mark.parametrize(("row", "variant"), list(_cases()))
 async def test_rfc9113(
-    row: Row, variant: str, certificates: ServerCertificates, nursery: trio.Nursery
+    row: Row,
+    variant: str,
+    certificates: ServerCertificates,
+    nursery: trio.Nursery,
+    machines_made: list[FastMachine],
 ) -> None:
     tls = variant.startswith("tls")
     server = ScriptedServer(
@@ -108,6 +115,8 @@ async def test_rfc9113(
     _check_flow_control(peer)
     _check_frames(peer, expect)
     _check_caller(first, expect)
+    if expect.window_kept:
+        _check_window_kept(peer, machines_made[0])
     if expect.again:
         assert again is not None
         response = again.unwrap()
@@ -208,6 +217,23 @@ def _check_flow_control(peer: Peer) -> None:
             assert total <= connection, f"{total} octets over a connection window of {connection}"
             window = initial + credit.get(f.stream_id, 0)
             assert sent[f.stream_id] <= window, f"stream {f.stream_id}: {sent} over {window}"
+
+
+def _check_window_kept(peer: Peer, machine: FastMachine) -> None:
+    """The connection's receive window, as the client keeps it, is the server's: the
+    initial 65,535 octets, plus each WINDOW_UPDATE[0] the client sent, less every DATA octet
+    (padding included) the server sent; and every octet counted is credited back or owed
+    (``Expect.window_kept``)."""
+    server = 65535
+    for side, f in peer.events:
+        if side == "client" and f.kind == Kind.WINDOW_UPDATE and f.stream_id == 0:
+            server += f.increment
+        elif side == "server" and f.kind == Kind.DATA:
+            server -= len(f.payload)
+    window = connection_window(machine._h2)
+    assert window.current_window_size == server, "the client counted other DATA octets"
+    owed = window._bytes_processed
+    assert window.current_window_size + owed == window.max_window_size, "octets leaked"
 
 
 def _check_frames(peer: Peer, expect: Expect) -> None:

@@ -62,6 +62,7 @@ from ..timekeeper import Timekeeper
 from ..tlsread import reads_of
 from ..transport import Transport
 from .fast import FastMachine
+from .h2_private import ignore_after_reset
 from .headers import head_size
 from .hpack_memo import ConnectionDecoder, MemoEncoder
 from .inbound import receive
@@ -122,6 +123,9 @@ def client_machine(max_header_bytes: int) -> h2.connection.H2Connection:
     # h2 applies MAX_HEADER_LIST_SIZE to its HPACK decoder only when the server ACKs a
     # *change*; ours is the initial value, so the decoder is told directly.
     machine.decoder.max_header_list_size = max_header_bytes
+    # Frames the server sent before it saw our RST_STREAM are ignored, not reset again (RFC
+    # 9113 §5.1; the fast path does the same while it is engaged).
+    ignore_after_reset(machine)
     return machine
 
 

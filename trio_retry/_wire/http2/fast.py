@@ -14,8 +14,9 @@ through the handshake; :meth:`FastMachine.engage` then takes over the common fra
   RST_STREAM, PING, WINDOW_UPDATE (the same window algorithm: h2's own ``WindowManager``);
 - in: a response's HEADERS (final, informational, trailers), unpadded DATA, WINDOW_UPDATE,
   RST_STREAM, PING and its ACK, the ACK of our SETTINGS, and the frames that arrive late for
-  a stream the client reset (handled as h2 handles them: DATA's credit handed back, a
-  RST_STREAM(STREAM_CLOSED) answered).
+  a closed stream (handled as h2 handles them, ``h2_private.ignore_after_reset`` included:
+  DATA's credit handed back; on a stream the client reset, ignored, RFC 9113 §5.1; on one
+  the server reset, answered with RST_STREAM(STREAM_CLOSED)).
 
 Anything else — a SETTINGS change, a padded or prioritised frame, PRIORITY, PUSH_PROMISE, an
 unknown frame type, a frame on a stream in a state the fast path does not keep, a flow-control

@@ -53,10 +53,13 @@ from .h2_private import connection_window, decode_headers, processed, settings_a
 
 __all__ = ["FastConnection", "Received"]
 
-#: Closed streams remembered (as h2 remembers them: ``H2Connection.MAX_CLOSED_STREAMS``).
+#: Closed streams remembered, and so how long a stream the client reset has the frames that
+#: arrive late for it ignored (RFC 9113 §5.1 lets an endpoint limit that period): the last
+#: 65,536 streams closed, as h2 remembers its own (``H2Connection.MAX_CLOSED_STREAMS``), a
+#: bounded dict whatever the connection's life. Past it a late DATA frame draws a
+#: RST_STREAM(STREAM_CLOSED) and a late head is h2's (a connection error), as with h2.
 _CLOSED_KEPT = h2.connection.H2Connection.MAX_CLOSED_STREAMS
-#: How a stream closed when a late head for it is answered, as h2 answers it, not deferred.
-_RESET = (StreamClosedBy.SEND_RST_STREAM, StreamClosedBy.RECV_RST_STREAM)
+_SENT_RST = StreamClosedBy.SEND_RST_STREAM
 
 
 class _Defer(Exception):
@@ -392,13 +395,17 @@ class FastConnection:
         if stream is None:
             if stream_id > self.highest:
                 raise _DEFER
-            # Late DATA for a stream that closed (the client reset it, say): as h2, its
-            # credit goes back to the connection and the stream is reset again.
+            # Late DATA for a stream that closed: as h2, it counts against the connection's
+            # window and its credit goes back (§6.9: the server's window must not leak).
+            # On a stream the client reset it is then ignored (RFC 9113 §5.1, as
+            # ``h2_private.ignore_after_reset`` makes h2 do); otherwise answered with
+            # RST_STREAM(STREAM_CLOSED), as h2 answers it.
             conn.window_consumed(length)
             increment = processed(conn, length)
             if increment:
                 self.queue.window_update(0, increment)
-            self.queue.rst_stream(stream_id, ErrorCodes.STREAM_CLOSED)
+            if self.closed.get(stream_id) is not _SENT_RST:
+                self.queue.rst_stream(stream_id, ErrorCodes.STREAM_CLOSED)
             return
         if (
             stream.remote_ended
@@ -430,12 +437,18 @@ class FastConnection:
             raise _DEFER
         stream = self.streams.get(stream_id)
         if stream is None:
-            if stream_id > self.highest or self.closed.get(stream_id) not in _RESET:
+            closed_by = self.closed.get(stream_id)
+            if stream_id > self.highest or (
+                closed_by is not _SENT_RST and closed_by is not StreamClosedBy.RECV_RST_STREAM
+            ):
                 raise _DEFER
             # A head for a stream that was reset: decoded (the HPACK table must follow the
-            # server's), then answered with RST_STREAM(STREAM_CLOSED), as h2 does.
+            # server's), then ignored if the client reset it (RFC 9113 §5.1), answered with
+            # RST_STREAM(STREAM_CLOSED) if the server did, as h2 does (``h2_private.
+            # ignore_after_reset``).
             decode_headers(self._h2.decoder, block)
-            self.queue.rst_stream(stream_id, ErrorCodes.STREAM_CLOSED)
+            if closed_by is not _SENT_RST:
+                self.queue.rst_stream(stream_id, ErrorCodes.STREAM_CLOSED)
             return
         if stream.remote_ended or stream.trailers_received:
             raise _DEFER

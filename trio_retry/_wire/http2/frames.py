@@ -37,9 +37,9 @@ Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's)
   stream's final head is in the run: a HEADERS frame with END_HEADERS alone whose block starts
   with an indexed ``:status`` of the static table (what nginx sends): once processed, that
   head takes its stream out of ``awaiting_head`` (a malformed one by resetting the stream),
-  so the DATA after it would be handed on either way. (The one difference: a malformed head's
-  DATA reaches the machine before the reset, and its credit goes back as for any DATA of a
-  failed stream, without the RST_STREAM(STREAM_CLOSED) that DATA after the reset draws.)
+  so the DATA after it would be handed on either way. (A malformed head's DATA then reaches
+  the machine before the reset, and its credit goes back as for any DATA of a failed stream;
+  after the reset it would be credited back alike, and otherwise ignored, RFC 9113 §5.1.)
   One call per frame, the way it was, cost a 50 MB download a round through the reader and
   the fast path per 8 KiB DATA frame, and 32 small responses 64 rounds.
 - **DATA before a final head is a stream error.** h2 treats it as a connection error, which

@@ -9,7 +9,9 @@ other module of the package names one):
 - ``H2Connection``: ``_terminate_connection`` (a connection error, as h2 ends one),
   ``_local_settings_acked`` (our SETTINGS acknowledged), ``_data_to_send`` (h2 owes bytes),
   ``_closed_streams`` (how each forgotten stream closed), ``_inbound_flow_control_window_
-  manager`` (the connection's receive window);
+  manager`` (the connection's receive window), ``_frame_dispatch_table`` (h2's handler of
+  each kind of frame: :func:`ignore_after_reset` puts its own in front of DATA's and
+  HEADERS');
 - its ``incoming_buffer``: ``_data`` (bytes of a frame not yet complete), ``_headers_buffer``
   (a header block half received);
 - ``H2Stream``: ``_inbound_window_manager``, ``_authority``, and ``_initialize_content_length``
@@ -21,7 +23,9 @@ h2 is pinned (pyproject.toml: "re-check on upgrade"). Should a release rename or
 these all the same, :func:`probe` (run once, at import) finds it missing: :data:`USABLE` is
 then False, every connection keeps h2 on every frame (as ``Client(http2_fast_path=False)``),
 and the ``trio_retry`` logger says so once, with the names. Nothing else changes, except that
-h2's own Content-Length check, if its names moved, fails the connection as h2 does.
+h2's own Content-Length check, if its names moved, fails the connection as h2 does, and that
+frames arriving on a stream the client reset are answered as h2 answers them (a RST_STREAM
+of STREAM_CLOSED each, where RFC 9113 §5.1 says to ignore them: :func:`ignore_after_reset`).
 
 Rejected: checking h2's version number (it would turn the fast path off on a release that
 changed nothing it uses, and keep it on a patched h2 that did); probing per connection (a log
@@ -37,9 +41,12 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.events
 from h2.errors import ErrorCodes
-from h2.stream import H2Stream, StreamInputs
+from h2.exceptions import StreamClosedError, StreamIDTooLowError
+from h2.stream import H2Stream, StreamClosedBy, StreamInputs
 from h2.windows import WindowManager
+from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame
 
 __all__ = [
     "NAMES",
@@ -49,8 +56,10 @@ __all__ = [
     "connection_window",
     "decode_headers",
     "holds_nothing",
+    "ignore_after_reset",
     "probe",
     "processed",
+    "reset_by_us",
     "settings_acked",
     "skip_length_checks",
     "take_unread",
@@ -68,6 +77,7 @@ NAMES: tuple[tuple[str, str], ...] = (
     ("connection", "_data_to_send"),
     ("connection", "_closed_streams"),
     ("connection", "_inbound_flow_control_window_manager"),
+    ("connection", "_frame_dispatch_table"),
     ("buffer", "_data"),
     ("buffer", "_headers_buffer"),
     ("stream", "_inbound_window_manager"),
@@ -216,6 +226,68 @@ def adopt_closed(machine: h2.connection.H2Connection, closed: dict[int, Any]) ->
     """Tell ``machine`` how each stream the fast path forgot was closed."""
     for stream_id, closed_by in closed.items():
         machine._closed_streams[stream_id] = closed_by
+
+
+def reset_by_us(machine: h2.connection.H2Connection, stream_id: int) -> bool:
+    """Whether ``machine`` remembers closing ``stream_id`` by sending RST_STREAM: a stream it
+    still holds, or one of the last ``H2Connection.MAX_CLOSED_STREAMS`` (65,536) it forgot
+    (the fast path hands its own record over, as many, with :func:`adopt_closed`)."""
+    stream = machine.streams.get(stream_id)
+    closed_by = stream.closed_by if stream is not None else machine._closed_streams.get(stream_id)
+    return closed_by is StreamClosedBy.SEND_RST_STREAM
+
+
+#: What h2's handler of a kind of frame returns: the frames to send, the events.
+_Handled = tuple[list[Frame], list[h2.events.Event]]
+
+
+def ignore_after_reset(machine: h2.connection.H2Connection) -> None:
+    """Make ``machine`` ignore a DATA or HEADERS frame on a stream the client reset, as RFC
+    9113 §5.1 says ("An endpoint MUST ignore frames that it receives on closed streams after
+    it has sent a RST_STREAM frame"): the server sent it before our RST_STREAM reached it.
+    h2 answers each with a RST_STREAM(STREAM_CLOSED) of its own (the rule for a stream the
+    *server* reset, which it keeps).
+
+    What h2 does with such a frame otherwise stays: a DATA frame still counts against the
+    connection's flow-control window (a frame past it is still FLOW_CONTROL_ERROR) and its
+    octets are credited back as h2 credits any (a WINDOW_UPDATE on stream 0 once half the
+    window is due, §6.9: the server's window does not leak); a field block is still decoded
+    (the HPACK table must follow the server's, §4.3). Only h2's RST_STREAM is left out: a
+    head's ``StreamClosedError`` (or ``StreamIDTooLowError``, once h2 moved the stream to
+    its closed ones), which h2 answers with it, becomes nothing. WINDOW_UPDATE, RST_STREAM
+    and PRIORITY on a closed stream h2 ignores already; PUSH_PROMISE is a connection error
+    (push is off).
+
+    How long: as long as h2 remembers how the stream closed (:func:`reset_by_us`: the last
+    65,536 closed streams; §5.1 lets an endpoint limit the period). After that a DATA frame
+    draws h2's RST_STREAM(STREAM_CLOSED) and a head h2's connection error, as before.
+
+    h2's handlers of DATA and HEADERS are wrapped in its dispatch table, rather than its
+    ``_receive_frame`` rewritten, so that everything but the answer stays h2's code. Does
+    nothing when :func:`probe` found a name missing (h2 then answers as h2 does)."""
+    if not USABLE:
+        return
+    table = machine._frame_dispatch_table
+    on_data: Callable[[DataFrame], _Handled] = table[DataFrame]
+    on_headers: Callable[[HeadersFrame], _Handled] = table[HeadersFrame]
+
+    def data(frame: DataFrame) -> _Handled:
+        frames, events = on_data(frame)
+        if frames and reset_by_us(machine, frame.stream_id):
+            frames = [f for f in frames if type(f) is not RstStreamFrame]
+        return frames, events
+
+    def headers(frame: HeadersFrame) -> _Handled:
+        try:
+            return on_headers(frame)
+        # (StreamIDTooLowError: the stream h2 forgot, but remembers how it closed)
+        except (StreamClosedError, StreamIDTooLowError) as exc:
+            if reset_by_us(machine, exc.stream_id):
+                return [], []
+            raise
+
+    table[DataFrame] = data
+    table[HeadersFrame] = headers
 
 
 probe()
