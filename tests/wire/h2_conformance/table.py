@@ -20,7 +20,7 @@ same connection (the error was the stream's, not the connection's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from h2.errors import ErrorCodes
 
@@ -151,14 +151,10 @@ class Row:
     first: bytes | None = None
     #: Whether the play waits for the client's request (a preface scenario may have none).
     request: bool = True
-    #: Why the row fails today (``xfail(strict=True)``), until it is fixed.
-    xfail: str | None = None
     #: The call's ``deadline=`` (seconds).
     deadline: float = 3.0
     #: A request body: the call is a POST carrying it (``None``: a GET).
     body: bytes | None = None
-    #: Variants the ``xfail`` applies to (``"h2c-fast"``, ``"tls-h2"``...); empty: all.
-    xfail_only: frozenset[str] = field(default_factory=frozenset)
 
 
 # --- frames the rows repeat -------------------------------------------------------------------
