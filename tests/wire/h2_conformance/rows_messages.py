@@ -22,6 +22,7 @@ from trio_retry import DeadlineExceeded, Evidence, FailureCategory
 
 from .table import (
     SID,
+    Expect,
     Row,
     Wait,
     WaitData,
@@ -49,6 +50,32 @@ def _malformed_head(row_id: str, says: str, *fields: tuple[str, str]) -> Row:
         says=says,
         play=play(headers_frame(SID, list(fields))),
         expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT, message="malformed"),
+    )
+
+
+def _late_after_reset(row_id: str, clause: str, says: str, late: bytes) -> Row:
+    """The caller's deadline resets the stream (CANCEL); the server, which had not seen the
+    reset yet, then sends ``late`` on it: nothing answers it, the connection's window is kept
+    (``Expect.window_kept``), the connection carries on."""
+    return Row(
+        id=row_id,
+        clause=clause,
+        says=says,
+        play=play(Wait(Kind.RST_STREAM, SID), late),
+        deadline=0.3,
+        expect=_cancelled(window_kept=True),
+    )
+
+
+def _cancelled(**changes: object) -> Expect:
+    """The caller's deadline (0.3 s) ended the call: its stream reset with CANCEL (§8.7), the
+    connection carries on."""
+    return broken_stream(
+        SENT,
+        category=FailureCategory.TIMEOUT,
+        error=DeadlineExceeded,
+        resets=((SID, E.CANCEL),),
+        **changes,
     )
 
 
@@ -245,53 +272,24 @@ ROWS: list[Row] = [
         says="a request the client gives up is reset with CANCEL; the connection carries on",
         play=play(),
         deadline=0.3,
-        expect=broken_stream(
-            SENT,
-            category=FailureCategory.TIMEOUT,
-            error=DeadlineExceeded,
-            resets=((SID, E.CANCEL),),
-        ),
+        expect=_cancelled(),
     ),
-    Row(
-        id="5.1 frames after the client's RST_STREAM are ignored",
-        clause="§5.1, §6.9",
-        says="frames the server sent before it saw the client's reset are ignored, not "
-        "answered; their DATA is credited back to the connection's window",
-        play=play(
-            Wait(Kind.RST_STREAM, SID),
-            head()
-            + data_frame(SID, b"x" * DATA_MAX) * 3
-            + data_frame(SID, b"late", end_stream=True),
-        ),
-        deadline=0.3,
-        expect=broken_stream(
-            SENT,
-            category=FailureCategory.TIMEOUT,
-            error=DeadlineExceeded,
-            resets=((SID, E.CANCEL),),
-            window_kept=True,
-        ),
+    _late_after_reset(
+        "5.1 frames after the client's RST_STREAM are ignored",
+        "§5.1, §6.9",
+        "frames the server sent before it saw the client's reset are ignored, not answered; "
+        "their DATA is credited back to the connection's window",
+        head() + data_frame(SID, b"x" * DATA_MAX) * 3 + data_frame(SID, b"late", end_stream=True),
     ),
-    Row(
-        id="5.1 frames after the client's RST_STREAM are ignored: CONTINUATION, padding",
-        clause="§5.1, §6.9, §6.10",
-        says="a late head in HEADERS and CONTINUATION, and padded DATA, are ignored alike "
-        "(the fast path hands them to h2)",
-        play=play(
-            Wait(Kind.RST_STREAM, SID),
-            raw_headers_frame(SID, SPLIT_HEAD[:2], flags=0)
-            + continuation_frame(SID, SPLIT_HEAD[2:], end_headers=True)
-            + padded(Kind.DATA, 0, SID, b"x" * 1000, 200)
-            + data_frame(SID, b"late", end_stream=True),
-        ),
-        deadline=0.3,
-        expect=broken_stream(
-            SENT,
-            category=FailureCategory.TIMEOUT,
-            error=DeadlineExceeded,
-            resets=((SID, E.CANCEL),),
-            window_kept=True,
-        ),
+    _late_after_reset(
+        "5.1 frames after the client's RST_STREAM are ignored: CONTINUATION, padding",
+        "§5.1, §6.9, §6.10",
+        "a late head in HEADERS and CONTINUATION, and padded DATA, are ignored alike (the fast "
+        "path hands them to h2)",
+        raw_headers_frame(SID, SPLIT_HEAD[:2], flags=0)
+        + continuation_frame(SID, SPLIT_HEAD[2:], end_headers=True)
+        + padded(Kind.DATA, 0, SID, b"x" * 1000, 200)
+        + data_frame(SID, b"late", end_stream=True),
     ),
     Row(
         id="8.1 a response split over many frames",
