@@ -265,14 +265,22 @@ class HTTP11Connection:
                     # bound, as an HTTP/2 request queued whole is: so few bytes wait for the
                     # socket only behind a server that stopped reading, which that bound ends.
                     # (Without a first-byte limit, the write bound keeps the write.)
+                    # (The bound entered and left by hand: a `with` statement's frame would
+                    # hold its bound __exit__ method while the head is awaited, one object
+                    # more for each of thousands of calls waiting at once, issue #41.)
                     write = None if first_byte.limit is not None else self._writes()
-                    with first_byte:
+                    first_byte.__enter__()
+                    try:
                         if body:
                             await self._send(head + body, progress, _REQUEST_BODY, write)
                         else:
                             await self._send(head, progress, _REQUEST_HEAD, write)
                         progress.stage = _AWAITING_RESPONSE  # (after the request's bytes)
                         got = await self._events(progress, None, _HEAD_ONLY, None)
+                    except BaseException as exc:
+                        first_byte.__exit__(type(exc), exc, exc.__traceback__)
+                        raise
+                    first_byte.__exit__(None, None, None)
                 else:
                     write = self._writes()
                     await self._send(head, progress, _REQUEST_HEAD, write)
