@@ -55,6 +55,16 @@ in ``pyproject.toml``), the same needs as ``shims.CheckedQuicConnection`` of aio
   (RFC 9000 §10.2.3 wants it in a Handshake packet too). The close first writes what was due
   (the Finished), then the CONNECTION_CLOSE; never for a server the client refused, which
   must not receive the Finished.
+- **The Initial keys at the handshake's end**: qh3 2.1 discards them only once it sends a
+  Handshake packet (RFC 9001 §4.9.1), and counts its Initial packets in flight until then.
+  After handshake loss its congestion window may have collapsed to two packets, which the
+  Initial packets it writes as the server's flight completes the handshake (an ACK, a
+  ClientHello declared lost) then fill: the client's Finished never left, nor any ACK or
+  probe (its loss-recovery timer fired and sent nothing), and the connection went silent
+  until an idle timeout, its request unanswered. The Initial keys are discarded as soon as
+  the handshake completed and passed the client's checks (the server has every Initial
+  byte it needs: it answered the ClientHello; a client's first Handshake packet lets it
+  drop its own): those packets leave the window, and the Finished goes in the same round.
 - **No SNI for an IP address** (RFC 6066 §3, as over TCP): qh3 2.1 sends the configured
   server name whatever it is (aioquic leaves an address out; GnuTLS refuses an IPv6 one with
   ``illegal_parameter``), so an address is not handed to it as a name; the client's own check
@@ -142,6 +152,8 @@ if not any(isinstance(f, _NativeNotes) for f in logging.getLogger("quic").filter
     logging.getLogger("quic").addFilter(_NativeNotes())
 
 _NO_ONE_RTT_KEY = "missing OneRtt packet key"
+#: The Initial keys' epoch, as qh3's core numbers it (``tls.Epoch.INITIAL``).
+_INITIAL = 0
 _QH3_DATA = qh3_events.StreamDataReceived
 _AIOQUIC_DATA = aioquic_events.StreamDataReceived
 
@@ -181,6 +193,9 @@ def _names() -> tuple[bool, bool]:
 
 
 _ZERO_RTT_NAMES, _TOKEN_NAMES = _names()
+#: Whether qh3's core can be told to discard a packet number space's keys (qh3 calls it
+#: itself for the 0-RTT keys); else the Initial keys go when qh3 discards them.
+_DISCARDS_KEYS = hasattr(QuicConnectionCore, "discard_keys")
 
 
 class CheckedQuicConnection(HandshakeChecks, QuicConnection):
@@ -332,6 +347,8 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         super().receive_datagram(data, addr, now)
         if not self._trust_settled and not self._trust_refused:
             self._check_handshake()
+            if self._trust_settled and self._core is not None and _DISCARDS_KEYS:
+                self._core.discard_keys(_INITIAL)  # (the module docstring: the Initial keys)
         if self._token_handler is not None and self._peer_token:
             self._new_token()
 
