@@ -269,6 +269,7 @@ async def _grown_by_calls(url: str, at: str, *, http2: bool = False) -> dict[str
                         calls.start_soon(client.get, url)
                     while there() < before + count:
                         await trio.sleep(0.01)
+                    await trio.sleep(0.05)  # (their writes written, the connection's tasks idle)
                     census.append(_census())
                 calls.cancel_scope.cancel()
         assert not waited.cancelled_caught
@@ -345,7 +346,7 @@ async def _silent_h2c_peer(listener: trio.socket.SocketType) -> None:
 #: ``with``), the stream's bound ``_abort`` method as its park's abort function, and its deque
 #: of DATA made before any arrived; 20.0 without. At 10,000 HTTP/2 calls at once every call is
 #: here (the pool opens a connection per 1,000 streams the server allows). Half an object of
-#: slack: a stray one of the run's (a tuple) shows in the whole file's run, never in its own.
+#: slack: a stray one of the run's (a tuple) showed in the whole file's run, never in its own.
 STREAM_OBJECTS = 20.5
 
 
