@@ -303,6 +303,43 @@ async def test_a_read_that_finds_nothing_after_one_that_found_bytes_waits(certs:
     await server.aclose()
 
 
+async def test_a_read_after_a_send_asks_the_socket_before_reading(certs: Certs) -> None:
+    """After a send, the next read asks the socket first (``poll``) even when the read before
+    found bytes at once: the answer to what was just sent is, as a rule, not there yet, and a
+    read that finds nothing costs an ``SSLWantReadError`` (about five times a ``poll``)."""
+    client, server = await _pair(certs)
+    attempts: list[str] = []
+    decrypt = client._decrypt
+
+    def recorded(size: int) -> bytes:
+        try:
+            data = decrypt(size)
+        except ssl.SSLWantReadError:
+            attempts.append("nothing")
+            raise
+        attempts.append("bytes")
+        return data
+
+    client._decrypt = recorded
+    with trio.fail_after(10):
+        await server.send_all(b"first")
+        await trio.sleep(0.05)  # (received before the read: it finds bytes at once)
+        assert await client.receive_some() == b"first"
+        async with trio.open_nursery() as nursery:
+
+            async def answer() -> None:
+                assert await server.receive_some() == b"request"
+                await trio.sleep(0.05)
+                await server.send_all(b"answer")
+
+            nursery.start_soon(answer)
+            await client.send_all(b"request")
+            assert await client.receive_some() == b"answer"
+    assert attempts == ["bytes", "bytes"]
+    await client.aclose()
+    await server.aclose()
+
+
 @pytest.mark.parametrize("alpn", [None, "http/1.1", "h2"])
 async def test_short_records_already_received_are_joined_over_http2_only(
     certs: Certs, alpn: str | None

@@ -225,8 +225,11 @@ class TLSSocketStream(trio.abc.Stream):
         #: whether or not the socket has bytes (the peer may keep TCP open).
         self._notified = False
         self._receive_size = DEFAULT_RECEIVE_SIZE
-        #: The previous read found bytes without waiting: the next one reads at once (a read
-        #: that finds nothing costs an exception); else it asks the socket first (``poll``).
+        #: The previous read found bytes without waiting and nothing was sent since (outside
+        #: HTTP/2): the next read reads at once (a read that finds nothing costs an exception,
+        #: about five times a ``poll``); else it asks the socket first (``poll``). A send
+        #: clears it (:meth:`send_all`): the answer to what was just sent is, as a rule, not
+        #: there yet when its read comes.
         self._ready = False
         #: A read looks for more records after one of at least this many bytes: any (``0``)
         #: over HTTP/2, :data:`LOOK_AFTER` otherwise (set by the handshake, from ALPN).
@@ -331,6 +334,8 @@ class TLSSocketStream(trio.abc.Stream):
                 await cancel_shielded_checkpoint()
                 return
             started = True
+            if self._look_after:  # (not over HTTP/2: its reads answer no one send)
+                self._ready = False  # what answers this is not there yet, as a rule
             if length <= PIECE:
                 if self._sock.fileno() == -1:
                     raise closed_error()
@@ -473,12 +478,12 @@ class TLSSocketStream(trio.abc.Stream):
             await checkpoint_if_cancelled()
             read = self._decrypt
             sock = self._sock
-            if sock.fileno() == -1:
-                raise closed_error()
+            # (A socket closed under us makes ``poll`` report it: the loop's check says so.)
             if self._ready or self._notified or self._pending() or self._poll.poll(0):
                 self._ready = True
             else:
-                self._ready = False
+                if sock.fileno() == -1:
+                    raise closed_error()
                 await self._wait(_WANT_READ)  # nothing received yet: no read to fail first
                 waited = True
             while True:
