@@ -186,8 +186,9 @@ async def test_no_coroutine_of_a_call_connecting_keeps_closure_cells() -> None:
 #: GC-tracked objects a call queued in the pool holds, its task and the test's own coroutine
 #: included (issue #41: 28.9 with the attempt's cancel scope and what it brings, the waiter's
 #: bound abort method, an opener object, the frames of Client._call and the pool's sleep, and
-#: the call's list of attempts before its first ended; 16.9 without them).
-QUEUED_OBJECTS = 17
+#: the call's list of attempts before its first ended; 16.9 without them; 15.8 once the
+#: attempt runner was its own waiter in the pool, no ``Waiter`` object of its own).
+QUEUED_OBJECTS = 16
 
 
 @pytest.mark.parametrize("protocol", ["h1", "h2"])
@@ -311,8 +312,9 @@ async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
 #: once it was made on the stdlib socket (``rawsock.connect_socket``: no Trio socket and no
 #: coroutine of trio's ``connect`` while it waits); 35.0 once the opening's scope and the
 #: connect's bound were entered by hand, not by ``with`` (whose frame holds the bound
-#: ``__exit__`` method while the connect waits).
-CONNECTING_OBJECTS = 35
+#: ``__exit__`` method while the connect waits); 34.0 once the attempt runner was its own
+#: waiter in the pool (the slot's holder).
+CONNECTING_OBJECTS = 34
 
 
 async def test_an_http11_call_connecting_holds_few_objects() -> None:

@@ -51,6 +51,7 @@ from .._observe.hooks import HookResponse
 from .._wire.clock import DeadlineBound, deadline_message
 from .._wire.contract import PooledConnection
 from .._wire.exchange import WireRequest, WireResponse
+from .._wire.pool_ledger import Waiter
 from .._wire.progress import AttemptProgress, WireError
 from .body import decoder_for, whole_body
 from .connect import PoolKey
@@ -74,10 +75,12 @@ _INF = math.inf
 _ADM = FailureCategory.ADMISSION  # (a global: an enum attribute is slow on Python 3.11)
 
 
-class AttemptRun:
+class AttemptRun(Waiter):
     """One wire attempt of one call: :meth:`run` once, which returns how it ended (an
     :class:`~.result.AttemptResult`); :meth:`end` gives back what a streamed response still
-    holds (a connection, a permit)."""
+    holds (a connection, a permit). Queued in the pool, it is its own waiter (the
+    ``pool_ledger.Waiter`` fields are the pool's, set when it arrives there) and its own
+    opener (:meth:`open`)."""
 
     __slots__ = (
         "_admission",
@@ -445,10 +448,11 @@ class AttemptRun:
                 self._give_back()
         return self._result()
 
-    def __call__(self, progress: AttemptProgress) -> Coroutine[Any, Any, PooledConnection]:
-        """The pool's opener (``contract.Opener``) for this attempt: a new connection to its
-        origin, through its proxy, for its pool. The run itself, which its waiter holds
-        anyway, rather than an object of its own held while it waits (issue #41)."""
+    def open(self, progress: AttemptProgress) -> Coroutine[Any, Any, PooledConnection]:
+        """The pool's opener for this attempt: a new connection to its origin, through its
+        proxy, for its pool. The run is its own opener and, queued in the pool, its own
+        waiter (``pool_ledger.Waiter``), rather than objects of their own held while it waits
+        (issue #41)."""
         assert self._key is not None
         return self._rt.connector.open(
             progress, url=self._request.url, proxy=self._proxy, pool_key=self._key

@@ -186,7 +186,7 @@ class ConnectionPool:
         self,
         origin: object,
         progress: AttemptProgress,
-        opener: Opener,
+        opener: Opener | Waiter,
         *,
         expect_multiplexed: bool = False,
         scopes: dict[trio.CancelScope, AttemptProgress] | None = None,
@@ -298,7 +298,7 @@ class ConnectionPool:
             scopes[scope] = progress
         try:
             if scope is None:
-                conn = await waiter.opener(progress)
+                conn = await waiter.open(progress)
             else:
                 # Entered and left by hand: a `with` statement's frame would hold the scope's
                 # bound __exit__ while the opening waits, one object more for each of
@@ -306,7 +306,7 @@ class ConnectionPool:
                 # the scope's own Cancelled (aclose()) is swallowed, leaving conn None.
                 scope.__enter__()
                 try:
-                    conn = await waiter.opener(progress)
+                    conn = await waiter.open(progress)
                 except BaseException as exc:
                     if not scope.__exit__(type(exc), exc, exc.__traceback__):
                         raise
@@ -339,7 +339,11 @@ class ConnectionPool:
         return conn
 
     def _arrive(
-        self, origin: object, progress: AttemptProgress, opener: Opener, expect_multiplexed: bool
+        self,
+        origin: object,
+        progress: AttemptProgress,
+        opener: Opener | Waiter,
+        expect_multiplexed: bool,
     ) -> PooledConnection | Waiter:
         """Rule 1 at once (a connection), else the caller's :class:`Waiter` (rules 2 to 4)."""
         progress.advance(_POOL)

@@ -139,7 +139,7 @@ class PoolBook:
             self._grant_slots()
         return conn_h1
 
-    def join(self, origin: object, opener: Opener, expect_multiplexed: bool) -> Waiter:
+    def join(self, origin: object, opener: Opener | Waiter, expect_multiplexed: bool) -> Waiter:
         """Rules 2 to 4 for an attempt :meth:`take` had nothing for. The waiter returned is
         ``WAITING`` in one of its origin's FIFOs (sharing its origin's HTTP/2 opening, when it
         expects HTTP/2 and one is under way), to sleep until resolved, or already resolved:
@@ -378,7 +378,7 @@ class PoolBook:
                 ledger.enqueue(waiter)  # (first in its FIFO: a slot was free, nobody waited)
             opening = state.opening = Opening(state)
             try:
-                self._start_opening(opening, waiter.opener)
+                self._start_opening(opening, waiter.open)
             except RuntimeError:  # the nursery is closing: so is the client
                 state.opening = None
                 ledger.count_down(state)

@@ -42,7 +42,7 @@ import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import trio
@@ -75,7 +75,12 @@ FAILED = 4  # given an error, or gave back what it held: holds nothing
 
 
 class Waiter:
-    """An attempt the pool could not serve at once, and the outcome it is handed."""
+    """An attempt the pool could not serve at once, and the outcome it is handed.
+
+    An opener may be its own waiter (the attempt runner, ``_call/attempt.py``, a subclass
+    whose :meth:`open` opens): queued, it is set up as one (:meth:`arrive`) rather than
+    wrapped in a waiter object of its own, one object fewer for each of thousands of calls
+    queued at once (issue #41). Any other opener gets a waiter made for it."""
 
     __slots__ = (
         "conn",
@@ -90,9 +95,13 @@ class Waiter:
     )
 
     def __init__(self, origin: Origin, seq: int, opener: Opener, multiplexed: bool) -> None:
+        self.opener = opener
+        self.arrive(origin, seq, multiplexed)
+
+    def arrive(self, origin: Origin, seq: int, multiplexed: bool) -> None:
+        """Set up as a new waiter for ``origin``, ``WAITING``, numbered ``seq``."""
         self.origin = origin
         self.seq = seq  # arrival number: the order of rule 4
-        self.opener = opener
         self.multiplexed = multiplexed
         self.state = WAITING
         #: The task parked until the waiter is resolved (``pool.py``), else ``None``. Parked
@@ -105,6 +114,10 @@ class Waiter:
         # The progress of the opening that made ``conn`` (or failed: ``error``), when the pool
         # opened it for us.
         self.opened: AttemptProgress | None = None
+
+    def open(self, progress: AttemptProgress) -> Awaitable[PooledConnection]:
+        """A new connection for the waiter's origin (its opener's), to be awaited."""
+        return self.opener(progress)
 
     def wake(self) -> None:
         """The waiter was resolved: its parked task, if any, runs again."""
@@ -392,8 +405,12 @@ class Ledger:
 
     # --- waiters, in arrival order ------------------------------------------------------------
 
-    def arrive(self, origin: Origin, opener: Opener, multiplexed: bool) -> Waiter:
-        """A new waiter for ``origin``, numbered in arrival order (not queued yet)."""
+    def arrive(self, origin: Origin, opener: Opener | Waiter, multiplexed: bool) -> Waiter:
+        """A new waiter for ``origin``, numbered in arrival order (not queued yet): the
+        opener itself when it is its own waiter, else one made for it."""
+        if isinstance(opener, Waiter):
+            opener.arrive(origin, next(self._seq), multiplexed)
+            return opener
         return Waiter(origin, next(self._seq), opener, multiplexed)
 
     def enqueue(self, waiter: Waiter) -> None:
