@@ -362,3 +362,29 @@ def test_a_handshake_completed_behind_its_own_initial_packets_goes_on(
     assert pair.server._handshake_complete, "the server never got the client's Finished"
     assert answered == b"OK"
     assert pair.now < 8.0  # (the server's flight arrived at 7.0 s)
+
+
+def test_a_first_flight_s_probes_carry_the_whole_client_hello(
+    pki: tuple[trustme.CA, Path, Path],
+) -> None:
+    """The ClientHello takes two datagrams (qh3's post-quantum key share). Both lost, qh3 2.1
+    probed with the first half and a PING-only Initial: the second half never went again
+    until the server acknowledged something, and the PING alone, the first packet an aioquic
+    server received, made it refuse the connection ("Packet contains no CRYPTO frame"). The
+    shim gives the ClientHello to qh3's core again before each such probe: with the probes'
+    first datagram lost too, the server reads the whole ClientHello from the others and
+    answers, and the handshake completes."""
+    pair = Pair(pki, TicketStore())
+    client = pair.client
+    assert pair.to_server(drop=True) == 2
+    timer = client.get_timer()
+    assert timer is not None
+    pair.now = timer
+    client.handle_timer(pair.now)
+    probes = client.datagrams_to_send(now=pair.now)
+    for number, (data, _) in enumerate(probes):
+        pair.serve(data, drop=number == 0)
+    pair.server_read()
+    assert pair.server._close_event is None
+    pair.to_client()
+    assert client._handshake_complete

@@ -65,6 +65,16 @@ in ``pyproject.toml``), the same needs as ``shims.CheckedQuicConnection`` of aio
   the handshake completed and passed the client's checks (the server has every Initial
   byte it needs: it answered the ClientHello; a client's first Handshake packet lets it
   drop its own): those packets leave the window, and the Finished goes in the same round.
+- **A first flight's probes**: the ClientHello takes two datagrams (qh3's post-quantum key
+  share), and qh3 2.1 probes a first flight that had no answer with the first half and a
+  PING-only Initial packet. The second half then went again only once the server
+  acknowledged something, and when the PING arrived first an aioquic server refused the
+  connection ("Packet contains no CRYPTO frame", RFC 9000 §17.2.2: it holds the first
+  packet it receives to be the client's first); the attempt went over TCP. The ClientHello's
+  CRYPTO data is kept as qh3 hands it to its core (its TLS bridge's queue) and given to the
+  core again before each loss-recovery timeout of the first flight, until a packet of the
+  server's arrives: the probes carry all of it (three datagrams, the whole ClientHello and
+  qh3's own probe). Gone: qh3's probes, as they are.
 - **No SNI for an IP address** (RFC 6066 §3, as over TCP): qh3 2.1 sends the configured
   server name whatever it is (aioquic leaves an address out; GnuTLS refuses an IPv6 one with
   ``illegal_parameter``), so an address is not handed to it as a name; the client's own check
@@ -196,6 +206,12 @@ _ZERO_RTT_NAMES, _TOKEN_NAMES = _names()
 #: Whether qh3's core can be told to discard a packet number space's keys (qh3 calls it
 #: itself for the 0-RTT keys); else the Initial keys go when qh3 discards them.
 _DISCARDS_KEYS = hasattr(QuicConnectionCore, "discard_keys")
+#: Whether the ClientHello can be read as qh3 hands it to its core, and given again: its
+#: TLS bridge's queue of CRYPTO data, its core's ``send_crypto`` and whether a packet of the
+#: server's has arrived (else probes are qh3's own).
+_HELLO_NAMES = all(
+    hasattr(QuicConnectionCore, name) for name in ("send_crypto", "received_authenticated_packet")
+) and hasattr(QuicConnection, "_drain_tls")
 
 
 class CheckedQuicConnection(HandshakeChecks, QuicConnection):
@@ -231,6 +247,10 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         #: A close was asked for and its CONNECTION_CLOSE not written yet; what was due
         #: before it (the client's Finished), written as it was asked for.
         self._close_unsent = False
+        #: The ClientHello's CRYPTO data (offset, bytes), given again with each probe until
+        #: a packet of the server's arrives (the module docstring); ``None``: not kept.
+        self._hello: list[tuple[int, bytes]] | None = None
+        self._hello_core: QuicConnectionCore | None = None
         self._before_close: list[tuple[bytes, NetworkAddress]] = []
         #: The latest time QUIC was given.
         self._now = 0.0
@@ -286,10 +306,38 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         super().close(error_code=error_code, frame_type=frame_type, reason_phrase=reason_phrase)
 
     def handle_timer(self, now: float) -> None:
-        """qh3's, but not before a close asked for was written (the module docstring)."""
+        """qh3's, but not before a close asked for was written, and with the whole ClientHello
+        in the probes of a first flight that had no answer (the module docstring)."""
         self._now = now
-        if not self._close_unsent:
-            super().handle_timer(now)
+        if self._close_unsent:
+            return
+        if self._hello:
+            self._probe_hello(now)
+        super().handle_timer(now)
+
+    def _drain_tls(self) -> None:
+        """qh3's; the ClientHello's CRYPTO data is kept as qh3 hands it to its core (again
+        for a new core: after a Retry or a version negotiation, a new ClientHello)."""
+        if _HELLO_NAMES and not self._handshake_complete and self._core is not self._hello_core:
+            outbound = getattr(self._tls, "_outbound", None)
+            if outbound:
+                self._hello_core = self._core
+                initial = [c for c in outbound if int(c.epoch) == _INITIAL]
+                self._hello = [(c.offset, bytes(c.data)) for c in initial]
+        super()._drain_tls()
+
+    def _probe_hello(self, now: float) -> None:
+        """Before a loss-recovery timeout of the first flight: the ClientHello given to
+        qh3's core again, so that its probes carry all of it. Not once a packet of the
+        server's arrived (from then on qh3 knows what the server has)."""
+        core = self._core
+        if core is None or core is not self._hello_core or core.received_authenticated_packet:
+            self._hello = []  # (qh3 probes as it does from now on)
+            return
+        timer = core.get_timer()
+        if timer is not None and timer[0] == "loss_detection" and now >= timer[1]:
+            for offset, data in self._hello or ():
+                core.send_crypto(_INITIAL, offset, data)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, NetworkAddress]]:
         """qh3's, after handing it the streams the server's limit now allows; during a
