@@ -27,7 +27,7 @@ import trio
 
 import trio_retry
 from benchmarks.exactly_once import netlab, servers
-from benchmarks.exactly_once.records import read_ledger
+from benchmarks.exactly_once.records import read_access_log, read_ledger
 from trio_retry import Evidence, FailureCategory
 from trio_retry._wire import clock
 
@@ -162,3 +162,42 @@ async def test_a_partitioned_http2_connection_takes_no_new_call_and_is_replaced(
     connections = connections_of(running)
     assert connections["dark-get"] != connections["warm"]
     assert connections["later"] != connections["warm"]
+
+
+async def test_a_connect_opened_in_a_partition_connects_once_it_heals(
+    lab: tuple[netlab.NetLab, servers.Servers],
+) -> None:
+    """Every SYN to nginx's HTTP/1.1 listener dropped (in the server's namespace) as a POST
+    opens its connection; the partition heals 0.1 s later. The kernel would send the lost SYN
+    again only after its initial RTO (1 s): the backup connect (``FIXED.happy_eyeballs``,
+    0.25 s) reaches nginx, the POST's one attempt is answered, and nginx and the backend
+    executed it once (the first socket was closed before its SYN went again)."""
+    net, running = lab
+    base = f"http://{net.server_addr}:{servers.PORTS['h1']}"
+    syn = ["INPUT", "-p", "tcp", "--dport", str(servers.PORTS["h1"]), "--syn", "-j", "DROP"]
+    with trio.fail_after(30):
+        async with trio_retry.Client() as client:
+            netlab.run(net.in_ns("iptables", "-A", *syn))
+            try:
+                outcome: dict[str, Any] = {}
+                start = trio.current_time()
+
+                async def post() -> None:
+                    outcome["post"] = await client.post(
+                        base + "/lost-syn", content=b"x", headers={"x-request-id": "lost-syn"}
+                    )
+                    outcome["at"] = trio.current_time() - start
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(post)
+                    await trio.sleep(0.1)  # the partition's length
+                    netlab.run(net.in_ns("iptables", "-D", *syn))
+            finally:
+                netlab.run(net.in_ns("iptables", "-D", *syn), check=False)
+    response = outcome["post"]
+    assert response.status == 200
+    (attempt,) = response.attempts
+    assert not attempt.connection_reused
+    assert outcome["at"] < 0.8, f"answered after {outcome['at']:.2f} s: the kernel's retransmission"
+    assert [entry.rid for entry in read_ledger(running.ledger)] == ["lost-syn"]
+    assert sum(line.rid == "lost-syn" for line in read_access_log(running.access_log)) == 1

@@ -66,6 +66,7 @@ scope otherwise.
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -113,6 +114,7 @@ __all__ = [
     "until",
     "wait_for",
     "wait_until",
+    "writable_within",
 ]
 
 
@@ -169,7 +171,8 @@ class FixedLimits:
     #: long for a peer that is there, short beside the ``first_byte`` each request would wait.
     read_idle_ping: float = 5.0
     #: How long a connection attempt to one address goes on alone before the next address is
-    #: tried beside it (``transport.py``; RFC 8305's Connection Attempt Delay, its 250 ms).
+    #: tried beside it (``transport.py``; RFC 8305's Connection Attempt Delay, its 250 ms), or,
+    #: with one address, a backup connect to it (its SYN may be lost: ``connect_backup.py``).
     happy_eyeballs: float = 0.25
     #: How long one write of an HTTP/2 connection's writer task may make no progress before
     #: the connection is given up, when the client has no ``write`` limit (with one, that
@@ -308,6 +311,16 @@ async def wait_for(event: trio.Event, within: float, deadline: float = math.inf)
     ``deadline``; whether it was set."""
     at = trio.current_time() + within
     return await wait_until(event, at if at < deadline else deadline)
+
+
+async def writable_within(sock: socket.socket, within: float) -> bool:
+    """Wait at most ``within`` seconds for ``sock`` to be writable (a connect's answer, when
+    it is in progress); whether it is. Cancelling the wait leaves the socket as it was: the
+    connect goes on (``connect_backup.py``)."""
+    with trio.move_on_after(within):
+        await trio.lowlevel.wait_writable(sock)
+        return True
+    return False
 
 
 def quic_handshake_limit(tls: float | None) -> float:

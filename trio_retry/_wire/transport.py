@@ -8,7 +8,8 @@ DNS is resolved here rather than inside ``trio.open_tcp_stream`` so that a resol
 and a connect failure are told apart; the connect then races the addresses "happy eyeballs"
 style (RFC 8305, as ``trio.open_tcp_stream`` does): the next address starts when the previous
 one fails or after ``FIXED.happy_eyeballs`` (``clock.py``), the first to connect wins, the
-rest are cancelled.
+rest are cancelled. With one address, a second connect to it starts beside the first after
+the same delay when the first has had no answer (a lost SYN: ``connect_backup.py``).
 
 The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy's steps) is a
 :class:`~.rawsock.RawSocketStream`: ``trio.SocketStream``'s contract with fewer layers per call
@@ -17,7 +18,6 @@ The byte stream over the connected socket (TCP or Unix, and under TLS or a proxy
 
 from __future__ import annotations
 
-import os
 import socket as _stdlib_socket
 import ssl
 import sys
@@ -30,6 +30,7 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
 from .._url import tls_name
 from .clock import FIXED, Keeper, bound, opening, wait_for
+from .connect_backup import Sockets, backed_up, why
 from .progress import AttemptProgress, WireError
 from .rawsock import connect_socket, open_socket, socket_stream
 from .tlschoice import tls_stream
@@ -41,7 +42,6 @@ if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backp
 __all__ = ["ProxyRoute", "Transport", "open_transport"]
 
 AddrInfo = tuple[Any, Any, Any, str, Any]
-Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]  # see rawsock.py
 
 
 class Transport:
@@ -93,16 +93,11 @@ def _address(sockaddr: Any) -> str:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
-def _why(exc: OSError) -> str:
-    """The reason alone (trio's connect, a custom socket factory's, repeats the address in its
-    ``strerror``)."""
-    return os.strerror(exc.errno) if exc.errno is not None else str(exc)
-
-
 def _connect(infos: Sequence[AddrInfo]) -> Awaitable[Sockets]:
     """Happy eyeballs over ``infos``, to be awaited; raises ``OSError`` if none connects.
 
-    With one address its own error is raised. With several, every address's error is kept,
+    With one address its own error is raised (its backup's too, when it was tried:
+    :func:`~.connect_backup.backed_up`). With several, every address's error is kept,
     as ``trio.open_tcp_stream`` does: the ``OSError`` names each address and why it failed,
     and its ``__cause__`` is an ``ExceptionGroup`` of the individual errors (in address
     order). Raising only the last error would hide why the others failed: an IPv6 address
@@ -113,7 +108,7 @@ def _connect(infos: Sequence[AddrInfo]) -> Awaitable[Sockets]:
     """
     if len(infos) == 1:
         family, type_, proto, _, sockaddr = infos[0]
-        return connect_socket(family, type_, proto, sockaddr)
+        return backed_up(family, type_, proto, sockaddr)
     return _race(infos)
 
 
@@ -148,7 +143,7 @@ async def _race(infos: Sequence[AddrInfo]) -> Sockets:
         return winner[0]
     tried = [(infos[i][4], errors[i]) for i in sorted(errors)]
     message = "every address failed: " + "; ".join(
-        f"{_address(sockaddr)} ({_why(exc)})" for sockaddr, exc in tried
+        f"{_address(sockaddr)} ({why(exc)})" for sockaddr, exc in tried
     )
     raise OSError(message) from ExceptionGroup(message, [exc for _, exc in tried])
 
