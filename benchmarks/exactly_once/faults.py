@@ -133,6 +133,7 @@ class Injector:
             except Exception as exc:  # a fault that could not be made is reported, not fatal
                 self.errors.append(f"{fault.describe()}: {exc}")
                 continue
+            in_force = time.monotonic()  # its commands done (each a process: tens of ms)
             self._stop.wait(fault.duration)
             try:
                 for argv in undo:
@@ -141,7 +142,14 @@ class Injector:
                 self.errors.append(f"undo {fault.describe()}: {exc}")
                 clear(self.lab)
             self.applied.append(
-                {**asdict(fault), "began": round(began, 3), "began_at": round(start + began, 3)}
+                {
+                    **asdict(fault),
+                    "began": round(began, 3),
+                    "began_at": round(start + began, 3),
+                    # when it was all in force, and when undone (its undo commands done)
+                    "in_force_at": round(in_force, 3),
+                    "ended_at": round(time.monotonic(), 3),
+                }
             )
 
     def _apply(self, fault: Fault, rng: random.Random) -> list[list[str]]:
@@ -200,17 +208,22 @@ class Injector:
 def during(applied: list[dict[str, Any]], started: float, elapsed: float) -> list[str]:
     """The faults of ``applied`` (:attr:`Injector.applied`) in force at some moment of
     [``started``, ``started + elapsed``] (the machine's monotonic clock), each as "kind for N
-    ms, from T s before (or after) the call's start"."""
+    ms, from T s before (or after) the call's start", and, where the run recorded them, when
+    it was all in force and when it was undone, relative to the call's start (its commands
+    take time: a partition drops packets until its undo commands are done)."""
     out = []
     for fault in applied:
         began = fault.get("began_at")
         if began is None:
             continue
-        ended = began + fault["duration"]
+        ended = fault.get("ended_at", began + fault["duration"])
         if began <= started + elapsed and ended >= started:
-            out.append(
-                f"{fault['kind']} {fault['duration'] * 1000:.0f} ms from {began - started:+.2f} s"
-            )
+            ms, since = fault["duration"] * 1000, began - started
+            said = f"{fault['kind']} {ms:.0f} ms from {since:+.2f} s"
+            if "ended_at" in fault:
+                in_force = fault["in_force_at"] - started
+                said += f" (in force {in_force:+.2f}..{ended - started:+.2f} s)"
+            out.append(said)
     return out
 
 
