@@ -129,8 +129,8 @@ class Pair:
         difference fast.py names). Given a server's RST_STREAM and a HEADERS on the same stream
         in one read, h2 uncounted still holds the stream and refuses the head (a connection
         error), while h2 counted answers it with RST_STREAM(STREAM_CLOSED), as the fast path
-        does: both are RFC 9113 §5.1's choices, and only the second is compared. As in one call
-        of h2, a frame that raises loses the events of the frames before it."""
+        does: both are RFC 9113 §5.1's choices, and only the second is compared (:meth:`count`).
+        As in one call of h2, a frame that raises loses the events of the frames before it."""
         base = len(self.inbound)
         self.inbound += data
         cuts = []
@@ -144,13 +144,21 @@ class Pair:
         events: list[Any] = []
         start = 0
         for stop in [*cuts, len(data)]:
-            self.ref.open_outbound_streams  # noqa: B018  (counting is what forgets)
+            self.count()
             kind, result = call(self.ref, "receive_data", data[start:stop])
             if kind == "raised":
                 return kind, result
             events += result
             start = stop
         return "events", events
+
+    def count(self) -> None:
+        """h2 counts its streams (which forgets the closed ones) before a frame, unless the
+        fast machine handed over already: it is then h2 itself, in the same state, fed without
+        counting (a hypothesis example: a head after the server's RST_STREAM in one run, which
+        h2 holding the stream refuses, while h2 counted answers RST_STREAM)."""
+        if not self.fast.handed_over:
+            self.ref.open_outbound_streams  # noqa: B018  (counting is what forgets)
 
     def flush(self) -> None:
         """Hand on the server frames held back, together."""
@@ -173,7 +181,7 @@ class Pair:
             # closed one only then; the fast path at once, the timing difference fast.py names).
             # Without it, a HEADERS right after the server's own RST_STREAM in one batch met a
             # stream h2 still held: a ProtocolError from h2's timing, not from a behaviour.
-            self.ref.open_outbound_streams  # noqa: B018  (counting is what forgets)
+            self.count()
             try:
                 expected += self.ref.receive_data(one)
             except (h2.exceptions.ProtocolError, ValueError, KeyError) as exc:
