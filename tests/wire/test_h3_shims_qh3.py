@@ -388,3 +388,32 @@ def test_a_first_flight_s_probes_carry_the_whole_client_hello(
     assert pair.server._close_event is None
     pair.to_client()
     assert client._handshake_complete
+
+
+def test_a_client_hello_half_lost_twice_is_probed_until_the_server_hello(
+    pki: tuple[trustme.CA, Path, Path], tickets: TicketStore
+) -> None:
+    """With early data: the ClientHello's second datagram lost, the server's ACK shows it,
+    and qh3 2.1 sends that half once more (lost too); its later probes (0-RTT ones among
+    them) never carried it again, so the server never had the whole ClientHello and the
+    handshake stalled until a limit. The shim's probes carry all of it until the
+    ServerHello arrives, not only until the server's first packet."""
+    pair = Pair(pki, tickets)
+    client = pair.client
+    client.send_stream_data(0, b"GET early", end_stream=True)
+    first = client.datagrams_to_send(now=pair.now)
+    assert len(first) == 3  # (the ClientHello's two, a 0-RTT packet)
+    pair.serve(first[0][0])
+    pair.serve(first[1][0], drop=True)
+    pair.now += 0.01
+    assert pair.to_client() >= 1  # (the server's ACK of the first half)
+    for _ in range(3):  # the half sent again and the next two probes lost
+        pair.to_server(drop=True)
+        timer = client.get_timer()
+        assert timer is not None
+        pair.now = max(pair.now, timer)
+        client.handle_timer(pair.now)
+    pair.to_server()
+    pair.now += 0.01
+    pair.to_client()
+    assert client._handshake_complete

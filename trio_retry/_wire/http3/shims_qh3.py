@@ -72,9 +72,11 @@ in ``pyproject.toml``), the same needs as ``shims.CheckedQuicConnection`` of aio
   connection ("Packet contains no CRYPTO frame", RFC 9000 §17.2.2: it holds the first
   packet it receives to be the client's first); the attempt went over TCP. The ClientHello's
   CRYPTO data is kept as qh3 hands it to its core (its TLS bridge's queue) and given to the
-  core again before each loss-recovery timeout of the first flight, until a packet of the
-  server's arrives: the probes carry all of it (three datagrams, the whole ClientHello and
-  qh3's own probe). Gone: qh3's probes, as they are.
+  core again before each loss-recovery timeout until the ServerHello arrives: the probes
+  carry all of it (three datagrams, the whole ClientHello and qh3's own probe; a server
+  ignores what it has already). Not only before the server's first packet: with early data,
+  once the server's ACK had shown half of it lost, qh3 sent that half again once and its
+  later probes never (the handshake stalled until a limit). Gone: qh3's probes, as they are.
 - **No SNI for an IP address** (RFC 6066 §3, as over TCP): qh3 2.1 sends the configured
   server name whatever it is (aioquic leaves an address out; GnuTLS refuses an IPv6 one with
   ``illegal_parameter``), so an address is not handed to it as a name; the client's own check
@@ -207,11 +209,8 @@ _ZERO_RTT_NAMES, _TOKEN_NAMES = _names()
 #: itself for the 0-RTT keys); else the Initial keys go when qh3 discards them.
 _DISCARDS_KEYS = hasattr(QuicConnectionCore, "discard_keys")
 #: Whether the ClientHello can be read as qh3 hands it to its core, and given again: its
-#: TLS bridge's queue of CRYPTO data, its core's ``send_crypto`` and whether a packet of the
-#: server's has arrived (else probes are qh3's own).
-_HELLO_NAMES = all(
-    hasattr(QuicConnectionCore, name) for name in ("send_crypto", "received_authenticated_packet")
-) and hasattr(QuicConnection, "_drain_tls")
+#: TLS bridge's queue of CRYPTO data and its core's ``send_crypto`` (else probes are qh3's).
+_HELLO_NAMES = hasattr(QuicConnectionCore, "send_crypto") and hasattr(QuicConnection, "_drain_tls")
 
 
 class CheckedQuicConnection(HandshakeChecks, QuicConnection):
@@ -248,7 +247,7 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         #: before it (the client's Finished), written as it was asked for.
         self._close_unsent = False
         #: The ClientHello's CRYPTO data (offset, bytes), given again with each probe until
-        #: a packet of the server's arrives (the module docstring); ``None``: not kept.
+        #: the ServerHello arrives (the module docstring); ``None``: not kept.
         self._hello: list[tuple[int, bytes]] | None = None
         self._hello_core: QuicConnectionCore | None = None
         self._before_close: list[tuple[bytes, NetworkAddress]] = []
@@ -327,17 +326,22 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         super()._drain_tls()
 
     def _probe_hello(self, now: float) -> None:
-        """Before a loss-recovery timeout of the first flight: the ClientHello given to
-        qh3's core again, so that its probes carry all of it. Not once a packet of the
-        server's arrived (from then on qh3 knows what the server has)."""
+        """Before a loss-recovery timeout while the ServerHello has not arrived: the
+        ClientHello given to qh3's core again, so that its probes carry all of it (the
+        server ignores what it has already)."""
         core = self._core
-        if core is None or core is not self._hello_core or core.received_authenticated_packet:
+        if core is None or core is not self._hello_core or self._server_hello_read():
             self._hello = []  # (qh3 probes as it does from now on)
             return
         timer = core.get_timer()
         if timer is not None and timer[0] == "loss_detection" and now >= timer[1]:
             for offset, data in self._hello or ():
                 core.send_crypto(_INITIAL, offset, data)
+
+    def _server_hello_read(self) -> bool:
+        """Whether the server's ServerHello arrived (its TLS state is past waiting for it)."""
+        state = getattr(getattr(self.tls, "state", None), "name", None)
+        return state != "CLIENT_EXPECT_SERVER_HELLO"
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, NetworkAddress]]:
         """qh3's, after handing it the streams the server's limit now allows; during a
