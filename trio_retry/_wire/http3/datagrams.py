@@ -77,6 +77,11 @@ class DatagramPump:
         #: What :meth:`send_now` could not send (the task's :meth:`send` sends it first).
         self._unsent: list[tuple[bytes, Address]] = []
 
+    @property
+    def leftovers(self) -> bool:
+        """Whether a caller's flush left datagrams for the task's next :meth:`send`."""
+        return bool(self._unsent)
+
     def receive(self, now: float, woken: bool) -> None:
         """Hand QUIC every datagram queued (up to :data:`BATCH`), those from one address in
         one call (``receive_datagrams``: qh3 takes them in one call of its core), telling the

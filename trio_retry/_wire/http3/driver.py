@@ -42,6 +42,7 @@ from ..._core.evidence import FailureCategory
 from ..clock import FIXED, retime, until
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
+from .acks import hold_until
 from .codes import H3_INTERNAL_ERROR, H3_NO_ERROR, H3_REQUEST_CANCELLED
 from .control import ControlReader
 from .datagrams import DatagramPump
@@ -90,6 +91,8 @@ class QuicDriver:
     """
 
     __slots__ = (
+        "_answered",
+        "_hold",
         "_kicked",
         "_on_dead",
         "_on_draining",
@@ -177,6 +180,11 @@ class QuicDriver:
         self._wait_scope: trio.CancelScope | None = None
         #: Kicked since its last send (its next wait ends at once).
         self._kicked = False
+        #: A response ended in the task's current round (``acks.py``).
+        self._answered = False
+        #: Until when the task's wait holds QUIC's acknowledgement back for a caller's next
+        #: request to carry (``acks.py``); ``None``: it sends what QUIC has at once.
+        self._hold: float | None = None
         self._on_dead = on_dead
         self._on_handshake_failed = on_handshake_failed
         self._on_handshake_done = on_handshake_done
@@ -210,6 +218,10 @@ class QuicDriver:
         self.buffered += size
         if self.buffered > BUFFER_LIMIT and self._room.is_set():
             self._room = trio.Event()
+
+    def answered(self) -> None:
+        """A stream's response ended in this round (``acks.py``)."""
+        self._answered = True
 
     def consumed(self, size: int) -> None:
         """A caller took (or dropped) ``size`` buffered body bytes."""
@@ -415,12 +427,15 @@ class QuicDriver:
             return self.kick()
         if not self.pump.send_now():  # (the socket is full, or failed: the task sends)
             return self.kick()
+        self._hold = None  # (an acknowledgement held went with the request: ``acks.py``)
         retime(scope, self._wake_at())  # (QUIC's timer moved: a new packet is in flight)
 
     def _wake_at(self) -> float:
         """When the task's wait ends at the latest: QUIC's timer, or the handshake's limit."""
         if self._kicked:
             return -math.inf
+        if self._hold is not None:
+            return self._hold  # (QUIC's timer is the acknowledgement held, due already)
         timer = self.quic.get_timer()
         return min(self.pending.due, math.inf if timer is None else timer)
 
@@ -444,13 +459,15 @@ class QuicDriver:
         try:
             while True:
                 # What a caller's flush left, then every datagram QUIC has ready (noting what
-                # went in 0-RTT, ``handshake.py``), waiting for the socket only when it is full.
+                # went in 0-RTT, ``handshake.py``), waiting for the socket only when it is full;
+                # nothing while an acknowledgement is held for a caller's request (``acks.py``).
                 self._kicked = False
-                datagrams = pump.take(trio.current_time())
-                pending.written(quic)
-                await pump.send(datagrams)
-                if self.state is H3State.CLOSED:
-                    return  # (its CONNECTION_CLOSE, if any, has just been sent)
+                if self._hold is None:
+                    datagrams = pump.take(trio.current_time())
+                    pending.written(quic)
+                    await pump.send(datagrams)
+                    if self.state is H3State.CLOSED:
+                        return  # (its CONNECTION_CLOSE, if any, has just been sent)
                 with until(self._wake_at()) as scope:
                     self._wait_scope = scope
                     self.dark.waiting()
@@ -468,6 +485,18 @@ class QuicDriver:
                 if self.state is H3State.HANDSHAKING and now >= pending.due:
                     if not pending.run_out():  # (kept going, or given up: ``handshake.py``)
                         self.handshake_failed(FailureCategory.TIMEOUT, pending.overdue())
+                self._hold = (
+                    hold_until(
+                        quic,
+                        now,
+                        answered=self._answered,
+                        kicked=self._kicked,
+                        leftovers=pump.leftovers,
+                    )
+                    if self.state is H3State.OPEN
+                    else None
+                )
+                self._answered = False
                 # (Wakes the uploads waiting for QUIC's progress, and idle checks: O(those) per
                 # round, never O(streams): a stream waiting for its response waits on its own.)
                 progressed, self.progressed = self.progressed, trio.Event()

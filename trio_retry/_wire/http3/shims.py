@@ -217,6 +217,12 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
         if isinstance(ack_at, float) and ack_at > now:
             space.ack_at = math.nextafter(now, -math.inf)  # type: ignore[union-attr]
 
+    def owes_only_an_ack(self, now: float) -> bool:
+        """Never: aioquic delays its acknowledgements itself (1 ms), and a request flushed
+        within that carries one (:meth:`acknowledge_with_next`), so the driver's task holds
+        nothing back over aioquic (``acks.py``)."""
+        return False
+
     def stream_written(self, stream_id: int) -> int:
         """How many bytes of stream ``stream_id`` QUIC has written into packets so far (the
         highest offset sent; a retransmission adds none). 0 for a stream it does not have."""

@@ -29,7 +29,10 @@ in ``pyproject.toml``), the same needs as ``shims.CheckedQuicConnection`` of aio
   to ``token_handler``. Gone: no token is used or kept (a server may then ask for a Retry).
 - **The acknowledgement riding with a request**: qh3's core puts the acknowledgement it owes
   in the next packet it writes, so :meth:`~CheckedQuicConnection.acknowledge_with_next` has
-  nothing to do.
+  nothing to do; but it makes that acknowledgement due at once when a packet ends a stream
+  (a response's last), so :meth:`~CheckedQuicConnection.owes_only_an_ack` tells the driver
+  when it may hold it for the caller's next request (``acks.py``), reading its core's timer
+  kind. Gone (another shape): never held, sent at once as before.
 - **A stream beyond the server's limit** (its MAX_STREAMS, RFC 9000 §4.6) is held here until
   the limit rises, as aioquic holds it (qh3 refuses it): nothing of it leaves before then, so
   its bytes are not counted as written; reset while held, it never sends its request.
@@ -166,6 +169,11 @@ if not any(isinstance(f, _NativeNotes) for f in logging.getLogger("quic").filter
 _NO_ONE_RTT_KEY = "missing OneRtt packet key"
 #: The Initial keys' epoch, as qh3's core numbers it (``tls.Epoch.INITIAL``).
 _INITIAL = 0
+#: The kind qh3's core names its timer of a due acknowledgement of 1-RTT packets.
+_ACK_TIMER = "ack_application"
+#: qh3's core keeps time in whole nanoseconds, rounded up: a time it was given comes back as
+#: much as a nanosecond later.
+_TICK = 1e-6
 _QH3_DATA = qh3_events.StreamDataReceived
 _AIOQUIC_DATA = aioquic_events.StreamDataReceived
 
@@ -479,6 +487,23 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
 
     def acknowledge_with_next(self, now: float) -> None:
         """Nothing: qh3's core puts the acknowledgement it owes in the next packet it writes."""
+
+    def owes_only_an_ack(self, now: float) -> bool:
+        """Whether all QUIC would send at ``now`` is the acknowledgement of 1-RTT packets it
+        owes (``acks.py`` may then hold it for the next request): its core's next timer is
+        that acknowledgement's, due; no stream byte is queued (``get_send_buffer_size``,
+        public); and nothing of this class's own waits to be handed to qh3 (a held stream, a
+        reset, a close). The core's timer names its kind (``"ack_application"``) and keeps
+        whole nanoseconds (:data:`_TICK`); read where it is not a ``(kind, time)`` pair, the
+        answer is no (sent at once, as before)."""
+        core = self._core
+        if core is None or self._held or self._resets or self._close_unsent:
+            return False
+        timer = core.get_timer()
+        if not (isinstance(timer, tuple) and len(timer) == 2):
+            return False
+        kind, due = timer
+        return kind == _ACK_TIMER and due <= now + _TICK and core.get_send_buffer_size() == 0
 
     def stream_written(self, stream_id: int) -> int:
         """How many bytes of stream ``stream_id`` QUIC has written into packets so far: those

@@ -41,6 +41,9 @@ class StreamOwner(Protocol):
     def consumed(self, size: int) -> None:
         """``size`` of them were taken by the caller (or dropped with its stream)."""
 
+    def answered(self) -> None:
+        """A stream's response ended: its last byte arrived (``acks.py``)."""
+
     def finish_stream(self, stream: H3Stream, *, reset: bool) -> None:
         """Forget ``stream``, first resetting it (H3_REQUEST_CANCELLED) when ``reset``;
         never raises or blocks."""
@@ -97,6 +100,8 @@ class H3Stream:
             progress.timings["first_byte"] = trio.current_time() - progress.started
             self.response = response
             self._ended = ended
+            if ended:
+                self._owner.answered()
             self._wake()
 
     def data(self, data: bytes, ended: bool) -> None:
@@ -108,6 +113,7 @@ class H3Stream:
             self._owner.received(len(data))
         if ended:
             self._ended = True
+            self._owner.answered()
         self._wake()
 
     def fail(self, failure: Failure) -> None:
