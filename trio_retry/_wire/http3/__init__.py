@@ -18,9 +18,9 @@ Imports go one way, down this list:
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
 - ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path,
                     datagrams in batches (GSO, GRO) where the kernel has them
+- ``acks.py``       when the task holds QUIC's acknowledgement for a caller's next request
 - ``datagrams.py``  QUIC's datagrams to and from the socket in rounds: a caller's flush, an
                     ICMP error judged by path, the last CONNECTION_CLOSE
-- ``acks.py``       when the task holds QUIC's acknowledgement for a caller's next request
 - ``handshake.py``  a handshake still going on: its limit, the requests handed over during
                     it, which went in its early data (0-RTT), what its end means for each
 - ``events.py``     what each aioquic event means to a connection, and their one dispatch

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from ..clock import closing
+from .acks import hold_until
 from .codes import H3_NO_ERROR
 from .udp import Address, UdpPaths, send_datagrams
 
@@ -77,10 +78,12 @@ class DatagramPump:
         #: What :meth:`send_now` could not send (the task's :meth:`send` sends it first).
         self._unsent: list[tuple[bytes, Address]] = []
 
-    @property
-    def leftovers(self) -> bool:
-        """Whether a caller's flush left datagrams for the task's next :meth:`send`."""
-        return bool(self._unsent)
+    def hold_until(self, now: float, *, answered: bool, kicked: bool) -> float | None:
+        """Until when the task's next round sends nothing, holding QUIC's acknowledgement for
+        a caller's request to carry, or ``None`` (``acks.py``: ``answered``, a response ended
+        in the round; ``kicked``, the task was kicked; never while a flush's leftovers wait)."""
+        unsent = bool(self._unsent)
+        return hold_until(self.quic, now, answered=answered, kicked=kicked, leftovers=unsent)
 
     def receive(self, now: float, woken: bool) -> None:
         """Hand QUIC every datagram queued (up to :data:`BATCH`), those from one address in

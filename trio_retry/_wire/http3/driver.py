@@ -42,7 +42,6 @@ from ..._core.evidence import FailureCategory
 from ..clock import FIXED, retime, until
 from ..contract import DarkWatch, Failure, IdlePing
 from ..progress import AttemptProgress
-from .acks import hold_until
 from .codes import H3_INTERNAL_ERROR, H3_NO_ERROR, H3_REQUEST_CANCELLED
 from .control import ControlReader
 from .datagrams import DatagramPump
@@ -485,18 +484,9 @@ class QuicDriver:
                 if self.state is H3State.HANDSHAKING and now >= pending.due:
                     if not pending.run_out():  # (kept going, or given up: ``handshake.py``)
                         self.handshake_failed(FailureCategory.TIMEOUT, pending.overdue())
-                self._hold = (
-                    hold_until(
-                        quic,
-                        now,
-                        answered=self._answered,
-                        kicked=self._kicked,
-                        leftovers=pump.leftovers,
-                    )
-                    if self.state is H3State.OPEN
-                    else None
-                )
-                self._answered = False
+                answered, self._answered = self._answered, False
+                answered = answered and self.state is H3State.OPEN
+                self._hold = pump.hold_until(now, answered=answered, kicked=self._kicked)
                 # (Wakes the uploads waiting for QUIC's progress, and idle checks: O(those) per
                 # round, never O(streams): a stream waiting for its response waits on its own.)
                 progressed, self.progressed = self.progressed, trio.Event()
