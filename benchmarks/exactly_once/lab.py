@@ -137,6 +137,9 @@ def rescore(doc: dict[str, Any], *, tolerance: float | None = None) -> dict[str,
             score = check(run, ledger, tolerance=tolerance).to_json()
             if kept:
                 score["info"]["executed_without_access_log_line"] = kept
+            applied = entry.get("faults", [])
+            for call in score["unsettled"]:  # as the run added them
+                call["faults"] = faults.during(applied, call["started"], call["elapsed"])
             entry["score"] = score
         clients.append(entry)
     return {**doc, "clients": clients}

@@ -276,3 +276,35 @@ def test_a_call_its_reconciler_left_unknown_is_recorded_with_why() -> None:
     ]
     rejudged = ClientRun.from_json(left.to_json())
     assert next(c for c in rejudged.calls if c.rid == call.rid).trail == (doubt,)
+
+
+def test_a_call_left_unknown_is_judged_again_with_the_faults_of_its_time() -> None:
+    """``--rescore`` says which faults were in force during a call a reconciler left unknown,
+    as the run does (from each fault's record: when it was in force and when undone)."""
+    run, ledger = recorded()
+    call = _first(run, ledger, POST)
+    trail = (
+        TrailAttempt(
+            number=1, evidence="SENT_NO_RESPONSE", stage="AWAITING_RESPONSE", reconciled="UNKNOWN"
+        ),
+    )
+    unknown = _replace(
+        run, call, outcome="ambiguous", status=None, trail=trail, started=100.0, elapsed=2.0
+    )
+    partition = {
+        "kind": "partition", "duration": 1.5, "began_at": 100.2, "in_force_at": 100.25,
+        "ended_at": 101.8,
+    }  # fmt: skip
+    doc = {
+        "config": {"tolerance": 0.25},
+        "clients": [
+            {
+                "run": unknown.to_json(),
+                "ledger": [dataclasses.asdict(e) for e in ledger],
+                "faults": [partition],
+            }
+        ],
+    }
+    (unsettled,) = rescore(doc)["clients"][0]["score"]["unsettled"]
+    assert unsettled["rid"] == call.rid
+    assert unsettled["faults"] == ["partition 1500 ms from +0.20 s (in force +0.25..+1.80 s)"]
