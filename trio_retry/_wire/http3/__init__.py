@@ -16,6 +16,7 @@ Imports go one way, down this list:
                     the limits on its frames
 - ``headers.py``    a response's field section checked, made the head a caller reads
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
+- ``udp_batch.py``  many datagrams per read: qh3's binding of ``recvmmsg`` (the boundary)
 - ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path,
                     datagrams in batches (GSO, GRO) where the kernel has them
 - ``acks.py``       when the task holds QUIC's acknowledgement for a caller's next request

@@ -31,7 +31,9 @@ its segments in a control message) are read in one call and cut up here, so QUIC
 two datagrams as one. Where the socket refuses either option (another system, an old kernel),
 or ``batching=False``, each datagram is one call: the same datagrams, in the same order
 (``tests/wire/test_h3_udp.py`` runs both ways). A GSO send the path refuses (a device that
-cannot segment: ``EIO``) turns GSO off for the socket and goes again one by one.
+cannot segment: ``EIO``) turns GSO off for the socket and goes again one by one. Where qh3 is
+the QUIC library, its binding of ``recvmmsg`` reads many datagrams per call (``udp_batch.py``,
+behind its own boundary).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import trio
+
+from .udp_batch import BatchReader, batch_reader
 
 __all__ = ["Address", "UdpPaths", "send_datagrams"]
 
@@ -78,12 +82,21 @@ class UdpPaths:
     raises ``BlockingIOError`` where the socket would block, and ``OSError`` for an error the
     kernel reports (an ICMP error, typically): then call :meth:`refused`."""
 
-    __slots__ = ("_connected", "gro", "gso", "peer", "sock")
+    __slots__ = ("_connected", "batch", "gro", "gso", "peer", "sock")
 
-    def __init__(self, family: int, peer: Address, *, batching: bool = True) -> None:
+    def __init__(
+        self,
+        family: int,
+        peer: Address,
+        *,
+        batching: bool = True,
+        quic_library: str | None = None,
+    ) -> None:
         """A socket for the connection to ``peer`` (the handshake's address), sending and
-        receiving in batches where the kernel can (``batching=False``: one datagram a call).
-        Raises ``OSError`` if it cannot be made (or, connected, if ``peer`` is unreachable)."""
+        receiving in batches where the kernel can (``batching=False``: one datagram a call),
+        reading through qh3's ``recvmmsg`` where ``quic_library`` (default: the one in use,
+        ``backend.py``) is qh3 (``udp_batch.py``). Raises ``OSError`` if it cannot be made
+        (or, connected, if ``peer`` is unreachable)."""
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
@@ -97,6 +110,14 @@ class UdpPaths:
         #: one (GRO).
         self.gso = batching and _option(sock, _UDP_SEGMENT, 0)
         self.gro = batching and _GRO_SPACE > 0 and _option(sock, _UDP_GRO, 1)
+        #: Many datagrams per read where qh3's binding is there (``udp_batch.py``).
+        self.batch: BatchReader | None = None
+        if batching and not self._connected:
+            if quic_library is None:
+                from .backend import NAME
+
+                quic_library = NAME
+            self.batch = batch_reader(sock, quic_library=quic_library)
         #: The socket (only the connection's task reads or writes it; trio waits on it).
         self.sock = sock
         self.peer = peer
@@ -162,10 +183,14 @@ class UdpPaths:
         return count
 
     def receive_many(self) -> tuple[list[bytes], Address]:
-        """The datagrams one system call reads, and the address they came from: with GRO,
-        every datagram the kernel coalesced (one sender's, in order), cut apart; else one.
-        Raises ``BlockingIOError`` when none is queued, ``OSError`` for an error the kernel
+        """The datagrams one system call reads, and the address they came from: through
+        :attr:`batch`, a run of those ``recvmmsg`` read from one address; with GRO, every
+        datagram the kernel coalesced (one sender's, in order), cut apart; else one. Raises
+        ``BlockingIOError`` when none is queued, ``OSError`` for an error the kernel
         reports."""
+        batch = self.batch
+        if batch is not None:
+            return batch.read()
         if not self.gro:
             if self._connected:
                 return [self.sock.recv(_DATAGRAM)], self.peer
