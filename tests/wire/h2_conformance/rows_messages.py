@@ -128,17 +128,25 @@ ROWS: list[Row] = [
     ),
     Row(
         id="8.1 DATA before the response head",
-        clause="§8.1, §8.1.1",
-        says="DATA before any head is malformed: a stream error PROTOCOL_ERROR",
+        clause="§8.1, §8.1.1, §6.9",
+        says="DATA before any head is malformed: a stream error PROTOCOL_ERROR; its octets "
+        "still count against the connection's window, and are credited back",
         play=play(data_frame(SID, b"early")),
-        expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT),
+        expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT, window_kept=True),
+    ),
+    Row(
+        id="8.1 padded DATA before the response head",
+        clause="§8.1, §8.1.1, §6.1, §6.9",
+        says="as above, the padding counted too (DATA's whole payload is flow-controlled)",
+        play=play(padded(Kind.DATA, 0, SID, b"early", 200)),
+        expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT, window_kept=True),
     ),
     Row(
         id="8.1 the stream ends without a final head",
         clause="§8.1",
         says="a 1xx head, then END_STREAM, is malformed: a stream error PROTOCOL_ERROR",
         play=play(head(status="103") + data_frame(SID, b"", end_stream=True)),
-        expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT),
+        expect=stream_error(E.PROTOCOL_ERROR, evidence=SENT, window_kept=True),
     ),
     Row(
         id="8.1.1 more DATA than content-length",

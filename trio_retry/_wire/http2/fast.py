@@ -65,10 +65,19 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from h2.connection import ConnectionInputs, ConnectionState
+from h2.errors import ErrorCodes
 
 from .fast_connection import FastConnection
 from .fast_frames import FRAME_HEADER, HEAD, FrameQueue
-from .h2_private import adopt_closed, adopt_stream, holds_nothing, take_unread, terminate, usable
+from .h2_private import (
+    adopt_closed,
+    adopt_stream,
+    connection_window,
+    holds_nothing,
+    take_unread,
+    terminate,
+    usable,
+)
 
 __all__ = ["FastMachine", "one_by_one"]
 
@@ -292,6 +301,27 @@ class FastMachine:
         if error is not None:
             raise error
         return events
+
+    def receive_dropped(self, length: int) -> None:
+        """Count ``length`` flow-controlled octets (padding included) of a DATA frame the
+        machine is not given (``frames.DroppedData``: DATA before its stream's final head)
+        against the connection's receive window, as h2 counts those of any DATA frame it
+        receives: the server's window shrank by them whatever the client did with the frame.
+        Past the window, raises h2's ``FlowControlError``, the connection ended as h2 ends it
+        (GOAWAY(FLOW_CONTROL_ERROR) queued; RFC 9113 §6.9.1: a receiver MUST treat it so).
+        The caller credits them back as read (:meth:`acknowledge_received_data`), as for any
+        DATA of a failed stream.
+
+        Rejected: crediting them alone (``increment_flow_control_window``, as it was): the
+        server's window regained octets the client's never lost, and the client would take
+        that much DATA beyond the window without complaint."""
+        window = connection_window(self._h2)  # the fast path's too: the same object
+        try:
+            window.window_consumed(length)
+        except h2.exceptions.FlowControlError:
+            self.handover()
+            terminate(self._h2, ErrorCodes.FLOW_CONTROL_ERROR)
+            raise
 
     def receive_frames(
         self, data: bytes, start: int, end: int

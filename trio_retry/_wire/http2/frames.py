@@ -45,7 +45,8 @@ Four jobs, all on the 9-byte frame headers (no payload is parsed but a GOAWAY's)
 - **DATA before a final head is a stream error.** h2 treats it as a connection error, which
   fails every sibling; RFC 9113 §8.1.1 makes it malformed, a stream error. A DATA frame for a
   stream in ``awaiting_head`` is not handed on at all: :class:`DroppedData` tells the
-  connection to reset that stream and give the frame's flow-control credit back.
+  connection to count the frame against its flow-control window (as the machine counts any
+  DATA), reset that stream and credit the frame back.
 
 The frame size is checked here, on the header: h2 checks it only once the whole frame has
 arrived, so a peer that is not speaking HTTP/2 at all (an HTTP/1.1 answer reads as a 4.7 MB

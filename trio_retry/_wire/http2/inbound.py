@@ -81,13 +81,21 @@ def _broken(session: Session, exc: h2.exceptions.ProtocolError) -> None:
 
 
 def _on_dropped(session: Session, dropped: DroppedData) -> None:
-    """DATA before the final head: a stream error (the frame never reached h2, so its
-    connection-level flow-control credit is handed back here)."""
-    if dropped.length:
-        session.h2.increment_flow_control_window(dropped.length)
+    """DATA before the final head: a stream error (RFC 9113 §8.1.1). The frame never reaches
+    h2, so its octets are counted against the connection's window here (past it, a connection
+    error FLOW_CONTROL_ERROR, §6.9.1), then credited back once the stream is reset, as any
+    DATA of a failed stream (§6.9: the server's window does not leak)."""
+    length = dropped.length
+    if length:
+        try:
+            session.h2.receive_dropped(length)
+        except h2.exceptions.ProtocolError as exc:
+            _broken(session, exc)
+            return
     stream = session.streams.get(dropped.stream_id)
     if stream is not None:
         session.stream_error(stream, "DATA before its response head")
+    session.consumed(dropped.stream_id, length)
 
 
 def _on_data(session: Session, event: h2.events.DataReceived) -> None:
