@@ -1,6 +1,6 @@
-"""The attempt hands back a value (STYLE habit 20): ``AttemptRun.run()`` returns a frozen,
-slotted :class:`AttemptResult`; the loop, a hedged round and the answer read it and never write
-into it, nor into the runner, whose state is private to ``_call/attempt.py``.
+"""The attempt hands back a value (STYLE habit 20): ``AttemptRun.run()`` returns a read-only
+:class:`AttemptResult`; the loop, a hedged round and the answer read it and never write into it,
+nor into the runner, whose state is private to ``_call/attempt.py``.
 
 Three locks, each of which a regression trips: writing into a result raises; the runner has
 no public attribute to write (its slots are private, and it has no ``__dict__``); and the
@@ -10,22 +10,19 @@ their own objects (read from their syntax tree)."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from trio_retry._call import answer, hedge, loop
 from trio_retry._call.attempt import AttemptRun
-from trio_retry._call.result import AttemptResult, cancelled_result
+from trio_retry._call.result import AttemptResult, cancelled_result, new_result
 from trio_retry._core.evidence import Evidence, Stage
 from trio_retry._wire.progress import AttemptProgress
 
 #: The names a caller could write attempt state under: the result's fields and the runner's
 #: slots without their underscore.
-ATTEMPT_STATE = {f.name for f in dataclasses.fields(AttemptResult)} | {
-    name.lstrip("_") for name in AttemptRun.__slots__
-}
+ATTEMPT_STATE = set(AttemptResult._fields) | {name.lstrip("_") for name in AttemptRun.__slots__}
 READERS = (loop, hedge, answer)
 
 
@@ -35,9 +32,9 @@ def test_a_result_cannot_be_written_into() -> None:
     result = cancelled_result(2, progress, RuntimeError("lost the race"))
     assert (result.number, result.held, result.answered) == (2, None, False)
     assert result.observe(lambda: 0.0) == (Evidence.SENT_NO_RESPONSE, None, None)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         result.number = 1  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         result.error = None  # type: ignore[misc]
     with pytest.raises((AttributeError, TypeError)):  # slotted: no attribute of its own
         result.extra = 1  # type: ignore[attr-defined]
@@ -110,3 +107,20 @@ response.history = history
         "outcome.error",
         "result.held",
     ]
+
+
+def test_the_one_call_constructor_builds_the_class_own_result() -> None:
+    """``new_result`` (the tuple made a result in one C call) against the class's own
+    constructor: the same type, fields, equality and immutability."""
+    progress = AttemptProgress(1.5)
+    fields = (3, progress, None, b"ok", 2, None, [(b"host", b"example")], None, None, 100)
+    built, expected = new_result(fields), AttemptResult(*fields)
+    assert type(built) is AttemptResult
+    assert built == expected
+    assert repr(built) == repr(expected)
+    assert (built.number, built.body, built.raw_length, built.range_start) == (3, b"ok", 2, 100)
+    assert built.sent_headers == [(b"host", b"example")]
+    assert not hasattr(built, "__dict__")
+    assert built._replace(body=b"") == AttemptResult(*fields[:3], b"", *fields[4:])
+    with pytest.raises(AttributeError):
+        built.body = None  # type: ignore[misc]

@@ -9,13 +9,11 @@ from typing import Any
 
 import pytest
 
-from trio_retry._call.result import AttemptResult
 from trio_retry._core import slots
 from trio_retry._core.attempt import Attempt
 from trio_retry._core.decision import RetryAllowed
 from trio_retry._core.engine import RetryContext
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.progress import AttemptProgress
 
 EXAMPLES: list[tuple[type, dict[str, Any]]] = [
     (
@@ -39,21 +37,6 @@ EXAMPLES: list[tuple[type, dict[str, Any]]] = [
         },
     ),
     (RetryContext, dataclasses.asdict(RetryContext(attempt=2, max_attempts=3, status=503))),
-    (
-        AttemptResult,
-        {
-            "number": 1,
-            "progress": AttemptProgress(0.0),
-            "response": None,
-            "body": b"ok",
-            "raw_length": None,
-            "error": None,
-            "sent_headers": [(b"host", b"example")],
-            "admission": None,
-            "held": None,
-            "range_start": 100,
-        },
-    ),
 ]
 IDS = [cls.__name__ for cls, _ in EXAMPLES]
 

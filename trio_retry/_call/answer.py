@@ -16,7 +16,6 @@ holds (``AttemptResult.held``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import trio
 
@@ -131,6 +130,6 @@ async def buffered(
     when the server sent another representation (nothing of it reached the caller)."""
     _, carried, _ = carry(rt, request, state, result, attempts, retrier)
     head, raw_length = await carried.read_buffered()
-    response = response_of(request, replace(head, raw_length=raw_length), attempts, None)
+    response = response_of(request, head._replace(raw_length=raw_length), attempts, None)
     response._continuation = carried
     return response

@@ -58,7 +58,7 @@ from .connect import PoolKey
 from .failures import CLOSED_IN_FLIGHT
 from .headers import attempt_headers, fixed_headers
 from .prepare import PreparedRequest
-from .result import AttemptResult, build_result
+from .result import AttemptResult, new_result
 from .resumable import resumable
 from .runtime import Runtime
 from .upstream import Permit, UpstreamState, admit, release, try_admit
@@ -84,9 +84,7 @@ class AttemptRun(Waiter):
 
     __slots__ = (
         "_admission",
-        "_body",
         "_conn",
-        "_error",
         "_held",
         "_key",
         "_number",
@@ -94,16 +92,22 @@ class AttemptRun(Waiter):
         "_progress",
         "_proxy",
         "_range_start",
-        "_raw_length",
         "_request",
         "_response",
         "_rt",
-        "_sent_headers",
         "_state",
         "_streaming",
         "_traced_run",
         "_unscoped",
     )
+
+    # Set before their first reading, not by __init__ (a store fewer each, every attempt):
+    #: The proxy the attempt goes through (``Connector.proxy_for``): set by :meth:`_ready`,
+    #: which every run asks first.
+    _proxy: ProxyConfig | None
+    #: The pool it draws from (``Connector.key_for``): set as it asks the pool, whose opener
+    #: (:meth:`open`) reads it.
+    _key: PoolKey
 
     def __init__(
         self,
@@ -129,26 +133,17 @@ class AttemptRun(Waiter):
         if request.deadline != _INF and rt.timekeeper.head_yields:
             progress.deadline_bounds_head = True  # (``clock.py``'s rule)
         self._progress = progress
+        #: The response whose body the caller reads (a streamed one, held: :meth:`end`).
         self._response: WireResponse | None = None
-        self._body: bytes | None = None
-        #: The length of ``body`` as received, when it was decoded (else ``None``).
-        self._raw_length: int | None = None
-        self._error: BaseException | None = None
         self._conn: PooledConnection | None = None
         #: The connection is counted as held by a streamed response (``ConnectionPool.hold``).
         self._held = False
         self._permit: Permit | None = None
-        #: The header block this attempt sent (``Response.request.headers``).
-        self._sent_headers: list[tuple[bytes, bytes]] | None = None
         self._admission: BreakerVerdict | None = None  # the breaker's, handed back after
-        #: The proxy the attempt goes through (``Connector.proxy_for``).
-        self._proxy: ProxyConfig | None = None
         #: A continuation of a broken body: the byte it asks the rest from (``_call/resume.py``).
         self._range_start = range_start
         #: The attempt runs in no cancel scope of its own (:meth:`_ready`).
         self._unscoped = False
-        #: The pool it draws from (``Connector.key_for``), once it asks the pool.
-        self._key: PoolKey | None = None
 
     def run(self) -> Awaitable[AttemptResult]:
         """The attempt (see the module docstring), to be awaited once; its value says how it
@@ -166,20 +161,13 @@ class AttemptRun(Waiter):
             return self._exchange()
         return self._bounded()
 
-    def _result(self) -> AttemptResult:
-        """How the attempt ended, as a value (built once it is over)."""
-        return build_result(  # AttemptResult(...), built faster
-            number=self._number,
-            progress=self._progress,
-            response=self._response,
-            body=self._body,
-            raw_length=self._raw_length,
-            error=self._error,
-            sent_headers=self._sent_headers,
-            admission=self._admission,
-            held=self if self._conn is not None or self._permit is not None else None,
-            range_start=self._range_start,
-        )
+    def _failed(self, error: WireError) -> AttemptResult:
+        """The result of an attempt that failed with ``error`` and holds nothing (its exchange
+        gave everything back; an exchange's own results are built at its end)."""
+        return new_result(
+            (self._number, self._progress, None, None, None, error, None, self._admission, None,
+             self._range_start)
+        )  # fmt: skip
 
     async def _traced(self) -> AttemptResult:
         """:meth:`run` inside its telemetry span: the span starts here and ends when the
@@ -279,34 +267,30 @@ class AttemptRun(Waiter):
                 del rt.scopes[scope]
         # On the lane, an expiry counts only if it ended the exchange (what arrived first
         # wins); a scope's expiry always ended it (and left no result).
-        timed_out = bound.expired and (scope is not None or self._error is not None)
+        timed_out = bound.expired and (
+            scope is not None or (result is not None and result.error is not None)
+        )
         if scope is not None and rt.drained and progress in rt.drained:
             rt.drained.discard(progress)
             if timed_out:
                 # drain() (aclose() too) ended it while it waited for a permit or a pooled
                 # connection; nothing was sent (see Runtime.drain). Not retried.
-                self._response = None
-                self._error = _drained(self._request, progress, closed=rt.closed)
-                return self._result()
+                return self._failed(_drained(self._request, progress, closed=rt.closed))
         if not timed_out:
             assert result is not None
             return result
         if rt.closed:
-            self._closed_in_flight()  # ended by aclose()'s cancellation of the scope
-        else:
-            self._response = None
-            request = self._request
-            message = deadline_message(request.deadline - request.started, progress.stage)
-            if progress.stage is Stage.POOL:  # waiting for a connection: say what holds them
-                origin = request.url.origin
-                message += ": " + rt.pool.why_full(rt.connector.key_for(origin, self._proxy))
-            self._error = WireError.at(progress, FailureCategory.TIMEOUT, message)
-        return self._result()
+            return self._failed(self._closed_in_flight())  # aclose() cancelled the scope
+        request = self._request
+        message = deadline_message(request.deadline - request.started, progress.stage)
+        if progress.stage is Stage.POOL:  # waiting for a connection: say what holds them
+            origin = request.url.origin
+            message += ": " + rt.pool.why_full(rt.connector.key_for(origin, self._proxy))
+        return self._failed(WireError.at(progress, FailureCategory.TIMEOUT, message))
 
-    def _closed_in_flight(self) -> None:
-        """The attempt was ended by ``aclose()``: it ends the call."""
-        self._response = None
-        self._error = WireError.at(
+    def _closed_in_flight(self) -> WireError:
+        """The error of an attempt ended by ``aclose()``: it ends the call."""
+        return WireError.at(
             self._progress, FailureCategory.CONNECTION_BROKEN, CLOSED_IN_FLIGHT, ends_call=True
         )
 
@@ -322,6 +306,11 @@ class AttemptRun(Waiter):
         streaming = self._streaming
         finished = False
         proxy = self._proxy
+        response: WireResponse | None = None
+        body: bytes | None = None
+        raw_length: int | None = None  # (the body's length as received, when decoded)
+        error: WireError | None = None
+        sent_headers: list[tuple[bytes, bytes]] | None = None
         try:
             url = request.url
             origin = url.origin
@@ -340,16 +329,16 @@ class AttemptRun(Waiter):
             wire_request = memo.request if memo is not None else None
             if wire_request is None or not fixed_headers(rt, request, via_proxy):
                 headers = await attempt_headers(rt, request, progress, via_proxy, self._number)
-                body, length = request.body.opened_in_memory() or await request.body.open()
+                content, length = request.body.opened_in_memory() or await request.body.open()
                 target = url.without_userinfo() if via_proxy else url.target
-                wire_request = WireRequest(request.method, target, headers, body, length)
+                wire_request = WireRequest(request.method, target, headers, content, length)
                 if (
                     memo is not None
-                    and isinstance(body, bytes)
+                    and isinstance(content, bytes)
                     and fixed_headers(rt, request, via_proxy)
                 ):
                     memo.request = wire_request  # the template's calls send this one from now on
-            self._sent_headers = wire_request.headers
+            sent_headers = wire_request.headers
 
             conn = self._conn  # taken already by an attempt that found one ready
             if conn is None:
@@ -372,8 +361,7 @@ class AttemptRun(Waiter):
                         # drain() or aclose() ended its wait in the pool (or the opening of a
                         # slot still at POOL): as its scope's cancellation would have (_bounded).
                         rt.drained.discard(progress)
-                        self._error = _drained(request, progress, closed=rt.closed)
-                        return self._result()
+                        return self._failed(_drained(request, progress, closed=rt.closed))
                     raise
                 self._conn = conn
                 if rt.drained and progress in rt.drained:
@@ -385,7 +373,6 @@ class AttemptRun(Waiter):
             if config.early_data and not progress.late_only:
                 progress.early_ok = _early_safe(request, state)
             response = await conn.send_request(wire_request, progress)
-            self._response = response
             routes = rt.connector.quic_routes
             if routes is not None:
                 routes.learn(origin, response.headers)
@@ -425,6 +412,7 @@ class AttemptRun(Waiter):
                 # (a PoolTimeout meanwhile says so, ConnectionPool.hold). A buffered body that
                 # can be continued is read by the loop too (``_call/resume.py``).
                 rt.pool.hold(conn)
+                self._response = response
                 self._held = True
             else:
                 limit = config.max_body_bytes
@@ -433,27 +421,31 @@ class AttemptRun(Waiter):
                 )
                 source = response.source
                 chunks = await source.receive_all(progress, limit)
-                self._body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
+                body = whole_body(chunks, source, progress, limit, decoder, _BUFFERED_HINT)
                 if decoder is not None:  # (Response.num_bytes_downloaded: the body as it came)
-                    self._raw_length = sum(map(len, chunks))
+                    raw_length = sum(map(len, chunks))
             finished = True
         except WireError as exc:
-            self._error = exc
+            error = exc
             if rt.closed:
                 # A failure while the client closed is aclose()'s doing (it closed the
                 # connection the attempt held, or cancelled its scope): not retried.
-                self._closed_in_flight()
+                response = None
+                error = self._closed_in_flight()
         finally:
             if not (finished and self._held):
-                self._give_back()
-        return self._result()
+                self._give_back(finished and body is not None)
+        # (built here, from this frame's own variables: the common attempt's one result)
+        return new_result(
+            (self._number, progress, response, body, raw_length, error, sent_headers,
+             self._admission, self if self._held else None, self._range_start)
+        )  # fmt: skip
 
     def open(self, progress: AttemptProgress) -> Coroutine[Any, Any, PooledConnection]:
         """The pool's opener for this attempt: a new connection to its origin, through its
         proxy, for its pool. The run is its own opener and, queued in the pool, its own
         waiter (``pool_ledger.Waiter``), rather than objects of their own held while it waits
         (issue #41)."""
-        assert self._key is not None
         return self._rt.connector.open(
             progress, url=self._request.url, proxy=self._proxy, pool_key=self._key
         )
@@ -464,22 +456,21 @@ class AttemptRun(Waiter):
         body not read to its end is abandoned (its HTTP/1.1 connection closed, its HTTP/2 or
         HTTP/3 stream reset). For the body's end, the ``stream()`` block's exit, a redirect
         followed, and a hedged copy whose response lost the race."""
-        if read_to_end:
-            self._body = b""  # (what makes the connection reusable: _give_back)
-        else:
+        if not read_to_end:
             response = self._response
-            if self._body is None and self._conn is not None and response is not None:
+            if self._conn is not None and response is not None:
                 response.source.abandon()
-        self._give_back()
+        self._give_back(read_to_end)
 
-    def _give_back(self) -> None:
-        """Return the connection (reusable only after a complete exchange) and the permit."""
+    def _give_back(self, reusable: bool) -> None:
+        """Return the connection (to the pool's idle ones when ``reusable``: only after a
+        complete exchange, its body read to its end; else closed) and the permit."""
         conn, self._conn = self._conn, None
         if conn is not None:
             if self._held:
                 self._held = False
                 self._rt.pool.unhold(conn)
-            if self._error is None and self._body is not None:
+            if reusable:
                 self._rt.pool.release(conn)
             else:
                 self._rt.pool.discard(conn)

@@ -199,7 +199,7 @@ class Continuation:
             content, raw_length = await self.read_whole()
         finally:
             body.close(BLOCK_CLOSED)
-        self.head = replace(self.head, body=content)
+        self.head = self.head._replace(body=content)
         return self.head, raw_length
 
     async def read_whole(self) -> tuple[bytes, int]:

@@ -9,7 +9,8 @@ instead (the same slots, in the same order, so the same memory layout; a plain a
 store each, a few dozen instructions), then makes it an instance of the class itself
 (``__class__`` assignment, which CPython allows between classes of one layout). Measured under
 callgrind for the nine fields of ``AttemptResult`` (one per attempt), the call included: about
-7,900 instructions through the descriptors, 3,500 through the twin.
+7,900 instructions through the descriptors, 3,500 through the twin (``AttemptResult`` has since
+become a ``NamedTuple`` built in one C call: ``_call/result.py``).
 
 The records stay exactly the class's own: same type, fields, equality, hash, immutability
 (``tests/core/test_slots.py`` holds them equal to the class's constructor). Where the twin's
