@@ -61,21 +61,21 @@ def response_of(
     ``attempts=None``: its one attempt is ``attempt_record()``'s, built when first read."""
     wire = result.response
     assert wire is not None
-    response = Response._received(
-        status=wire.status,
-        reason=wire.reason,
-        wire_headers=wire.headers,  # decoded on first use, like the sent ones
-        http_version=wire.http_version,
-        url=request.url,
-        request_method=request.method,
-        sent_headers=result.sent_headers or (),
-        elapsed=(trio.current_time() if ended is None else ended) - request.started,
-        content=result.body,
-        attempts=attempts,  # the call's own list: the loop is done with it
-        retry_decision=decision,
-        stream=stream,
-        decoder=decoder,
-        attempt_record=attempt_record,
+    response = Response._received(  # (positional: see its docstring)
+        wire.status,
+        wire.reason,
+        wire.headers,  # decoded on first use, like the sent ones
+        wire.http_version,
+        request.url,
+        request.method,
+        result.sent_headers or (),
+        (trio.current_time() if ended is None else ended) - request.started,  # elapsed
+        result.body,  # content
+        attempts,  # the call's own list: the loop is done with it
+        decision,
+        stream,
+        decoder,
+        attempt_record,
     )
     if result.raw_length is not None:
         response._downloaded = result.raw_length
