@@ -16,11 +16,17 @@ FaultServer; caddy (no such options, no per-connection log) plays the cases its 
 and access log can show. A fallback to TCP needs a server with TCP (not gtlsserver). Not caddy
 for rebinding: Debian's caddy 2.6 (its quic-go) keeps sending to the client's first address
 after a NAT rebinding (the relay saw nothing come to the new one), so no client gets through.
+
+The relay's faults are seeded (seed 1). ``QUIC_CASES_SEED=<n>`` sets another seed for every
+row: a loop over seeds measures a lossy case's odds (``handshakeloss`` states its own so),
+e.g. ``for s in $(seq 1 30); do QUIC_CASES_SEED=$s pytest tests/interop/test_quic_cases.py
+-k handshakeloss; done``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -69,7 +75,8 @@ class Case:
     xfail: Mapping[str, str] = field(default_factory=dict)
     #: The whole play, bounded.
     timeout: float = 30.0
-    seed: int = 1
+    #: The relay's seed (the module docstring: ``QUIC_CASES_SEED``).
+    seed: int = int(os.environ.get("QUIC_CASES_SEED", "1"))
 
 
 SMALL_WINDOWS = Ngtcp2Options(max_data="64K", max_stream_data="16K")
@@ -89,7 +96,7 @@ TABLE: tuple[Case, ...] = (
     Case("zerortt", (F, N)),
     Case("zerortt_evidence", (F, N), relay=True),
     Case("http3", (F, N, C)),
-    Case("handshakeloss", (F, N), relay=True),
+    Case("handshakeloss", (F, N), relay=True, timeout=90),
     Case("transferloss", (F, N), relay=True),
     Case("transfercorruption", (F, N), relay=True),
     Case("blackhole", (F, N), relay=True),
