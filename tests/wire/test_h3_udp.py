@@ -49,11 +49,13 @@ async def test_datagrams_go_where_they_are_sent_and_say_where_they_came_from() -
             paths.close()
 
 
-async def test_an_icmp_error_names_the_path_it_concerns_and_is_read_once() -> None:
+@pytest.mark.parametrize("library", ["qh3", "aioquic"], ids=["recvmmsg", "plain"])
+async def test_an_icmp_error_names_the_path_it_concerns_and_is_read_once(library: str) -> None:
+    """Read through qh3's ``recvmmsg`` (``udp_batch.py``, where it is installed) or plainly."""
     listening = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     listening.bind(("127.0.0.1", 0))
     closed = _closed_port()
-    paths = UdpPaths(socket.AF_INET, listening.getsockname())
+    paths = UdpPaths(socket.AF_INET, listening.getsockname(), quic_library=library)
     try:
         paths.send(b"probe", closed)  # nothing listens there: ICMP port unreachable
         with trio.fail_after(5):
