@@ -15,6 +15,7 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
 - ``contract.py``     the connection contract: what the pool needs of every connection, and what
                       HTTP/2 and HTTP/3 share (the stream proof, the idle PING, request fields)
 - ``transport.py``    DNS, TCP (happy eyeballs), proxies, TLS and ALPN, each failure tagged
+- ``connect_backup.py`` a connect to one address, and its backup when its SYN has no answer
 - ``rawsock.py``      a byte stream over a socket with fewer layers than ``trio.SocketStream``
 - ``tlsread.py``      a TLS read that takes every record already received (trio's gives one)
 - ``tlssock.py``      TLS on the socket itself (OpenSSL reads and writes it)
