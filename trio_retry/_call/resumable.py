@@ -56,14 +56,14 @@ def resumable(
     (``_resume.validator_of``), or, ``buffered``, a body shorter than :data:`BUFFERED_FROM`.
     ``content_length``: the ``Content-Length`` the wire framed the body by, when it says
     (``WireResponse.content_length``; the same field the head holds)."""
-    if request.method != "GET" or status != 200:
-        return None
     if buffered and (
         content_length < BUFFERED_FROM
         if content_length is not None
         else not _may_be_long(wire_headers)
     ):
         return None  # (the length refuses most buffered bodies: asked first, it costs least)
+    if request.method != "GET" or status != 200:
+        return None
     resume = request.resume if request.resume is not None else state.upstream.resume
     if not resume:
         return None
