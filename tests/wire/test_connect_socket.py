@@ -1,19 +1,22 @@
 """rawsock.connect_socket: the connect every TCP connection starts with, made on the stdlib
 socket (issue #41: no Trio socket and no coroutine of trio's while it waits), over real
 loopback sockets: it connects, is a checkpoint, reports a refusal as the reason alone, and
-leaves no socket open when it fails or is cancelled; a custom socket factory's socket
-connects itself."""
+leaves no socket open when it fails or is cancelled, holds one coroutine of the library's
+while it waits; a custom socket factory's socket connects itself."""
 
 from __future__ import annotations
 
 import errno
 import os
 import socket
+import types
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+import trio_retry
 from tests.support.loopback import connects_waiting
 from trio_retry._wire.rawsock import connect_socket
 
@@ -55,6 +58,29 @@ async def test_a_cancelled_connect_leaves_nothing_open() -> None:
             await connect_socket(socket.AF_INET, socket.SOCK_STREAM, 0, ("127.0.0.1", port))
         assert waited.cancelled_caught  # it was waiting for the handshake
         assert _open_fds() == before
+
+
+async def test_a_waiting_connect_holds_one_coroutine_of_the_library() -> None:
+    """Issue #41: thousands of connects waiting at once each hold their frames, so the wait is
+    one coroutine of the library's (``rawsock.finish_connect``), not a layer around it."""
+    library = Path(trio_retry.__file__).parent
+    held: list[str] = []
+    with connects_waiting() as port:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                connect_socket, socket.AF_INET, socket.SOCK_STREAM, 0, ("127.0.0.1", port)
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            (task,) = nursery.child_tasks
+            coro: object = task.coro
+            for _ in range(16):  # the task's chain of awaits, down to trio's wait
+                if not isinstance(coro, types.CoroutineType):
+                    break
+                if Path(coro.cr_code.co_filename).is_relative_to(library):
+                    held.append(coro.cr_code.co_name)
+                coro = coro.cr_await
+            nursery.cancel_scope.cancel()
+    assert held == ["finish_connect"]
 
 
 class _Factory(trio.abc.SocketFactory):

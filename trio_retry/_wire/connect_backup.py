@@ -2,12 +2,13 @@
 
 ``transport.py`` resolves and races several addresses (happy eyeballs); with one address it
 connects through here: the same delay (``FIXED.happy_eyeballs``), a second connect to the same
-address instead of the next address.
+address instead of the next address. Each connect is started and finished as every connect is
+(``rawsock.start_connect``, ``rawsock.finish_connect``); only the wait between is this
+module's.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import socket as _stdlib_socket
 import sys
@@ -16,17 +17,12 @@ from typing import Any
 import trio
 
 from .clock import FIXED, wait_for, writable_within
-from .rawsock import connect_socket
+from .rawsock import Sockets, connect_socket, finish_connect, start_connect
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
     from exceptiongroup import ExceptionGroup
 
 __all__ = ["Sockets", "backed_up", "why"]
-
-Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]  # see rawsock.py
-
-#: A non-blocking connect under way (as ``rawsock.connect_socket`` tells it).
-_CONNECTING = frozenset({errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK})
 
 
 def why(exc: OSError) -> str:
@@ -55,12 +51,13 @@ async def backed_up(family: int, type_: int, proto: int, sockaddr: Any) -> Socke
     lateness for a lost SYN and double every connect.
 
     What it costs: the connect is made on the stdlib socket as ``rawsock.connect_socket``
-    makes it (the Trio socket once connected), its wait split in two: up to the delay under
-    one cancel scope (``clock.writable_within``), and on. A connect answered at once, the
-    usual case on loopback, has no scope at all (its handshake is done within the call); only
-    one still unanswered after the delay gets the race's nursery, its tasks and the backup's
-    socket (:class:`_Backup`), as does a socket from a custom Trio socket factory (connected
-    by its own ``connect``, in the race from the start).
+    makes it, by the same two parts (``rawsock.start_connect``, then
+    ``rawsock.finish_connect``'s wait and the Trio socket once connected), with a wait up to
+    the delay between them under one cancel scope (``clock.writable_within``). A connect
+    answered at once, the usual case on loopback, has no scope at all (its handshake is done
+    within the call); only one still unanswered after the delay gets the race's nursery, its
+    tasks and the backup's socket (:class:`_Backup`), as does a socket from a custom Trio
+    socket factory (connected by its own ``connect``, in the race from the start).
 
     The alternatives rejected: a shorter SYN retransmission timer (``rto_min`` per route and
     ``tcp_syn_retries`` are the system's settings, not a client's, and Linux has no
@@ -70,38 +67,21 @@ async def backed_up(family: int, type_: int, proto: int, sockaddr: Any) -> Socke
     Nothing here sends a request byte: every failure stays ``NOT_SENT`` at ``CONNECT``. On
     cancellation both sockets are closed.
     """
-    factory = trio.socket.set_custom_socket_factory(None)  # (as rawsock reads it)
-    if factory is not None:
-        trio.socket.set_custom_socket_factory(factory)
+    raw, pending = start_connect(family, type_, proto, sockaddr)
+    if raw is None:  # a custom socket factory's socket
         return await _Backup(family, type_, proto, sockaddr).race(None, waited=False)
-    raw = _stdlib_socket.socket(family, type_, proto)
     try:
-        raw.setblocking(False)
-        # connect_ex, as rawsock.connect_socket: the errno as a value, no exception held
-        error = raw.connect_ex(sockaddr)
-        if error in _CONNECTING:
-            if (
-                not _connected(raw)  # (loopback: the handshake was done within the call)
-                and not await writable_within(raw, FIXED.happy_eyeballs)
-                and not _connected(raw)
-            ):
-                return await _Backup(family, type_, proto, sockaddr).race(raw, waited=True)
-            error = await _answer(raw)  # a schedule point, and the handshake's answer
-        elif not error:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        if error:
-            raise OSError(error, os.strerror(error))
-        return trio.socket.from_stdlib_socket(raw), raw
+        if (
+            pending
+            and not _connected(raw)  # (loopback: the handshake was done within the call)
+            and not await writable_within(raw, FIXED.happy_eyeballs)
+            and not _connected(raw)
+        ):
+            return await _Backup(family, type_, proto, sockaddr).race(raw, waited=True)
     except BaseException:
         raw.close()
         raise
-
-
-async def _answer(raw: _stdlib_socket.socket) -> int:
-    """The errno of ``raw``'s connect, once it has its answer (0: connected). (``SO_ERROR``
-    is read once, here: reading it clears it.)"""
-    await trio.lowlevel.wait_writable(raw)
-    return raw.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_ERROR)
+    return await finish_connect(raw, pending)  # a schedule point, and the handshake's answer
 
 
 def _connected(raw: _stdlib_socket.socket) -> bool:
@@ -147,21 +127,15 @@ class _Backup:
     async def attempt(
         self, raw: _stdlib_socket.socket | None, answered: trio.Event, nursery: trio.Nursery
     ) -> None:
-        """One connect: the answer to ``raw``'s, else a new socket's (``rawsock``'s way, or a
-        custom factory's); the first to connect cancels the other. Never raises ``OSError``:
-        it is kept in :attr:`errors`. On any failure (cancellation too) its socket is closed."""
+        """One connect: the answer to ``raw``'s (``rawsock.finish_connect``), else a new
+        socket's (``rawsock.connect_socket``: its way, or a custom factory's); the first to
+        connect cancels the other. Never raises ``OSError``: it is kept in :attr:`errors`. On
+        any failure (cancellation too) its socket is closed."""
         try:
             if raw is None:
                 sockets = await connect_socket(self.family, self.type_, self.proto, self.sockaddr)
             else:
-                try:
-                    error = await _answer(raw)
-                    if error:
-                        raise OSError(error, os.strerror(error))
-                except BaseException:
-                    raw.close()
-                    raise
-                sockets = (trio.socket.from_stdlib_socket(raw), raw)
+                sockets = await finish_connect(raw, True)  # (it closes raw if it fails)
         except OSError as exc:
             self.errors.append(exc)
             answered.set()

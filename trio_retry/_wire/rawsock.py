@@ -20,6 +20,12 @@ The stream shares its socket with a Trio socket object (:attr:`RawSocketStream.s
 ``trio.lowlevel.notify_closing`` first) wakes a blocked operation here with
 :exc:`trio.ClosedResourceError`, which is what the connection code relies on when it closes a
 connection from another task.
+
+A connect is made the same way, on the stdlib socket, in two parts every connect shares:
+:func:`start_connect` (the socket, non-blocking, and ``connect_ex``: no await) and
+:func:`finish_connect` (one ``wait_writable`` for the handshake's answer, then the Trio
+socket). :func:`connect_socket` is the two back to back; ``connect_backup.py`` does its
+bounded wait, and its backup connect, between them.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import socket as _stdlib_socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 from trio.lowlevel import (
@@ -41,10 +47,13 @@ from trio.lowlevel import (
 __all__ = [
     "DEFAULT_RECEIVE_SIZE",
     "RawSocketStream",
+    "Sockets",
     "connect_socket",
+    "finish_connect",
     "open_socket",
     "raw_stream_of",
     "socket_stream",
+    "start_connect",
 ]
 
 DEFAULT_RECEIVE_SIZE = 65536  # as trio.SocketStream
@@ -57,11 +66,25 @@ _CONNECTING_ERRNOS = frozenset({errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLO
 _INET_FAMILIES = frozenset({_stdlib_socket.AF_INET, _stdlib_socket.AF_INET6})
 
 
+Sockets = tuple[trio.socket.SocketType, _stdlib_socket.socket | None]
+"""A Trio socket and the stdlib socket it wraps (``None``: a custom factory's socket)."""
+
+
+def _factory_installed() -> bool:
+    """Whether a custom Trio socket factory is installed (``set_custom_socket_factory``)."""
+    # The one public way to read the factory: set returns the previous one (atomic: no await).
+    factory = trio.socket.set_custom_socket_factory(None)
+    if factory is None:
+        return False
+    trio.socket.set_custom_socket_factory(factory)
+    return True
+
+
 def open_socket(
     family: int = _stdlib_socket.AF_INET,
     type_: int = _stdlib_socket.SOCK_STREAM,
     proto: int = 0,
-) -> tuple[trio.socket.SocketType, _stdlib_socket.socket | None]:
+) -> Sockets:
     """A new non-blocking socket, as a Trio socket (to connect, poll and close) and the stdlib
     socket it wraps (for :class:`RawSocketStream`). They are one socket: closing either closes
     both; close it through the Trio one, which notifies blocked waiters first.
@@ -70,10 +93,7 @@ def open_socket(
     socket comes from it, as ``trio.socket.socket`` would make it, and the stdlib socket is
     ``None``: :func:`socket_stream` then gives a plain ``trio.SocketStream``.
     """
-    # The one public way to read the factory: set returns the previous one (atomic: no await).
-    factory = trio.socket.set_custom_socket_factory(None)
-    if factory is not None:
-        trio.socket.set_custom_socket_factory(factory)
+    if _factory_installed():
         return trio.socket.socket(family, type_, proto), None
     raw = _stdlib_socket.socket(family, type_, proto)
     try:
@@ -83,48 +103,91 @@ def open_socket(
         raise
 
 
-async def connect_socket(
+def start_connect(
     family: int, type_: int, proto: int, sockaddr: object
-) -> tuple[trio.socket.SocketType, _stdlib_socket.socket | None]:
-    """A new socket connected to ``sockaddr`` (an address from ``getaddrinfo``, given as its
-    parts rather than its address-info tuple), as :func:`open_socket` gives it; raises
-    ``OSError`` (its ``strerror`` the reason alone) if the connect fails. On any exception,
-    cancellation included, the socket is closed: nothing is left open.
-
-    The non-blocking connect is made on the stdlib socket here, with one
-    ``trio.lowlevel.wait_writable`` for the handshake (the schedule point, and the cancellation
-    point while it waits; a connect done at once still passes a schedule point); the Trio
-    socket is made once it is connected. ``trio.socket.SocketType.connect`` would hold a
-    coroutine and a Trio socket more for each of thousands of calls connecting at once, each
-    visited by every full pass of the garbage collector (issue #41). With a custom socket
-    factory installed, its socket connects itself."""
-    factory = trio.socket.set_custom_socket_factory(None)  # (as open_socket reads it)
-    if factory is not None:
-        trio.socket.set_custom_socket_factory(factory)
-        sock = trio.socket.socket(family, type_, proto)
-        try:
-            await sock.connect(sockaddr)
-        except BaseException:
-            sock.close()
-            raise
-        return sock, None
+) -> tuple[_stdlib_socket.socket | None, bool]:
+    """A new non-blocking stdlib socket, its connect to ``sockaddr`` started, and whether
+    that connect is still under way (``False``: connected within the call, as on loopback);
+    hand both to :func:`finish_connect`, which closes the socket on every way out but its
+    success. The socket is ``None`` when a custom socket factory is installed: nothing was
+    made, its socket connects itself (``trio.socket.SocketType.connect``). A connect refused
+    (or otherwise failed) within the call raises ``OSError`` (its ``strerror`` the reason
+    alone), the socket closed. Not a checkpoint: no await. (Two values, unpacked by the
+    caller at once: no object of its own held while the connect waits, issue #41.)"""
+    if _factory_installed():
+        return None, False
     raw = _stdlib_socket.socket(family, type_, proto)
     try:
         raw.setblocking(False)
         # connect_ex: the errno as a value. A BlockingIOError caught around the wait would be
         # held by the frame, with its traceback, for as long as the connect waits.
         error = raw.connect_ex(sockaddr)  # type: ignore[arg-type]
-        if error in _CONNECTING_ERRNOS:
+        if error and error not in _CONNECTING_ERRNOS:
+            raise OSError(error, os.strerror(error))
+    except BaseException:
+        raw.close()
+        raise
+    return raw, bool(error)
+
+
+async def finish_connect(raw: _stdlib_socket.socket, pending: bool) -> Sockets:
+    """``raw`` connected, its connect started by :func:`start_connect` (``pending``: still
+    under way), as :func:`open_socket` gives a socket; raises ``OSError`` (its ``strerror``
+    the reason alone) if the connect fails. On any exception, cancellation included, ``raw``
+    is closed: nothing is left open.
+
+    A pending connect is waited for with one ``trio.lowlevel.wait_writable`` (the schedule
+    point, and the cancellation point while it waits), its answer read from ``SO_ERROR``
+    (once: reading it clears it); a connect done within the call still passes a schedule
+    point. The Trio socket is made once connected."""
+    try:
+        if pending:
             await wait_writable(raw)
             error = raw.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_ERROR)
-        elif not error:
+            if error:
+                raise OSError(error, os.strerror(error))
+        else:
             await cancel_shielded_checkpoint()
-        if error:
-            raise OSError(error, os.strerror(error))
         return trio.socket.from_stdlib_socket(raw), raw
     except BaseException:
         raw.close()
         raise
+
+
+def connect_socket(family: int, type_: int, proto: int, sockaddr: object) -> Awaitable[Sockets]:
+    """A new socket connected to ``sockaddr`` (an address from ``getaddrinfo``, given as its
+    parts rather than its address-info tuple), as :func:`open_socket` gives it, to be awaited
+    at once; raises ``OSError`` (its ``strerror`` the reason alone) if the connect fails. On
+    any exception, cancellation included, the socket is closed: nothing is left open.
+
+    The non-blocking connect is made on the stdlib socket (:func:`start_connect`, within this
+    call), and waited for by :func:`finish_connect`: one ``trio.lowlevel.wait_writable`` for
+    the handshake (the schedule point, and the cancellation point while it waits; a connect
+    done at once still passes a schedule point); the Trio socket is made once it is
+    connected. ``trio.socket.SocketType.connect`` would hold a coroutine and a Trio socket
+    more for each of thousands of calls connecting at once, each visited by every full pass
+    of the garbage collector (issue #41). With a custom socket factory installed, its socket
+    connects itself.
+
+    (A plain function returning the awaitable, ``finish_connect``'s coroutine, rather than an
+    ``async def`` awaiting it: no frame of its own held while the connect waits, issue #41.
+    So the connect starts when this is called, not when it is awaited: await it at once; a
+    coroutine never awaited would leave the socket to the garbage collector.)"""
+    raw, pending = start_connect(family, type_, proto, sockaddr)
+    if raw is None:
+        return _factory_connect(family, type_, proto, sockaddr)
+    return finish_connect(raw, pending)
+
+
+async def _factory_connect(family: int, type_: int, proto: int, sockaddr: object) -> Sockets:
+    """:func:`connect_socket` with a custom socket factory: its socket connects itself."""
+    sock = trio.socket.socket(family, type_, proto)
+    try:
+        await sock.connect(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, None
 
 
 def socket_stream(
