@@ -130,12 +130,21 @@ class Expect:
     #: Frames the client must send besides, each as the start of its ``str()``
     #: (``"WINDOW_UPDATE[1]"``).
     sends: tuple[str, ...] = ()
-    #: The connection's receive window as the client keeps it must be the server's (every
-    #: DATA octet the server sent counted against it, each WINDOW_UPDATE[0] the client sent
-    #: added), and every octet counted credited back or owed in the next WINDOW_UPDATE (§6.9:
-    #: no octet leaks from the server's window). The client credits back once half its
-    #: window is due, so this is read from the client's connection, not the wire alone.
-    window_kept: bool = False
+
+    @property
+    def window_kept(self) -> bool:
+        """Whether the connection's receive window, as the client keeps it, must be the
+        server's (every DATA octet the server sent counted against it, each WINDOW_UPDATE[0]
+        the client sent added), with every octet counted credited back or owed in the next
+        WINDOW_UPDATE (§6.9: no octet leaks from the server's window). The client credits back
+        once half its window is due, so this is read from the client's connection, not the
+        wire alone.
+
+        Every row whose connection stays up checks it; not a row whose connection the client
+        closes on a connection error (a GOAWAY with an error code), where the window is never
+        used again. Derived, not switched on per row, so a new row is guarded without anyone
+        remembering to ask."""
+        return self.goaway == ErrorCodes.NO_ERROR
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ RFC 9113 asks of any sender: the client's preface (§3.4) and first SETTINGS (pu
 no reserved bit and no undefined flag set (§4.1); no frame larger than 16,384 octets (§4.2); no
 frame on a stream after the client reset it (§5.1), none at all after its GOAWAY (§6.8); a
 GOAWAY's last-stream-id of 0 (the server opened no stream); the TCP connection closed after it
-(§5.4.1).
+(§5.4.1); and, unless the client closed on a connection error, the connection's receive window
+as the client keeps it equal to the server's, no octet leaked (§6.9, ``Expect.window_kept``).
 """
 
 from __future__ import annotations
