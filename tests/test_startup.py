@@ -71,8 +71,8 @@ LAZY = (
 )
 
 
-#: The retry loop and what only it imports: on entering the first client (``async with``), so
-#: not by ``from trio_retry import Client`` alone.
+#: The retry loop, a request's preparation and what only they import: on entering the first
+#: client (``async with``), so neither by ``from trio_retry import Client`` nor by ``Client()``.
 CALL_LOOP = (
     "trio_retry._call.loop",
     "trio_retry._call.answer",
@@ -80,6 +80,21 @@ CALL_LOOP = (
     "trio_retry._call.resume",
     "trio_retry._call.hedge",
     "trio_retry._resume",
+    "trio_retry._call.prepare",  # bodies, redirects, credentials, idempotency keys
+    "trio_retry._call.body",
+    "trio_retry._body",
+    "trio_retry._redirects",
+    "trio_retry._auth",  # (by Client() already when given auth=)
+    "trio_retry._call.resilience",  # breakers, throttles, hedging
+)
+
+#: What building the first client imports (its checks), not ``from trio_retry import Client``:
+#: the retry engine (its default is built by ``Client()``) and the observers (hooks, telemetry).
+ON_CLIENT = (
+    "trio_retry._core.engine",
+    "trio_retry._core.replay",
+    "trio_retry._core.reconcile",
+    "trio_retry._observe",
 )
 
 
@@ -137,11 +152,20 @@ def test_import_imports_nothing_and_the_client_leaves_the_lazy_modules_alone(
     names = _run(_SNAPSHOT + "import trio_retry\nprint(json.dumps({'m': loaded()}))")["m"]
     assert _loaded(names, "trio_retry") == ["trio_retry"]  # each name on its first access
     assert "trio" not in names
-    code = "from trio_retry import Client, RetryPolicy\nprint(json.dumps({'m': loaded()}))"
-    names = _run(_SNAPSHOT + code)["m"]
+    code = (
+        "from trio_retry import Client, RetryPolicy\n"
+        "names = loaded()\n"
+        "Client()\n"
+        "print(json.dumps({'m': names, 'built': loaded()}))"
+    )
+    result = _run(_SNAPSHOT + code)
+    names = result["m"]
     assert "trio_retry._client" in names  # the client itself is imported, as before
     assert _unexpected(names, trio_alone, *LAZY) == []
-    assert _loaded(names, *CALL_LOOP) == []
+    assert _loaded(names, *CALL_LOOP, *ON_CLIENT) == []
+    # Building a client imports what its checks need, and still none of a call's path.
+    assert {"trio_retry._core.engine", "trio_retry._observe.otel"} <= set(result["built"])
+    assert _loaded(result["built"], *CALL_LOOP) == []
 
 
 def test_lazy_public_names_resolve_to_the_real_ones() -> None:
@@ -232,6 +256,7 @@ async def test_http2_and_cookies_load_when_used(trio_alone: set[str]) -> None:
     assert {"h2", "trio_retry._wire.http2", "http.cookiejar"} <= set(used)
     assert {"h11", "trio_retry._wire.http11"} <= set(result["plain"])
     assert set(CALL_LOOP) <= set(result["plain"])
+    assert set(ON_CLIENT) <= set(result["plain"])
 
 
 def _imported_by(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], list[str]]:

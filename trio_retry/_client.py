@@ -23,11 +23,9 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ._call.body import BLOCK_CLOSED
 from ._call.client_options import AttemptCallback, ClientOptions, RefreshableAuth
 from ._call.config import ClientConfig, configure
-from ._call.prepare import PreparedRequest, RequestOptions, Templates, prepare, prepare_plain
-from ._call.resilience import UpstreamStatus
+from ._call.request_options import RequestOptions
 from ._call.runtime import Lifecycle, Runtime
 from ._call.streaming import StreamCall
 from ._decoding import ACCEPT_ENCODING
@@ -41,7 +39,10 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ._call.answer import Closer
+    from ._call.body import BLOCK_CLOSED
     from ._call.loop import send, send_following
+    from ._call.prepare import PreparedRequest, Templates, prepare, prepare_plain
+    from ._call.resilience import UpstreamStatus
     from ._call.sse import EventStream
 
 __all__ = ["AttemptCallback", "Client", "RefreshableAuth", "RequestOptions"]
@@ -459,15 +460,18 @@ _PUBLIC_CODES[Client._stream.__wrapped__.__code__] = "Client.stream()"  # type: 
 
 
 def _load_the_call_loop() -> None:
-    """Import the retry loop (:mod:`._call.loop`: attempts, answers, resumption, hedging) and
-    bind its entry points here, once per process, when the first client is entered: every
-    call passes ``_prepare``, which refuses a client not entered, before it reaches them.
-    ``from trio_retry import Client`` alone does not import it (tests/test_startup.py), and a
-    call pays a plain global lookup for them, as for any import."""
-    global send, send_following
-    if "send" not in globals():
-        pass
+    """Import a call's path and bind its entry points here, once per process, when the first
+    client is entered: the retry loop (:mod:`._call.loop`: attempts, answers, resumption,
+    hedging), the preparation of a request (:mod:`._call.prepare`: bodies, redirects, auth,
+    idempotency keys) and the body reader (:mod:`._call.body`). Every call passes
+    ``_prepare``, which refuses a client not entered, before it reaches them. ``from
+    trio_retry import Client`` alone imports none of them (tests/test_startup.py), and a call
+    pays a plain global lookup for them, as for any import (rejected: an import statement in
+    each verb, a dictionary lookup and a call per request on the hot path)."""
+    global BLOCK_CLOSED, prepare, prepare_plain, send, send_following
+    from ._call.body import BLOCK_CLOSED
     from ._call.loop import send, send_following
+    from ._call.prepare import prepare, prepare_plain
 
 
 def _unknown_option(

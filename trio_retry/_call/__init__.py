@@ -6,6 +6,8 @@
 - :mod:`.config`: the client's configuration, a value built once from that table and checked
   there (``configure`` -> ``ClientConfig``);
 - :mod:`.alpn`: what a caller's ``SSLContext`` offers by ALPN (read from its ClientHello);
+- :mod:`.request_options`: the options of each call, written once (``RequestOptions``), the
+  table the verbs' signatures name;
 - :mod:`.prepare`: options -> :class:`~.prepare.PreparedRequest` (pure: validation, headers,
   body, idempotency; also the next request of a redirect);
 - :mod:`.loop`: the retry loop and the redirect chain; it asks ``_core/engine.py`` whether to

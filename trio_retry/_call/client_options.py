@@ -25,9 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, cast, runtime_checkable
 
-from .._auth import RequestAuth
 from .._core.attempt import Attempt
-from .._core.engine import RetryEligibilityEngine
 from .._core.policy import RetryPolicy, Upstream
 from .._models import HeaderTypes, StageTimeouts
 from .._tls import CertTypes, VerifyTypes
@@ -36,6 +34,8 @@ from .._wire.clock import DEFAULT_LIMITS
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
+    from .._auth import RequestAuth
+    from .._core.engine import RetryEligibilityEngine
     from .._observe.hooks import EventHooks
     from .._observe.otel import OpenTelemetry
     from .._wire.dialer import Dialer

@@ -21,15 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .._auth import BasicAuth, RequestAuth
 from .._core.checks import described
-from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
 from .._core.errors import InvalidRequest
 from .._core.policy import RetryPolicy, Upstream
 from .._core.secrecy import raise_detached, withheld
 from .._models import URL, Headers, Origin, StageTimeouts
-from .._observe.hooks import Hooks, normalize_event_hooks
-from .._observe.otel import Instrumentation, OpenTelemetry, default_telemetry
 from .._tls import CertTypes, ContextSource, VerifyTypes, context_source
 from .._url import as_base, shown_url
 from .._wire.clock import Default
@@ -48,6 +44,9 @@ from .options import OptionError, check_bool, check_deadline, check_retry, shown
 if TYPE_CHECKING:
     from http.cookiejar import CookieJar
 
+    from .._core.engine import RetryEligibilityEngine
+    from .._observe.hooks import Hooks
+    from .._observe.otel import Instrumentation
     from .._proxy import ProxyConfig
     from .._wire.dialer import Dialer
 
@@ -151,9 +150,12 @@ def _refuse(exc: OptionError | InvalidRequest, option: str | None = None) -> NoR
 
 
 def _auth(value: object) -> AuthTypes | None:
-    if value is None or (
-        isinstance(value, (RefreshableAuth, RequestAuth)) and not isinstance(value, type)
-    ):
+    if value is None:
+        return None
+    # (the credentials' module: imported by the first client given auth=, or the first call)
+    from .._auth import BasicAuth, RequestAuth
+
+    if isinstance(value, (RefreshableAuth, RequestAuth)) and not isinstance(value, type):
         return value
     if (
         isinstance(value, tuple)
@@ -255,6 +257,10 @@ def configure(options: ClientOptions) -> ClientConfig:
     _callable(
         options.json_dumps, "json_dumps", "a function turning a value into JSON text (json.dumps)"
     )
+    # The engine's module (its rules, replayability): imported by the first client built, not by
+    # ``from trio_retry import Client`` (tests/test_startup.py).
+    from .._core.engine import DefaultRetryEligibilityEngine, RetryEligibilityEngine
+
     engine = options.engine
     if engine is not None and not isinstance(engine, RetryEligibilityEngine):
         raise TypeError(f"engine must have a decide(context) method, got {shown(engine)}")
@@ -353,7 +359,11 @@ def _state_path(state: object) -> str | None:
 
 def _observers(options: ClientOptions) -> tuple[Hooks | None, Instrumentation | None]:
     """``event_hooks=`` checked, and the ``telemetry=`` instrumentation (not given: the
-    instrumentor's, ``opentelemetry-instrument``)."""
+    instrumentor's, ``opentelemetry-instrument``). Their modules are imported here, by the
+    first client built (tests/test_startup.py)."""
+    from .._observe.hooks import normalize_event_hooks
+    from .._observe.otel import OpenTelemetry, default_telemetry
+
     telemetry = options.telemetry
     if telemetry is TELEMETRY_DEFAULT:
         telemetry = default_telemetry()

@@ -24,7 +24,6 @@ import hashlib
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
-from .._body import new_uuid4
 from .._core.evidence import Evidence, FailureCategory
 from .._core.idempotency import Idempotency, classify_idempotency
 from .._errors import InvalidRequest
@@ -53,6 +52,8 @@ class Keyed(Protocol):
 
 def generated_key() -> str:
     """A fresh key: a UUID4 as an RFC 8941 ``sf-string`` (a UUID needs no escaping)."""
+    from .._body import new_uuid4  # (bodies: imported by the first call, not by Client())
+
     return f'"{new_uuid4()}"'
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._auth import BasicAuth, RequestAuth, netrc_auth
 from .._body import PreparedBody, form_body, prepare_body
@@ -50,6 +50,7 @@ from .options import (
     check_retry,
     shown,
 )
+from .request_options import Files, FormData, QueryParams, RequestOptions
 
 if TYPE_CHECKING:
     from .._core.hedging import Hedging
@@ -66,39 +67,6 @@ __all__ = [
     "prepare_plain",
     "prepare_redirect",
 ]
-
-
-#: One query or form value (``True``/``False`` are sent as ``true``/``false``).
-ParamValue: TypeAlias = "str | int | float | bool"
-#: ``params=``: names to a value, a list of values (repeated), or ``None`` (left out); or pairs.
-QueryParams: TypeAlias = (
-    "Mapping[str, ParamValue | Sequence[ParamValue] | None] | Sequence[tuple[str, ParamValue]]"
-)
-#: ``data=``: form fields, names to a value or a list of values.
-FormData: TypeAlias = "Mapping[str, ParamValue | Sequence[ParamValue]]"
-#: ``files=``: field names to a file object, a path, or ``(filename, body[, content_type])``.
-Files: TypeAlias = "Mapping[str, object]"
-
-
-class RequestOptions(TypedDict, total=False):
-    """The per-call options of ``request``, ``stream`` and every verb (all optional)."""
-
-    headers: HeaderTypes
-    params: QueryParams | None
-    content: Body | None
-    data: FormData | None
-    files: Files | None
-    json: object
-    deadline: float | None
-    idempotency: Idempotency | None
-    idempotency_key: str | bool | None
-    retry: RetryPolicy | None
-    follow_redirects: bool | None
-    cookies: Mapping[str, str] | None
-    auth: AuthTypes | tuple[str, str] | None
-    hedging: Hedging | bool | None
-    resume: bool | None
-    reconcile: Reconciler | None
 
 
 @dataclass(kw_only=True)

@@ -20,7 +20,6 @@ from .._core.evidence import Evidence, FailureCategory, Stage
 from .._core.policy import Upstream
 from .._models import Origin
 from .._wire.progress import WireError
-from .resilience import Guard
 
 __all__ = ["Permit", "UpstreamState", "Upstreams", "admit", "release"]
 
@@ -37,6 +36,10 @@ class UpstreamState:
     def __init__(self, upstream: Upstream, origin: str = "") -> None:
         self.upstream = upstream
         self.budget = upstream.budget
+        # (breakers, throttles, hedging: imported with the first origin's state, once per
+        # process, not by ``from trio_retry import Client``: tests/test_startup.py)
+        from .resilience import Guard
+
         self.guard = Guard(upstream, origin)
         # Admission has work to do (a breaker or a throttle): no unscoped fast path then.
         self.guarded = upstream.breaker is not None or upstream.throttle is not None
