@@ -182,6 +182,21 @@ def _renegotiating_context(certs: Certs) -> object:
     return ctx
 
 
+async def _read_to_the_end(client: ClientStream) -> tuple[bytes, str | None]:
+    """What ``client`` receives until the server closes (at most 100 reads), and, if the
+    stream broke first, the name of the error beneath trio's ``BrokenResourceError``."""
+    data = b""
+    try:
+        for _ in range(100):  # bounded
+            chunk = await client.receive_some()
+            if not chunk:
+                break
+            data += chunk
+    except trio.BrokenResourceError as exc:
+        return data, type(exc.__cause__).__name__
+    return data, None
+
+
 async def _renegotiation(kind: str, server_ctx: object, client_ctx: ssl.SSLContext) -> list[object]:
     """A TLS 1.2 server that sends "before", asks for a renegotiation, and once it is done
     sends "after" and closes; what the client read, and how it ended."""
@@ -246,15 +261,8 @@ async def _renegotiation(kind: str, server_ctx: object, client_ctx: ssl.SSLConte
             client = await connect(kind, port, client_ctx)
             try:
                 await client.do_handshake()
-                data = b""
-                for _ in range(100):  # bounded
-                    chunk = await client.receive_some()
-                    if not chunk:
-                        break
-                    data += chunk
-                seen.append(data)
-            except trio.BrokenResourceError as exc:
-                seen += [data, ("error", type(exc.__cause__).__name__)]
+                data, error = await _read_to_the_end(client)
+                seen += [data] if error is None else [data, ("error", error)]
             finally:
                 await trio.aclose_forcefully(client)
     return [*seen, renegotiated]
@@ -357,14 +365,9 @@ async def _renegotiation_during_upload(kind: str, certs: Certs, size: int) -> li
             try:
                 await client.do_handshake()
                 await client.send_all(b"u" * size)
-                data = b""
-                for _ in range(100):  # bounded
-                    chunk = await client.receive_some()
-                    if not chunk:
-                        break
-                    data += chunk
-                seen.append(data)
-            except trio.BrokenResourceError as exc:
+                data, error = await _read_to_the_end(client)
+                seen.append(data if error is None else ("error", error))
+            except trio.BrokenResourceError as exc:  # (the upload's)
                 seen.append(("error", type(exc.__cause__).__name__))
             finally:
                 await trio.aclose_forcefully(client)
