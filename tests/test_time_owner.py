@@ -149,7 +149,14 @@ def test_every_fixed_limit_is_in_the_table() -> None:
     """Each limit the brief of issue #40 named sits in ``clock.FIXED`` (a float, used)."""
     from trio_retry._wire.clock import FIXED
 
-    for name in ("happy_eyeballs", "http2_stall", "quic_idle", "quic_handshake", "ping_after_idle"):
+    for name in (
+        "happy_eyeballs",
+        "http2_stall",
+        "quic_idle",
+        "quic_handshake",
+        "ping_after_idle",
+        "ack_hold",
+    ):
         assert isinstance(getattr(FIXED, name), float)
         users = [
             path for path in _client_modules() if re.search(rf"FIXED\.{name}\b", path.read_text())

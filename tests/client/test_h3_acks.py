@@ -1,12 +1,13 @@
 """The acknowledgement a response is owed rides with the caller's next request
 (``_wire/http3/acks.py``), on real loopback sockets through a UDP relay that counts the
 client's datagrams: against our FaultServer and against caddy. With the hold turned off
-(``acks.HOLD = 0``: the differential), the same calls get the same answers, and over qh3 each
+(``FIXED.ack_hold = 0``: the differential), the same calls get the same answers, and over qh3 each
 sequential request cost two datagrams (the acknowledgement alone, then the request). A
 response no request follows still gets its acknowledgement, alone, within the hold."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from tests.support.caddy import RunningCaddy
 from tests.support.fixtures import caddy as caddy
 from tests.support.udp_relay import Faults, UdpRelay
 from trio_retry import RetryPolicy, Upstream
+from trio_retry._wire.clock import FIXED
 from trio_retry._wire.http3 import acks, backend
 from trio_retry.testing import FaultServer
 
@@ -69,7 +71,7 @@ async def test_a_sequential_request_carries_the_acknowledgement_fault_server(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, hold: bool
 ) -> None:
     if not hold:
-        monkeypatch.setattr(acks, "HOLD", 0.0)
+        monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_hold=0.0))
     server = await _server(nursery)
     with trio.fail_after(20):
         async with _through_a_relay(nursery, server.port, server.client_ssl_context()) as (
@@ -92,7 +94,7 @@ async def test_a_sequential_request_carries_the_acknowledgement_caddy(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, caddy: RunningCaddy, hold: bool
 ) -> None:
     if not hold:
-        monkeypatch.setattr(acks, "HOLD", 0.0)
+        monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_hold=0.0))
     with trio.fail_after(20):
         async with _through_a_relay(nursery, caddy.port, caddy.ssl_context()) as (
             relay,

@@ -5,6 +5,8 @@ sequential request, a lone acknowledgement still sent) is ``tests/client/test_h3
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 pytest.importorskip("aioquic")
@@ -12,6 +14,7 @@ pytest.importorskip("aioquic")
 from tests.wire.test_h3_zero_rtt import Endpoints, _settle
 from tests.wire.test_h3_zero_rtt import endpoints as endpoints
 from tests.wire.test_h3_zero_rtt import pki as pki
+from trio_retry._wire.clock import FIXED
 from trio_retry._wire.http3 import acks, backend
 
 
@@ -45,7 +48,7 @@ def test_held_only_after_a_response_with_nothing_else_to_send(
 ) -> None:
     quic = _Quic(owes=owes)
     until = acks.hold_until(quic, 10.0, answered=answered, kicked=kicked, leftovers=leftovers)
-    assert until == (10.0 + acks.HOLD if held else None)
+    assert until == (10.0 + FIXED.ack_hold if held else None)
 
 
 def test_a_quic_that_cannot_say_holds_nothing() -> None:
@@ -55,14 +58,14 @@ def test_a_quic_that_cannot_say_holds_nothing() -> None:
 
 
 def test_no_hold_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(acks, "HOLD", 0.0)
+    monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_hold=0.0))
     quic = _Quic()
     assert acks.hold_until(quic, 1.0, answered=True, kicked=False, leftovers=False) is None
 
 
 def test_the_hold_is_far_inside_the_announced_max_ack_delay() -> None:
     """RFC 9000 §13.2.1: within ``max_ack_delay`` (25 ms, both libraries' default)."""
-    assert 0 < acks.HOLD <= 0.005
+    assert 0 < FIXED.ack_hold <= 0.005
 
 
 def test_what_quic_owes_after_a_response_ends(endpoints: Endpoints) -> None:

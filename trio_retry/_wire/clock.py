@@ -180,6 +180,10 @@ class FixedLimits:
     http2_stall: float = 10.0
     #: aioquic closes a QUIC connection idle this long (its ``idle_timeout``: ``http3/quic.py``).
     quic_idle: float = 30.0
+    #: How long an acknowledgement QUIC owes after a response waits for the caller's next
+    #: request to carry it, at most (``http3/acks.py``): far inside the 25 ms ``max_ack_delay``
+    #: both QUIC libraries announce (RFC 9000 §13.2.1); ``0``: never held.
+    ack_hold: float = 0.001
     reconcile: float = 30.0  # a call's reconciler, at most (SPEC §19: ``_call/reconcile.py``)
 
 

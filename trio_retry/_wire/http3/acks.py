@@ -17,9 +17,10 @@ the rest of the task's round. Over aioquic the acknowledgement waits aioquic's o
 What allows it: RFC 9000 §13.2.1 asks for 1-RTT packets to be acknowledged within the
 ``max_ack_delay`` the client announced (qh3's: 25 ms); only Initial and Handshake packets are
 acknowledged at once, and §13.2.2's "after two ack-eliciting packets" concerns a sender that
-keeps sending (a download, which never meets the conditions below). The hold is :data:`HOLD`
-(1 ms, aioquic's own delay), far inside that bound, and the acknowledgement's ACK Delay field
-says how long it waited, so the server's RTT estimate is unharmed (§13.2.5).
+keeps sending (a download, which never meets the conditions below). The hold is
+``clock.FIXED.ack_hold`` (1 ms, aioquic's own delay), far inside that bound, and the
+acknowledgement's ACK Delay field says how long it waited, so the server's RTT estimate is
+unharmed (§13.2.5).
 
 Held only when all of these hold (each one a case where holding would cost more than it saves):
 
@@ -33,7 +34,7 @@ Held only when all of these hold (each one a case where holding would cost more 
   acknowledgement's, due, and no stream byte is queued; over aioquic, never).
 
 Then a request flushed during the wait carries it (``DatagramPump.send_now``: one datagram
-instead of two, and no round of the task); a caller that sends nothing within :data:`HOLD` gets
+instead of two, and no round of the task); a caller that sends nothing within the hold gets
 it sent alone when the wait ends, as before; a datagram arriving during the wait ends it, and
 that round decides afresh (a hold never extends itself).
 
@@ -47,11 +48,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["HOLD", "AckOwner", "hold_until"]
+from ..clock import FIXED
 
-#: How long an acknowledgement waits for a request to carry it, at most (seconds); ``0``:
-#: never held (the tests compare both).
-HOLD = 0.001
+__all__ = ["AckOwner", "hold_until"]
 
 
 class AckOwner(Protocol):
@@ -69,11 +68,12 @@ def hold_until(
     round that just ended at ``now``; ``kicked``: the task was kicked since its last send;
     ``leftovers``: a caller's flush left datagrams for the task. Never raises: a QUIC that
     cannot say means nothing is held."""
-    if not answered or kicked or leftovers or HOLD <= 0:
+    hold = FIXED.ack_hold
+    if not answered or kicked or leftovers or hold <= 0:
         return None
     try:
         if not quic.owes_only_an_ack(now):
             return None
     except Exception:
         return None
-    return now + HOLD
+    return now + hold
