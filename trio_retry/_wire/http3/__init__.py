@@ -15,6 +15,8 @@ Imports go one way, down this list:
 - ``control.py``    the server's GOAWAY, read from its control stream (aioquic drops it), and
                     the limits on its frames
 - ``headers.py``    a response's field section checked, made the head a caller reads
+- ``whole.py``      a whole small response read in one pass, when it is plain (the fast
+                    path; anything else goes to aioquic's HTTP/3, which reads it as before)
 - ``stream.py``     a request stream as its caller sees it (the head, the body, its proof)
 - ``udp_batch.py``  many datagrams per read: qh3's binding of ``recvmmsg`` (the boundary)
 - ``udp.py``        the UDP socket: each datagram on the path QUIC chose, ICMP errors by path,

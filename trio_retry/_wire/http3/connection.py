@@ -64,9 +64,7 @@ from .stream import H3Stream
 from .udp import UdpPaths
 
 if TYPE_CHECKING:
-    from aioquic.h3.connection import H3Connection
-
-    from .shims import CheckedQuicConnection
+    from .shims import CheckedQuicConnection, PushlessH3Connection
 
 __all__ = ["HTTP3Connection"]
 
@@ -102,7 +100,7 @@ class HTTP3Connection:
         self,
         paths: UdpPaths,
         quic: CheckedQuicConnection,
-        h3: H3Connection,
+        h3: PushlessH3Connection,
         origin_key: object,
         *,
         authority: str,

@@ -52,10 +52,8 @@ from .stream import H3Stream
 from .udp import UdpPaths
 
 if TYPE_CHECKING:
-    from aioquic.h3.connection import H3Connection
-
     from ..timekeeper import Timekeeper
-    from .shims import CheckedQuicConnection
+    from .shims import CheckedQuicConnection, PushlessH3Connection
 
 __all__ = ["BUFFER_LIMIT", "DEFAULT_STREAMS", "H3State", "QuicDriver"]
 
@@ -124,7 +122,7 @@ class QuicDriver:
         self,
         paths: UdpPaths,
         quic: CheckedQuicConnection,
-        h3: H3Connection,
+        h3: PushlessH3Connection,
         *,
         timekeeper: Timekeeper | None,
         max_header_bytes: int,

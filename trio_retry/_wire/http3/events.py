@@ -40,11 +40,10 @@ from .frames import FrameRefused
 from .headers import check_trailers, response_head
 from .shims import MalformedResponse
 from .stream import H3Stream
+from .whole import read_whole
 
 if TYPE_CHECKING:
-    from aioquic.h3.connection import H3Connection
-
-    from .shims import CheckedQuicConnection
+    from .shims import CheckedQuicConnection, PushlessH3Connection
 
 __all__ = ["H3_EVENTS", "NOT_FOR_H3", "QUIC_EVENTS", "QuicDriver", "dispatch", "to_h3"]
 
@@ -53,7 +52,7 @@ class QuicDriver(Protocol):
     """What the events' functions read and move of a connection (``driver.QuicDriver``)."""
 
     quic: CheckedQuicConnection
-    h3: H3Connection
+    h3: PushlessH3Connection
     control: ControlReader
     streams: dict[int, H3Stream]
     idle: IdlePing
@@ -174,6 +173,8 @@ def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
     try:
         if stream is not None:
             stream.frames.feed(event.data, driver.max_header_bytes)
+            if event.end_stream and _whole(driver, stream, event.data):
+                return False
         elif stream_id % 4 == 3:
             goaway = control.feed(stream_id, event.data)
             if goaway is not None:
@@ -196,6 +197,29 @@ def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
         words = f"the server broke HTTP/3: {refused.message} ({application_error(refused.code)})"
         driver.connection_error(refused.code, words)
         return False
+    return True
+
+
+def _whole(driver: QuicDriver, stream: H3Stream, data: bytes) -> bool:
+    """Whether ``data``, all of ``stream``'s bytes (past ``frames.py``'s limits), was a plain
+    response read whole (``whole.py``), its head and body handed to the stream; ``False``:
+    HTTP/3 reads them, as any."""
+    h3 = driver.h3
+    stream_id = stream.stream_id
+    no_content = h3.untouched(stream_id)
+    if no_content is None:
+        return False
+    limit = driver.max_header_bytes
+    whole = read_whole(data, stream_id, h3.decode_section, no_content, limit)
+    if whole is None:
+        return False
+    h3.read_elsewhere(stream_id)
+    head = response_head(whole.fields, limit, stream)
+    assert head is not None  # (``whole.py`` reads final heads within the limit only)
+    body = whole.body
+    stream.head(head, not body)
+    if body:
+        stream.data(body, True)
     return True
 
 

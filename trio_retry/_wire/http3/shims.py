@@ -63,6 +63,14 @@ each behind a probe that fails closed (the dependency is pinned below 2 in ``pyp
   those names is missing or takes other parameters, :func:`client_h3` makes a
   :class:`PushlessH3Connection` instead: a malformed response (and a HEAD) then closes the
   connection as aioquic does, which fails the requests beside it but proves nothing false.
+- :class:`StreamErrorsH3Connection` lets a whole response be read elsewhere (``whole.py``,
+  the fast path of a small response): :meth:`~StreamErrorsH3Connection.untouched` says when
+  aioquic has read nothing of a stream yet (its ``H3Stream``'s buffer, frame, head state),
+  :meth:`~PushlessH3Connection.decode_section` decodes a field section with aioquic's own
+  decoder (``_decoder``), and :meth:`~StreamErrorsH3Connection.read_elsewhere` marks the
+  stream's receiving side ended, so that aioquic forgets it as it forgets any stream ended
+  both ways. The same probe (:func:`_wrappable`) covers those names; without them nothing
+  is read elsewhere.
 
 A refusal is raised out of :meth:`CheckedQuicConnection.receive_datagram` as
 :class:`HandshakeRefused` once the connection is closed with the matching TLS alert
@@ -80,7 +88,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pylsqpack
-from aioquic.h3.connection import H3Connection, MessageError, Setting
+from aioquic.h3.connection import H3Connection, HeadersState, MessageError, Setting
 from aioquic.h3.connection import H3Stream as AioquicStream
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.connection import NetworkAddress, QuicConnection
@@ -299,6 +307,31 @@ class PushlessH3Connection(H3Connection):
         settings[Setting.MAX_FIELD_SECTION_SIZE] = self._max_field_section
         return settings
 
+    # --- a whole response read elsewhere (``whole.py``) -------------------------------------
+
+    def untouched(self, stream_id: int) -> bool | None:
+        """``None``: the stream's response is this layer's to read (here, none is read
+        elsewhere); see :meth:`StreamErrorsH3Connection.untouched`."""
+        return None
+
+    def decode_section(self, stream_id: int, section: bytes) -> list[tuple[bytes, bytes]] | None:
+        """The fields of ``section`` (a field section of ``stream_id``), as this layer decodes
+        them, or ``None`` when the decoder refuses it; what the decoder has to tell the
+        server's encoder goes on the decoder stream, as here."""
+        try:
+            decoder, fields = self._decoder.feed_header(stream_id, section)
+        except (pylsqpack.DecompressionFailed, pylsqpack.StreamBlocked):
+            return None
+        stream = self._local_decoder_stream_id
+        if decoder and stream is not None:  # (none for a section that needs no dynamic table)
+            self._decoder_bytes_sent += len(decoder)
+            self._quic.send_stream_data(stream, decoder)
+        return fields
+
+    def read_elsewhere(self, stream_id: int) -> None:
+        """The whole response of ``stream_id`` was read elsewhere (``whole.py``): this layer
+        receives nothing more of it, and forgets it once its request is sent."""
+
 
 @dataclass
 class MalformedResponse(H3Event):
@@ -321,6 +354,17 @@ _WRAPPED = {
     "_decode_headers": ["self", "stream_id", "frame_data"],
 }
 
+#: The state of aioquic's ``H3Stream`` the wrappers read (``untouched``: all but the first).
+_STREAM_STATE = (
+    "stream_id",
+    "buffer",
+    "receiving_ended",
+    "frame_size",
+    "blocked",
+    "interim_response_received",
+    "headers_recv_state",
+    "is_ended",
+)
 #: The state of aioquic's ``H3Connection`` the wrappers read.
 _STATE = ("_stream", "_decoder", "_decoder_bytes_sent", "_local_decoder_stream_id", "_quic")
 
@@ -335,7 +379,8 @@ def _wrappable() -> bool:
     stream = AioquicStream(0)
     assigned = H3Connection.__init__.__code__.co_names  # (the attributes it sets, among others)
     return (
-        all(hasattr(stream, name) for name in ("stream_id", "buffer", "receiving_ended"))
+        all(hasattr(stream, name) for name in _STREAM_STATE)
+        and stream.headers_recv_state is HeadersState.INITIAL
         and all(name in assigned for name in _STATE)
         and callable(getattr(H3Connection, "send_headers", None))
     )
@@ -363,6 +408,39 @@ class StreamErrorsH3Connection(PushlessH3Connection):
         super().send_headers(stream_id, headers, end_stream)
         if (b":method", b"HEAD") in headers and stream_id in self._stream:
             self._no_content.add(stream_id)
+
+    # --- a whole response read elsewhere (``whole.py``) -------------------------------------
+
+    def untouched(self, stream_id: int) -> bool | None:
+        """Whether the response on ``stream_id`` has no content (the request was a HEAD), when
+        none of it was read here yet (no frame, no byte kept, no head) and the stream is in
+        no other state of this class's (malformed): ``whole.py`` may then read it whole.
+        ``None`` otherwise: the bytes are this layer's to read."""
+        stream = self._stream.get(stream_id)
+        if (
+            stream is None
+            or stream.buffer
+            or stream.frame_size is not None
+            or stream.blocked
+            or stream.receiving_ended
+            or stream.interim_response_received
+            or stream.headers_recv_state is not HeadersState.INITIAL
+            or stream_id in self._malformed
+        ):
+            return None
+        return stream_id in self._no_content
+
+    def read_elsewhere(self, stream_id: int) -> None:
+        """The whole response of ``stream_id`` was read by ``whole.py``: the stream has
+        received all it will (its end is not checked here again), and aioquic forgets it as
+        it forgets any stream ended both ways (now, or once the request's last byte is
+        handed over)."""
+        self._no_content.discard(stream_id)
+        stream = self._stream.get(stream_id)
+        if stream is not None:
+            stream.receiving_ended = True
+            if stream.is_ended():
+                del self._stream[stream_id]
 
     # --- aioquic's private methods, wrapped -------------------------------------------------
 
@@ -472,7 +550,7 @@ class StreamErrorsH3Connection(PushlessH3Connection):
 _STREAM_ERRORS = _wrappable()
 
 
-def client_h3(quic: QuicConnection, *, max_header_bytes: int) -> H3Connection:
+def client_h3(quic: QuicConnection, *, max_header_bytes: int) -> PushlessH3Connection:
     """The client's HTTP/3 state machine over ``quic``: a :class:`StreamErrorsH3Connection`
     when this aioquic has what it wraps, else a :class:`PushlessH3Connection`. Raises
     :class:`LimitsUnsupported` when this aioquic does not let the client's limits be set."""
