@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ..._core.evidence import Stage
-from ..clock import bound, limit_of
+from ..._core.evidence import FailureCategory, Stage
+from ..clock import bound, limit_of, timeout_message
 from ..contract import Failure
 from ..exchange import WireResponse
 from ..progress import AttemptProgress, WireError
@@ -143,10 +143,27 @@ class H3Stream:
         await event.wait()
 
     async def _wait(self, which: str, limit: float | None, progress: AttemptProgress) -> None:
-        """Wait for the driver to change the stream, within ``limit`` (``which``'s bound)."""
+        """Wait for the driver to change the stream, within ``limit`` (``which``'s bound): kept
+        on the client's timekeeper, whose lane for ``which`` fails the stream when it runs out
+        (:meth:`stage_expired`), as HTTP/2's streams are. The rejected alternative, a cancel
+        scope per wait (as before), armed and cancelled a timer of trio's for every response.
+        A limit the lane does not keep (a call's deadline shortening it) is a cancel scope's."""
         self._changed = event = trio.Event()
-        with bound(which, self._owner.timekeeper, progress=progress, limit=limit):
+        with bound(which, self._owner.timekeeper, progress=progress, limit=limit, target=self):
             await event.wait()
+
+    def stage_expired(self, which: str, progress: AttemptProgress) -> None:
+        """A wait's bound ran out (``clock.py``, the timekeeper's task): the stream fails, which
+        wakes its caller, and the bound reports the timeout; the stream is then reset, as after
+        any failure. What arrived before the timekeeper's task ran wins, as it would over a
+        cancel scope's expiry: a head, for ``first_byte``; a body chunk or its end, for
+        ``read``."""
+        if which == "first_byte" and self.response is not None:
+            return
+        if which == "read" and (self._chunks or self._ended):
+            return
+        limit = limit_of(self._owner.timekeeper, which)
+        self.fail(Failure(FailureCategory.TIMEOUT, timeout_message(which, limit)))
 
     async def receive_head(self, progress: AttemptProgress, limit: float | None) -> WireResponse:
         """The final response head, waited for within the first-byte bound ``limit``.
