@@ -49,12 +49,20 @@ import trio
 
 from .udp_batch import BatchReader, batch_reader
 
-__all__ = ["Address", "UdpPaths", "send_datagrams"]
+__all__ = ["RECEIVE_BUFFER", "Address", "UdpPaths", "send_datagrams"]
 
 #: A socket address as Python gives it: ``(host, port)``, or for IPv6
 #: ``(host, port, flowinfo, scope_id)`` (aioquic's ``NetworkAddress``).
 Address: TypeAlias = "tuple[Any, ...]"
 
+#: The receive buffer asked for (``SO_RCVBUF``; the kernel caps it at ``net.core.rmem_max`` and
+#: Linux doubles it for its bookkeeping). Linux's default, 208 KiB, holds about 90 datagrams of
+#: 1,350 bytes (each is counted with its kernel overhead): a server sending at loopback speed
+#: filled it whenever the client's task spent a millisecond elsewhere, and every datagram
+#: dropped there was a loss to QUIC (a retransmission, and the server's congestion window cut).
+#: ``acks.py`` leaves the socket unread for a moment during a download, by design. Kernel
+#: memory, bounded by the kernel, held only while datagrams wait in it.
+RECEIVE_BUFFER = 1024 * 1024
 #: ``<linux/in.h>`` and ``<linux/in6.h>``: Python's socket module names neither.
 _IP_RECVERR = 11
 _IPV6_RECVERR = 25
@@ -100,6 +108,7 @@ class UdpPaths:
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
+            _receive_buffer(sock)
             self._connected = not _report_errors(sock, family)
             if self._connected:
                 sock.connect(peer)  # (UDP: sets the peer, sends nothing, never blocks)
@@ -223,6 +232,16 @@ class UdpPaths:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _receive_buffer(sock: socket.socket) -> None:
+    """Ask for :data:`RECEIVE_BUFFER` where the socket's own is smaller (a system that refuses
+    keeps its own)."""
+    try:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < RECEIVE_BUFFER:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    except OSError:
+        pass
 
 
 def _report_errors(sock: socket.socket, family: int) -> bool:
