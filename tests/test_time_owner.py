@@ -156,6 +156,7 @@ def test_every_fixed_limit_is_in_the_table() -> None:
         "quic_handshake",
         "ping_after_idle",
         "ack_hold",
+        "ack_coalesce",
     ):
         assert isinstance(getattr(FIXED, name), float)
         users = [

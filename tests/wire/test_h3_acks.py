@@ -89,3 +89,93 @@ def test_what_quic_owes_after_a_response_ends(endpoints: Endpoints) -> None:
     client.acknowledge_with_next(pair.now)  # (as a caller's flush does)
     assert pair.to_server() == 1  # the request, with the acknowledgement
     assert client.datagrams_to_send(now=pair.now + 0.01) == []
+
+
+# --- during a download (``acks.BulkReads``) ---------------------------------------------------
+
+_FULL = 1350  # (a datagram of a download, about)
+
+
+def _round(
+    reads: acks.BulkReads,
+    *,
+    datagrams: int = 4,
+    delivered: int | None = None,
+    answered: bool = False,
+    kicked: bool = False,
+) -> float | None:
+    size = datagrams * _FULL
+    body = size - 40 * datagrams if delivered is None else delivered
+    return reads.next_read(
+        5.0, datagrams=datagrams, size=size, delivered=body, answered=answered, kicked=kicked
+    )
+
+
+def _under_way() -> acks.BulkReads:
+    """A download past its first :data:`acks.BULK_AFTER` bytes (each of those rounds read at
+    once)."""
+    reads = acks.BulkReads()
+    for _ in range(acks.BULK_AFTER // (4 * (_FULL - 40))):
+        assert _round(reads) is None
+    assert _round(reads) == 5.0 + FIXED.ack_coalesce
+    return reads
+
+
+def test_a_download_under_way_waits_after_a_round_of_few_datagrams() -> None:
+    reads = _under_way()
+    assert _round(reads, datagrams=1) == 5.0 + FIXED.ack_coalesce
+    assert _round(reads, datagrams=acks.FEW - 1) == 5.0 + FIXED.ack_coalesce
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"datagrams": acks.FEW},  # the client is behind: it reads again at once
+        {"datagrams": 0},  # a timer's round, or a kick's
+        {"kicked": True},  # a caller has something to send
+    ],
+    ids=["many", "none", "kicked"],
+)
+def test_these_rounds_read_again_at_once_and_the_download_stays_under_way(
+    case: dict[str, int | bool],
+) -> None:
+    reads = _under_way()
+    assert _round(reads, **case) is None  # type: ignore[arg-type]
+    assert _round(reads) == 5.0 + FIXED.ack_coalesce
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"answered": True},  # a response ended: the next request's round trip must not wait
+        {"delivered": 0},  # bytes behind a hole (a loss, reordering): the ACK goes at once
+        {"delivered": 2 * _FULL - 1},  # less than half of 4 datagrams delivered in order
+    ],
+    ids=["answered", "hole", "mostly-not-body"],
+)
+def test_these_rounds_read_at_once_and_the_count_starts_again(case: dict[str, int | bool]) -> None:
+    reads = _under_way()
+    assert _round(reads, **case) is None  # type: ignore[arg-type]
+    assert _round(reads) is None  # (the first BULK_AFTER bytes again)
+    for _ in range(acks.BULK_AFTER // (4 * (_FULL - 40))):
+        _round(reads)
+    assert _round(reads) == 5.0 + FIXED.ack_coalesce
+
+
+def test_small_responses_never_wait() -> None:
+    """Sequential small requests: each round ends a response."""
+    reads = acks.BulkReads()
+    for _ in range(1000):
+        assert _round(reads, datagrams=1, answered=True) is None
+
+
+def test_no_wait_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _under_way()
+    monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_coalesce=0.0))
+    assert _round(reads) is None
+
+
+def test_the_wait_is_far_inside_the_announced_max_ack_delay() -> None:
+    """RFC 9000 §13.2.1: within ``max_ack_delay`` (25 ms, both libraries' default), with room
+    for the round itself."""
+    assert 0 < FIXED.ack_coalesce <= 0.002

@@ -184,6 +184,11 @@ class FixedLimits:
     #: request to carry it, at most (``http3/acks.py``): far inside the 25 ms ``max_ack_delay``
     #: both QUIC libraries announce (RFC 9000 §13.2.1); ``0``: never held.
     ack_hold: float = 0.001
+    #: How long the QUIC task leaves the socket unread after a round of a download that took
+    #: few datagrams, so that the next round takes more of them at once and acknowledges them
+    #: in one ACK (``http3/acks.py``, :class:`~trio_retry._wire.http3.acks.BulkReads`): far
+    #: inside the 25 ms ``max_ack_delay`` announced (RFC 9000 §13.2.1); ``0``: read at once.
+    ack_coalesce: float = 0.0005
     reconcile: float = 30.0  # a call's reconciler, at most (SPEC §19: ``_call/reconcile.py``)
 
 

@@ -18,12 +18,13 @@ per datagram: a 10 MB download ran at a twentieth of HTTP/2's speed, mostly in t
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from ..clock import closing
-from .acks import hold_until
+from .acks import BulkReads, hold_until
 from .codes import H3_NO_ERROR
 from .udp import Address, UdpPaths, send_datagrams
 
@@ -68,7 +69,18 @@ class DatagramPump:
     driver's task ends the connection on it, as on any bug).
     """
 
-    __slots__ = ("_owner", "_unsent", "paths", "quic")
+    __slots__ = (
+        "_bulk",
+        "_owner",
+        "_unsent",
+        "delivered",
+        "hold",
+        "paths",
+        "quic",
+        "read_at",
+        "taken",
+        "taken_bytes",
+    )
 
     def __init__(self, paths: UdpPaths, quic: CheckedQuicConnection, owner: PumpOwner) -> None:
         #: The UDP socket (``udp.py``).
@@ -77,30 +89,55 @@ class DatagramPump:
         self._owner = owner
         #: What :meth:`send_now` could not send (the task's :meth:`send` sends it first).
         self._unsent: list[tuple[bytes, Address]] = []
+        #: The datagrams the last :meth:`receive` read, and their bytes; the body bytes the
+        #: owner handed its callers since the last :meth:`pace` (it counts them here).
+        self.taken = 0
+        self.taken_bytes = 0
+        self.delivered = 0
+        #: Until when the task's next round sends nothing, holding QUIC's acknowledgement for a
+        #: caller's request to carry (``None``: it sends at once), and before when it reads the
+        #: socket again during a download (``math.inf``: as soon as it is readable); both
+        #: decided by :meth:`pace` (``acks.py``).
+        self.hold: float | None = None
+        self.read_at = math.inf
+        self._bulk = BulkReads()
 
-    def hold_until(self, now: float, *, answered: bool, kicked: bool) -> float | None:
-        """Until when the task's next round sends nothing, holding QUIC's acknowledgement for
-        a caller's request to carry, or ``None`` (``acks.py``: ``answered``, a response ended
-        in the round; ``kicked``, the task was kicked; never while a flush's leftovers wait)."""
+    def pace(self, now: float, *, answered: bool, kicked: bool, full: bool) -> None:
+        """At the end of a round of the task: :attr:`hold` and :attr:`read_at` (``acks.py``:
+        ``answered``, a response ended in the round; ``kicked``, the task was kicked; no hold
+        while a flush's leftovers wait; no wait to read while ``full``, the callers' buffers
+        are: the task's wait for room is never cut short to read more)."""
         unsent = bool(self._unsent)
-        return hold_until(self.quic, now, answered=answered, kicked=kicked, leftovers=unsent)
+        self.hold = hold_until(self.quic, now, answered=answered, kicked=kicked, leftovers=unsent)
+        delivered, self.delivered = self.delivered, 0
+        read_at = self._bulk.next_read(
+            now,
+            datagrams=self.taken,
+            size=self.taken_bytes,
+            delivered=delivered,
+            answered=answered,
+            kicked=kicked,
+        )
+        self.read_at = math.inf if read_at is None or full else read_at
 
     def receive(self, now: float, woken: bool) -> None:
         """Hand QUIC every datagram queued (up to :data:`BATCH`), those from one address in
         one call (``receive_datagrams``: qh3 takes them in one call of its core), telling the
         owner that they arrived, and of an error (after what was read before it). ``woken``:
         the wait before this ended by a kick or QUIC's timer, not because the socket is
-        readable."""
+        readable. What it read is counted in :attr:`taken` and :attr:`taken_bytes`."""
         paths = self.paths
         taken: list[bytes] = []
         source: Address | None = None
         failed: OSError | None = None
         empty = False
-        while len(taken) < BATCH:
+        count = size = 0
+        self.taken = self.taken_bytes = 0
+        while count < BATCH:
             try:
                 datagrams, address = paths.receive_many()
             except BlockingIOError:
-                empty = not taken and not woken
+                empty = not count and not woken
                 break
             except OSError as exc:
                 failed = exc
@@ -110,7 +147,10 @@ class DatagramPump:
                     return
                 taken = []
             taken += datagrams
+            count += len(datagrams)
+            size += sum(map(len, datagrams))
             source = address
+        self.taken, self.taken_bytes = count, size
         if taken and not self._hand(taken, source, now):
             return
         if failed is not None:

@@ -89,7 +89,6 @@ class QuicDriver:
 
     __slots__ = (
         "_answered",
-        "_hold",
         "_kicked",
         "_on_dead",
         "_on_draining",
@@ -177,11 +176,8 @@ class QuicDriver:
         self._wait_scope: trio.CancelScope | None = None
         #: Kicked since its last send (its next wait ends at once).
         self._kicked = False
-        #: A response ended in the task's current round (``acks.py``).
+        #: A response ended in the task's current round (``acks.py``: the pump's ``pace``).
         self._answered = False
-        #: Until when the task's wait holds QUIC's acknowledgement back for a caller's next
-        #: request to carry (``acks.py``); ``None``: it sends what QUIC has at once.
-        self._hold: float | None = None
         self._on_dead = on_dead
         self._on_handshake_failed = on_handshake_failed
         self._on_handshake_done = on_handshake_done
@@ -213,6 +209,7 @@ class QuicDriver:
     def received(self, size: int) -> None:
         """Body bytes arrived for a caller (:data:`BUFFER_LIMIT`)."""
         self.buffered += size
+        self.pump.delivered += size
         if self.buffered > BUFFER_LIMIT and self._room.is_set():
             self._room = trio.Event()
 
@@ -424,17 +421,17 @@ class QuicDriver:
             return self.kick()
         if not self.pump.send_now():  # (the socket is full, or failed: the task sends)
             return self.kick()
-        self._hold = None  # (an acknowledgement held went with the request: ``acks.py``)
+        self.pump.hold = None  # (an acknowledgement held went with the request: ``acks.py``)
         retime(scope, self._wake_at())  # (QUIC's timer moved: a new packet is in flight)
 
     def _wake_at(self) -> float:
         """When the task's wait ends at the latest: QUIC's timer, or the handshake's limit."""
         if self._kicked:
             return -math.inf
-        if self._hold is not None:
-            return self._hold  # (QUIC's timer is the acknowledgement held, due already)
+        if self.pump.hold is not None:
+            return self.pump.hold  # (QUIC's timer is the acknowledgement held, due already)
         timer = self.quic.get_timer()
-        return min(self.pending.due, math.inf if timer is None else timer)
+        return min(self.pending.due, math.inf if timer is None else timer, self.pump.read_at)
 
     async def run(self) -> None:
         """The connection's task: send, wait for datagrams or the timer, process; until the
@@ -443,10 +440,10 @@ class QuicDriver:
 
         Each round takes every datagram already received, and sends what QUIC made of them,
         in batches (``datagrams.py``: the socket is read and written directly once trio says
-        it is ready). However it ends (the connection closed, or the client's nursery
-        cancelled as the client exits), its last act is to send QUIC's CONNECTION_CLOSE
-        (``DatagramPump.last_words``): without it the server keeps the connection, and probes
-        it, until its idle timeout."""
+        it is ready; during a download, less often: ``acks.py``). However it ends (the
+        connection closed, or the client's nursery cancelled as the client exits), its last
+        act is to send QUIC's CONNECTION_CLOSE (``DatagramPump.last_words``): without it the
+        server keeps the connection, and probes it, until its idle timeout."""
         paths = self.paths
         sock = paths.sock
         quic = self.quic
@@ -459,7 +456,7 @@ class QuicDriver:
                 # went in 0-RTT, ``handshake.py``), waiting for the socket only when it is full;
                 # nothing while an acknowledgement is held for a caller's request (``acks.py``).
                 self._kicked = False
-                if self._hold is None:
+                if pump.hold is None:
                     datagrams = pump.take(trio.current_time())
                     pending.written(quic)
                     await pump.send(datagrams)
@@ -470,6 +467,8 @@ class QuicDriver:
                     self.dark.waiting()
                     if self.buffered > BUFFER_LIMIT:
                         await self._room.wait()  # (sends, and QUIC's timer, still go on)
+                    elif pump.read_at < math.inf:
+                        await trio.sleep_forever()  # (until then: the scope's deadline)
                     else:
                         await trio.lowlevel.wait_readable(sock)
                 self._wait_scope = None
@@ -484,7 +483,8 @@ class QuicDriver:
                         self.handshake_failed(FailureCategory.TIMEOUT, pending.overdue())
                 answered, self._answered = self._answered, False
                 answered = answered and self.state is H3State.OPEN
-                self._hold = pump.hold_until(now, answered=answered, kicked=self._kicked)
+                full = self.buffered > BUFFER_LIMIT
+                pump.pace(now, answered=answered, kicked=self._kicked, full=full)
                 # (Wakes the uploads waiting for QUIC's progress, and idle checks: O(those) per
                 # round, never O(streams): a stream waiting for its response waits on its own.)
                 progressed, self.progressed = self.progressed, trio.Event()
