@@ -25,6 +25,7 @@ import trio.testing
 
 import trio_retry
 from trio_retry import Evidence, FailureCategory, Stage
+from trio_retry._wire import connect_backup, rawsock
 from trio_retry._wire.clock import FIXED
 from trio_retry._wire.progress import AttemptProgress, WireError
 from trio_retry._wire.transport import open_transport
@@ -250,3 +251,69 @@ async def test_a_post_whose_syn_was_dropped_is_answered_after_the_backup(
             subprocess.run(["iptables", "-w", "-D", "INPUT", *syn], capture_output=True, timeout=10)
     assert took[0] < 0.8, f"answered after {took[0]:.2f} s: the kernel's retransmission"
     assert server.executed_count("POST", "/pay") == 1
+
+
+async def _backed_up_to(port: int) -> tuple[trio.socket.SocketType, socket.socket | None]:
+    return await connect_backup.backed_up(
+        socket.AF_INET, socket.SOCK_STREAM, 0, ("127.0.0.1", port)
+    )
+
+
+async def test_a_connect_answered_within_a_round_waits_for_no_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #41: a loopback connect is answered by the next round of the scheduler; it is
+    taken then, with no wait for its socket (neither the backup's bounded wait, a cancel scope,
+    nor a wait for writability: an epoll registration), and is still a checkpoint. Thousands of
+    connects at once each held that wait (20 objects) while the garbage collector ran."""
+    waits: list[str] = []
+
+    async def no_bounded_wait(sock: socket.socket, within: float) -> bool:
+        waits.append("writable_within")
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def no_wait(sock: socket.socket) -> None:
+        waits.append("wait_writable")
+        await trio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(connect_backup, "writable_within", no_bounded_wait)
+    monkeypatch.setattr(rawsock, "wait_writable", no_wait)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        for _ in range(3):
+            with trio.testing.assert_checkpoints(), trio.fail_after(5):
+                sock, raw = await _backed_up_to(listener.getsockname()[1])
+            with sock:
+                assert raw is not None
+                assert raw.getpeername() == listener.getsockname()
+    assert waits == []
+
+
+async def test_a_refusal_on_loopback_is_raised_as_the_reason_alone_and_leaves_nothing_open() -> (
+    None
+):
+    """The connect's answer read after the round (``rawsock.answered``): a refusal is the
+    connect's error, no backup was tried, no socket left open."""
+    before = len(os.listdir("/proc/self/fd"))
+    with socket.socket() as bound_only:  # bound, never listening: connects are refused
+        bound_only.bind(("127.0.0.1", 0))
+        with pytest.raises(ConnectionRefusedError) as caught, trio.fail_after(5):
+            await _backed_up_to(bound_only.getsockname()[1])
+    assert caught.value.strerror == os.strerror(errno.ECONNREFUSED)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_a_connect_cancelled_at_its_round_is_closed() -> None:
+    """Cancelled while it takes its round (already answered): the socket is closed, the
+    ``Cancelled`` goes on."""
+    before = len(os.listdir("/proc/self/fd"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await _backed_up_to(listener.getsockname()[1])
+        assert scope.cancelled_caught
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -15,9 +15,10 @@ import sys
 from typing import Any
 
 import trio
+from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .clock import FIXED, wait_for, writable_within
-from .rawsock import Sockets, connect_socket, finish_connect, start_connect
+from .rawsock import Sockets, answered, connect_socket, finish_connect, start_connect
 
 if sys.version_info < (3, 11):  # builtin from 3.11; trio itself needs the backport on 3.10
     from exceptiongroup import ExceptionGroup
@@ -51,13 +52,16 @@ async def backed_up(family: int, type_: int, proto: int, sockaddr: Any) -> Socke
     lateness for a lost SYN and double every connect.
 
     What it costs: the connect is made on the stdlib socket as ``rawsock.connect_socket``
-    makes it, by the same two parts (``rawsock.start_connect``, then
-    ``rawsock.finish_connect``'s wait and the Trio socket once connected), with a wait up to
-    the delay between them under one cancel scope (``clock.writable_within``). A connect
-    answered at once, the usual case on loopback, has no scope at all (its handshake is done
-    within the call); only one still unanswered after the delay gets the race's nursery, its
-    tasks and the backup's socket (:class:`_Backup`), as does a socket from a custom Trio
-    socket factory (connected by its own ``connect``, in the race from the start).
+    makes it (``rawsock.start_connect``), then given one round of the scheduler; answered
+    by then (loopback, a LAN: ``getpeername``), it is taken as it is (``rawsock.answered``),
+    with no wait for its socket at all. Only a connect still unanswered waits, up to the delay,
+    under one cancel scope (``clock.writable_within``), and only one still unanswered after
+    the delay gets the race's nursery, its tasks and the backup's socket (:class:`_Backup`),
+    as does a socket from a custom Trio socket factory (connected by its own ``connect``, in
+    the race from the start). (The obvious way, ``rawsock.finish_connect``'s wait under the
+    delay's scope for every connect, held a cancel scope, its status and deadline entry and
+    trio's wait for the socket, twenty objects, for each of thousands of connects at once,
+    and registered each socket with epoll twice: issue #41.)
 
     The alternatives rejected: a shorter SYN retransmission timer (``rto_min`` per route and
     ``tcp_syn_retries`` are the system's settings, not a client's, and Linux has no
@@ -70,18 +74,22 @@ async def backed_up(family: int, type_: int, proto: int, sockaddr: Any) -> Socke
     raw, pending = start_connect(family, type_, proto, sockaddr)
     if raw is None:  # a custom socket factory's socket
         return await _Backup(family, type_, proto, sockaddr).race(None, waited=False)
+    if not pending:  # connected within the call
+        return await finish_connect(raw, False)  # (a schedule point)
     try:
-        if (
-            pending
-            and not _connected(raw)  # (loopback: the handshake was done within the call)
-            and not await writable_within(raw, FIXED.happy_eyeballs)
-            and not _connected(raw)
-        ):
+        # One round of the scheduler first: a handshake over loopback (or a LAN) is answered
+        # by then, and such a connect never waits for its socket (no scope, no epoll
+        # registration, one schedule point; issue #41: at 10,000 connects at once, the wait
+        # was the largest thing each call held). The backup's delay counts from this look.
+        await cancel_shielded_checkpoint()
+        if _connected(raw):
+            await checkpoint_if_cancelled()  # (with the round above: a checkpoint)
+        elif not await writable_within(raw, FIXED.happy_eyeballs) and not _connected(raw):
             return await _Backup(family, type_, proto, sockaddr).race(raw, waited=True)
     except BaseException:
         raw.close()
         raise
-    return await finish_connect(raw, pending)  # a schedule point, and the handshake's answer
+    return answered(raw)  # the handshake's answer: connected, or its error (raw closed)
 
 
 def _connected(raw: _stdlib_socket.socket) -> bool:

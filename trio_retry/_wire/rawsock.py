@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_RECEIVE_SIZE",
     "RawSocketStream",
     "Sockets",
+    "answered",
     "connect_socket",
     "finish_connect",
     "open_socket",
@@ -141,13 +142,25 @@ async def finish_connect(raw: _stdlib_socket.socket, pending: bool) -> Sockets:
     (once: reading it clears it); a connect done within the call still passes a schedule
     point. The Trio socket is made once connected."""
     try:
-        if pending:
-            await wait_writable(raw)
-            error = raw.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_ERROR)
-            if error:
-                raise OSError(error, os.strerror(error))
-        else:
+        if not pending:
             await cancel_shielded_checkpoint()
+            return trio.socket.from_stdlib_socket(raw), raw
+        await wait_writable(raw)
+    except BaseException:
+        raw.close()
+        raise
+    return answered(raw)
+
+
+def answered(raw: _stdlib_socket.socket) -> Sockets:
+    """``raw``, whose connect the kernel has answered (writable, or connected), as
+    :func:`open_socket` gives a socket; raises ``OSError`` (its ``strerror`` the reason alone)
+    if the connect failed, ``raw`` then closed. The answer is read from ``SO_ERROR`` (once:
+    reading it clears it). Not a checkpoint: the wait for the answer was the caller's."""
+    try:
+        error = raw.getsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_ERROR)
+        if error:
+            raise OSError(error, os.strerror(error))
         return trio.socket.from_stdlib_socket(raw), raw
     except BaseException:
         raw.close()
