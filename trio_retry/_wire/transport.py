@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
 import trio
+from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .._tls import check_alpn
@@ -75,11 +76,43 @@ def _ascii_name(host: str) -> str | bytes:
     return host
 
 
-async def _resolve(host: str, port: int) -> list[AddrInfo]:
+#: ``getaddrinfo`` flags that make it answer only for an address literal and numeric port,
+#: without a look-up (and without blocking): as ``trio.socket.getaddrinfo`` tries first.
+_NUMERIC_ONLY = _stdlib_socket.AI_NUMERICHOST | getattr(_stdlib_socket, "AI_NUMERICSERV", 0)
+
+
+def _literal_addresses(name: str | bytes, port: int) -> list[AddrInfo] | None:
+    """The addresses of ``name`` when it is an IP address literal, as
+    ``trio.socket.getaddrinfo`` gives them for it (its first, numeric-only try), else ``None``
+    (a name to look up, or anything the numeric try refuses: trio's own way then decides,
+    errors included). Within the call: no look-up, no thread, no await."""
     try:
-        infos = await trio.socket.getaddrinfo(
-            _ascii_name(host), port, type=_stdlib_socket.SOCK_STREAM
+        return _stdlib_socket.getaddrinfo(
+            name, port, 0, _stdlib_socket.SOCK_STREAM, 0, _NUMERIC_ONLY
         )
+    except (OSError, UnicodeError):
+        return None
+
+
+async def _resolve(host: str, port: int) -> list[AddrInfo]:
+    """The addresses of ``host`` (``trio.socket.getaddrinfo``'s); raises a ``DNS``
+    :class:`WireError` when there are none. Always a checkpoint, as trio's.
+
+    An address literal is answered by :func:`_literal_addresses`, then one checkpoint: the
+    same schedule point as trio's way, without trio's look-up held across it (its coroutines,
+    a ``_try_sync``, an outcome: while thousands of calls start at once, every one waits
+    there, issue #41). The schedule point is kept on purpose: without it each call ran on from
+    its start to its connect in one go, the connects of a burst came spread out instead of
+    back to back, and the server (nginx on the other CPU) was woken for each one, the wake-ups
+    charged to the client: 20 to 40 µs of kernel time more per call at 10,000 calls."""
+    name = _ascii_name(host)
+    infos = _literal_addresses(name, port)
+    if infos is not None:
+        await cancel_shielded_checkpoint()
+        await checkpoint_if_cancelled()
+        return infos
+    try:
+        infos = await trio.socket.getaddrinfo(name, port, type=_stdlib_socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         raise _fail(Stage.DNS, FailureCategory.DNS, f"could not resolve {host!r}: {exc}") from exc
     if not infos:
