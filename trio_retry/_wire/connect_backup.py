@@ -3,8 +3,8 @@
 ``transport.py`` resolves and races several addresses (happy eyeballs); with one address it
 connects through here: the same delay (``FIXED.happy_eyeballs``), a second connect to the same
 address instead of the next address. Each connect is started and finished as every connect is
-(``rawsock.start_connect``, ``rawsock.finish_connect``); only the wait between is this
-module's.
+(``rawsock.start_connect``, then ``rawsock.answered`` or ``rawsock.finish_connect``); only the
+wait between is this module's.
 """
 
 from __future__ import annotations

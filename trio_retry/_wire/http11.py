@@ -470,6 +470,14 @@ class HTTP11Connection:
                         return None
             elif event is END:
                 progress.stage = _COMPLETE
+                # An idle connection keeps nothing of the exchange that ended: its bounds
+                # let go of the attempt's record (issue #41: one object less per connection
+                # held idle, visited by every full pass of the garbage collector).
+                self._first_byte.progress = None
+                if self._read is not None:
+                    self._read.progress = None
+                if self._write_bound is not None:
+                    self._write_bound.progress = None
                 if reader.reusable and self.state is _ACTIVE:
                     self.state = _IDLE
                 else:
