@@ -23,9 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_retry._core.evidence import Stage
-from trio_retry._wire.http3 import whole as whole_module
 from trio_retry._wire.http3.driver import QuicDriver
 from trio_retry._wire.http3.events import dispatch
+from trio_retry._wire.http3.frames import SCAN_FROM
 from trio_retry._wire.http3.shims import StreamErrorsH3Connection, client_h3
 from trio_retry._wire.http3.udp import UdpPaths
 from trio_retry._wire.http3.whole import read_whole
@@ -141,6 +141,13 @@ async def dispatched(pieces: list[bytes], *, method: bytes = b"GET", fast: bool)
         response = stream.response
         if response is not None:
             outcome.status, outcome.fields = response.status, list(response.headers)
+            # What the head says of its fields, if it says it (the fast path does), is true.
+            if response.encoded is not None:
+                names = {name for name, _ in response.headers}
+                assert response.encoded is (b"content-encoding" in names)
+            if response.content_length is not None:
+                lengths = [value for name, value in response.headers if name == CL]
+                assert lengths == [b"%d" % response.content_length]
             progress.advance(Stage.RESPONSE_BODY)  # (as the caller does, reading the head)
         outcome.body = b"".join(stream._chunks)
         outcome.ended = stream._ended
@@ -172,6 +179,7 @@ PLAIN = {
     "a body in an empty frame": head([]) + data(b""),
     "204 declaring a length": head([(CL, b"10")], b"204"),
     "304 declaring a length": head([(CL, b"1234")], b"304"),
+    "content-encoding": head([(b"content-encoding", b"gzip"), (CL, b"2")]) + data(b"\x1f\x8b"),
     "odd but valid field bytes": head([(b"x-a!#$%&'*+-.^_`|~0", b"v\x80\xff \t v"), (b"x-e", b"")]),
     "status 599": head([], b"599") + data(b"x"),
     "a long data frame": head([(CL, b"70000")]) + data(b"z" * 70_000),
@@ -316,30 +324,70 @@ async def test_random_responses_read_alike(picks: list[int], head_request: bool)
 def test_any_bytes_are_read_or_declined_never_raised(data: bytes, no_content: bool) -> None:
     """Whatever the bytes, ``read_whole`` returns (a response or ``None``) and decodes at most
     one section."""
-    decoder = pylsqpack.Decoder(0, 0)
     decoded: list[bytes] = []
 
     def decode(stream_id: int, section: bytes) -> list[tuple[bytes, bytes]] | None:
         decoded.append(section)
-        try:
-            return decoder.feed_header(stream_id, section)[1]
-        except (pylsqpack.DecompressionFailed, pylsqpack.StreamBlocked):
-            return None
+        return _decode(stream_id, section)
 
-    result = read_whole(bytes([HEADERS]) + data, 0, decode, no_content, LIMIT)
+    result = read_whole(bytes([HEADERS]) + data, 0, decode, no_content, LIMIT, NOWHERE)
     assert len(decoded) <= 1
     if result is not None:
-        assert result.fields[0][0] == b":status"
+        assert 200 <= result.head.status <= 999
         assert not (no_content and result.body)
 
 
-def test_a_plain_response_is_read_as_its_fields_and_body() -> None:
-    fields = [(b":status", b"200"), (CL, b"5")]
+def _decode(stream_id: int, section: bytes) -> list[tuple[bytes, bytes]] | None:
+    try:
+        return pylsqpack.Decoder(0, 0).feed_header(stream_id, section)[1]
+    except (pylsqpack.DecompressionFailed, pylsqpack.StreamBlocked):
+        return None
+
+
+#: A body source never read (the heads below are only looked at).
+NOWHERE: Any = object()
+
+
+def test_a_plain_response_is_read_as_its_head_and_body() -> None:
+    fields = [(b":status", b"200"), (CL, b"5"), (b"content-encoding", b"gzip")]
     payload = frame(HEADERS, qpack_literal_section(fields)) + data(b"he") + data(b"llo")
-    decoder = pylsqpack.Decoder(0, 0)
-    result = read_whole(payload, 0, lambda i, s: decoder.feed_header(i, s)[1], False, LIMIT)
-    assert result == whole_module.Whole(fields, b"hello")
-    assert read_whole(payload, 0, lambda i, s: None, False, LIMIT) is None  # (refused: declined)
-    assert (
-        read_whole(payload[:-1], 0, lambda i, s: decoder.feed_header(i, s)[1], False, LIMIT) is None
+    result = read_whole(payload, 0, _decode, False, LIMIT, NOWHERE)
+    assert result is not None
+    head = result.head
+    assert (head.status, head.headers, head.http_version) == (200, fields[1:], "HTTP/3")
+    assert (head.content_length, head.encoded, head.source, result.body) == (
+        5,
+        True,
+        NOWHERE,
+        b"hello",
     )
+    plain = read_whole(
+        head_only := frame(HEADERS, qpack_literal_section(fields[:1])),
+        0,
+        _decode,
+        False,
+        LIMIT,
+        NOWHERE,
+    )
+    assert plain is not None
+    assert (plain.head.content_length, plain.head.encoded, plain.body) == (None, False, b"")
+    assert read_whole(head_only, 0, _decode, True, LIMIT, NOWHERE) is not None
+    assert read_whole(payload, 0, lambda i, s: None, False, LIMIT, NOWHERE) is None  # refused
+    assert read_whole(payload[:-1], 0, _decode, False, LIMIT, NOWHERE) is None  # cut short
+    assert read_whole(payload, 0, _decode, True, LIMIT, NOWHERE) is None  # a body on a HEAD
+
+
+def test_no_section_past_what_frames_lets_through_unscanned_is_decoded() -> None:
+    """A section longer than ``SCAN_FROM`` (or ``max_header_bytes``) is declined before it is
+    decoded: ``frames.py`` then scans or refuses it, as it does any."""
+    decoded: list[bytes] = []
+
+    def decode(stream_id: int, section: bytes) -> list[tuple[bytes, bytes]] | None:
+        decoded.append(section)
+        return _decode(stream_id, section)
+
+    big = frame(HEADERS, qpack_literal_section([(b":status", b"200"), (b"x", b"v" * SCAN_FROM)]))
+    assert read_whole(big, 0, decode, False, 1 << 20, NOWHERE) is None
+    small = frame(HEADERS, qpack_literal_section([(b":status", b"200"), (b"x", b"v" * 100)]))
+    assert read_whole(small, 0, decode, False, 100, NOWHERE) is None
+    assert decoded == []

@@ -172,9 +172,9 @@ def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
     control = driver.control
     try:
         if stream is not None:
-            stream.frames.feed(event.data, driver.max_header_bytes)
             if event.end_stream and _whole(driver, stream, event.data):
-                return False
+                return False  # (read whole: never past frames.py's limits, ``whole.py``)
+            stream.frames.feed(event.data, driver.max_header_bytes)
         elif stream_id % 4 == 3:
             goaway = control.feed(stream_id, event.data)
             if goaway is not None:
@@ -201,23 +201,21 @@ def _stream_data(driver: QuicDriver, event: StreamDataReceived) -> bool:
 
 
 def _whole(driver: QuicDriver, stream: H3Stream, data: bytes) -> bool:
-    """Whether ``data``, all of ``stream``'s bytes (past ``frames.py``'s limits), was a plain
-    response read whole (``whole.py``), its head and body handed to the stream; ``False``:
-    HTTP/3 reads them, as any."""
+    """Whether ``data``, all of ``stream``'s bytes, was a plain response read whole
+    (``whole.py``), its head and body handed to the stream; ``False``: ``frames.py``'s limits
+    and HTTP/3 read them, as any."""
     h3 = driver.h3
     stream_id = stream.stream_id
     no_content = h3.untouched(stream_id)
     if no_content is None:
         return False
     limit = driver.max_header_bytes
-    whole = read_whole(data, stream_id, h3.decode_section, no_content, limit)
+    whole = read_whole(data, stream_id, h3.decode_section, no_content, limit, stream)
     if whole is None:
         return False
     h3.read_elsewhere(stream_id)
-    head = response_head(whole.fields, limit, stream)
-    assert head is not None  # (``whole.py`` reads final heads within the limit only)
     body = whole.body
-    stream.head(head, not body)
+    stream.head(whole.head, not body)
     if body:
         stream.data(body, True)
     return True

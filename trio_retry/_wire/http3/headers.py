@@ -15,7 +15,7 @@ from ..exchange import BodySource, WireResponse, head_too_large
 from .codes import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR
 from .frames import FrameRefused
 
-__all__ = ["HTTP_VERSION", "check_trailers", "response_head"]
+__all__ = ["HTTP_VERSION", "check_trailers", "final_head", "response_head"]
 
 HTTP_VERSION = "HTTP/3"
 
@@ -47,7 +47,21 @@ def response_head(
         )
     if status < 200:
         return None  # 1xx: the final head follows
-    return WireResponse(status, "", regular, HTTP_VERSION, source)
+    return final_head(status, regular, source)
+
+
+def final_head(
+    status: int,
+    regular: list[tuple[bytes, bytes]],
+    source: BodySource,
+    *,
+    content_length: int | None = None,
+    encoded: bool | None = None,
+) -> WireResponse:
+    """The final head a caller reads: ``status`` (200-999) and the ``regular`` fields (no
+    pseudo-header), checked already; ``content_length`` and ``encoded`` as
+    ``WireResponse`` has them, when the reader of the fields learnt them (``whole.py``)."""
+    return WireResponse(status, "", regular, HTTP_VERSION, source, content_length, encoded)
 
 
 def check_trailers(fields: list[tuple[bytes, bytes]], max_header_bytes: int) -> None:

@@ -32,7 +32,12 @@ evidence). It declines:
 
 What stays where it was: the limits read before a byte is decoded (``frames.py``: a HEADERS
 frame announced past ``max_header_bytes`` is refused at its frame header, a long section
-scanned before decoding), which ``events.py`` applies to these bytes first, as to any.
+scanned before decoding, a PUSH_PROMISE refused). This path decodes no section longer than
+``frames.py`` lets through unscanned (:data:`~.frames.SCAN_FROM`, and ``max_header_bytes``),
+and declines every frame ``frames.py`` refuses, so the bytes it declines meet those limits
+before the generic path reads any of them (``events.py``), and those it reads never needed
+them. The head it makes says the ``content-length`` it checked and whether the response
+has a ``content-encoding`` (``WireResponse``), which spares the call a pass over the fields.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..exchange import BodySource, WireResponse
+from .frames import SCAN_FROM
+from .headers import final_head
 from .qpack import FIELD_OVERHEAD
 
 __all__ = ["Decode", "Whole", "read_whole"]
@@ -69,10 +77,11 @@ _NO_CONTENT = frozenset((b"204", b"304"))
 
 @dataclass(frozen=True, slots=True)
 class Whole:
-    """A plain response read whole: its decoded ``fields`` (``:status`` first) and its
-    ``body`` (the DATA frames' payloads, joined)."""
+    """A plain response read whole: its final ``head`` (as ``headers.final_head`` makes any,
+    its body read from the stream given) and its ``body`` (the DATA frames' payloads,
+    joined)."""
 
-    fields: list[tuple[bytes, bytes]]
+    head: WireResponse
     body: bytes
 
 
@@ -90,19 +99,25 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
 
 
 def read_whole(
-    data: bytes, stream_id: int, decode: Decode, no_content: bool, limit: int
+    data: bytes,
+    stream_id: int,
+    decode: Decode,
+    no_content: bool,
+    limit: int,
+    source: BodySource,
 ) -> Whole | None:
     """``data`` (all of stream ``stream_id``'s bytes, its FIN with them) as a plain response
-    (:class:`Whole`), or ``None``: the generic path reads them; see the module docstring.
-    ``no_content``: the request was a HEAD. ``limit``: ``max_header_bytes``. Never raises
-    for anything in ``data``; decodes at most one field section."""
+    (:class:`Whole`, its body to be read from ``source``), or ``None``: the generic path reads
+    them; see the module docstring. ``no_content``: the request was a HEAD. ``limit``:
+    ``max_header_bytes``. Never raises for anything in ``data``; decodes at most one field
+    section, of at most :data:`~.frames.SCAN_FROM` bytes and ``limit``."""
     end = len(data)
     if end < 3 or data[0] != _HEADERS:
         return None
     length, at = _varint(data, 1, end)
     stop = at + length
-    if stop > end or length == 0 or data[at] != 0:  # (cut short; needs the dynamic table)
-        return None
+    if stop > end or not 0 < length <= min(SCAN_FROM, limit) or data[at] != 0:
+        return None  # (cut short; longer than frames.py lets through unscanned; dynamic)
     section = data[at:stop]
     body: list[bytes] = []
     at = stop
@@ -118,26 +133,36 @@ def read_whole(
     fields = decode(stream_id, section)
     if not fields:
         return None
-    name, status = fields[0]
-    if name != b":status" or _STATUS.fullmatch(status) is None:
+    name, value = fields[0]
+    if name != b":status" or _STATUS.fullmatch(value) is None:
         return None
-    size = 7 + len(status) + FIELD_OVERHEAD
-    length = -1  # (the content-length declared: none yet)
-    for name, value in fields[1:]:
+    size = 7 + len(value) + FIELD_OVERHEAD
+    no_content = no_content or value in _NO_CONTENT
+    status = int(value)
+    regular = fields[1:]
+    declared = -1  # (the content-length declared: none yet)
+    encoded = False
+    for name, value in regular:
         if _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
             return None
         if name in _CONNECTION_SPECIFIC:
             return None
         if name == b"content-length":
-            if length >= 0 or _DIGITS.fullmatch(value) is None:
+            if declared >= 0 or _DIGITS.fullmatch(value) is None:
                 return None
-            length = int(value)
+            declared = int(value)
+        elif name == b"content-encoding":
+            encoded = True
         size += len(name) + len(value) + FIELD_OVERHEAD
     if size > limit:
         return None
-    if no_content or status in _NO_CONTENT:
-        return None if body else Whole(fields, b"")
-    joined = body[0] if len(body) == 1 else b"".join(body)
-    if length >= 0 and len(joined) != length:
+    if no_content:
+        if body:
+            return None
+        return Whole(final_head(status, regular, source, encoded=encoded), b"")
+    joined = b"".join(body) if len(body) != 1 else body[0]
+    if declared >= 0 and len(joined) != declared:
         return None
-    return Whole(fields, joined)
+    length_checked = declared if declared >= 0 else None
+    head = final_head(status, regular, source, content_length=length_checked, encoded=encoded)
+    return Whole(head, joined)
