@@ -290,8 +290,9 @@ async def _grown_by_calls(url: str, at: str, *, http2: bool = False) -> dict[str
 #: write, a read and a no-limit head bound (of four), the write bound's ``renew`` method and a
 #: bound method of the clock's; 37.0 without; 35.0 once the opening's connect no longer left its
 #: scope (and the scope's entry) in trio's deadline heap for its 10 s; 34.0 once the head's
-#: bound was entered and left by hand (a ``with`` held its bound ``__exit__`` method).
-WAITING_OBJECTS = 34
+#: bound was entered and left by hand (a ``with`` held its bound ``__exit__`` method); 33.0
+#: once the call's ``PreparedRequest`` was slotted (no ``__dict__``).
+WAITING_OBJECTS = 33
 
 
 async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
@@ -325,8 +326,10 @@ async def test_an_http11_call_waiting_for_its_head_holds_few_objects() -> None:
 #: the scope's status and deadline entry, its coroutine; a connect answered at once,
 #: loopback's usual case, has none of it). A connect still unanswered after
 #: ``FIXED.happy_eyeballs`` holds more: its backup's socket, the race's tasks and nursery (a
-#: SYN lost, not the thousands of connects at once of #41).
-CONNECTING_OBJECTS = 41
+#: SYN lost, not the thousands of connects at once of #41); 40.0 once the call's
+#: ``PreparedRequest`` was slotted. (A connect answered by the next round of the scheduler,
+#: loopback's, waits for no socket at all: ``tests/wire/test_connect_backup.py``.)
+CONNECTING_OBJECTS = 40
 
 
 async def test_an_http11_call_connecting_holds_few_objects(

@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class PreparedRequest:
     """One request of a call, ready for its attempts: validated, headers merged, body framed.
 
@@ -78,12 +78,13 @@ class PreparedRequest:
 
     No field changes once the request is prepared: the next request of a call (a template's
     next call, a redirect hop) is a new value (:func:`_renew`, ``dataclasses.replace``).
-    Not frozen, and not slotted, because :func:`_renew` builds a call from its template by
-    copying the template's ``__dict__`` (one C-level update instead of ``__init__``'s
-    assignment per field). Frozen, it would have to be written through its ``__dict__``
-    there and when :func:`prepare_plain` gives a template its ``wire_memo``: a value that says
-    "immutable" while being written. ``replace``, the frozen way, runs ``__init__`` for every
-    call from a template (and a frozen ``__init__`` sets each field with ``object.__setattr__``).
+    Slotted: every call in flight holds one, and a ``__dict__`` would be one object more
+    for each of thousands of calls at once, visited by every full pass of the garbage
+    collector (issue #41). Not frozen: :func:`_renew` builds a call from its template field
+    by field without ``__init__``, and :func:`prepare_plain` gives a template its
+    ``wire_memo``, a value that says "immutable" while being written. ``replace``, the frozen
+    way, runs ``__init__`` for every call from a template (and a frozen ``__init__`` sets each
+    field with ``object.__setattr__``).
     """
 
     method: str
@@ -156,14 +157,29 @@ def _renew(
 ) -> PreparedRequest:
     """A call's request from its template: ``dataclasses.replace`` of what differs between
     two calls without options, without its ``__init__`` round trip (the fields were checked
-    when the template was built)."""
+    when the template was built). Every field is set here, by name: a field added to
+    :class:`PreparedRequest` must be added here too (tests/call/test_templates.py compares
+    the result with ``replace`` field by field: a slot left unset fails it)."""
     request: PreparedRequest = _new(PreparedRequest)
-    fields = request.__dict__  # its own dict: a store each, without setattr's descriptor lookup
-    fields.update(template.__dict__)
-    fields["started"] = started
-    fields["deadline"] = deadline
-    fields["trace"] = trace
-    fields["auth"] = auth
+    request.method = template.method
+    request.url = template.url
+    request.headers = template.headers
+    request.body = template.body
+    request.idempotency = template.idempotency
+    request.idempotency_key = template.idempotency_key
+    request.retry = template.retry
+    request.deadline = deadline
+    request.follow_redirects = template.follow_redirects
+    request.apply_auth = template.apply_auth
+    request.auth = auth
+    request.cookies = template.cookies
+    request.started = started
+    request.hedging = template.hedging
+    request.resume = template.resume
+    request.trace = trace
+    request.wire_memo = template.wire_memo
+    request.reconcile = template.reconcile
+    request.key_generated = template.key_generated
     return request
 
 
