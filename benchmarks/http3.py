@@ -23,7 +23,10 @@ MB for each process (caddy's, read from ``/proc``: on a machine of two cores, a 
 needs more CPU per MB than the client caps the download whatever the client does), the UDP
 datagrams the kernel dropped for a full receive buffer while it ran (``RcvbufErrors``, the
 whole machine's count), and caddy's complaints about its UDP buffers if it logged any (quic-go
-asks for bigger ones than ``net.core.rmem_max`` may allow). Every response is checked
+asks for bigger ones than ``net.core.rmem_max`` may allow). With ``--datagrams`` (root, and
+``iptables``), the datagrams each way on caddy's UDP port per MB of the download too: those
+the client sends are its acknowledgements, which the server must receive and process, and
+those it receives beyond the file's share are retransmissions. Every response is checked
 (status, size, the protocol asked for). What it does not show: loss and latency (loopback has
 neither, and they are where QUIC differs most). See docs/benchmarks.md, "HTTP/3".
 """
@@ -59,7 +62,7 @@ def _niquests(config: dict[str, Any]) -> dict[str, Any]:
         warm = session.get(url + "/small", verify=config["ca"], timeout=config["timeout"])
         if warm.status_code != 200 or warm.http_version != 30:
             raise RuntimeError(f"niquests: {warm.status_code} HTTP/{warm.http_version}")
-        start = _beside(config["server_pid"])
+        start = _beside(config)
         wall, cpu = time.perf_counter(), time.process_time()
         received = 0
         response = session.get(
@@ -72,7 +75,7 @@ def _niquests(config: dict[str, Any]) -> dict[str, Any]:
         if received != config["size"]:
             raise RuntimeError(f"niquests: {received} bytes, expected {config['size']}")
         timed = (time.perf_counter() - wall, time.process_time() - cpu)
-        return {"download": timed, **_since(config["server_pid"], start)}
+        return {"download": timed, **_since(config, start)}
 
 
 def _child(config: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +126,7 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
                     nursery.start_soon(worker)
             results["concurrent"] = (time.perf_counter() - wall, time.process_time() - cpu)
 
-            start = _beside(config["server_pid"])
+            start = _beside(config)
             wall, cpu = time.perf_counter(), time.process_time()
             received = 0
             async with client.stream("GET", url + "/bulk/file") as response:
@@ -134,7 +137,7 @@ def _child(config: dict[str, Any]) -> dict[str, Any]:
             if received != config["size"]:
                 raise RuntimeError(f"download: {received} bytes, expected {config['size']}")
             results["download"] = (time.perf_counter() - wall, time.process_time() - cpu)
-            results.update(_since(config["server_pid"], start))
+            results.update(_since(config, start))
             return results
 
     return trio.run(run)
@@ -159,21 +162,58 @@ def _measure(config: dict[str, Any], timeout: float, quic: str | None) -> dict[s
     raise RuntimeError(f"{config['protocol']} failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-Beside = tuple[float | None, int | None]
+Beside = tuple[float | None, int | None, tuple[int, int] | None]
+#: The comment that marks ``--datagrams``' counting rules (``iptables``, chain OUTPUT).
+RULE = "benchmarks.http3"
 
 
-def _beside(pid: int) -> Beside:
-    """The server's CPU seconds and the machine's UDP receive-buffer drops so far."""
-    return _cpu_seconds(pid), _rcvbuf_errors()
+def _beside(config: dict[str, Any]) -> Beside:
+    """The server's CPU seconds, the machine's UDP receive-buffer drops, and the datagrams
+    to and from caddy's UDP port (``--datagrams``), so far."""
+    port = config.get("count_port")
+    counted = None if port is None else _datagrams(port)
+    return _cpu_seconds(config["server_pid"]), _rcvbuf_errors(), counted
 
 
-def _since(pid: int, start: Beside) -> dict[str, Any]:
-    """What the server used, and the kernel dropped, since ``start`` (``None``: not known)."""
-    cpu, drops = _beside(pid)
+def _since(config: dict[str, Any], start: Beside) -> dict[str, Any]:
+    """What the server used, the kernel dropped, and the datagrams each way, since ``start``
+    (``None``: not known)."""
+    cpu, drops, counted = _beside(config)
+    before = start[2]
     return {
         "server_cpu": None if cpu is None or start[0] is None else cpu - start[0],
         "rcvbuf_drops": None if drops is None or start[1] is None else drops - start[1],
+        "datagrams": None
+        if counted is None or before is None
+        else [counted[0] - before[0], counted[1] - before[1]],
     }
+
+
+def _iptables(action: str, port: int) -> None:
+    """Add (``-I``) or remove (``-D``) the two rules that count the datagrams to and from
+    ``port`` (UDP, on loopback: chain OUTPUT sees both ways). Raises ``OSError`` or
+    ``subprocess.CalledProcessError`` where they cannot be set."""
+    for way in ("--dport", "--sport"):
+        rule = ["OUTPUT", "-p", "udp", way, str(port), "-m", "comment", "--comment", RULE]
+        subprocess.run(["iptables", action, *rule], check=True, capture_output=True)
+
+
+def _datagrams(port: int) -> tuple[int, int] | None:
+    """The datagrams counted so far to ``port`` (the client's) and from it (the server's)."""
+    try:
+        listing = subprocess.run(
+            ["iptables", "-L", "OUTPUT", "-v", "-n", "-x"], capture_output=True, text=True
+        ).stdout
+    except OSError:
+        return None
+    up = down = None
+    for line in listing.splitlines():
+        if RULE in line:
+            if f"dpt:{port}" in line:
+                up = int(line.split()[0])
+            elif f"spt:{port}" in line:
+                down = int(line.split()[0])
+    return None if up is None or down is None else (up, down)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -220,6 +260,7 @@ def _rows(
                 if case == "download":
                     row[f"{protocol}_server_cpu"] = _per(results[key]["server_cpu"], amount, scale)
                     row[f"{protocol}_rcvbuf_drops"] = results[key]["rcvbuf_drops"]
+                    row[f"{protocol}_datagrams_per_mb"] = _each(results[key], megabytes)
             row["rate_ratio"] = row["h3_rate"] / row["h2_rate"]
             row["cpu_ratio"] = row["h3_cpu"] / row["h2_cpu"]
             if case == "download" and "niquests" in results:
@@ -228,8 +269,15 @@ def _rows(
                 row["niquests_cpu"] = cpu / megabytes * 1e3
                 row["niquests_server_cpu"] = _per(results["niquests"]["server_cpu"], megabytes, 1e3)
                 row["niquests_ratio"] = row["h3_rate"] / row["niquests_rate"]
+                row["niquests_datagrams_per_mb"] = _each(results["niquests"], megabytes)
             rows.append(row)
     return rows
+
+
+def _each(result: dict[str, Any], megabytes: float) -> list[float] | None:
+    """Datagrams per MB each way (client to server, server to client), if counted."""
+    counted = result.get("datagrams")
+    return None if counted is None else [counted[0] / megabytes, counted[1] / megabytes]
 
 
 def _libraries(asked: str) -> list[str]:
@@ -270,6 +318,16 @@ def _report(rows: list[dict[str, Any]], caddy_version: str, args: argparse.Names
         ]
         if server:
             print(f"{'':<22} the server's CPU per MB: {', '.join(server)} ms")
+        counted = [
+            f"{name} {row[key][0]:.1f} / {row[key][1]:.0f}"
+            for name, key in (
+                ("HTTP/3", "h3_datagrams_per_mb"),
+                ("niquests' HTTP/3", "niquests_datagrams_per_mb"),
+            )
+            if row.get(key) is not None
+        ]
+        if counted:
+            print(f"{'':<22} datagrams per MB, to / from the server: {', '.join(counted)}")
         if row.get("h3_rcvbuf_drops"):
             print(
                 f"{'':<22} {row['h3_rcvbuf_drops']} UDP datagrams dropped for a full receive "
@@ -289,6 +347,11 @@ def main(argv: list[str]) -> int:
         help="the QUIC library (libraries) HTTP/3 runs over, those installed (default: both)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="per case, in seconds")
+    parser.add_argument(
+        "--datagrams",
+        action="store_true",
+        help="count the download's datagrams each way with iptables (root; rules removed after)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
@@ -322,7 +385,11 @@ def main(argv: list[str]) -> int:
         except CaddyUnavailable as exc:
             print(f"benchmarks.http3: {exc}")
             return 2
+        counting = False
         try:
+            if args.datagrams:
+                _iptables("-I", caddy.port)
+                counting = True
             with open(caddy.bulk_dir / "file", "wb") as f:
                 f.write(os.urandom(size))
             results = {}
@@ -335,9 +402,12 @@ def main(argv: list[str]) -> int:
                     "size": size,
                     "timeout": args.timeout,
                     "server_pid": caddy.process.pid,
+                    "count_port": caddy.port if counting else None,
                 }
                 results[key] = _measure(config, args.timeout + 30, quic)
         finally:
+            if counting:
+                _iptables("-D", caddy.port)
             caddy.stop()
         complaints = [
             line

@@ -69,3 +69,30 @@ def test_http3_benchmark_smoke(tmp_path: Path) -> None:
         for quic in installed:  # (its child checked size and protocol)
             assert rows["download", quic]["niquests_rate"] > 0
         assert "niquests' HTTP/3" in proc.stdout
+
+
+def test_http3_benchmark_counts_datagrams(tmp_path: Path) -> None:
+    """``--datagrams``: the download's datagrams each way, counted by iptables on caddy's UDP
+    port, and the counting rules gone afterwards."""
+    import os
+    import shutil
+
+    if find_caddy() is None:
+        pytest.skip("caddy is not installed (apt-get install caddy)")
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        pytest.skip("--datagrams needs root and iptables")
+    pytest.importorskip("qh3", reason="needs the http3 extra")
+    out = tmp_path / "h3.json"
+    command = [sys.executable, "-m", "benchmarks.http3", "--requests", "5", "--size-mb", "1"]
+    command += ["--quic", "qh3", "--datagrams", "--json", str(out)]
+    proc = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = [row for row in json.loads(out.read_text())["rows"] if row["case"] == "download"]
+    to_server, from_server = row["h3_datagrams_per_mb"]
+    assert to_server > 0  # (its acknowledgements, at least one)
+    assert from_server >= 1e6 / 1500  # (1 MB in datagrams of at most 1,500 bytes)
+    assert "datagrams per MB" in proc.stdout
+    rules = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True).stdout
+    assert "benchmarks.http3" not in rules
