@@ -164,6 +164,36 @@ def test_a_stream_beyond_the_server_s_limit_waits_and_then_goes(
     assert pair.received(12) == b""
 
 
+def test_an_empty_write_that_ends_nothing_is_not_handed_to_qh3(
+    pki: tuple[trustme.CA, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aioquic's HTTP/3 writes its QPACK encoder stream's (empty) instructions with every
+    request head: on a stream written before, an empty write that ends nothing reaches qh3
+    no more (nothing would be sent); one that ends the stream, or opens it, does."""
+    from qh3.quic.connection import QuicConnection as Qh3Connection
+
+    pair = Pair(pki, TicketStore())
+    pair.rounds()
+    client = pair.client
+    handed: list[tuple[int, bytes, bool]] = []
+    native = Qh3Connection.send_stream_data
+
+    def counted(self: Qh3Connection, stream_id: int, data: bytes, end: bool = False) -> None:
+        handed.append((stream_id, bytes(data), end))
+        native(self, stream_id, data, end)
+
+    monkeypatch.setattr(Qh3Connection, "send_stream_data", counted)
+    client.send_stream_data(0, b"request")
+    client.send_stream_data(0, b"")
+    client.send_stream_data(4, b"")
+    client.send_stream_data(0, b"", end_stream=True)
+    assert handed == [(0, b"request", False), (4, b"", False), (0, b"", True)]
+    pair.rounds(2)
+    assert pair.received(0) == b"request"
+    ended = [e for e in pair.server_events if isinstance(e, aioquic_events.StreamDataReceived)]
+    assert any(event.stream_id == 0 and event.end_stream for event in ended)
+
+
 def test_a_close_after_an_idle_while_is_sent(pki: tuple[trustme.CA, Path, Path]) -> None:
     """qh3 dates its closing period from its last packet: after 0.3 s idle the period was
     over before the CONNECTION_CLOSE was written, and the timer ended the connection

@@ -438,7 +438,11 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
 
     def send_stream_data(self, stream_id: int, data: Any, end_stream: bool = False) -> None:
         """qh3's; the bytes handed are counted per stream, and held for a stream beyond the
-        server's limit."""
+        server's limit. An empty write that ends nothing, on a stream written before, is
+        nothing to hand (aioquic's HTTP/3 makes one per request head, on its QPACK encoder
+        stream, when the server allows no dynamic table): qh3 is not called."""
+        if not end_stream and not data and stream_id in self._handed:
+            return
         held = self._held.get(stream_id)
         if held is None and stream_id not in self._handed and self._beyond_limit(stream_id):
             held = self._held[stream_id] = _Held()
