@@ -18,6 +18,7 @@ from typing import Any
 import pylsqpack
 import pytest
 import trio
+from aioquic.h3.connection import H3Connection
 from aioquic.quic.events import QuicEvent, StreamDataReceived
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -391,3 +392,77 @@ def test_no_section_past_what_frames_lets_through_unscanned_is_decoded() -> None
     small = frame(HEADERS, qpack_literal_section([(b":status", b"200"), (b"x", b"v" * 100)]))
     assert read_whole(small, 0, decode, False, 100, NOWHERE) is None
     assert decoded == []
+
+
+# --- the request's head, written without aioquic's generic send_headers ----------------------
+
+REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a:1"), (b":path", b"/")]
+HEADS = {
+    "GET": REQUEST,
+    "HEAD": [(b":method", b"HEAD"), *REQUEST[1:]],
+    "fields": [*REQUEST, (b"user-agent", b"t"), (b"accept", b"*/*"), (b"x-long", b"v" * 300)],
+    "POST": [(b":method", b"POST"), *REQUEST[1:], (b"content-length", b"4")],
+}
+
+
+def _written(
+    fields: list[tuple[bytes, bytes]], end: bool, table: bool, *, fast: bool
+) -> tuple[Any, ...]:
+    """What QUIC is handed, and what aioquic keeps, for a request head (then, unless ended, a
+    body and trailers), written by ``send_headers`` (``fast``) or by aioquic's own."""
+    quic = ScriptedQuic()
+    h3 = client_h3(quic, max_header_bytes=LIMIT)  # type: ignore[arg-type]
+    assert isinstance(h3, StreamErrorsH3Connection)
+    if table:  # a server that allows a dynamic table: the encoder writes instructions
+        h3._encoder.apply_settings(max_table_capacity=4096, blocked_streams=16)
+    quic.sent.clear()
+    kept = []
+    for stream_id in (0, 4):  # (two requests: the encoder's state carries over)
+        if fast:
+            h3.send_headers(stream_id, fields, end)
+        else:
+            _generic(h3, stream_id, fields, end)
+        stream = h3._stream.get(stream_id)
+        kept.append(None if stream is None else (stream.headers_send_state, stream.sending_ended))
+        if not end:
+            h3.send_data(stream_id, b"body", end_stream=False)
+            h3.send_headers(stream_id, [(b"x-trailer", b"t")], end_stream=True)
+    sent = [item for item in quic.sent if item[1] or item[2]]
+    return sent, kept, sorted(h3._no_content), h3._encoder_bytes_sent, sorted(h3._stream)
+
+
+def _generic(h3: StreamErrorsH3Connection, stream_id: int, fields: Any, end: bool) -> None:
+    """aioquic's own ``send_headers``, then what the client's adds (a HEAD's no content)."""
+    H3Connection.send_headers(h3, stream_id, fields, end)
+    if (b":method", b"HEAD") in fields:
+        h3._no_content.add(stream_id)
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["no table", "dynamic table"])
+@pytest.mark.parametrize("end", [True, False], ids=["ended", "body follows"])
+@pytest.mark.parametrize("name", list(HEADS))
+def test_a_request_head_is_written_as_aioquic_writes_it(name: str, end: bool, table: bool) -> None:
+    fields = HEADS[name]
+    assert _written(fields, end, table, fast=True) == _written(fields, end, table, fast=False)
+
+
+def test_a_request_head_skips_aioquics_send_headers_unless_it_logs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(What the comparison above compares is this path, not aioquic's twice.)"""
+    called: list[int] = []
+    native = H3Connection.send_headers
+
+    def spied(self: H3Connection, stream_id: int, *args: Any) -> None:
+        called.append(stream_id)
+        native(self, stream_id, *args)
+
+    monkeypatch.setattr(H3Connection, "send_headers", spied)
+    h3 = client_h3(ScriptedQuic(), max_header_bytes=LIMIT)  # type: ignore[arg-type]
+    h3.send_headers(0, REQUEST, end_stream=False)
+    h3.send_headers(0, [(b"x-trailer", b"t")], end_stream=True)  # (a stream aioquic has)
+    assert called == [0]
+    h3._quic_logger = object()  # type: ignore[assignment]  # (qlog on: aioquic's own, logged)
+    with pytest.raises(AttributeError):
+        h3.send_headers(4, REQUEST, end_stream=True)
+    assert called == [0, 4]
