@@ -10,6 +10,8 @@ far the request got (``progress.AttemptProgress``), and raises one exception typ
                       fixed limits (``FIXED``), the call's effective deadline
 - ``clock_shapes.py`` the shapes the bounds are written against (a target, limits, a timekeeper)
 - ``timekeeper.py``   the client's timekeeper: its lanes of armed waits and the task expiring them
+- ``park.py``         a task parked on one of our objects (a pool waiter, a stream), trio's private
+                      names for it behind a probe
 - ``exchange.py``     the contract HTTP/1.1, HTTP/2 and HTTP/3 share: the wire request and response,
                       body framing, Trio's errors as ``WireError``
 - ``contract.py``     the connection contract: what the pool needs of every connection, and what

@@ -245,19 +245,21 @@ class ConnectionPool:
                 while True:
                     # Parked until resolve() wakes it (Waiter.wake), or its pool_timeout (the
                     # lane: Waiter.expire; a scope: the waiter's abort, Waiter.__call__) or the
-                    # caller cancels the park: it is WAITING each time here.
+                    # caller cancels the park: it is WAITING each time here. (``await waiter``:
+                    # the waiter is its own park, ``park.Parking``: nothing of trio's is held
+                    # while it sleeps, four objects fewer per queued call, issue #41.)
                     waiter.task = trio.lowlevel.current_task()
                     if limit is None:
-                        await trio.lowlevel.wait_task_rescheduled(waiter)
+                        await waiter
                     elif on_lane and lane is not None and keeper is not None and keeper.running:
                         lane.arm(waiter)
                         try:
-                            await trio.lowlevel.wait_task_rescheduled(waiter)
+                            await waiter
                         finally:
                             lane.disarm(waiter)
                     else:
                         with until(deadline):
-                            await trio.lowlevel.wait_task_rescheduled(waiter)
+                            await waiter
                     if waiter.state != WAITING or limit is None:
                         break
                     now = book.now()

@@ -50,6 +50,7 @@ import trio
 from .._core.errors import RejectReason
 from .._core.evidence import Evidence, FailureCategory, Stage
 from .contract import MultiplexedConnection, Opener, PooledConnection
+from .park import Parking
 from .progress import AttemptProgress, WireError
 
 __all__ = [
@@ -74,13 +75,14 @@ CONN = 3  # given a connection (or a stream on one)
 FAILED = 4  # given an error, or gave back what it held: holds nothing
 
 
-class Waiter:
+class Waiter(Parking):
     """An attempt the pool could not serve at once, and the outcome it is handed.
 
     An opener may be its own waiter (the attempt runner, ``_call/attempt.py``, a subclass
     whose :meth:`open` opens): queued, it is set up as one (:meth:`arrive`) rather than
     wrapped in a waiter object of its own, one object fewer for each of thousands of calls
-    queued at once (issue #41). Any other opener gets a waiter made for it."""
+    queued at once (issue #41). Any other opener gets a waiter made for it. ``await waiter``
+    parks the waiting task (:class:`.park.Parking`), until :meth:`wake`."""
 
     __slots__ = (
         "conn",
@@ -131,9 +133,9 @@ class Waiter:
     expire = wake
 
     def __call__(self, _: object) -> trio.lowlevel.Abort:
-        """Its parked task's abort function (``wait_task_rescheduled(waiter)``): the task is
-        cancelled (its ``pool_timeout``, or its caller): it is no longer parked, and a later
-        :meth:`wake` has nothing to do. The waiter itself rather than its bound ``abort``
+        """Its parked task's abort function (``await waiter``, :class:`.park.Parking`): the
+        task is cancelled (its ``pool_timeout``, or its caller): it is no longer parked, and a
+        later :meth:`wake` has nothing to do. The waiter itself rather than its bound ``abort``
         method: that was one more object per parked call (issue #41)."""
         self.task = None
         return trio.lowlevel.Abort.SUCCEEDED

@@ -1,7 +1,7 @@
 """One request/response exchange on an HTTP/2 connection: its state, its proof, its body.
 
 The connection's reader fills a :class:`Stream` (``on_*``); the attempt's task consumes it,
-parked on the stream's own :class:`trio.lowlevel.ParkingLot`. The stream has one ``state``
+parked on the stream itself (:meth:`Stream.wait`). The stream has one ``state``
 (:class:`StreamState`) and these legal moves::
 
     OPEN ──head──> RECEIVING ──end──> ENDED ──┐
@@ -30,6 +30,7 @@ import trio
 from ..._core.evidence import FailureCategory, Stage
 from ..clock import Bound, bound, limit_of, timeout_message
 from ..contract import Failure
+from ..park import Parking
 from ..progress import AttemptProgress, WireError
 from ..timekeeper import Timekeeper
 
@@ -62,7 +63,7 @@ class StreamState(enum.Enum):
     DONE = "done"  # the client is finished with it; the connection forgot it
 
 
-class Stream:
+class Stream(Parking):
     """See the module docstring. ``progress`` is the attempt's: the reader records the first
     byte and the final head there as they arrive."""
 
@@ -229,17 +230,18 @@ class Stream:
         body) waits in a lot made for it, and is woken with the first. Cancellable like any
         park: a cancelled waiter is simply forgotten.
 
-        (A plain method returning the park, with the stream itself as its abort function
-        (:meth:`__call__`): a coroutine of this method and a bound ``_abort`` method were two
-        more objects for each of thousands of streams waiting for their heads at once, each
-        visited by every full pass of the garbage collector, issue #41.)"""
+        (A plain method returning the park, the stream itself (:class:`..park.Parking`), which
+        is also its abort function (:meth:`__call__`): a coroutine of this method, a bound
+        ``_abort`` method, and trio's ``wait_task_rescheduled`` coroutine, generator and
+        message were six more objects for each of thousands of streams waiting for their
+        heads at once, each visited by every full pass of the garbage collector, issue #41.)"""
         if self._waiter is not None:
             others = self._others
             if others is None:
                 others = self._others = trio.lowlevel.ParkingLot()
             return others.park()
         self._waiter = trio.lowlevel.current_task()
-        return trio.lowlevel.wait_task_rescheduled(self)  # noqa: ASYNC105 (awaited by the caller)
+        return self
 
     def __call__(self, _: object) -> trio.lowlevel.Abort:
         """The parked :meth:`wait` is cancelled: forget its task. The task parked is
