@@ -61,9 +61,9 @@ async def _download(
 
 
 def _spaced(monkeypatch: pytest.MonkeyPatch, coalesce: bool) -> None:
-    """The wait between reads: 5 ms (within the 25 ms ``max_ack_delay``; the default, 0.5 ms,
+    """The wait between reads: 5 ms (within the 25 ms ``max_ack_delay``; the default, 1 ms,
     is measured in ``benchmarks/http3.py``: through this relay, in the test's own loop, the
-    datagrams 0.5 ms brings vary with the machine's load), or none."""
+    datagrams 1 ms brings vary with the machine's load), or none."""
     interval = SPACED if coalesce else 0.0
     monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_coalesce=interval))
 

@@ -188,7 +188,9 @@ class FixedLimits:
     #: few datagrams, so that the next round takes more of them at once and acknowledges them
     #: in one ACK (``http3/acks.py``, :class:`~trio_retry._wire.http3.acks.BulkReads`): far
     #: inside the 25 ms ``max_ack_delay`` announced (RFC 9000 §13.2.1); ``0``: read at once.
-    ack_coalesce: float = 0.0005
+    #: 1 ms: trio's wait on Linux (``epoll``) is in whole milliseconds, rounded up, so a
+    #: shorter one waited 1 ms all the same.
+    ack_coalesce: float = 0.001
     reconcile: float = 30.0  # a call's reconciler, at most (SPEC §19: ``_call/reconcile.py``)
 
 

@@ -57,19 +57,19 @@ the ACK that the server must receive, decrypt and process) cost more than the da
 took. A 20 MB download from caddy took 45 rounds and sent 35 ACKs per MB. So once a download
 is under way, a round that took few datagrams (fewer than :data:`FEW`), all of them the
 response's body in order, is followed by
-:attr:`~trio_retry._wire.clock.FixedLimits.ack_coalesce` (0.5 ms) without reading: the next
+:attr:`~trio_retry._wire.clock.FixedLimits.ack_coalesce` (1 ms) without reading: the next
 round takes what arrived meanwhile, and acknowledges it at once, in one ACK. Measured against
 caddy on loopback (``python -m benchmarks.http3 --datagrams``, docs/benchmarks.md): 9 rounds
 and 8 ACKs per MB instead of 45 and 35, 43 % less client CPU per MB, and 7 % less of caddy's.
 (Chromium acknowledges every tenth packet once a hundred arrived, for the same reason.)
 
 How far that departs from RFC 9000, and why it may: an ACK of 1-RTT packets may wait
-``max_ack_delay`` (25 ms, announced by both QUIC libraries, §13.2.1); this one waits 0.5 ms
+``max_ack_delay`` (25 ms, announced by both QUIC libraries, §13.2.1); this one waits 1 ms
 at most beyond the round, so every ACK still goes well within that bound, and more than two
 packets go unacknowledged only while more keep arriving: §13.2.2's SHOULD is departed from, as
 its own text foresees ("further research and experimentation might suggest alternative
 acknowledgment strategies"), and as the ACK frequency extension does by agreement. The
-server's RTT samples grow by that wait at most: 0.5 ms, a fraction of any path but loopback's.
+server's RTT samples grow by that wait at most: 1 ms, a fraction of any path but loopback's.
 Never:
 
 - before :data:`BULK_AFTER` bytes of body arrived in order since the last response ended or the
@@ -85,7 +85,7 @@ Never:
   at once), or none (a timer's round).
 
 What waits meanwhile is bounded: the socket's receive buffer (``udp.py`` asks for
-:data:`~trio_retry._wire.http3.udp.RECEIVE_BUFFER`, within the kernel's cap) holds 0.5 ms of a
+:data:`~trio_retry._wire.http3.udp.RECEIVE_BUFFER`, within the kernel's cap) holds 1 ms of a
 gigabit path several times over; flow control bounds what the server may send at all.
 
 Rejected: holding the ACK QUIC makes of each round and reading on as before (the rounds, not
