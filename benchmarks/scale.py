@@ -57,7 +57,7 @@ from benchmarks.memory import drift, fd_count, rss_mb
 from benchmarks.run import choose_cpus, machine_info
 from benchmarks.scale_report import chart, render_text, summarise
 from benchmarks.scale_rounds import render_rounds, run_rounds
-from benchmarks.scale_worker import RESULT_TAG
+from benchmarks.scale_worker import RESULT_TAG, TIME_WAIT_PAUSE
 from benchmarks.servers import (
     HOST,
     PACKAGE_ROOT,
@@ -154,6 +154,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "it (default 4000: the machine is shared)",
     )
     p.add_argument(
+        "--pause",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"between one client's close and the next burst, untimed (default "
+        f"{TIME_WAIT_PAUSE:g}; smoke: 0): the closed connections' ports become reusable; see "
+        "benchmarks/scale_worker.py for why",
+    )
+    p.add_argument(
         "--gc-threshold",
         type=_thresholds,
         default=None,
@@ -205,6 +214,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.cases = parse_cases(SMOKE_CASES if args.smoke else DEFAULT_CASES)
     if args.min_calls is None:
         args.min_calls = 1 if args.smoke else MIN_CALLS
+    if args.pause is None:
+        args.pause = 0.0 if args.smoke else TIME_WAIT_PAUSE
+    if args.pause < 0:
+        p.error(f"--pause: at least 0, got {args.pause:g}")
     if args.smoke:
         args.soak_seconds, args.soak_rate, args.soak_lanes = 3.0, 50.0, 5
     if not (args.soak_seconds > 0 and args.soak_rate > 0 and args.soak_lanes > 0):
@@ -375,6 +388,7 @@ def run_bursts(
                     "hard_limit": 3 * args.give_up,
                     "checkout": os.path.abspath(args.checkout),
                     "gc_threshold": args.gc_threshold,
+                    "pause": args.pause,
                 }
                 result = measure(config, client_cpu, 3 * args.give_up + 30)
                 _record(row, result)

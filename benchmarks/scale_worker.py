@@ -25,6 +25,16 @@ the collector alone doubled HTTP/1.1's CPU per call between the two. The runner 
 times at least ``--min-calls`` calls per case, in bursts of the case's size, and no
 ``gc.collect()`` comes between them.
 
+Why a pause between bursts (``pause``, ``--pause``: 1.5 s; none in the smoke run): a client
+closing its pool leaves its connections in TIME_WAIT, and Linux (``tcp_tw_reuse = 2``, loopback)
+lets a new connect to the same address reuse such a port only once it is a second old; until
+then each connect's search for a free port goes past them (``__inet_hash_connect``,
+``tcp_twsk_unique`` in a profile). A burst of 10,000 calls started within the second after the
+previous burst's 10,000 connections closed paid 30 to 60 µs of kernel time more per call than
+one started later, whichever client it was, and whether it did depended on how fast that
+client reached its connects: most of the noise of the 10,000 case, and a penalty on a faster
+client. The pause comes after a client closed, before the next one's warm-up: it is not timed.
+
 ``gc_threshold`` (``--gc-threshold``), when given, is set with ``gc.set_threshold`` before the
 client starts, as an application may: the collector's thresholds are the application's to
 choose, never the client's (docs/benchmarks.md says what a higher first threshold changes).
@@ -52,6 +62,8 @@ from benchmarks.memory import fd_count, rss_mb
 from benchmarks.worker import serve_config
 
 RESULT_TAG = "SCALE-RESULT "
+#: Seconds between one client's close and the next burst's client (the module docstring).
+TIME_WAIT_PAUSE = 1.5
 PATH = "/small"
 BODY_SIZE = 13  # SMALL_BODY, the answer of every benchmark server at /small
 
@@ -147,10 +159,16 @@ async def warm_up(adapter: Any) -> None:
 
 
 async def burst(
-    make_adapter: Callable[[], Any], runtime: Any, calls: int, rounds: int, budget: float
+    make_adapter: Callable[[], Any],
+    runtime: Any,
+    calls: int,
+    rounds: int,
+    budget: float,
+    pause: float = TIME_WAIT_PAUSE,
 ) -> dict[str, Any]:
     """A memory round (not timed), then ``rounds`` timed bursts, each by a fresh client; no
-    more once the timed bursts took ``budget`` seconds (at least one is made)."""
+    more once the timed bursts took ``budget`` seconds (at least one is made). ``pause``
+    seconds pass after each client closed, before the next burst's (not timed)."""
     tally = Tally()
 
     async def call() -> None:
@@ -164,6 +182,7 @@ async def burst(
         await runtime.run_parallel(call, calls)
         settle()
         rss_after, sockets_after = rss_mb(), sockets()
+    await runtime.sleep(pause)  # (its connections' ports reusable: the module docstring)
     cpu = system = wall = 0.0
     done = 0
     with GcTimer() as collector:
@@ -180,6 +199,8 @@ async def burst(
                 cpu += time.process_time() - begun
                 wall += time.perf_counter() - started
                 system += os.times().system - times.system
+            if done < rounds and not wall > budget:
+                await runtime.sleep(pause)
     return {
         "calls": calls * done,
         "rounds": done,
@@ -280,7 +301,12 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         else:
             figures = runtime.run(
                 lambda: burst(
-                    make_adapter, runtime, config["calls"], config["rounds"], config["budget"]
+                    make_adapter,
+                    runtime,
+                    config["calls"],
+                    config["rounds"],
+                    config["budget"],
+                    config.get("pause", TIME_WAIT_PAUSE),
                 ),
                 config["hard_limit"],
             )
@@ -297,6 +323,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         fd_limit=fd_limit,
         module=str(getattr(trio_retry, "__file__", "")) if trio_retry else "",
         gc_threshold=list(gc.get_threshold()),
+        pause_s=config.get("pause", TIME_WAIT_PAUSE),
     )
     return figures
 
