@@ -266,7 +266,7 @@ async def test_the_socket_holds_a_burst_of_a_download_unread() -> None:
     (Linux's default buffer, 208 KiB, held about 150 of them on loopback)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
         server.bind(("127.0.0.1", 0))
-        paths = UdpPaths(socket.AF_INET, server.getsockname(), quic_library="aioquic")
+        paths = UdpPaths(socket.AF_INET, server.getsockname(), quic_library="qh3")
         try:
             assert paths.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= RECEIVE_BUFFER
             paths.send(b"hello", server.getsockname())
@@ -282,3 +282,15 @@ async def test_the_socket_holds_a_burst_of_a_download_unread() -> None:
             assert [int.from_bytes(data[:2], "big") for data in received] == list(range(500))
         finally:
             paths.close()
+
+
+def test_over_aioquic_the_socket_keeps_the_kernels_buffer() -> None:
+    """aioquic drains a socket slower than a server fills it: a deep buffer would hold tens of
+    milliseconds of datagrams, which the server's loss timers take for losses (``udp.py``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as plain:
+        default = plain.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    paths = UdpPaths(socket.AF_INET, ("127.0.0.1", 9), quic_library="aioquic")
+    try:
+        assert paths.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == default
+    finally:
+        paths.close()

@@ -63,7 +63,10 @@ Address: TypeAlias = "tuple[Any, ...]"
 #: ``acks.py`` leaves the socket unread for a moment during a download, by design. 2 MiB: with
 #: 1 MiB a client starved of CPU on a busy machine still lost 1-5 % of a 20 MB download from
 #: caddy (its retransmissions counted on the wire), with 2 or 4 MiB none. Kernel memory,
-#: capped by the kernel, held only while datagrams wait in it.
+#: capped by the kernel, held only while datagrams wait in it. Only over qh3, whose packets are
+#: read in native code: aioquic's Python drains a socket several times slower than caddy fills
+#: it, so a deep buffer held tens of milliseconds of datagrams, which caddy's loss timers took
+#: for losses (15 % of a download sent twice); at the kernel's default it drops a few instead.
 RECEIVE_BUFFER = 2 * 1024 * 1024
 #: ``<linux/in.h>`` and ``<linux/in6.h>``: Python's socket module names neither.
 _IP_RECVERR = 11
@@ -105,12 +108,17 @@ class UdpPaths:
         """A socket for the connection to ``peer`` (the handshake's address), sending and
         receiving in batches where the kernel can (``batching=False``: one datagram a call),
         reading through qh3's ``recvmmsg`` where ``quic_library`` (default: the one in use,
-        ``backend.py``) is qh3 (``udp_batch.py``). Raises ``OSError`` if it cannot be made
-        (or, connected, if ``peer`` is unreachable)."""
+        ``backend.py``) is qh3 (``udp_batch.py``), with :data:`RECEIVE_BUFFER` there. Raises
+        ``OSError`` if it cannot be made (or, connected, if ``peer`` is unreachable)."""
+        if quic_library is None:
+            from .backend import NAME
+
+            quic_library = NAME
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
-            _receive_buffer(sock)
+            if quic_library == "qh3":
+                _receive_buffer(sock)
             self._connected = not _report_errors(sock, family)
             if self._connected:
                 sock.connect(peer)  # (UDP: sets the peer, sends nothing, never blocks)
@@ -124,10 +132,6 @@ class UdpPaths:
         #: Many datagrams per read where qh3's binding is there (``udp_batch.py``).
         self.batch: BatchReader | None = None
         if batching and not self._connected:
-            if quic_library is None:
-                from .backend import NAME
-
-                quic_library = NAME
             self.batch = batch_reader(sock, quic_library=quic_library)
         #: The socket (only the connection's task reads or writes it; trio waits on it).
         self.sock = sock
