@@ -23,7 +23,7 @@ from tests.support.fixtures import caddy as caddy
 from tests.support.udp_relay import Faults, UdpRelay
 from trio_retry import RetryPolicy, Upstream
 from trio_retry._wire.clock import FIXED
-from trio_retry._wire.http3 import acks
+from trio_retry._wire.http3 import acks, backend
 from trio_retry.testing import FaultServer, Respond
 
 SIZE = 4 * 1024 * 1024
@@ -79,7 +79,7 @@ async def _both(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, port: int, context: object, path: str
 ) -> None:
     """The same download spaced, then not: intact both ways, and spaced in a fraction of the
-    datagrams (qh3 acknowledges every second packet by itself, aioquic every few)."""
+    datagrams (qh3 acknowledges every second packet by itself)."""
     ratios = []
     for coalesce in (True, False):
         _spaced(monkeypatch, coalesce)
@@ -91,6 +91,14 @@ async def _both(
     assert spaced * 2 < off, ratios
 
 
+#: aioquic delays each ACK by itself: its reads are not spaced (``acks.py``; the rule is
+#: ``tests/wire/test_h3_datagram_pump.py``'s).
+_SPACED_HERE = pytest.mark.skipif(
+    backend.NAME == "aioquic", reason="over aioquic a download's reads are not spaced"
+)
+
+
+@_SPACED_HERE
 async def test_a_download_is_acknowledged_in_fewer_datagrams_fault_server(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -100,6 +108,7 @@ async def test_a_download_is_acknowledged_in_fewer_datagrams_fault_server(
     assert [r.path for r in server.requests].count("/big") == 2
 
 
+@_SPACED_HERE
 async def test_a_download_is_acknowledged_in_fewer_datagrams_caddy(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, caddy: RunningCaddy
 ) -> None:

@@ -68,3 +68,39 @@ async def test_a_flush_with_nothing_left_over_sends_at_once() -> None:
     assert pump.send_now() is True
     assert paths.wire == [b"a", b"b"]
     assert pump.take(0.0) == []
+
+
+class _AckingQuic(_Quic):
+    """QUIC that owes no acknowledgement alone, and spaces its ACKs itself or not."""
+
+    def __init__(self, delays_acks: bool) -> None:
+        super().__init__()
+        self.delays_acks = delays_acks
+
+    def owes_only_an_ack(self, now: float) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("delays_acks", [False, True], ids=["qh3", "aioquic"])
+def test_a_downloads_reads_are_spaced_only_over_a_quic_that_acks_at_once(
+    delays_acks: bool,
+) -> None:
+    """``DatagramPump.pace`` (``acks.py``, "During a download"): rounds of 4 datagrams of body
+    past the first 128 KiB wait ``FIXED.ack_coalesce`` before the next read over qh3; never over
+    aioquic, which delays each ACK by itself."""
+    from trio_retry._wire.clock import FIXED
+
+    pump = _pump(_Paths(0), _AckingQuic(delays_acks))
+    waits = []
+    for _ in range(40):  # (40 rounds of 5,200 bytes: past 128 KiB)
+        pump.taken, pump.taken_bytes, pump.delivered = 4, 5400, 5200
+        pump.pace(7.0, answered=False, kicked=False, full=False)
+        waits.append(pump.read_at)
+    if delays_acks:
+        assert set(waits) == {float("inf")}
+    else:
+        assert waits[0] == float("inf")  # (the first 128 KiB: read at once)
+        assert waits[-1] == 7.0 + FIXED.ack_coalesce
+        pump.taken, pump.taken_bytes, pump.delivered = 4, 5400, 5200
+        pump.pace(7.0, answered=False, kicked=False, full=True)  # the callers' buffers full
+        assert pump.read_at == float("inf")

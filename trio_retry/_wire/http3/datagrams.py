@@ -100,7 +100,8 @@ class DatagramPump:
         #: decided by :meth:`pace` (``acks.py``).
         self.hold: float | None = None
         self.read_at = math.inf
-        self._bulk = BulkReads()
+        #: ``None`` over a QUIC that spaces its acknowledgements itself (aioquic).
+        self._bulk = None if getattr(quic, "delays_acks", False) else BulkReads()
 
     def pace(self, now: float, *, answered: bool, kicked: bool, full: bool) -> None:
         """At the end of a round of the task: :attr:`hold` and :attr:`read_at` (``acks.py``:
@@ -110,7 +111,10 @@ class DatagramPump:
         unsent = bool(self._unsent)
         self.hold = hold_until(self.quic, now, answered=answered, kicked=kicked, leftovers=unsent)
         delivered, self.delivered = self.delivered, 0
-        read_at = self._bulk.next_read(
+        bulk = self._bulk
+        if bulk is None:
+            return
+        read_at = bulk.next_read(
             now,
             datagrams=self.taken,
             size=self.taken_bytes,

@@ -142,6 +142,10 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
     """A client ``QuicConnection`` whose server is checked by the client's TLS context; see
     the module docstring."""
 
+    #: aioquic delays each acknowledgement by itself (1 ms): a download's reads are not spaced
+    #: out on top of that (``acks.py``, "During a download").
+    delays_acks = True
+
     def __init__(
         self,
         *,

@@ -226,6 +226,8 @@ class CheckedQuicConnection(HandshakeChecks, QuicConnection):
     context, handing on aioquic's events; see the module docstring."""
 
     _library = "qh3"
+    #: qh3 acknowledges at once what each round took (``acks.py``, "During a download").
+    delays_acks = False
 
     def __init__(
         self,
