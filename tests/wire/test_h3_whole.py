@@ -211,6 +211,8 @@ DECLINED = {
     "a frame header cut by the stream's end": head([]) + b"\x00",
     "an interim head first": head([], b"103") + head([]) + data(b"x"),
     "an interim head alone": head([], b"100"),
+    "nothing": b"",
+    "an unknown frame only": frame(0x21, b"grease"),
     "101": head([], b"101"),
     "a status of letters": head([], b"2xx"),
     "a status of two digits": head([], b"20"),
@@ -466,3 +468,21 @@ def test_a_request_head_skips_aioquics_send_headers_unless_it_logs(
     with pytest.raises(AttributeError):
         h3.send_headers(4, REQUEST, end_stream=True)
     assert called == [0, 4]
+
+
+@pytest.mark.parametrize("payload", [b"", frame(0x21, b"grease")], ids=["nothing", "unknown"])
+async def test_a_stream_ended_with_no_head_is_a_stream_error(payload: bytes) -> None:
+    """No final head before the stream's end: malformed (RFC 9114 §4.1.2), a stream error
+    H3_MESSAGE_ERROR at once, not an ended body with no head to wait for."""
+    outcome = await dispatched([payload], fast=True)
+    assert outcome.status is None
+    assert outcome.failure is not None
+    category, evidence, words, not_sent = outcome.failure
+    assert (category.name, evidence.name, not_sent) == (
+        "REMOTE_PROTOCOL",
+        "SENT_NO_RESPONSE",
+        False,
+    )
+    assert "the stream ended with no response head" in words
+    assert outcome.ended_with == [("reset", 0, 0x10E), ("stop", 0, 0x10E)]
+    assert outcome.close_asked is None  # (its stream's alone)

@@ -275,9 +275,22 @@ def _headers(driver: QuicDriver, event: HeadersReceived) -> None:
 
 
 def _data(driver: QuicDriver, event: DataReceived) -> None:
+    """Body bytes, or the stream's end. An end before any final head (the server ended the
+    stream after nothing, or after frames of unknown types only: aioquic hands on the end
+    alone) is a malformed response, a stream error H3_MESSAGE_ERROR (RFC 9114 §4.1.2); taken
+    as the body's end, it left the caller waiting for a head until its first-byte bound."""
     stream = driver.streams.get(event.stream_id)
-    if stream is not None:
-        stream.data(event.data, event.stream_ended)
+    if stream is None:
+        return
+    if stream.response is None and event.stream_ended:
+        driver.stream_error(
+            stream,
+            H3_MESSAGE_ERROR,
+            f"the server broke HTTP/3 on stream {stream.stream_id}: a malformed response "
+            "(the stream ended with no response head)",
+        )
+        return
+    stream.data(event.data, event.stream_ended)
 
 
 def _malformed(driver: QuicDriver, event: MalformedResponse) -> None:
