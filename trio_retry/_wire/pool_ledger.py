@@ -434,6 +434,15 @@ class Ledger:
         if first:
             self.mark_ready(state)
 
+    def pop_mux(self, state: Origin) -> Waiter:
+        """The first waiter of ``state``'s multiplexed FIFO leaves it (to be served a stream);
+        as :meth:`dequeue` of it, without looking for it (it is first)."""
+        waiter, _ = state.mux.popitem(last=False)
+        self.waiting -= 1
+        if state.opening is None and (not state.plain or waiter.seq < next(iter(state.plain)).seq):
+            self.mark_ready(state)  # it was its origin's head: the next one is
+        return waiter
+
     def mark_ready(self, state: Origin) -> None:
         """Push ``state``'s :meth:`~Origin.head` on the heap if its origin is under its own
         limit (whenever the head may have changed: a waiter came first or left first, the
