@@ -117,6 +117,17 @@ class PreparedRequest:
     #: The key was generated for this call (``True``, or ``"auto"``): never a template's.
     key_generated: bool = False
 
+    def _begin(
+        self, started: float, deadline: float, trace: CallTrace | None, auth: AuthTypes | None
+    ) -> None:
+        """Set the fields that are the call's own when it is made from a template
+        (:func:`_renew`): a value's own fields, its ``deadline`` among them, not a wait's
+        (tests/test_time_owner.py)."""
+        self.started = started
+        self.deadline = deadline
+        self.trace = trace
+        self.auth = auth
+
     def naming(self) -> str:
         """``"METHOD URL"``, for a message (a bulkhead's rejection). A method, passed bound
         where it may be needed: a lambda in the attempt's coroutine gave its frame a cell per
@@ -157,7 +168,8 @@ def _renew(
 ) -> PreparedRequest:
     """A call's request from its template: ``dataclasses.replace`` of what differs between
     two calls without options, without its ``__init__`` round trip (the fields were checked
-    when the template was built). Every field is set here, by name: a field added to
+    when the template was built). Every field is set here, by name (the call's own four by
+    :meth:`PreparedRequest._begin`): a field added to
     :class:`PreparedRequest` must be added here too (tests/call/test_templates.py compares
     the result with ``replace`` field by field: a slot left unset fails it)."""
     request: PreparedRequest = _new(PreparedRequest)
@@ -168,18 +180,15 @@ def _renew(
     request.idempotency = template.idempotency
     request.idempotency_key = template.idempotency_key
     request.retry = template.retry
-    request.deadline = deadline
     request.follow_redirects = template.follow_redirects
     request.apply_auth = template.apply_auth
-    request.auth = auth
     request.cookies = template.cookies
-    request.started = started
     request.hedging = template.hedging
     request.resume = template.resume
-    request.trace = trace
     request.wire_memo = template.wire_memo
     request.reconcile = template.reconcile
     request.key_generated = template.key_generated
+    request._begin(started, deadline, trace, auth)
     return request
 
 
