@@ -38,10 +38,6 @@ TRIO_TIME = {
     "sleep_until",
     "current_effective_deadline",
 }
-#: Assignments to an attribute named ``deadline`` that are not a scope's, by module and target:
-#: a prepared request's field (the call's deadline as a number, which the clock reads later),
-#: set field by field when a call is made from a template (``_call/prepare.py``'s ``_renew``).
-NOT_A_SCOPE = {("_call/prepare.py", "request.deadline")}
 #: A module constant named as a wait is a fixed limit: ``clock.FIXED``'s.
 WAIT_NAME = re.compile(r"(TIMEOUT|DELAY|STALL|IDLE|INTERVAL|GRACE|WAIT|LINGER|_AFTER|SECONDS)")
 
@@ -81,7 +77,6 @@ def picks_time(source: str, name: str = "m.py", constants: bool = True) -> list[
                     isinstance(target, ast.Attribute)
                     and target.attr == "deadline"
                     and _dotted(target.value) != "self"
-                    and (name, _dotted(target)) not in NOT_A_SCOPE
                 ):
                     found.append(f"{where} {_dotted(target)} = ...")
     for statement in tree.body if constants else ():
