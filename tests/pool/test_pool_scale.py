@@ -60,20 +60,19 @@ async def test_thousands_of_http2_waiters_share_openings_in_arrival_order(
     pool.bind(nursery)
     driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=streams)
     calls = await driver.start_in_order(["a"] * waiters, multiplexed=True)
-    assert len(driver.openings) == 1, "one opening for all of them while the streams are unknown"
+    assert len(driver.openings) == 1, "one opening for all of them"
     assert f"1 active, 0 idle, {waiters} waiting" in repr(pool)
     for served in range(streams, waiters + 1, streams):
         # Each new connection carries the next hundred, in the order they came; the others
-        # keep their places. Once the first said how many streams it allows, as many openings
-        # as the rest need are under way at once, and shared.
-        driver.finish_opening(driver.openings[0], "ok")  # (the oldest)
+        # keep their places and share the next opening, which starts at once.
+        driver.finish_opening(driver.openings[0], "ok")
         await driver.settle()
         # (Which calls hold: the ones woken together run in no set order.)
         assert [c.state == "holding" for c in calls] == [i < served for i in range(waiters)]
         connections = served // streams
-        openings = (waiters - served) // streams
-        assert len(driver.openings) == openings
-        assert f"{connections + openings} active, 0 idle, {waiters - served} waiting" in repr(pool)
+        opening = 1 if served < waiters else 0
+        assert len(driver.openings) == opening
+        assert f"{connections + opening} active, 0 idle, {waiters - served} waiting" in repr(pool)
     driver.check_invariants()
     assert len(driver.connections) == waiters // streams
     assert counted.reads <= READS_PER_WAITER * waiters, counted.reads
@@ -169,31 +168,3 @@ async def test_a_call_finds_a_free_stream_without_looking_at_every_connection(
         await driver.settle()
         assert calls[done].state == "holding"
     driver.check_invariants()
-
-
-@pytest.mark.parametrize(("max_connections", "openings"), [(10, 4), (3, 2)])
-async def test_a_burst_past_a_full_connection_opens_what_it_needs_at_once(
-    nursery: trio.Nursery, max_connections: int, openings: int
-) -> None:
-    """Calls queued behind a full HTTP/2 connection open, at once, as many connections as they
-    need at the streams it allows (seven calls, two streams each: four), as far as
-    ``max_connections`` allows; a call a free stream serves opens nothing."""
-    pool = ConnectionPool(max_connections=max_connections, keepalive_expiry=None)
-    pool.bind(nursery)
-    driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=2)
-    await driver.start_in_order(["a"], multiplexed=True)
-    driver.finish_opening(driver.openings[0], "ok")
-    await driver.settle()
-    await driver.start_in_order(["a"], multiplexed=True)  # the connection's second stream
-    assert (len(driver.holders()), len(driver.openings)) == (2, 0)
-    calls = await driver.start_in_order(["a"] * 7, multiplexed=True)
-    assert len(driver.openings) == openings
-    assert f"{1 + openings} active, 0 idle, 7 waiting" in repr(pool)
-    driver.check_invariants()
-    while driver.openings:  # each serves the next two, in the order they came
-        driver.finish_opening(driver.openings[0], "ok")
-        await driver.settle()
-        driver.check_invariants()
-    served = 2 * openings
-    assert [c.state == "holding" for c in calls] == [i < served for i in range(7)]
-    assert len(driver.connections) == 1 + openings

@@ -17,10 +17,7 @@ The rules, in the order they are applied:
    connection is shared, up to the server's concurrent-stream limit, instead of one connection
    per waiter. The opening runs in a task of the nursery given to :meth:`~ConnectionPool.bind`,
    not in the attempt that started it, so cancelling that attempt does not lose the
-   connection: it is finished and handed to the others (or kept idle). Once the origin's
-   connections have said how many streams they allow, waiters beyond what the openings under
-   way will carry start more at once, within the limits (``PoolBook._open_for_demand``): a
-   burst waits for one handshake, not for several in turn. A GOAWAY ends a
+   connection: it is finished and handed to the others (or kept idle). A GOAWAY ends a
    connection's new streams; the next attempts coalesce on one new opening in the same way.
    A protocol whose connections say ``per_origin = 1`` (HTTP/3: RFC 9114 §3.3, clients SHOULD
    NOT open more than one connection to an address and port) caps its origin at that one
@@ -486,7 +483,7 @@ def _restart(waiter: Waiter, arrived: float, limit: float, now: float) -> float 
     if not waiter.multiplexed:
         return None
     origin = waiter.origin
-    if origin.openings:
+    if origin.opening is not None:
         return now + limit
     due = origin.opening_ended + limit
     return due if origin.opening_ended > arrived and due > now else None

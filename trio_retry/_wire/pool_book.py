@@ -146,14 +146,13 @@ class PoolBook:
         ``SLOT`` (open a connection under it), or ``FAILED`` (the client is closing)."""
         ledger = self.ledger
         # (A fresh record if take() dropped the origin's last, expired or peer-closed,
-        # connection and its record with it, as for an origin never seen.)
+        # connection and its record with it, as for an origin never seen. Looked up here
+        # first: the record exists for nearly every queued call, one call fewer for each.)
         state = ledger.origins.get(origin) or ledger.origin(origin)
         multiplexed = expect_multiplexed and origin not in self._not_multiplexed
         waiter = ledger.arrive(state, opener, multiplexed)
-        if multiplexed and state.openings:
-            ledger.enqueue(waiter)  # it shares the openings
-            if len(state.mux) > state.carry:
-                _open_for_demand(self, state)
+        if multiplexed and state.opening is not None:
+            ledger.enqueue(waiter)  # it shares the opening
         elif ledger.reserve(state):
             self._grant_slot(waiter, queued=False)
         else:
@@ -205,7 +204,7 @@ class PoolBook:
         first come first served; those it cannot carry stay where they are, in their place.
         O(waiters served): the others are not touched."""
         state = opening.origin
-        del state.openings[opening]
+        state.opening = None
         state.opening_ended = self.now()
         if conn is not None:
             self.opened += 1
@@ -227,7 +226,6 @@ class PoolBook:
             ledger.fail_mux(state, error, opened=progress)
             ledger.forget_if_empty(state)
             self._grant_slots()
-            _open_for_demand(self, state)  # (what the others carry)
             return
         self._learn(state, conn, True)
         if conn.multiplexed:
@@ -260,9 +258,8 @@ class PoolBook:
             for other in list(state.shared):
                 if other is not conn and state.mux:
                     self._serve_streams(state, other)
-            ledger.mark_ready(state)  # (its multiplexed FIFO's head, if none is opening now)
+            ledger.mark_ready(state)  # its multiplexed FIFO shares no opening any more
             self._grant_slots()
-        _open_for_demand(self, state)
 
     # --- giving back ----------------------------------------------------------------------
 
@@ -334,8 +331,8 @@ class PoolBook:
         self.fail_waiters(closed_error)
         ledger = self.ledger
         for state in list(ledger.origins.values()):
-            for opening in state.openings:
-                opening.scope.cancel()
+            if state.opening is not None:
+                state.opening.scope.cancel()
             idle, state.idle = state.idle, deque()
             for conn in idle:
                 del ledger.idle[conn]
@@ -351,15 +348,18 @@ class PoolBook:
 
     # --- internals --------------------------------------------------------------------------
 
-    # (``conn`` is multiplexed in these two: read as one without a typing.cast call.)
+    # (``conn`` is multiplexed in these two: read as one without typing.cast, a call of its
+    # own on every stream lent.)
 
     def _has_stream(self, conn: PooledConnection, lent: int) -> bool:
         return conn.is_available() and lent < conn.stream_limit  # type: ignore[attr-defined]
 
-    def _lend_stream(self, state: Origin, conn: PooledConnection, lent: int, n: int = 1) -> None:
+    def _lend_stream(
+        self, state: Origin, conn: PooledConnection, lent: int, count: int = 1
+    ) -> None:
         if lent == 0:
             self.ledger.idle.pop(conn, None)
-        lent += n
+        lent += count
         state.shared[conn] = lent
         if lent >= conn.stream_limit:  # type: ignore[attr-defined]
             state.free.pop(conn, None)
@@ -383,8 +383,13 @@ class PoolBook:
         if multiplexed and self._start_opening is not None:
             if not queued:
                 ledger.enqueue(waiter)  # (first in its FIFO: a slot was free, nobody waited)
-            if _open(self, state, waiter.open):
-                _open_for_demand(self, state)
+            opening = state.opening = Opening(state)
+            try:
+                self._start_opening(opening, waiter.open)
+            except RuntimeError:  # the nursery is closing: so is the client
+                state.opening = None
+                ledger.count_down(state)
+                ledger.fail_mux(state, closed_error())
             return
         if queued:
             ledger.dequeue(waiter)
@@ -417,8 +422,9 @@ class PoolBook:
     def _serve_streams(self, state: Origin, conn: PooledConnection) -> bool:
         """Hand free streams of ``conn`` to its origin's multiplexed waiters, first come first
         served (those sharing an opening too: a stream now beats a handshake); true if any was
-        handed. O(streams handed): counted out once, then handed, the connection not looked
-        at again per waiter and once more to stop (issue #41)."""
+        handed. O(streams handed): the streams are counted out once, then handed (each waiter
+        looked at once, not the connection once per waiter and once more to stop: with
+        thousands queued, one stream returned serves one waiter, issue #41)."""
         mux = state.mux
         lent = state.shared[conn]
         if not mux or not self._has_stream(conn, lent):
@@ -500,43 +506,3 @@ class PoolBook:
         ledger.count_down(state)
         if grant:
             self._grant_slots()
-
-
-# (Functions of the book's rather than its methods: the class stays under its size.)
-
-
-def _open(book: PoolBook, state: Origin, opener: Opener) -> bool:
-    """Start an HTTP/2 opening for ``state`` under a slot counted already, shared by its
-    multiplexed FIFO; false if the client is closing (the slot is freed, the FIFO failed)."""
-    assert book._start_opening is not None
-    opening = Opening(state)
-    state.openings[opening] = None
-    try:
-        book._start_opening(opening, opener)
-    except RuntimeError:  # the nursery is closing: so is the client
-        del state.openings[opening]
-        book.ledger.count_down(state)
-        book.ledger.fail_mux(state, closed_error())
-        return False
-    return True
-
-
-def _open_for_demand(book: PoolBook, state: Origin) -> None:
-    """Rule 2, in parallel: while ``state``'s multiplexed waiters outnumber what its openings
-    under way will carry, at the streams its connections allow each (once one has said), and
-    both limits allow another connection, start another opening: a burst past a full
-    connection waits for one handshake, not for several in turn (issue #41: 9,000 calls
-    behind a connection allowing 1,000 streams waited for 4 to 8 openings one after another,
-    and for streams to end). :attr:`~.pool_ledger.Origin.carry` then says when to look again
-    (``join``: one comparison per waiter; ``math.inf``: at the next opening's start or end).
-    O(openings started + the origin's connections)."""
-    if not state.openings or not state.shared or book.closed:
-        state.carry = math.inf  # (no opening to add to, or its streams are unknown yet)
-        return
-    streams: int = max(conn.stream_limit for conn in state.shared)  # type: ignore[attr-defined]
-    mux = state.mux
-    while len(mux) > len(state.openings) * streams:
-        if not book.ledger.reserve(state) or not _open(book, state, next(reversed(mux)).open):
-            state.carry = math.inf  # at a limit: no more until an opening ends
-            return
-    state.carry = len(state.openings) * streams

@@ -12,8 +12,8 @@ orders the rules of :mod:`.pool` follow:
   opened), a LIFO stack of idle HTTP/1.1 connections (the warmest socket is the least likely
   to have been closed by the peer), its HTTP/2 connections with the streams lent on each, two
   FIFOs of waiters (those that expect HTTP/2 or HTTP/3, which a free stream serves, and the
-  others), and the HTTP/2 connections being opened, which the waiters of the first FIFO share,
-  first come first served, while they open;
+  others), and at most one HTTP/2 connection being opened, which every waiter of the first FIFO
+  shares while it opens;
 - globally: the total count, every idle connection in least-recently-used order (HTTP/1.1
   *and* HTTP/2 connections with no stream: either may be closed to make room, rule 3), and a
   heap of the origins whose first waiter could open a connection if a global slot were free,
@@ -68,7 +68,7 @@ __all__ = [
 
 
 # Waiter states, ints rather than an enum: they are compared on every wait. A WAITING waiter
-# that expects HTTP/2 shares the connections its origin is opening, if any.
+# that expects HTTP/2 shares the connection its origin is opening, if one is.
 WAITING = 0  # in one of its origin's FIFOs
 SLOT = 2  # may open a connection itself (the slot is counted already)
 CONN = 3  # given a connection (or a stream on one)
@@ -156,20 +156,19 @@ class Origin:
     """What the pool keeps for one origin (one pool key).
 
     Its waiters are in two FIFOs, each in arrival order: :attr:`mux`, those that expect a
-    multiplexed connection (a free stream serves them; while :attr:`openings` are under way
-    they all share them), and :attr:`plain`, the others. :meth:`head` is the earliest waiter a
+    multiplexed connection (a free stream serves them; while :attr:`opening` is not ``None``
+    they all share it), and :attr:`plain`, the others. :meth:`head` is the earliest waiter a
     free slot or a whole connection would serve."""
 
     __slots__ = (
         "cap",
-        "carry",
         "count",
         "free",
         "idle",
         "key",
         "mux",
+        "opening",
         "opening_ended",
-        "openings",
         "plain",
         "shared",
     )
@@ -190,12 +189,7 @@ class Origin:
         self.free: dict[PooledConnection, None] = {}
         self.mux: OrderedDict[Waiter, None] = OrderedDict()
         self.plain: OrderedDict[Waiter, None] = OrderedDict()
-        #: The HTTP/2 connections being opened for it: its multiplexed waiters share them.
-        self.openings: dict[Opening, None] = {}
-        #: How many multiplexed waiters its openings under way will carry, at the streams its
-        #: connections allow each (``PoolBook._open_for_demand``); ``math.inf`` while that is
-        #: unknown (no connection yet) or no more may open: no opening more for now.
-        self.carry: float = math.inf
+        self.opening: Opening | None = None
         #: When its last opening ended: a multiplexed waiter's ``pool_timeout`` counts from
         #: then, as it counted nothing while it shared the opening (``pool.py``).
         self.opening_ended = -math.inf
@@ -209,7 +203,7 @@ class Origin:
         """The earliest waiter a free slot or an idle connection would serve: the first of
         :attr:`plain` or, unless they share an opening, of :attr:`mux`."""
         plain = next(iter(self.plain)) if self.plain else None
-        if self.openings or not self.mux:
+        if self.opening is not None or not self.mux:
             return plain
         mux = next(iter(self.mux))
         return mux if plain is None or mux.seq < plain.seq else plain
@@ -222,7 +216,7 @@ class Origin:
         return (
             f"{self.key}: {self.count} open, {len(self.idle)} idle HTTP/1.1, "
             f"{len(self.shared)} HTTP/2, {self.waiting} waiting"
-            + (f", {len(self.openings)} opening for {len(self.mux)}" if self.openings else "")
+            + (f", opening for {len(self.mux)}" if self.opening else "")
         )
 
 
@@ -319,7 +313,7 @@ class Ledger:
         reads in ``stream()`` blocks hold some (nothing else would ever give those back), how
         many, and the way out. ``queued=False``: the waiter may instead have been waiting for
         the HTTP/2 connection its origin is opening."""
-        if not queued and state.openings:  # (its waiters share what they make)
+        if not queued and state.opening is not None:  # (its waiters share what it makes)
             return f"the connection to {state.key} being opened is not ready (connect, TLS)"
         if state.cap < self.max_per_origin and state.count >= state.cap:
             option = "pool_timeout"
@@ -406,7 +400,7 @@ class Ledger:
             state.count == 0
             and not state.mux
             and not state.plain
-            and not state.openings
+            and state.opening is None
             and self.origins.get(state.key) is state
         ):
             del self.origins[state.key]
@@ -445,7 +439,7 @@ class Ledger:
         as :meth:`dequeue` of it, without looking for it (it is first)."""
         waiter, _ = state.mux.popitem(last=False)
         self.waiting -= 1
-        if not state.openings and (not state.plain or waiter.seq < next(iter(state.plain)).seq):
+        if state.opening is None and (not state.plain or waiter.seq < next(iter(state.plain)).seq):
             self.mark_ready(state)  # it was its origin's head: the next one is
         return waiter
 
