@@ -146,8 +146,7 @@ class PoolBook:
         ``SLOT`` (open a connection under it), or ``FAILED`` (the client is closing)."""
         ledger = self.ledger
         # (A fresh record if take() dropped the origin's last, expired or peer-closed,
-        # connection and its record with it, as for an origin never seen. Looked up here
-        # first: the record exists for nearly every queued call, one call fewer for each.)
+        # connection and its record with it, as for an origin never seen.)
         state = ledger.origins.get(origin) or ledger.origin(origin)
         multiplexed = expect_multiplexed and origin not in self._not_multiplexed
         waiter = ledger.arrive(state, opener, multiplexed)
@@ -348,18 +347,15 @@ class PoolBook:
 
     # --- internals --------------------------------------------------------------------------
 
-    # (``conn`` is multiplexed in these two: read as one without typing.cast, a call of its
-    # own on every stream lent.)
+    # (``conn`` is multiplexed in these two: read as one without a typing.cast call.)
 
     def _has_stream(self, conn: PooledConnection, lent: int) -> bool:
         return conn.is_available() and lent < conn.stream_limit  # type: ignore[attr-defined]
 
-    def _lend_stream(
-        self, state: Origin, conn: PooledConnection, lent: int, count: int = 1
-    ) -> None:
+    def _lend_stream(self, state: Origin, conn: PooledConnection, lent: int, n: int = 1) -> None:
         if lent == 0:
             self.ledger.idle.pop(conn, None)
-        lent += count
+        lent += n
         state.shared[conn] = lent
         if lent >= conn.stream_limit:  # type: ignore[attr-defined]
             state.free.pop(conn, None)
@@ -422,9 +418,8 @@ class PoolBook:
     def _serve_streams(self, state: Origin, conn: PooledConnection) -> bool:
         """Hand free streams of ``conn`` to its origin's multiplexed waiters, first come first
         served (those sharing an opening too: a stream now beats a handshake); true if any was
-        handed. O(streams handed): the streams are counted out once, then handed (each waiter
-        looked at once, not the connection once per waiter and once more to stop: with
-        thousands queued, one stream returned serves one waiter, issue #41)."""
+        handed. O(streams handed): counted out once, then handed, the connection not looked
+        at again per waiter and once more to stop (issue #41)."""
         mux = state.mux
         lent = state.shared[conn]
         if not mux or not self._has_stream(conn, lent):
