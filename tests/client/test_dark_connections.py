@@ -238,6 +238,38 @@ async def test_http3_a_dark_connection_takes_no_new_call_then_closes(
     assert {r.path: r.http_version for r in server.requests}["/later"] == "HTTP/2"
 
 
+async def test_http3_a_reader_that_stops_with_its_buffers_full_keeps_its_connection(
+    nursery: trio.Nursery, quick_watch: tuple[float, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the callers' buffers are full (``driver.BUFFER_LIMIT``) the connection reads no
+    datagram, so it hears nothing: a silence of the client's own making, which proves nothing
+    of the path, and the watch is off meanwhile. A reader that stops for three times
+    ``read_idle + read_idle_ping`` gets its body whole, on its one attempt. Without that, the
+    PING's answer waits unread in the socket and the connection is closed as dark."""
+    from trio_retry._wire.http3 import driver
+
+    idle, ping = quick_watch
+    monkeypatch.setattr(driver, "BUFFER_LIMIT", 256 * 1024)
+    server = FaultServer(tls=True, http3=True)
+    await nursery.start(server.serve)
+    body = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+    server.route("GET", "/big", Respond(200, body=body))
+    client = trio_retry.Client(
+        ssl_context=server.client_ssl_context(),
+        upstreams={server.url: Upstream(http3=True)},
+        retry=RetryPolicy(max_attempts=1),
+    )
+    got = bytearray()
+    with trio.fail_after(20):
+        async with client, client.stream("GET", server.url + "/big") as response:
+            assert response.http_version == "HTTP/3"
+            async for chunk in response.aiter_raw():
+                if not got:
+                    await trio.sleep(3 * (idle + ping))  # the buffers fill, and stay full
+                got += chunk
+    assert bytes(got) == body
+
+
 async def test_http3_a_request_that_gave_up_in_silence_leaves_its_connection_to_no_one(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:

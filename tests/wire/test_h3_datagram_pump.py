@@ -104,3 +104,50 @@ def test_a_downloads_reads_are_spaced_only_over_a_quic_that_acks_at_once(
         pump.taken, pump.taken_bytes, pump.delivered = 4, 5400, 5200
         pump.pace(7.0, answered=False, kicked=False, full=True)  # the callers' buffers full
         assert pump.read_at == float("inf")
+
+
+class _Queued:
+    """A socket with ``datagrams`` queued, read two at a time (as ``recvmmsg`` reads several)."""
+
+    def __init__(self, datagrams: list[bytes]) -> None:
+        self.queued = datagrams
+        self.reads = 0
+
+    def receive_many(self) -> tuple[list[bytes], Address]:
+        if not self.queued:
+            raise BlockingIOError
+        self.reads += 1
+        read, self.queued = self.queued[:2], self.queued[2:]
+        return read, PEER
+
+
+class _Receiving:
+    """QUIC that takes datagrams, and the owner told of them."""
+
+    def __init__(self) -> None:
+        self.handed: list[bytes] = []
+
+    def receive_datagrams(self, datagrams: list[bytes], address: Address, now: float) -> None:
+        self.handed += datagrams
+
+    def arrived(self, now: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("room", "handed"), [(0, 0), (-5000, 0), (1, 2), (2400, 2), (2401, 4), (10**9, 10)]
+)
+def test_a_round_reads_no_more_than_the_callers_buffers_have_room_for(
+    room: int, handed: int
+) -> None:
+    """``DatagramPump.receive(room=...)``: reads stop once what was read reaches the room the
+    callers' buffers have left (``driver.BUFFER_LIMIT``), past it by one read at most; with no
+    room, nothing is read (a round the timer woke while the buffers were full). Without the
+    room, each round read every datagram queued (up to ``BATCH``)."""
+    socket = _Queued([bytes(1200)] * 10)
+    quic = _Receiving()
+    pump = DatagramPump(cast(Any, socket), cast(Any, quic), cast(Any, quic))
+    pump.receive(0.0, True, room)
+    assert len(quic.handed) == handed
+    assert (pump.taken, pump.taken_bytes) == (handed, handed * 1200)
+    assert len(socket.queued) == 10 - handed

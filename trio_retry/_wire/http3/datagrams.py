@@ -124,12 +124,20 @@ class DatagramPump:
         )
         self.read_at = math.inf if read_at is None or full else read_at
 
-    def receive(self, now: float, woken: bool) -> None:
-        """Hand QUIC every datagram queued (up to :data:`BATCH`), those from one address in
-        one call (``receive_datagrams``: qh3 takes them in one call of its core), telling the
-        owner that they arrived, and of an error (after what was read before it). ``woken``:
-        the wait before this ended by a kick or QUIC's timer, not because the socket is
-        readable. What it read is counted in :attr:`taken` and :attr:`taken_bytes`."""
+    def receive(self, now: float, woken: bool, room: int) -> None:
+        """Hand QUIC every datagram queued (up to :data:`BATCH`, and no more once what was
+        read reaches ``room`` bytes), those from one address in one call
+        (``receive_datagrams``: qh3 takes them in one call of its core), telling the owner that
+        they arrived, and of an error (after what was read before it). ``woken``: the wait
+        before this ended by a kick or QUIC's timer, not because the socket is readable. What
+        it read is counted in :attr:`taken` and :attr:`taken_bytes`.
+
+        ``room``: what the callers' buffers may still take (``driver.BUFFER_LIMIT``); a
+        datagram carries at most its own size of body, so a round delivers at most ``room``
+        plus what the one read that crossed it returned (a datagram, one GRO buffer, or one
+        ``recvmmsg``); with none (``room <= 0``) it reads nothing. Rejected: reading
+        :data:`BATCH` whatever the room, which let one round deliver ~340 KB past the limit,
+        and every round the timer woke while the buffers were full deliver as much again."""
         paths = self.paths
         taken: list[bytes] = []
         source: Address | None = None
@@ -137,7 +145,7 @@ class DatagramPump:
         empty = False
         count = size = 0
         self.taken = self.taken_bytes = 0
-        while count < BATCH:
+        while count < BATCH and size < room:
             try:
                 datagrams, address = paths.receive_many()
             except BlockingIOError:

@@ -438,12 +438,12 @@ class QuicDriver:
         connection ends. Never raises but ``Cancelled``: whatever ends it fails the open
         streams with the evidence of their stages and closes the socket.
 
-        Each round takes every datagram already received, and sends what QUIC made of them,
-        in batches (``datagrams.py``: the socket is read and written directly once trio says
-        it is ready; during a download, less often: ``acks.py``). However it ends (the
-        connection closed, or the client's nursery cancelled as the client exits), its last
-        act is to send QUIC's CONNECTION_CLOSE (``DatagramPump.last_words``): without it the
-        server keeps the connection, and probes it, until its idle timeout."""
+        Each round takes the datagrams already received (none while the callers' buffers are full),
+        and sends what QUIC made of them, in batches (``datagrams.py``: the socket is read and
+        written directly once trio says it is ready; during a download, less often: ``acks.py``).
+        However it ends (closed, or the client's nursery cancelled as it exits), its last act is to
+        send QUIC's CONNECTION_CLOSE (``DatagramPump.last_words``): without it the server keeps the
+        connection, and probes it, until its idle timeout."""
         paths = self.paths
         sock = paths.sock
         quic = self.quic
@@ -465,7 +465,8 @@ class QuicDriver:
                 with until(self._wake_at()) as scope:
                     self._wait_scope = scope
                     self.dark.waiting()
-                    if self.buffered > BUFFER_LIMIT:
+                    if self.buffered > BUFFER_LIMIT:  # (nothing is read till there is room:
+                        self.dark.stop()  # a silence of our own making, no dark watch)
                         await self._room.wait()  # (sends, and QUIC's timer, still go on)
                     elif pump.read_at < math.inf:
                         await trio.sleep_forever()  # (until then: the scope's deadline)
@@ -474,7 +475,7 @@ class QuicDriver:
                 self._wait_scope = None
                 now = trio.current_time()
                 timer = quic.get_timer()
-                pump.receive(now, scope.cancelled_caught)
+                pump.receive(now, scope.cancelled_caught, BUFFER_LIMIT - self.buffered)
                 if timer is not None and now >= timer:
                     quic.handle_timer(now=now)
                 dispatch(self)
