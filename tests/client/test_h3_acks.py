@@ -8,8 +8,6 @@ response no request follows still gets its acknowledgement, alone, within the ho
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -19,28 +17,12 @@ pytest.importorskip("aioquic", reason="needs the http3 extra")
 import trio_retry
 from tests.support.caddy import RunningCaddy
 from tests.support.fixtures import caddy as caddy
-from tests.support.udp_relay import Faults, UdpRelay
-from trio_retry import RetryPolicy, Upstream
+from tests.support.udp_relay import Faults, UdpRelay, http3_client_through
 from trio_retry._wire.clock import FIXED
 from trio_retry._wire.http3 import acks, backend
 from trio_retry.testing import FaultServer
 
 CALLS = 20
-
-
-@asynccontextmanager
-async def _through_a_relay(
-    nursery: trio.Nursery, port: int, context: object
-) -> AsyncIterator[tuple[UdpRelay, str, trio_retry.Client]]:
-    relay = UdpRelay(("127.0.0.1", port))
-    await nursery.start(relay.run)
-    url = f"https://127.0.0.1:{relay.port}"
-    async with trio_retry.Client(
-        ssl_context=context,  # type: ignore[arg-type]
-        upstreams={url: Upstream(http3=True)},
-        retry=RetryPolicy(max_attempts=1),
-    ) as client:
-        yield relay, url, client
 
 
 async def _sequential(
@@ -74,7 +56,7 @@ async def test_a_sequential_request_carries_the_acknowledgement_fault_server(
         monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_hold=0.0))
     server = await _server(nursery)
     with trio.fail_after(20):
-        async with _through_a_relay(nursery, server.port, server.client_ssl_context()) as (
+        async with http3_client_through(nursery, server.port, server.client_ssl_context()) as (
             relay,
             url,
             client,
@@ -96,7 +78,7 @@ async def test_a_sequential_request_carries_the_acknowledgement_caddy(
     if not hold:
         monkeypatch.setattr(acks, "FIXED", dataclasses.replace(FIXED, ack_hold=0.0))
     with trio.fail_after(20):
-        async with _through_a_relay(nursery, caddy.port, caddy.ssl_context()) as (
+        async with http3_client_through(nursery, caddy.port, caddy.ssl_context()) as (
             relay,
             url,
             client,
@@ -126,7 +108,7 @@ async def test_a_response_no_request_follows_is_still_acknowledged(
         server = await _server(nursery)
         port, context, path = server.port, server.client_ssl_context(), "/"
     with trio.fail_after(20):
-        async with _through_a_relay(nursery, port, context) as (relay, url, client):
+        async with http3_client_through(nursery, port, context) as (relay, url, client):
             assert (await client.get(url + path + "warm")).http_version == "HTTP/3"
             await trio.sleep(0.05)
             answered = await client.get(url + path + "alone")

@@ -17,11 +17,9 @@ import trio
 
 pytest.importorskip("aioquic", reason="needs the http3 extra")
 
-import trio_retry
 from tests.support.caddy import RunningCaddy
 from tests.support.fixtures import caddy as caddy
-from tests.support.udp_relay import Faults, UdpRelay
-from trio_retry import RetryPolicy, Upstream
+from tests.support.udp_relay import Faults, http3_client_through
 from trio_retry._wire.clock import FIXED
 from trio_retry._wire.http3 import acks, backend
 from trio_retry.testing import FaultServer, Respond
@@ -36,14 +34,7 @@ async def _download(
 ) -> tuple[float, bytes]:
     """The body of ``path`` downloaded through a relay on a warm connection, and the client's
     datagrams per datagram it received during the download."""
-    relay = UdpRelay(("127.0.0.1", port), seed=7)
-    await nursery.start(relay.run)
-    url = f"https://127.0.0.1:{relay.port}"
-    async with trio_retry.Client(
-        ssl_context=context,  # type: ignore[arg-type]
-        upstreams={url: Upstream(http3=True)},
-        retry=RetryPolicy(max_attempts=1),
-    ) as client:
+    async with http3_client_through(nursery, port, context, seed=7) as (relay, url, client):
         warm = await client.get(url + "/warm")
         assert warm.http_version == "HTTP/3"
         await trio.sleep(0.05)

@@ -36,9 +36,13 @@ from __future__ import annotations
 import math
 import random
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
+
+import trio_retry
 
 __all__ = ["Counts", "Direction", "Faults", "UdpRelay"]
 
@@ -338,3 +342,21 @@ class UdpRelay:
 class _Send:
     sock: trio.socket.SocketType
     to: tuple[object, ...]
+
+
+@asynccontextmanager
+async def http3_client_through(
+    nursery: trio.Nursery, port: int, context: object, *, seed: int = 0
+) -> AsyncIterator[tuple[UdpRelay, str, trio_retry.Client]]:
+    """A relay (running in ``nursery``) to the HTTP/3 server on ``port``, its URL, and a
+    client that speaks HTTP/3 to it at once with ``context`` as its TLS context and one
+    attempt per call (no retry hides what the relay counts); closed on exit."""
+    relay = UdpRelay(("127.0.0.1", port), seed=seed)
+    await nursery.start(relay.run)
+    url = f"https://127.0.0.1:{relay.port}"
+    async with trio_retry.Client(
+        ssl_context=context,  # type: ignore[arg-type]
+        upstreams={url: trio_retry.Upstream(http3=True)},
+        retry=trio_retry.RetryPolicy(max_attempts=1),
+    ) as client:
+        yield relay, url, client
