@@ -2,21 +2,27 @@
 
 The driver runs real pool code in a real Trio run: every "call" is a task blocked in
 ``acquire`` or holding a connection; every opening is a fake opener blocked until the test
-says how it ends. After each step :func:`check_invariants` compares the pool's own counts with
-what the fakes know (connections opened and not closed, openings in progress, tasks waiting).
+says how it ends. With ``queued=True`` (or :data:`Driver.queued_default`) a call waits as the
+attempt runner's does (``_call/attempt.py``): ``take_idle``, then ``queue``, parked in its own
+frame, then ``acquire(joined=True)``; ``leave`` when cancelled while parked. After each step
+:func:`check_invariants` compares the pool's own counts with what the fakes know
+(connections opened and not closed, openings in progress, tasks waiting).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 import trio
 import trio.testing
 
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.contract import PooledConnection
+from trio_retry._wire import pool_ledger
+from trio_retry._wire.contract import Opener, PooledConnection
 from trio_retry._wire.pool import ConnectionPool
+from trio_retry._wire.pool_ledger import Waiter
 from trio_retry._wire.progress import AttemptProgress, WireError
 
 
@@ -105,8 +111,22 @@ class Call:
     error: BaseException | None = None
 
 
+def queued_call(opener: Opener) -> Waiter:
+    """A call's own waiter, as the attempt runner is its own (``ConnectionPool.queue``): of
+    the class the ledger makes waiters of (a test may have replaced it)."""
+    base: type[Waiter] = pool_ledger.Waiter
+    waiter = object.__new__(base)
+    waiter.opener = opener
+    waiter.parked = False
+    waiter.task = None
+    return waiter
+
+
 class Driver:
     """Starts calls and openings against a pool, step by step."""
+
+    #: Whether calls wait as the attempt runner's do (``queue``) when not told (conftest.py).
+    queued_default = False
 
     def __init__(
         self,
@@ -116,7 +136,9 @@ class Driver:
         answers_h2: frozenset[object] = frozenset(),
         stream_limit: int = 2,
         one_per_origin: frozenset[object] = frozenset(),
+        queued: bool | None = None,
     ) -> None:
+        self.queued = self.queued_default if queued is None else queued
         self.pool = pool
         self.nursery = nursery
         self.answers_h2 = answers_h2 | one_per_origin
@@ -159,12 +181,7 @@ class Driver:
         progress = AttemptProgress(trio.current_time())
         with call.scope:
             try:
-                conn = await self.pool.acquire(
-                    call.origin,
-                    progress,
-                    lambda p: self._opener(p, origin=call.origin),
-                    expect_multiplexed=call.multiplexed,
-                )
+                conn = await self._acquire(call, progress)
             except WireError as exc:
                 call.error = exc
                 call.state = "done"
@@ -187,6 +204,30 @@ class Driver:
         if call.scope.cancelled_caught and call.state != "done":
             call.state = "done"
         call.state = "done"
+
+    async def _acquire(self, call: Call, progress: AttemptProgress) -> PooledConnection:
+        pool = self.pool
+
+        def opener(p: AttemptProgress) -> Awaitable[PooledConnection]:
+            return self._opener(p, origin=call.origin)
+
+        if self.queued:
+            conn = pool.take_idle(call.origin, progress)
+            if conn is not None:
+                return conn
+            waiter = queued_call(opener)
+            joined = pool.queue(call.origin, progress, waiter, expect_multiplexed=call.multiplexed)
+            if joined is not None:
+                if joined:
+                    try:
+                        await waiter
+                    except BaseException:
+                        pool.leave(waiter)
+                        raise
+                return await pool.acquire(call.origin, progress, waiter, joined=True)
+        return await pool.acquire(
+            call.origin, progress, opener, expect_multiplexed=call.multiplexed
+        )
 
     def _give_back(self, call: Call, conn: FakeConnection) -> None:
         if call.how == "die":

@@ -15,6 +15,9 @@ from trio_retry._wire.progress import WireError
 
 from .fakes import Driver
 
+#: Each scenario twice: calls waiting in acquire(), and parked after queue() (conftest.py).
+pytestmark = pytest.mark.usefixtures("driver_mode")
+
 
 def pool_of(max_connections: int = 10, pool_timeout: float | None = None) -> ConnectionPool:
     return ConnectionPool(

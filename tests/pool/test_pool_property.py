@@ -1,5 +1,6 @@
 """Property test: random acquire / release / close / cancel / GOAWAY / open-outcome sequences
-over several origins, the pool's invariants checked after every step (see fakes.py)."""
+over several origins, the pool's invariants checked after every step (see fakes.py); calls
+wait in ``acquire`` or, as the attempt runner's, parked by themselves (``queue``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ step = st.one_of(
 
 
 async def run_steps(
-    steps: list[tuple[str, object]], max_connections: int, per_origin: int | None, limit: int
+    steps: list[tuple[str, object]],
+    max_connections: int,
+    per_origin: int | None,
+    limit: int,
+    queued: bool,
 ) -> None:
     pool = ConnectionPool(
         max_connections=max_connections,
@@ -35,7 +40,9 @@ async def run_steps(
     )
     async with trio.open_nursery() as nursery:
         pool.bind(nursery)
-        driver = Driver(pool, nursery, answers_h2=H2, stream_limit=limit, one_per_origin=H3)
+        driver = Driver(
+            pool, nursery, answers_h2=H2, stream_limit=limit, one_per_origin=H3, queued=queued
+        )
         for kind, arg in steps:
             if kind == "call":
                 driver.start(arg, multiplexed=arg in EXPECTS_H2)
@@ -89,8 +96,13 @@ async def run_steps(
     max_connections=st.integers(1, 4),
     per_origin=st.one_of(st.none(), st.integers(1, 3)),
     limit=st.integers(1, 3),
+    queued=st.booleans(),  # calls wait in acquire(), or parked by their caller (queue())
 )
 def test_pool_invariants_hold_after_every_step(
-    steps: list[tuple[str, object]], max_connections: int, per_origin: int | None, limit: int
+    steps: list[tuple[str, object]],
+    max_connections: int,
+    per_origin: int | None,
+    limit: int,
+    queued: bool,
 ) -> None:
-    trio.run(run_steps, steps, max_connections, per_origin, limit)
+    trio.run(run_steps, steps, max_connections, per_origin, limit, queued)

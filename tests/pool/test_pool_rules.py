@@ -13,6 +13,9 @@ from trio_retry._wire.progress import AttemptProgress, WireError
 
 from .fakes import Driver, FakeConnection
 
+#: Each scenario twice: calls waiting in acquire(), and parked after queue() (conftest.py).
+pytestmark = pytest.mark.usefixtures("driver_mode")
+
 
 def pool_of(max_connections: int, per_origin: int | None = None) -> ConnectionPool:
     return ConnectionPool(

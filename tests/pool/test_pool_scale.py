@@ -13,6 +13,9 @@ from trio_retry._wire.pool import ConnectionPool
 
 from .fakes import Driver, FakeConnection
 
+#: Each scenario twice: calls waiting in acquire(), and parked after queue() (conftest.py).
+pytestmark = pytest.mark.usefixtures("driver_mode")
+
 
 class CountingWaiter(pool_ledger.Waiter):
     """A waiter that counts how often the pool reads its arrival number or its kind: what an

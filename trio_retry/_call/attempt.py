@@ -86,12 +86,14 @@ class AttemptRun(Waiter):
         "_admission",
         "_conn",
         "_held",
+        "_joined",
         "_key",
         "_number",
         "_permit",
         "_progress",
         "_proxy",
         "_range_start",
+        "_ready_now",
         "_request",
         "_response",
         "_rt",
@@ -144,6 +146,8 @@ class AttemptRun(Waiter):
         self._range_start = range_start
         #: The attempt runs in no cancel scope of its own (:meth:`_ready`).
         self._unscoped = False
+        self._ready_now: bool | None = None  # _ready()'s answer, once queue() asked it
+        self._joined = False  # it joined the pool's queue in queue()
 
     def run(self) -> Awaitable[AttemptResult]:
         """The attempt (see the module docstring), to be awaited once; its value says how it
@@ -157,9 +161,38 @@ class AttemptRun(Waiter):
         this method in between.)"""
         if self._request.trace is not None and self._traced_run:
             return self._traced()
-        if self._ready():
+        ready = self._ready_now
+        if ready is None:
+            ready = self._ready()
+        if ready:
             return self._exchange()
         return self._bounded()
+
+    def queue(self) -> bool:
+        """Before :meth:`run` (the retry loop's attempts, not traced): ``True`` when no
+        connection was ready and the attempt joined the pool's queue (``ConnectionPool.queue``):
+        its caller parks it (``await run``), then awaits :meth:`run`, which goes on from there.
+        So a queued call holds neither the exchange's coroutine nor the pool's (issue #41).
+        Cancelled while parked, the caller calls :meth:`leave_queue`."""
+        if self._request.trace is not None and self._traced_run:
+            return False
+        ready = self._ready_now = self._ready()
+        rt = self._rt
+        if not ready or not self._unscoped or rt.draining:
+            return False  # (a connection taken at once, a bounded attempt, or a drain begun)
+        origin, proxy = self._request.url.origin, self._proxy
+        via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
+        expect = rt.connector.expect_multiplexed(origin, via_proxy, self._key)
+        joined = rt.pool.queue(self._key, self._progress, self, expect_multiplexed=expect)
+        self._joined = joined is not None
+        return joined is True
+
+    def leave_queue(self) -> None:
+        """The park after :meth:`queue` was cancelled: the attempt leaves the queue and holds
+        nothing any more (what the pool granted meanwhile, the permit). It is not run."""
+        self._joined = False
+        self._rt.pool.leave(self)
+        self._give_back(False)
 
     def _failed(self, error: WireError) -> AttemptResult:
         """The result of an attempt that failed with ``error`` and holds nothing (its exchange
@@ -232,12 +265,14 @@ class AttemptRun(Waiter):
             # in its scope (and with a permit but no ready connection, waits for that there).
             limiter = state.limiter
             if limiter is None:
-                self._conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self._progress)
+                key = self._key = rt.connector.key_for(origin, proxy)
+                self._conn = rt.pool.take_idle(key, self._progress)
             else:
                 self._permit = try_admit(state)
                 if self._permit is None:
                     return False
-                self._conn = rt.pool.take_idle(rt.connector.key_for(origin, proxy), self._progress)
+                key = self._key = rt.connector.key_for(origin, proxy)
+                self._conn = rt.pool.take_idle(key, self._progress)
             if unbounded and self._conn is None:
                 self._unscoped = True
             return unbounded
@@ -342,14 +377,25 @@ class AttemptRun(Waiter):
 
             conn = self._conn  # taken already by an attempt that found one ready
             if conn is None:
-                connector = rt.connector
-                key = self._key = connector.key_for(origin, proxy)
-                expect = connector.expect_multiplexed(origin, via_proxy, key)
-                draining = rt.draining
+                joined = self._joined
+                if joined:  # (it waited in the queue already, queue(): the pool goes on)
+                    key = self._key
+                    expect = False  # (not asked again)
+                    draining = False  # (queue() joins only while the client is not draining)
+                else:
+                    connector = rt.connector
+                    key = self._key = connector.key_for(origin, proxy)
+                    expect = connector.expect_multiplexed(origin, via_proxy, key)
+                    draining = rt.draining
                 try:  # (the run itself is the pool's opener: __call__)
                     if self._unscoped:  # (its wait is ended through the pool: _ready)
                         conn = await rt.pool.acquire(
-                            key, progress, self, expect_multiplexed=expect, scopes=rt.scopes
+                            key,
+                            progress,
+                            self,
+                            expect_multiplexed=expect,
+                            scopes=rt.scopes,
+                            joined=joined,
                         )
                     else:
                         conn = await rt.pool.acquire(key, progress, self, expect_multiplexed=expect)

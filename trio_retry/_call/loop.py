@@ -158,7 +158,14 @@ async def send(
                 rt, request, state, progress, streaming, attempts, ledger, number
             )
         else:
-            result = await AttemptRun(rt, request, state, progress, streaming, number).run()
+            run = AttemptRun(rt, request, state, progress, streaming, number)
+            if run.queue():  # no connection ready: queued in the pool, parked here till served
+                try:
+                    await run
+                except BaseException:
+                    run.leave_queue()
+                    raise
+            result = await run.run()
             if attempts is _NONE_YET:
                 attempts = []
         ended = rt.now()

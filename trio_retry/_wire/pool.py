@@ -190,6 +190,7 @@ class ConnectionPool:
         *,
         expect_multiplexed: bool = False,
         scopes: dict[trio.CancelScope, AttemptProgress] | None = None,
+        joined: bool = False,
     ) -> PooledConnection:
         """A connection for ``origin``: a usable pooled one, a shared or new one.
 
@@ -219,22 +220,41 @@ class ConnectionPool:
         quarter of what a queued call held, visited by every full pass of the garbage
         collector (issue #41).
 
+        ``joined``: ``opener`` is a waiter that joined the queue with :meth:`queue` (and
+        parked if that said so): this goes on from there, with the same outcome as if it had
+        waited here. (Then ``origin`` and ``expect_multiplexed`` are not looked at again.)
+
         If cancelled, anything granted meanwhile is given back and an HTTP/2 opening carries on
         for the others: the counts stay exact. The connection must be given back with
         :meth:`release` or :meth:`discard`; :meth:`close` closes it meanwhile.
         """
-        got = self._arrive(origin, progress, opener, expect_multiplexed)
-        if not isinstance(got, Waiter):
-            return got
-        waiter = got
-        if waiter.state == WAITING:
+        parked = False  # it waited once already, parked by its caller (queue())
+        if joined:
+            assert isinstance(opener, Waiter)
+            waiter = opener
+            parked = waiter.parked
+            if parked:
+                waiter.parked = False
+                keeper = self._timekeeper
+                if keeper is not None and keeper.pool is not None:
+                    keeper.pool.pending.pop(waiter, None)
+        else:
+            got = self._arrive(origin, progress, opener, expect_multiplexed)
+            if not isinstance(got, Waiter):
+                return got
+            waiter = got
+        if waiter.state == WAITING or parked:
             # The wait, here rather than in a coroutine of its own: one frame less for each of
             # thousands of calls queued at once (issue #41).
             ledger = self._ledger
-            failures = ledger.failures
             book = self._book
             limit = book.pool_timeout
-            arrived = book.now()
+            if parked:
+                failures = waiter.failures
+                arrived = waiter.arrived
+            else:
+                failures = ledger.failures
+                arrived = book.now()
             deadline = math.inf if limit is None else arrived + limit
             keeper = self._timekeeper
             lane = keeper.pool if keeper is not None and keeper.running else None
@@ -248,13 +268,16 @@ class ConnectionPool:
                     # caller cancels the park: it is WAITING each time here. (``await waiter``:
                     # the waiter is its own park, ``park.Parking``: nothing of trio's is held
                     # while it sleeps, four objects fewer per queued call, issue #41.)
-                    waiter.task = trio.lowlevel.current_task()
-                    if limit is None:
+                    if parked:  # its first park was its caller's, on the lane (queue())
+                        parked = False
+                    elif limit is None:
+                        waiter.task = trio.lowlevel.current_task()
                         await waiter
                     elif on_lane and lane is not None and keeper is not None and keeper.running:
                         # (Lane.arm and Lane.disarm without their calls, two fewer per queued
                         # call: on the lane, ``deadline`` is ``limit`` from the time read on
                         # arrival or on restart, just before, which is what arm() would set.)
+                        waiter.task = trio.lowlevel.current_task()
                         pending = lane.pending
                         pending[waiter] = deadline
                         try:
@@ -262,6 +285,7 @@ class ConnectionPool:
                         finally:
                             pending.pop(waiter, None)
                     else:
+                        waiter.task = trio.lowlevel.current_task()
                         with until(deadline):
                             await waiter
                     if waiter.state != WAITING or limit is None:
@@ -290,7 +314,7 @@ class ConnectionPool:
                 waiter.error = ledger.failed_with()
                 waiter.opened = None
         if waiter.state != SLOT:
-            return self._outcome(waiter, progress)
+            return _outcome(waiter, progress)
         # Open a connection in the calling task, under the slot the waiter holds; if that
         # fails or is cancelled, the slot goes to the next waiter. (Here rather than in a
         # coroutine of its own: one frame less for each of thousands of calls connecting at
@@ -362,6 +386,63 @@ class ConnectionPool:
             return conn
         return book.join(origin, opener, expect_multiplexed)
 
+    def queue(
+        self,
+        origin: object,
+        progress: AttemptProgress,
+        waiter: Waiter,
+        *,
+        expect_multiplexed: bool = False,
+    ) -> bool | None:
+        """For an attempt :meth:`take_idle` had nothing for, in the same step (rule 1 is not
+        asked again): rules 2 to 4 at once, with no coroutine of the pool's.
+
+        ``True``: ``waiter`` (its own, the one its caller parks) is queued and its
+        ``pool_timeout`` armed on the timekeeper's pool lane; the caller parks it in its own
+        frame (``await waiter``) until it is woken (served, failed, or its limit due), then
+        calls :meth:`acquire` with ``joined=True``, which goes on as if it had waited there.
+        Parked so, a queued call holds neither the pool's coroutine nor the frames its caller
+        would have awaited it from: at 10,000 calls at once, 9,000 queue for an HTTP/2 stream,
+        and those were two of the dozen objects each held (issue #41). Cancelled while parked,
+        the caller calls :meth:`leave`.
+
+        ``False``: served at once (a slot to open a connection under, or an error): call
+        :meth:`acquire` with ``joined=True`` without parking. ``None``: nothing done, as it
+        cannot wait that way (no timekeeper running, or a lane of another limit): call
+        :meth:`acquire` as usual.
+        """
+        book = self._book
+        limit = book.pool_timeout
+        keeper = self._timekeeper
+        lane = None
+        if limit is not None:
+            lane = keeper.pool if keeper is not None and keeper.running else None
+            if lane is None or lane.limit != limit:
+                return None
+        if book.closed:
+            return None  # (acquire raises the closed pool's error)
+        progress.advance(_POOL)
+        joined = book.join(origin, waiter, expect_multiplexed)
+        assert joined is waiter  # (it is its own waiter: the one its caller parks)
+        if waiter.state != WAITING:
+            return False
+        waiter.failures = self._ledger.failures
+        waiter.parked = True
+        waiter.task = trio.lowlevel.current_task()
+        now = waiter.arrived = book.now()
+        if lane is not None:
+            lane.pending[waiter] = now + lane.limit  # (Lane.arm, without its call)
+        return True
+
+    def leave(self, waiter: Waiter) -> None:
+        """``waiter``, parked by its caller after :meth:`queue`, was cancelled (or its caller
+        raised): it leaves, and anything it was granted meanwhile goes back."""
+        keeper = self._timekeeper
+        if keeper is not None and keeper.pool is not None:
+            keeper.pool.pending.pop(waiter, None)
+        waiter.parked = False
+        self._book.abandon(waiter)
+
     def take_idle(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
         """A connection for ``origin`` at once, or ``None``. Never blocks.
 
@@ -420,34 +501,6 @@ class ConnectionPool:
 
     # --- the awaits -----------------------------------------------------------------------
 
-    def _outcome(self, waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
-        """What a waiter was given (a connection, or an error, raised), as :meth:`acquire`
-        returns it."""
-        if waiter.state == CONN:
-            conn = waiter.conn
-            assert conn is not None
-            if waiter.opened is not None:  # a fresh connection, opened by the pool for us
-                _merge(progress, waiter.opened)
-            else:
-                progress.connection_reused = True
-            return conn
-        assert waiter.state == FAILED
-        error = waiter.error
-        assert error is not None
-        if waiter.opened is not None:  # an opening failed: its try was of its protocol
-            progress.http_version = waiter.opened.http_version
-        if isinstance(error, WireError):
-            progress.advance(error.stage)
-            raise WireError(
-                str(error),
-                stage=error.stage,
-                evidence=error.evidence,
-                category=error.category,
-                # (a QUIC handshake that failed: every waiter goes again over TCP, uncounted)
-                reconnect=error.reconnect,
-            ) from error
-        raise error
-
     def _start_opening(self, opening: Opening, opener: Opener) -> None:
         """The book's way to run an HTTP/2 opening in the background (``RuntimeError`` once
         the nursery is closing)."""
@@ -474,6 +527,35 @@ class ConnectionPool:
         if conn is None and error is None:  # the pool closed while connecting
             error = closed_error()
         book.opening_finished(opening, progress, conn, error)
+
+
+def _outcome(waiter: Waiter, progress: AttemptProgress) -> PooledConnection:
+    """What a waiter was given (a connection, or an error, raised), as :meth:`acquire`
+    returns it."""
+    if waiter.state == CONN:
+        conn = waiter.conn
+        assert conn is not None
+        if waiter.opened is not None:  # a fresh connection, opened by the pool for us
+            _merge(progress, waiter.opened)
+        else:
+            progress.connection_reused = True
+        return conn
+    assert waiter.state == FAILED
+    error = waiter.error
+    assert error is not None
+    if waiter.opened is not None:  # an opening failed: its try was of its protocol
+        progress.http_version = waiter.opened.http_version
+    if isinstance(error, WireError):
+        progress.advance(error.stage)
+        raise WireError(
+            str(error),
+            stage=error.stage,
+            evidence=error.evidence,
+            category=error.category,
+            # (a QUIC handshake that failed: every waiter goes again over TCP, uncounted)
+            reconnect=error.reconnect,
+        ) from error
+    raise error
 
 
 def _restart(waiter: Waiter, arrived: float, limit: float, now: float) -> float | None:

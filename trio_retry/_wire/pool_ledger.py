@@ -85,16 +85,25 @@ class Waiter(Parking):
     parks the waiting task (:class:`.park.Parking`), until :meth:`wake`."""
 
     __slots__ = (
+        "arrived",
         "conn",
         "error",
+        "failures",
         "multiplexed",
         "opened",
         "opener",
         "origin",
+        "parked",
         "seq",
         "state",
         "task",
     )
+
+    # Set by ``ConnectionPool.queue`` before their first reading (``parked``: by
+    # :meth:`arrive`), for a waiter its caller parks: when it arrived, the pool's count of
+    # ``fail_waiters()`` then, and whether it parked there (``pool.py``).
+    arrived: float
+    failures: int
 
     def __init__(self, origin: Origin, seq: int, opener: Opener, multiplexed: bool) -> None:
         self.opener = opener
@@ -106,6 +115,7 @@ class Waiter(Parking):
         self.seq = seq  # arrival number: the order of rule 4
         self.multiplexed = multiplexed
         self.state = WAITING
+        self.parked = False
         #: The task parked until the waiter is resolved (``pool.py``), else ``None``. Parked
         #: by itself rather than on a ``trio.Event``: an event, its set of tasks and its wait's
         #: closure were four more objects for each of thousands of calls queued at once,

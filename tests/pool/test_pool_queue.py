@@ -1,0 +1,170 @@
+"""A call that finds no connection ready waits parked by itself (``ConnectionPool.queue``), with
+neither its exchange's coroutine nor the pool's in its stack (issue #41: at 10,000 calls at once
+over HTTP/2, 9,000 wait for a stream, and those two were a sixth of what each held). The
+outcome of the wait is the one ``acquire`` gives when it waits itself (``tests/pool/conftest.py``
+runs the pool's scenarios both ways); these are the cases only this way has: what is given
+back when it is cancelled, the restarted ``pool_timeout`` after a shared opening on the
+timekeeper's lane, ``fail_waiters()`` between its grant and its run, and what its task holds.
+
+On ``trio.testing.MockClock(autojump_threshold=0)`` against fakes and a FaultServer (exact
+virtual times, the server's count of requests)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import trio
+import trio.testing
+
+import trio_retry
+from trio_retry import StageTimeouts
+from trio_retry._core.evidence import Evidence, FailureCategory, Stage
+from trio_retry._wire.contract import PooledConnection
+from trio_retry._wire.pool import ConnectionPool
+from trio_retry._wire.progress import AttemptProgress, WireError
+from trio_retry._wire.timekeeper import Timekeeper
+from trio_retry.testing import FaultServer, Respond
+
+from .fakes import Driver, FakeConnection, queued_call
+
+LIMIT = 1000.0  # virtual seconds: a call still waiting then was not bounded
+
+
+def _draining() -> WireError:
+    return WireError(
+        "draining", stage=Stage.POOL, evidence=Evidence.NOT_SENT, category=FailureCategory.ADMISSION
+    )
+
+
+async def test_pool_timeout_restarts_after_a_shared_opening_on_the_lane(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A queued HTTP/2 waiter sharing its origin's opening counts nothing meanwhile: woken by
+    the lane when its first ``pool_timeout`` falls due, it waits again (in ``acquire``), and
+    times out ``pool_timeout`` after the opening ended, not after it arrived."""
+    keeper = Timekeeper(StageTimeouts(), pool=5.0)
+    keeper.start(nursery)
+    pool = ConnectionPool(max_connections=1, keepalive_expiry=None, pool_timeout=5.0)
+    pool.bind(nursery, keeper)
+    driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=1, queued=True)
+    lane = keeper.pool
+    assert lane is not None
+    started = trio.current_time()
+    first, second = await driver.start_in_order(["a", "a"], multiplexed=True)
+    assert list(lane.pending.values()) == [started + 5.0] * 2  # armed by queue(), no scope
+    await trio.sleep(8.0)  # the connection takes 8 s to open
+    assert second.state == "acquiring", "timed out while it shared the opening"
+    driver.finish_opening(driver.openings[0], "ok")
+    await driver.settle()
+    assert (first.state, second.state) == ("holding", "acquiring")
+    with trio.fail_after(60):
+        while second.state == "acquiring":
+            await trio.sleep(0.25)
+    assert isinstance(second.error, WireError)
+    assert second.error.category is FailureCategory.POOL_TIMEOUT
+    assert second.error.evidence is Evidence.NOT_SENT
+    assert trio.current_time() - started == pytest.approx(13.0, abs=0.3)
+    assert lane.pending == {}
+    assert pool.waiting == 0
+    driver.check_invariants()
+
+
+async def test_a_queued_waiter_granted_just_before_fail_waiters_ends_too(
+    nursery: trio.Nursery,
+) -> None:
+    """``fail_waiters()`` (drain) after a parked waiter was granted a connection, before it
+    ran: it ends with the drain's error and the connection goes back, as a waiter in
+    ``acquire(scopes=...)`` does (``test_pool_rules.py``)."""
+    pool = ConnectionPool(max_connections=1, keepalive_expiry=None)
+    pool.bind(nursery)
+    conn = FakeConnection("a", multiplexed=False)
+    scopes: dict[trio.CancelScope, AttemptProgress] = {}
+
+    async def opener(progress: AttemptProgress) -> PooledConnection:
+        return conn
+
+    held = await pool.acquire("a", AttemptProgress(trio.current_time()), opener, scopes=scopes)
+    assert held is conn
+    outcome: list[object] = []
+
+    async def second() -> None:
+        progress = AttemptProgress(trio.current_time())
+        assert pool.take_idle("a", progress) is None
+        waiter = queued_call(opener)
+        assert pool.queue("a", progress, waiter) is True
+        await waiter
+        try:
+            outcome.append(await pool.acquire("a", progress, waiter, scopes=scopes, joined=True))
+        except WireError as exc:
+            outcome.append(exc)
+
+    nursery.start_soon(second)
+    await trio.testing.wait_all_tasks_blocked()
+    assert pool.waiting == 1
+    pool.release(conn)  # handed to the waiter, which has not run since
+    assert pool.fail_waiters(_draining) == 0  # no one is waiting any more
+    await trio.testing.wait_all_tasks_blocked()
+    (error,) = outcome
+    assert isinstance(error, WireError), error
+    assert "draining" in str(error)
+    assert (error.evidence, error.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
+    assert "0 active, 1 idle, 0 waiting" in repr(pool)
+
+
+def _stack(task: trio.lowlevel.Task) -> list[str]:
+    """The names of the coroutines a parked task's stack holds, outermost first."""
+    names = []
+    awaited: object = task.coro
+    while isinstance(awaited, types.CoroutineType):
+        names.append(awaited.cr_code.co_qualname)
+        awaited = awaited.cr_await
+    return names
+
+
+async def test_a_queued_call_holds_neither_its_exchange_nor_the_pools_coroutine(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    server.default = Respond(200, body=b"b" * 100_000)
+    async with trio_retry.Client(max_connections=1) as client:
+        async with client.stream("GET", server.url + "/export"):  # holds the one connection
+            tasks: list[trio.lowlevel.Task] = []
+
+            async def queued() -> None:
+                tasks.append(trio.lowlevel.current_task())
+                await client.get(server.url + "/status")
+
+            with trio.fail_after(LIMIT):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(queued)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert client._rt.pool.waiting == 1
+                    # Parked in the retry loop's own frame: nothing below it.
+                    assert _stack(tasks[0])[1:] == ["Client.get", "send"]
+                    nursery.cancel_scope.cancel()
+        assert client._rt.pool.waiting == 0
+        assert "0 waiting" in repr(client._rt.pool)
+    assert server.executed_count("GET", "/status") == 0
+
+
+async def test_a_queued_call_cancelled_gives_its_bulkhead_permit_back(
+    server: FaultServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With a bulkhead of two and one connection, a call takes a permit at once and queues for
+    the connection; cancelled there, it gives the permit back: two more calls get in after."""
+    server.default = Respond(200, body=b"b" * 100_000)
+    bulkhead = trio_retry.Upstream(max_concurrency=2)
+    async with trio_retry.Client(max_connections=1, default_upstream=bulkhead) as client:
+        async with client.stream("GET", server.url + "/export"):  # one permit, the connection
+            with trio.move_on_after(1.0) as caller:
+                await client.get(server.url + "/status")  # the second permit, then queued
+            assert caller.cancelled_caught
+            assert client._rt.pool.waiting == 0
+            state = client._rt.upstreams.get(trio_retry.URL(server.url).origin)
+            assert state.limiter is not None
+            assert state.limiter.borrowed_tokens == 1  # the stream's only
+        with trio.fail_after(LIMIT):
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(client.get, server.url + "/status")
+    assert server.executed_count("GET", "/status") == 2
