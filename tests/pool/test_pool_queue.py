@@ -4,7 +4,8 @@ over HTTP/2, 9,000 wait for a stream, and those two were a sixth of what each he
 outcome of the wait is the one ``acquire`` gives when it waits itself (``tests/pool/conftest.py``
 runs the pool's scenarios both ways); these are the cases only this way has: what is given
 back when it is cancelled, the restarted ``pool_timeout`` after a shared opening on the
-timekeeper's lane, ``fail_waiters()`` between its grant and its run, and what its task holds.
+timekeeper's lane, and what its task holds (``fail_waiters()`` between its grant and its run:
+``test_pool_rules.py``, both ways).
 
 On ``trio.testing.MockClock(autojump_threshold=0)`` against fakes and a FaultServer (exact
 virtual times, the server's count of requests)."""
@@ -19,22 +20,15 @@ import trio.testing
 
 import trio_retry
 from trio_retry import StageTimeouts
-from trio_retry._core.evidence import Evidence, FailureCategory, Stage
-from trio_retry._wire.contract import PooledConnection
+from trio_retry._core.evidence import Evidence, FailureCategory
 from trio_retry._wire.pool import ConnectionPool
-from trio_retry._wire.progress import AttemptProgress, WireError
+from trio_retry._wire.progress import WireError
 from trio_retry._wire.timekeeper import Timekeeper
 from trio_retry.testing import FaultServer, Respond
 
-from .fakes import Driver, FakeConnection, queued_call
+from .fakes import Driver
 
 LIMIT = 1000.0  # virtual seconds: a call still waiting then was not bounded
-
-
-def _draining() -> WireError:
-    return WireError(
-        "draining", stage=Stage.POOL, evidence=Evidence.NOT_SENT, category=FailureCategory.ADMISSION
-    )
 
 
 async def test_pool_timeout_restarts_after_a_shared_opening_on_the_lane(
@@ -68,48 +62,6 @@ async def test_pool_timeout_restarts_after_a_shared_opening_on_the_lane(
     assert lane.pending == {}
     assert pool.waiting == 0
     driver.check_invariants()
-
-
-async def test_a_queued_waiter_granted_just_before_fail_waiters_ends_too(
-    nursery: trio.Nursery,
-) -> None:
-    """``fail_waiters()`` (drain) after a parked waiter was granted a connection, before it
-    ran: it ends with the drain's error and the connection goes back, as a waiter in
-    ``acquire(scopes=...)`` does (``test_pool_rules.py``)."""
-    pool = ConnectionPool(max_connections=1, keepalive_expiry=None)
-    pool.bind(nursery)
-    conn = FakeConnection("a", multiplexed=False)
-    scopes: dict[trio.CancelScope, AttemptProgress] = {}
-
-    async def opener(progress: AttemptProgress) -> PooledConnection:
-        return conn
-
-    held = await pool.acquire("a", AttemptProgress(trio.current_time()), opener, scopes=scopes)
-    assert held is conn
-    outcome: list[object] = []
-
-    async def second() -> None:
-        progress = AttemptProgress(trio.current_time())
-        assert pool.take_idle("a", progress) is None
-        waiter = queued_call(opener)
-        assert pool.queue("a", progress, waiter) is True
-        await waiter
-        try:
-            outcome.append(await pool.acquire("a", progress, waiter, scopes=scopes, joined=True))
-        except WireError as exc:
-            outcome.append(exc)
-
-    nursery.start_soon(second)
-    await trio.testing.wait_all_tasks_blocked()
-    assert pool.waiting == 1
-    pool.release(conn)  # handed to the waiter, which has not run since
-    assert pool.fail_waiters(_draining) == 0  # no one is waiting any more
-    await trio.testing.wait_all_tasks_blocked()
-    (error,) = outcome
-    assert isinstance(error, WireError), error
-    assert "draining" in str(error)
-    assert (error.evidence, error.category) == (Evidence.NOT_SENT, FailureCategory.ADMISSION)
-    assert "0 active, 1 idle, 0 waiting" in repr(pool)
 
 
 def _stack(task: trio.lowlevel.Task) -> list[str]:

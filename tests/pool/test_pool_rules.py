@@ -11,7 +11,7 @@ from trio_retry._wire.contract import PooledConnection
 from trio_retry._wire.pool import ConnectionPool
 from trio_retry._wire.progress import AttemptProgress, WireError
 
-from .fakes import Driver, FakeConnection
+from .fakes import Driver, FakeConnection, queued_call
 
 #: Each scenario twice: calls waiting in acquire(), and parked after queue() (conftest.py).
 pytestmark = pytest.mark.usefixtures("driver_mode")
@@ -305,10 +305,12 @@ def _draining() -> WireError:
 
 
 async def test_unscoped_acquire_ends_a_waiter_granted_just_before_fail_waiters(
-    nursery: trio.Nursery,
+    nursery: trio.Nursery, driver_mode: bool
 ) -> None:
     """``acquire(scopes=...)`` (a caller with no cancel scope of its own): ``fail_waiters()``
-    also ends a waiter granted a connection that has not run since; it goes back."""
+    also ends a waiter granted a connection that has not run since; it goes back. The same
+    for a waiter parked by its caller after ``queue()`` (``driver_mode``: the attempt
+    runner's way), whose ``acquire(joined=True)`` finds the grant undone."""
     pool = pool_of(1)
     pool.bind(nursery)
     conn = FakeConnection("a", multiplexed=False)
@@ -323,9 +325,18 @@ async def test_unscoped_acquire_ends_a_waiter_granted_just_before_fail_waiters(
     outcome: list[object] = []
 
     async def second() -> None:
+        progress = AttemptProgress(trio.current_time())
         try:
-            progress = AttemptProgress(trio.current_time())
-            outcome.append(await pool.acquire("a", progress, opener, scopes=scopes))
+            if driver_mode:
+                assert pool.take_idle("a", progress) is None
+                waiter = queued_call(opener)
+                assert pool.queue("a", progress, waiter) is True
+                await waiter
+                outcome.append(
+                    await pool.acquire("a", progress, waiter, scopes=scopes, joined=True)
+                )
+            else:
+                outcome.append(await pool.acquire("a", progress, opener, scopes=scopes))
         except WireError as exc:
             outcome.append(exc)
 
