@@ -93,7 +93,6 @@ class AttemptRun(Waiter):
         "_progress",
         "_proxy",
         "_range_start",
-        "_ready_now",
         "_request",
         "_response",
         "_rt",
@@ -146,8 +145,7 @@ class AttemptRun(Waiter):
         self._range_start = range_start
         #: The attempt runs in no cancel scope of its own (:meth:`_ready`).
         self._unscoped = False
-        self._ready_now: bool | None = None  # _ready()'s answer, once queue() asked it
-        self._joined = False  # it joined the pool's queue in queue()
+        self._joined = False  # it joined the pool's queue in start()
 
     def run(self) -> Awaitable[AttemptResult]:
         """The attempt (see the module docstring), to be awaited once; its value says how it
@@ -161,34 +159,36 @@ class AttemptRun(Waiter):
         this method in between.)"""
         if self._request.trace is not None and self._traced_run:
             return self._traced()
-        ready = self._ready_now
-        if ready is None:
-            ready = self._ready()
-        if ready:
+        if self._ready():
             return self._exchange()
         return self._bounded()
 
-    def queue(self) -> bool:
-        """Before :meth:`run` (the retry loop's attempts, not traced): ``True`` when no
-        connection was ready and the attempt joined the pool's queue (``ConnectionPool.queue``):
-        its caller parks it (``await run``), then awaits :meth:`run`, which goes on from there.
-        So a queued call holds neither the exchange's coroutine nor the pool's (issue #41).
-        Cancelled while parked, the caller calls :meth:`leave_queue`."""
+    def start(self) -> Awaitable[AttemptResult] | None:
+        """:meth:`run`, for the retry loop's attempts; or ``None`` when no connection was ready
+        and the attempt joined the pool's queue (``ConnectionPool.queue``): its caller parks it
+        (``await run``), then awaits :meth:`served`, which goes on from there. So a queued call
+        holds neither the exchange's coroutine nor the pool's (issue #41). Cancelled while
+        parked, the caller calls :meth:`leave_queue`."""
         if self._request.trace is not None and self._traced_run:
-            return False
-        ready = self._ready_now = self._ready()
+            return self._traced()
+        if not self._ready():
+            return self._bounded()
         rt = self._rt
-        if not ready or not self._unscoped or rt.draining:
-            return False  # (a connection taken at once, a bounded attempt, or a drain begun)
+        if self._conn is not None or rt.draining:
+            return self._exchange()  # (a connection taken at once, or a drain begun)
         origin, proxy = self._request.url.origin, self._proxy
         via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
         expect = rt.connector.expect_multiplexed(origin, via_proxy, self._key)
         joined = rt.pool.queue(self._key, self._progress, self, expect_multiplexed=expect)
         self._joined = joined is not None
-        return joined is True
+        return None if joined else self._exchange()
+
+    def served(self) -> Awaitable[AttemptResult]:
+        """The attempt after its park in the pool's queue (:meth:`start`), to be awaited once."""
+        return self._exchange()
 
     def leave_queue(self) -> None:
-        """The park after :meth:`queue` was cancelled: the attempt leaves the queue and holds
+        """The park after :meth:`start` was cancelled: the attempt leaves the queue and holds
         nothing any more (what the pool granted meanwhile, the permit). It is not run."""
         self._joined = False
         self._rt.pool.leave(self)
@@ -378,10 +378,10 @@ class AttemptRun(Waiter):
             conn = self._conn  # taken already by an attempt that found one ready
             if conn is None:
                 joined = self._joined
-                if joined:  # (it waited in the queue already, queue(): the pool goes on)
+                if joined:  # (it waited in the queue already, start(): the pool goes on)
                     key = self._key
                     expect = False  # (not asked again)
-                    draining = False  # (queue() joins only while the client is not draining)
+                    draining = False  # (start() joins only while the client is not draining)
                 else:
                     connector = rt.connector
                     key = self._key = connector.key_for(origin, proxy)

@@ -159,13 +159,15 @@ async def send(
             )
         else:
             run = AttemptRun(rt, request, state, progress, streaming, number)
-            if run.queue():  # no connection ready: queued in the pool, parked here till served
+            attempt = run.start()
+            if attempt is None:  # no connection ready: queued in the pool, parked here
                 try:
                     await run
                 except BaseException:
                     run.leave_queue()
                     raise
-            result = await run.run()
+                attempt = run.served()
+            result = await attempt
             if attempts is _NONE_YET:
                 attempts = []
         ended = rt.now()
