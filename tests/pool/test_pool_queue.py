@@ -3,9 +3,9 @@ neither its exchange's coroutine nor the pool's in its stack (issue #41: at 10,0
 over HTTP/2, 9,000 wait for a stream, and those two were a sixth of what each held). The
 outcome of the wait is the one ``acquire`` gives when it waits itself (``tests/pool/conftest.py``
 runs the pool's scenarios both ways); these are the cases only this way has: what is given
-back when it is cancelled, the restarted ``pool_timeout`` after a shared opening on the
-timekeeper's lane, and what its task holds (``fail_waiters()`` between its grant and its run:
-``test_pool_rules.py``, both ways).
+back when it is cancelled and what its task holds (``test_pool_rules.py`` has, both ways, the
+restarted ``pool_timeout`` after a shared opening, on the timekeeper's lane when queued, and
+``fail_waiters()`` between a grant and its run).
 
 On ``trio.testing.MockClock(autojump_threshold=0)`` against fakes and a FaultServer (exact
 virtual times, the server's count of requests)."""
@@ -14,54 +14,13 @@ from __future__ import annotations
 
 import types
 
-import pytest
 import trio
 import trio.testing
 
 import trio_retry
-from trio_retry import StageTimeouts
-from trio_retry._core.evidence import Evidence, FailureCategory
-from trio_retry._wire.pool import ConnectionPool
-from trio_retry._wire.progress import WireError
-from trio_retry._wire.timekeeper import Timekeeper
 from trio_retry.testing import FaultServer, Respond
 
-from .fakes import Driver
-
 LIMIT = 1000.0  # virtual seconds: a call still waiting then was not bounded
-
-
-async def test_pool_timeout_restarts_after_a_shared_opening_on_the_lane(
-    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
-) -> None:
-    """A queued HTTP/2 waiter sharing its origin's opening counts nothing meanwhile: woken by
-    the lane when its first ``pool_timeout`` falls due, it waits again (in ``acquire``), and
-    times out ``pool_timeout`` after the opening ended, not after it arrived."""
-    keeper = Timekeeper(StageTimeouts(), pool=5.0)
-    keeper.start(nursery)
-    pool = ConnectionPool(max_connections=1, keepalive_expiry=None, pool_timeout=5.0)
-    pool.bind(nursery, keeper)
-    driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=1, queued=True)
-    lane = keeper.pool
-    assert lane is not None
-    started = trio.current_time()
-    first, second = await driver.start_in_order(["a", "a"], multiplexed=True)
-    assert list(lane.pending.values()) == [started + 5.0] * 2  # armed by queue(), no scope
-    await trio.sleep(8.0)  # the connection takes 8 s to open
-    assert second.state == "acquiring", "timed out while it shared the opening"
-    driver.finish_opening(driver.openings[0], "ok")
-    await driver.settle()
-    assert (first.state, second.state) == ("holding", "acquiring")
-    with trio.fail_after(60):
-        while second.state == "acquiring":
-            await trio.sleep(0.25)
-    assert isinstance(second.error, WireError)
-    assert second.error.category is FailureCategory.POOL_TIMEOUT
-    assert second.error.evidence is Evidence.NOT_SENT
-    assert trio.current_time() - started == pytest.approx(13.0, abs=0.3)
-    assert lane.pending == {}
-    assert pool.waiting == 0
-    driver.check_invariants()
 
 
 def _stack(task: trio.lowlevel.Task) -> list[str]:

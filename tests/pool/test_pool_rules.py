@@ -6,10 +6,12 @@ import pytest
 import trio
 import trio.testing
 
+from trio_retry import StageTimeouts
 from trio_retry._core.evidence import Evidence, FailureCategory, Stage
 from trio_retry._wire.contract import PooledConnection
 from trio_retry._wire.pool import ConnectionPool
 from trio_retry._wire.progress import AttemptProgress, WireError
+from trio_retry._wire.timekeeper import Timekeeper
 
 from .fakes import Driver, FakeConnection, queued_call
 
@@ -248,16 +250,25 @@ async def test_per_origin_limit_and_global_limit_together(nursery: trio.Nursery)
 
 
 async def test_pool_timeout_counts_nothing_while_an_opening_is_shared(
-    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, driver_mode: bool
 ) -> None:
     """An HTTP/2 waiter sharing its origin's opening counts no ``pool_timeout`` meanwhile (the
     opening has its own connect and TLS limits): one the new connection could not carry times
-    out ``pool_timeout`` after the opening ended, not after it arrived."""
+    out ``pool_timeout`` after the opening ended, not after it arrived. Waiting in ``acquire``
+    with no timekeeper, its limit is a scope; parked after ``queue()`` (``driver_mode``), as the
+    attempt runner's with the client's timekeeper, it is the lane's: woken when its first
+    limit falls due, it waits again in ``acquire``."""
     pool = ConnectionPool(max_connections=1, keepalive_expiry=None, pool_timeout=5.0)
-    pool.bind(nursery)
+    keeper = Timekeeper(StageTimeouts(), pool=5.0) if driver_mode else None
+    if keeper is not None:
+        keeper.start(nursery)
+    pool.bind(nursery, keeper)
     driver = Driver(pool, nursery, answers_h2=frozenset({"a"}), stream_limit=1)
     started = trio.current_time()
     first, second = await driver.start_in_order(["a", "a"], multiplexed=True)
+    if keeper is not None:
+        assert keeper.pool is not None
+        assert list(keeper.pool.pending.values()) == [started + 5.0] * 2  # no scope
     await trio.sleep(8.0)  # the connection takes 8 s to open
     assert second.state == "acquiring", "timed out while it shared the opening"
     driver.finish_opening(driver.openings[0], "ok")
@@ -268,7 +279,11 @@ async def test_pool_timeout_counts_nothing_while_an_opening_is_shared(
             await trio.sleep(0.25)
     assert isinstance(second.error, WireError)
     assert second.error.category is FailureCategory.POOL_TIMEOUT
+    assert second.error.evidence is Evidence.NOT_SENT
     assert trio.current_time() - started == pytest.approx(13.0, abs=0.3)
+    assert keeper is None or keeper.pool is None or keeper.pool.pending == {}
+    assert pool.waiting == 0
+    driver.check_invariants()
 
 
 async def test_a_connection_that_takes_streams_again_serves_its_waiters_at_once(
