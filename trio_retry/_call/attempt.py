@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .._core.breaker import BreakerVerdict
     from .._observe.otel import AttemptTrace
     from .._proxy import ProxyConfig
+    from .._url import Origin
 
 __all__ = ["AttemptRun"]
 
@@ -176,8 +177,8 @@ class AttemptRun(Waiter):
         rt = self._rt
         if self._conn is not None or rt.draining:
             return self._exchange()  # (a connection taken at once, or a drain begun)
-        origin, proxy = self._request.url.origin, self._proxy
-        via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
+        origin = self._request.url.origin
+        via_proxy = _forwarding(self._proxy, origin)
         expect = rt.connector.expect_multiplexed(origin, via_proxy, self._key)
         joined = rt.pool.queue(self._key, self._progress, self, expect_multiplexed=expect)
         self._joined = joined is not None
@@ -357,9 +358,7 @@ class AttemptRun(Waiter):
                 self._permit = await admit(state, request.naming, origin)
                 if rt.drained and progress in rt.drained:
                     raise _drained(request, progress)  # admitted just as drain() was called
-            # Cleartext through an HTTP(S) proxy: absolute-form target, one pool of proxy
-            # connections. SOCKS tunnels everything, so the request is then as without one.
-            via_proxy = proxy if proxy is not None and proxy.forwards and not origin.tls else None
+            via_proxy = _forwarding(proxy, origin)  # (absolute-form target, proxy's pool)
             memo = request.wire_memo
             wire_request = memo.request if memo is not None else None
             if wire_request is None or not fixed_headers(rt, request, via_proxy):
@@ -523,6 +522,13 @@ class AttemptRun(Waiter):
         permit, self._permit = self._permit, None
         if permit is not None:
             release(self._state, permit)
+
+
+def _forwarding(proxy: ProxyConfig | None, origin: Origin) -> ProxyConfig | None:
+    """The proxy a request to ``origin`` is forwarded through in absolute form (cleartext
+    through an HTTP(S) proxy: one pool of proxy connections), else ``None`` (SOCKS tunnels
+    everything, so the request is then as without one)."""
+    return proxy if proxy is not None and proxy.forwards and not origin.tls else None
 
 
 def _drained(

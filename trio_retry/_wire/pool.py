@@ -234,10 +234,7 @@ class ConnectionPool:
             waiter = opener
             parked = waiter.parked
             if parked:
-                waiter.parked = False
-                keeper = self._timekeeper
-                if keeper is not None and keeper.pool is not None:
-                    keeper.pool.pending.pop(waiter, None)
+                self._unpark(waiter)
         else:
             got = self._arrive(origin, progress, opener, expect_multiplexed)
             if not isinstance(got, Waiter):
@@ -437,11 +434,15 @@ class ConnectionPool:
     def leave(self, waiter: Waiter) -> None:
         """``waiter``, parked by its caller after :meth:`queue`, was cancelled (or its caller
         raised): it leaves, and anything it was granted meanwhile goes back."""
+        self._unpark(waiter)
+        self._book.abandon(waiter)
+
+    def _unpark(self, waiter: Waiter) -> None:
+        """``waiter``'s park after :meth:`queue` is over: its lane entry goes (if still there)."""
+        waiter.parked = False
         keeper = self._timekeeper
         if keeper is not None and keeper.pool is not None:
-            keeper.pool.pending.pop(waiter, None)
-        waiter.parked = False
-        self._book.abandon(waiter)
+            keeper.pool.disarm(waiter)
 
     def take_idle(self, origin: object, progress: AttemptProgress) -> PooledConnection | None:
         """A connection for ``origin`` at once, or ``None``. Never blocks.
